@@ -1,0 +1,3 @@
+from aiflame.cli.main import entry
+
+entry()

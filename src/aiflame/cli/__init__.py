@@ -1,0 +1,1 @@
+"""The ``aiflame`` command: one thin module per subcommand."""

@@ -1,0 +1,78 @@
+"""Flags shared by subcommands, and output that never leaves a half-written file."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from aiflame.errors import AiflameError
+
+
+def add_inputs(p: argparse.ArgumentParser, many: bool = True) -> None:
+    p.add_argument(
+        "inputs" if many else "input",
+        nargs="+" if many else None,
+        metavar="INPUT",
+        help="profile or trace file ('-' for stdin; .gz is read transparently)",
+    )
+    p.add_argument(
+        "--format",
+        dest="input_format",
+        metavar="FMT",
+        help="input format, when detection is not wanted (folded, perf-script, pprof, ...)",
+    )
+
+
+def add_metric(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-m",
+        "--metric",
+        metavar="NAME",
+        help="sample type to show (default: the profile's main one; see 'aiflame info')",
+    )
+
+
+def add_output(p: argparse.ArgumentParser, required: bool = True, help: str = "") -> None:
+    p.add_argument("-o", "--output", required=required, metavar="OUT", help=help or "output file")
+
+
+def write_output(path: str, data: str | bytes) -> None:
+    """Write ``data`` to ``path`` atomically ('-' is stdout)."""
+    if path == "-":
+        if isinstance(data, str):
+            sys.stdout.write(data)
+            sys.stdout.flush()
+        else:
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise AiflameError(f"{path}: is a directory; give a file name with -o")
+    directory = target.parent if str(target.parent) else Path(".")
+    if not directory.is_dir():
+        raise AiflameError(f"{path}: directory {directory} does not exist")
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def check_metric(profile, metric: str | None) -> None:  # type: ignore[no-untyped-def]
+    """Fail with a clear line when ``metric`` is not in the profile."""
+    try:
+        profile.type_index(metric)
+    except KeyError as e:
+        raise AiflameError(str(e.args[0])) from None
+    if profile.is_empty():
+        src = profile.meta.get("source", "input")
+        raise AiflameError(f"{src}: empty profile (no samples with a value)")

@@ -1,0 +1,40 @@
+"""Write an interactive, self-contained HTML flame graph of one or more profiles."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from aiflame.cli.common import add_inputs, add_metric, add_output, check_metric, write_output
+from aiflame.sources import load_many
+
+HELP = "write an interactive HTML flame graph"
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    add_inputs(p)
+    add_output(p, help="the HTML file to write")
+    add_metric(p)
+    p.add_argument("--title", help="page title (default: the input's name)")
+    p.add_argument("--subtitle", help="a line under the title")
+    p.add_argument(
+        "--inverted", action="store_true", help="icicle view: root at the top (toggle in the page)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from aiflame.render.html import render_html
+
+    profile = load_many(args.inputs, args.input_format)
+    check_metric(profile, args.metric)
+    html = render_html(
+        profile,
+        title=args.title,
+        subtitle=args.subtitle,
+        metric=args.metric,
+        inverted=args.inverted,
+    )
+    write_output(args.output, html)
+    if args.output != "-":
+        print(f"wrote {args.output}", file=sys.stderr)
+    return 0

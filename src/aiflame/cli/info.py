@@ -1,0 +1,54 @@
+"""Describe a profile: sample types and totals, stacks, frames, kinds, time range."""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+
+from aiflame.cli.common import add_inputs
+from aiflame.model import FrameKind, Profile
+from aiflame.render.units import format_value
+from aiflame.sources import load
+
+HELP = "show what a profile holds (metrics, totals, stacks, frames, time range)"
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    add_inputs(p, many=False)
+
+
+def describe(profile: Profile) -> list[str]:
+    out = [f"source:      {profile.meta.get('source', '?')} ({profile.meta.get('format', '?')})"]
+    out.append(f"samples:     {len(profile):,}")
+    totals = profile.totals()
+    default = profile.type_index(None)
+    for i, t in enumerate(profile.sample_types):
+        mark = "  (default)" if i == default else ""
+        out.append(f"metric:      {t.name} [{t.unit}] total {format_value(totals[i], t.unit)}{mark}")
+    used = set(profile.sample_stack.tolist())
+    out.append(f"stacks:      {len(used - {-1}):,} distinct ({len(profile.stacks):,} tree nodes)")
+    out.append(f"frames:      {len(profile.frames):,}")
+    kinds = Counter(FrameKind(k).slug for k in profile.frames.kind)
+    out.append("frame kinds: " + ", ".join(f"{k} {n:,}" for k, n in kinds.most_common()))
+    keys = sorted({k for ls in profile.label_sets for k, _ in ls})
+    if keys:
+        out.append("labels:      " + ", ".join(keys))
+    if profile.timestamps is not None and len(profile):
+        lo, hi = int(profile.timestamps.min()), int(profile.timestamps.max())
+        out.append(f"time range:  {format_value(hi - lo, 'nanoseconds')} ({lo} .. {hi} ns)")
+    elif "time_range_ns" in profile.meta:
+        lo, hi = profile.meta["time_range_ns"]  # type: ignore[misc]
+        out.append(f"time range:  {format_value(hi - lo, 'nanoseconds')} ({lo} .. {hi} ns)")
+    for key, value in profile.meta.items():
+        if key.startswith("info:"):
+            out.append(f"{key[5:] + ':':<12} {value}")
+    ignored = profile.meta.get("ignored_lines")
+    if ignored:
+        out.append(f"ignored:     {ignored:,} lines that were not samples")
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    profile = load(args.input, args.input_format)
+    print("\n".join(describe(profile)))
+    return 0

@@ -1,0 +1,55 @@
+"""The call tree of a profile: per stack node, self and total value of one sample type.
+
+Because stacks are interned as a prefix tree, the call tree *is* the stack table; this
+module only aggregates sample values onto it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from aiflame.model.profile import Profile
+from aiflame.model.stacks import depths_of
+
+
+@dataclass
+class CallTree:
+    """Node ``i`` is stack id ``i`` of ``profile``; values are float64 arrays by node."""
+
+    profile: Profile
+    parent: np.ndarray  # int64, -1 for roots
+    frame: np.ndarray  # int64 frame ids
+    self_value: np.ndarray  # shape (n_nodes, n_types)
+    total_value: np.ndarray  # shape (n_nodes, n_types)
+    depth: np.ndarray
+
+    @classmethod
+    def from_profile(cls, profile: Profile) -> CallTree:
+        n = len(profile.stacks)
+        parent = profile.stacks.parents_array()
+        frame = profile.stacks.frames_array()
+        ntypes = len(profile.sample_types)
+        self_value = np.zeros((n, ntypes))
+        valid = profile.sample_stack >= 0  # samples with an empty stack have no node
+        for t in range(ntypes):
+            self_value[:, t] = np.bincount(
+                profile.sample_stack[valid], weights=profile.values[valid, t], minlength=n
+            )[:n]
+        depth = depths_of(parent)
+        total = self_value.copy()
+        if n:
+            order = np.argsort(depth, kind="stable")
+            bounds = np.searchsorted(depth[order], np.arange(int(depth.max()) + 2))
+            for d in range(int(depth.max()), 0, -1):
+                idx = order[bounds[d] : bounds[d + 1]]
+                for t in range(ntypes):
+                    total[:, t] += np.bincount(parent[idx], weights=total[idx, t], minlength=n)[:n]
+        return cls(profile, parent, frame, self_value, total, depth)
+
+    def roots(self) -> np.ndarray:
+        return np.nonzero(self.parent < 0)[0]
+
+    def __len__(self) -> int:
+        return int(self.parent.shape[0])

@@ -1,0 +1,227 @@
+"""The Profile: interned frames and stacks, columnar samples with several value types."""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from aiflame.model.frames import Frame, FrameKind, FrameTable
+from aiflame.model.stacks import EMPTY_STACK, StackTable
+from aiflame.model.strings import StringTable
+
+# Units understood by the renderers: values are formatted accordingly.
+UNITS = ("count", "nanoseconds", "bytes")
+
+
+@dataclass(frozen=True, slots=True)
+class SampleType:
+    """One kind of value carried by every sample, e.g. ``cpu-samples``/``count``."""
+
+    name: str
+    unit: str = "count"
+
+
+@dataclass
+class Profile:
+    """A frozen profile: columns of samples over interned stacks and frames.
+
+    ``values`` has one row per sample and one column per entry of ``sample_types``.
+    ``labels[i]`` indexes ``label_sets`` (0 is the empty set); a label set is a tuple of
+    (key, value) string pairs, sorted by key.
+    """
+
+    strings: StringTable
+    frames: FrameTable
+    stacks: StackTable
+    sample_types: list[SampleType]
+    sample_stack: np.ndarray  # int64 stack ids, one per sample
+    values: np.ndarray  # float64, shape (n_samples, n_types)
+    sample_labels: np.ndarray  # int64 label-set ids
+    label_sets: list[tuple[tuple[str, str], ...]]
+    timestamps: np.ndarray | None = None  # int64 ns, one per sample, when known
+    meta: dict[str, object] = field(default_factory=dict)  # title, source, time range...
+
+    # -- queries --------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return int(self.sample_stack.shape[0])
+
+    def type_index(self, name: str | None) -> int:
+        """Column of the sample type ``name``; None means the default (first) type."""
+        if name is None:
+            return int(self.meta.get("default_type", 0))  # type: ignore[arg-type]
+        for i, t in enumerate(self.sample_types):
+            if t.name == name:
+                return i
+        known = ", ".join(t.name for t in self.sample_types)
+        raise KeyError(f"no metric '{name}' in this profile (it has: {known})")
+
+    def totals(self) -> np.ndarray:
+        """Sum of every sample type."""
+        return self.values.sum(axis=0) if len(self) else np.zeros(len(self.sample_types))
+
+    def stack_frames(self, stack: int) -> list[Frame]:
+        return [self.frames.get(f) for f in self.stacks.frames_of(stack)]
+
+    def stack_names(self, stack: int) -> list[str]:
+        names = self.strings.strings
+        fname = self.frames.name
+        return [names[fname[f]] for f in self.stacks.frames_of(stack)]
+
+    def labels_of(self, sample: int) -> dict[str, str]:
+        return dict(self.label_sets[int(self.sample_labels[sample])])
+
+    def iter_stack_values(self, type_index: int | None = None) -> Iterator[tuple[int, float]]:
+        """(stack id, summed value) for every stack with samples, in stack-id order."""
+        col = self.type_index(None) if type_index is None else type_index
+        if not len(self):
+            return iter(())
+        per_stack = np.bincount(
+            self.sample_stack + 1, weights=self.values[:, col], minlength=len(self.stacks) + 1
+        )
+        hit = np.bincount(self.sample_stack + 1, minlength=len(self.stacks) + 1) > 0
+        ids = np.nonzero(hit)[0]
+        return ((int(i) - 1, float(per_stack[i])) for i in ids)
+
+    def is_empty(self) -> bool:
+        return len(self) == 0 or not np.any(self.values)
+
+
+class ProfileBuilder:
+    """Collects samples cheaply (appends to compact arrays), then freezes a :class:`Profile`.
+
+    Sources intern frames with :meth:`frame`, stacks with :meth:`stack`, then call
+    :meth:`add`. Samples with the same stack and labels are *not* merged here; use
+    :func:`aiflame.transforms.merge_samples` when that matters.
+    """
+
+    def __init__(self, sample_types: Sequence[SampleType] | None = None) -> None:
+        self.strings = StringTable()
+        self.frames = FrameTable(self.strings)
+        self.stacks = StackTable()
+        self.sample_types: list[SampleType] = list(sample_types or [SampleType("samples", "count")])
+        self._stack = array("q")
+        self._labels = array("q")
+        self._values: list[array] = [array("d") for _ in self.sample_types]
+        self._timestamps: array | None = None
+        self.label_sets: list[tuple[tuple[str, str], ...]] = [()]
+        self._label_index: dict[tuple[tuple[str, str], ...], int] = {(): 0}
+        self.meta: dict[str, object] = {}
+
+    # -- interning ----------------------------------------------------------------------------
+    def frame(
+        self,
+        name: str,
+        kind: FrameKind | int = FrameKind.UNKNOWN,
+        file: str = "",
+        line: int = 0,
+        module: str = "",
+        address: int = 0,
+    ) -> int:
+        return self.frames.intern(name, kind, file, line, module, address)
+
+    def stack(self, frames: Iterable[int], parent: int = EMPTY_STACK) -> int:
+        """Stack id of frame ids ``frames`` (root first)."""
+        return self.stacks.intern(frames, parent)
+
+    def labels(self, labels: Mapping[str, object] | None) -> int:
+        if not labels:
+            return 0
+        key = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+        i = self._label_index.get(key)
+        if i is None:
+            i = len(self.label_sets)
+            self._label_index[key] = i
+            self.label_sets.append(key)
+        return i
+
+    def add_type(self, sample_type: SampleType) -> int:
+        """Add a sample type (existing samples get 0 for it); returns its column."""
+        for i, t in enumerate(self.sample_types):
+            if t.name == sample_type.name:
+                return i
+        self.sample_types.append(sample_type)
+        self._values.append(array("d", bytes(8 * len(self._stack))))
+        return len(self.sample_types) - 1
+
+    # -- samples ------------------------------------------------------------------------------
+    def add(
+        self,
+        stack: int,
+        values: Sequence[float] | float,
+        labels: int = 0,
+        timestamp: int | None = None,
+    ) -> None:
+        """Add one sample; ``values`` is one number per sample type (or one number)."""
+        self._stack.append(stack)
+        self._labels.append(labels)
+        if isinstance(values, (int, float)):
+            self._values[0].append(values)
+            for col in self._values[1:]:
+                col.append(0.0)
+        else:
+            for col, v in zip(self._values, values, strict=True):
+                col.append(v)
+        if timestamp is not None:
+            if self._timestamps is None:
+                self._timestamps = array("q", bytes(8 * (len(self._stack) - 1)))
+            self._timestamps.append(timestamp)
+        elif self._timestamps is not None:
+            self._timestamps.append(0)
+
+    def add_value(self, stack: int, column: int, value: float, labels: int = 0) -> None:
+        """Add a sample carrying a value for one type only (others are 0)."""
+        self._stack.append(stack)
+        self._labels.append(labels)
+        for i, col in enumerate(self._values):
+            col.append(value if i == column else 0.0)
+        if self._timestamps is not None:
+            self._timestamps.append(0)
+
+    def add_many(
+        self,
+        stacks: np.ndarray,
+        values: np.ndarray,
+        labels: np.ndarray | None = None,
+        timestamps: np.ndarray | None = None,
+    ) -> None:
+        """Bulk :meth:`add`: ``values`` has shape (n, number of sample types)."""
+        n = int(stacks.shape[0])
+        if timestamps is not None and self._timestamps is None:
+            self._timestamps = array("q", bytes(8 * len(self._stack)))
+        self._stack.frombytes(np.ascontiguousarray(stacks, dtype=np.int64).tobytes())
+        lab = np.zeros(n, dtype=np.int64) if labels is None else labels
+        self._labels.frombytes(np.ascontiguousarray(lab, dtype=np.int64).tobytes())
+        vals = np.asarray(values, dtype=np.float64).reshape(n, len(self._values))
+        for c, col in enumerate(self._values):
+            col.frombytes(np.ascontiguousarray(vals[:, c]).tobytes())
+        if self._timestamps is not None:
+            ts = np.zeros(n, dtype=np.int64) if timestamps is None else timestamps
+            self._timestamps.frombytes(np.ascontiguousarray(ts, dtype=np.int64).tobytes())
+
+    def __len__(self) -> int:
+        return len(self._stack)
+
+    def build(self) -> Profile:
+        n = len(self._stack)
+        if self._values:
+            values = np.empty((n, len(self._values)), dtype=np.float64)
+            for i, col in enumerate(self._values):
+                values[:, i] = np.frombuffer(col, dtype=np.float64) if n else []
+        else:
+            values = np.zeros((n, 0))
+        ts = np.frombuffer(self._timestamps, dtype=np.int64).copy() if self._timestamps else None
+        return Profile(
+            strings=self.strings,
+            frames=self.frames,
+            stacks=self.stacks,
+            sample_types=list(self.sample_types),
+            sample_stack=np.frombuffer(self._stack, dtype=np.int64).copy(),
+            values=values,
+            sample_labels=np.frombuffer(self._labels, dtype=np.int64).copy(),
+            label_sets=list(self.label_sets),
+            timestamps=ts,
+            meta=dict(self.meta),
+        )

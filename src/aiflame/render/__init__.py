@@ -1,0 +1,1 @@
+"""Renderers and exporters: take a Profile (or a CallTree), write a file."""

@@ -1,0 +1,1 @@
+"""Naming and classifying frames: kinds from names, demangling, perf maps, ELF symbols."""

@@ -1,0 +1,1 @@
+"""Pure functions Profile -> Profile (merge, focus, hide, invert, group-by, diff)."""
