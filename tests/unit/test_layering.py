@@ -1,0 +1,54 @@
+"""The import direction of docs/architecture.md: lower layers never import higher ones."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "aiflame"
+
+# package -> the aiflame packages it may import (besides itself)
+ALLOWED = {
+    "model": set(),
+    "errors": set(),
+    "symbolize": {"model", "errors"},
+    "sources": {"model", "errors", "symbolize", "transforms"},
+    "transforms": {"model", "errors", "symbolize"},
+    "analysis": {"model", "errors", "symbolize", "transforms"},
+    "render": {"model", "errors", "transforms", "symbolize"},
+}
+
+
+def imported_packages(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = set()
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "aiflame" and len(parts) > 1:
+                found.add(parts[1])
+    return found
+
+
+def test_layers_import_only_downwards():
+    violations = []
+    for path in SRC.rglob("*.py"):
+        rel = path.relative_to(SRC)
+        layer = rel.parts[0].removesuffix(".py")
+        if layer not in ALLOWED:
+            continue  # cli, agent, the package root: may import everything
+        for pkg in imported_packages(path) - {layer, "__init__"}:
+            if pkg not in ALLOWED[layer]:
+                violations.append(f"{rel} imports aiflame.{pkg}")
+    assert not violations, "\n".join(violations)
+
+
+def test_the_walker_sees_imports(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("import aiflame.cli.main\nfrom aiflame.render import html\nimport os\n")
+    assert imported_packages(f) == {"cli", "render"}
