@@ -1,0 +1,119 @@
+"""CPU call stacks of an nsys export: sampled stacks (SAMPLING_CALLCHAINS) and the
+backtraces attached to CUDA API calls (CUDA_CALLCHAINS), as interned frames.
+
+Both tables hold one row per frame, ``stackDepth`` 0 being the innermost (leaf) frame.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+
+from aiflame.model import FrameKind, ProfileBuilder
+from aiflame.sources.nsys_db import NsysDB
+from aiflame.symbolize.kinds import KindGuesser
+
+# Frames of the profiler's own injection and of the driver below a CUDA API entry point:
+# dropped from API backtraces when the entry point itself is not found by name.
+_INJECTION_MODULES = ("libcupti", "libcuda.", "libToolsInjection", "libnvidia-", "libnvperf")
+_VERSION_SUFFIX = re.compile(r"_v\d+$")
+
+
+class CpuFrames:
+    """Interns CPU frames from (symbol, module) StringIds; unresolved addresses are named
+    after their module (``[libcuda.so.1]``) so that they merge instead of scattering."""
+
+    def __init__(self, db: NsysDB, builder: ProfileBuilder) -> None:
+        self._strings = db.strings
+        self._builder = builder
+        self._cache: dict[tuple[int, int, bool, bool], tuple[int, str, str]] = {}
+        self._guess = KindGuesser()
+
+    def get(
+        self, symbol: int, module: int, unresolved: object, kernel_mode: object
+    ) -> tuple[int, str, str]:
+        """(frame id, symbol text, module base name)."""
+        key = (symbol, module, bool(unresolved), bool(kernel_mode))
+        hit = self._cache.get(key)
+        if hit is None:
+            text = self._strings.get(symbol, "")
+            module_path = self._strings.get(module, "")
+            base = os.path.basename(module_path)
+            name = text
+            if key[2] or not text:
+                name = (base if base.startswith("[") else f"[{base}]") if base else "[unknown]"
+            kind = FrameKind.KERNEL if key[3] else self._guess(name)
+            fid = self._builder.frame(name, kind, module=module_path)
+            hit = self._cache[key] = (fid, text, base)
+        return hit
+
+
+def read_callchains(
+    db: NsysDB, table: str, frames: CpuFrames
+) -> dict[int, list[tuple[int, str, str]]]:
+    """Callchain id -> its frames (frame id, symbol, module base name), leaf first."""
+    chains: dict[int, list[tuple[int, str, str]]] = {}
+    rows = db.select(
+        table,
+        ["id", "symbol", "module", "unresolved", "kernelMode", "stackDepth"],
+        order='"id", "stackDepth"',
+    )
+    current = -1
+    chain: list[tuple[int, str, str]] = []
+    get = frames.get
+    for cid, symbol, module, unresolved, kernel_mode, _depth in rows:
+        if cid != current:
+            chain = chains.setdefault(cid, [])
+            current = cid
+        chain.append(get(symbol, module, unresolved, kernel_mode))
+    return chains
+
+
+def _api_names(names: Iterable[str]) -> set[str]:
+    out = set()
+    for n in names:
+        out.add(n)
+        out.add(_VERSION_SUFFIX.sub("", n))
+    out.discard("")
+    return out
+
+
+def _api_frame(chain: list[tuple[int, str, str]], names: set[str]) -> int | None:
+    """Index of the leaf-most frame of ``chain`` that is one of the API ``names``."""
+    return next((i for i, (_, sym, _) in enumerate(chain) if sym in names), None)
+
+
+def callchain_offset(
+    chains: dict[int, list[tuple[int, str, str]]], calls: Iterable[tuple[int, Iterable[str]]]
+) -> int:
+    """The shift between ``callchainId`` and CUDA_CALLCHAINS ids that makes backtraces
+    match their calls by name: 0 for a sound export. Some exports (seen with nsys 2022.2)
+    count callchainId from 0 but the callchains from 1, which would give every call the
+    backtrace of the call before it."""
+    hits = dict.fromkeys((0, 1, -1), 0)
+    for chain_id, names in calls:
+        wanted = _api_names(names)
+        for off in hits:
+            chain = chains.get(chain_id + off)
+            if chain and _api_frame(chain, wanted) is not None:
+                hits[off] += 1
+    best = max(hits, key=lambda off: (hits[off], off == 0))
+    return best if hits[best] > hits[0] else 0
+
+
+def callers_of_api(chain: list[tuple[int, str, str]], api_names: Iterable[str]) -> list[int]:
+    """Frame ids of the callers of a CUDA API call, root first.
+
+    The backtrace starts inside the driver and the profiler's injection library; the
+    frames up to and including the API entry point (``cudaMemcpy`` for the call
+    ``cudaMemcpy_v3020``) are dropped, since the API call gets its own frame.
+    """
+    at = _api_frame(chain, _api_names(api_names))
+    if at is not None:
+        cut = at + 1
+    else:
+        cut = 0
+        while cut < len(chain) and chain[cut][2].startswith(_INJECTION_MODULES):
+            cut += 1
+    return [fid for fid, _, _ in reversed(chain[cut:])]
