@@ -17,12 +17,29 @@ EMPTY_STACK = -1
 class StackTable:
     """Columns ``parent`` and ``frame``; ``EMPTY_STACK`` (-1) is the empty stack."""
 
-    __slots__ = ("_index", "frame", "parent")
+    __slots__ = ("_index_cache", "frame", "parent")
 
     def __init__(self) -> None:
         self.parent: list[int] = []
         self.frame: list[int] = []
-        self._index: dict[tuple[int, int], int] = {}
+        self._index_cache: dict[tuple[int, int], int] | None = {}
+
+    @property
+    def _index(self) -> dict[tuple[int, int], int]:
+        if self._index_cache is None:  # rebuilt after bulk appends
+            self._index_cache = dict(zip(zip(self.parent, self.frame), range(len(self.frame))))
+        return self._index_cache
+
+    def bulk_columns(self) -> tuple[list[int], list[int]]:
+        """The raw columns, for a caller that appends nodes it knows are new.
+
+        Call :meth:`bulk_done` afterwards; the lookup index is rebuilt when next needed.
+        """
+        self._index_cache = None
+        return self.parent, self.frame
+
+    def bulk_done(self) -> None:
+        self._index_cache = None
 
     def child(self, parent: int, frame: int) -> int:
         """Id of the stack ``parent + [frame]``, adding it if new."""

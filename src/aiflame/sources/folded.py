@@ -11,6 +11,7 @@ import re
 
 from aiflame.errors import InputError
 from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
+from aiflame.model.stacks import EMPTY_STACK
 from aiflame.sources.inputs import Input, decode_head
 from aiflame.symbolize.kinds import DELIMITER, KindGuesser
 
@@ -66,26 +67,61 @@ def read_counts(source: Input) -> tuple[dict[str, float], int]:
 def build_profile(
     counts: dict[str, float], sample_type: SampleType | None = None
 ) -> ProfileBuilder:
-    """Intern folded stacks into a builder, guessing frame kinds from their names."""
+    """Intern folded stacks into a builder, guessing frame kinds from their names.
+
+    Stacks are visited in frame-wise sorted order (``;`` sorts first), so each one shares
+    its longest common prefix with the one before it: only the differing tail needs new
+    tree nodes, and those are known to be new, so no (parent, frame) lookup is needed.
+    This keeps a million-sample profile of 3 million tree nodes within seconds.
+    """
     builder = ProfileBuilder([sample_type or SampleType("samples", "count")])
     guess = KindGuesser()
-    frame_ids: dict[tuple[str, bool], int] = {}
+    above: dict[str, int] = {}  # frame ids by name, above the `-` delimiter
+    below: dict[str, int] = {}  # ... and at or below it (GPU frames)
     intern_frame = builder.frames.intern
-    intern_stack = builder.stacks.intern
+    parents, frames = builder.stacks.bulk_columns()
     add = builder.add
-    for stack, value in counts.items():
-        ids = []
-        below = False
-        for name in stack.split(";"):
-            key = (name, below)
-            fid = frame_ids.get(key)
-            if fid is None:
-                kind = guess(name, below)
-                fid = frame_ids[key] = intern_frame(name, kind)
-            ids.append(fid)
-            if name == DELIMITER:
-                below = True
-        add(intern_stack(ids), value)
+    prev: list[str] = []  # frame names of the previous stack
+    path: list[int] = []  # its node ids
+    for stack in sorted(counts, key=lambda st: st.replace(";", "\x00")):
+        names = stack.split(";")
+        k = 0
+        for a, b in zip(names, prev, strict=False):
+            if a != b:
+                break
+            k += 1
+        first_new = len(frames)
+        n_new = len(names) - k
+        if n_new == 0:  # a prefix of the previous stack: only with NUL bytes in names
+            add(path[k - 1], counts[stack])
+            continue
+        delim = names.index(DELIMITER) if DELIMITER in names else len(names)
+        if delim >= len(names):  # the common case: no GPU part
+            get = above.get
+            ids = [get(n, -1) for n in names[k:]]
+            if -1 in ids:
+                for j, name in enumerate(names[k:]):
+                    if ids[j] < 0:
+                        ids[j] = above.get(name, -1)
+                        if ids[j] < 0:
+                            ids[j] = above[name] = intern_frame(name, guess(name, False))
+        else:
+            ids = []
+            for pos in range(k, len(names)):
+                name = names[pos]
+                table = below if pos > delim else above
+                fid = table.get(name)
+                if fid is None:
+                    fid = table[name] = intern_frame(name, guess(name, pos > delim))
+                ids.append(fid)
+        parents.append(path[k - 1] if k else EMPTY_STACK)
+        parents.extend(range(first_new, first_new + n_new - 1))
+        frames.extend(ids)
+        del path[k:]
+        path.extend(range(first_new, first_new + n_new))
+        prev = names
+        add(path[-1], counts[stack])
+    builder.stacks.bulk_done()
     return builder
 
 
