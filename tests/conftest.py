@@ -32,7 +32,9 @@ def check_golden(actual: str, expected_path: Path) -> None:
         a, e = actual.splitlines(), expected.splitlines()
         for i, (x, y) in enumerate(zip(a, e, strict=False)):
             if x != y:
-                pytest.fail(f"{expected_path.name} line {i + 1}:\n  got      {x!r}\n  expected {y!r}")
+                pytest.fail(
+                    f"{expected_path.name} line {i + 1}:\n  got      {x!r}\n  expected {y!r}"
+                )
         pytest.fail(f"{expected_path.name}: {len(a)} lines, expected {len(e)}")
 
 

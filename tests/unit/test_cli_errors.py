@@ -109,8 +109,10 @@ def test_good_conversion_via_stdin_and_gzip(tmp_path):
     r1 = aiflame("convert", str(gz), "-f", "folded", "-o", "-")
     r2 = aiflame("convert", "-", "-f", "folded", "-o", "-", stdin=FOLDED.encode())
     assert r1.returncode == 0 and r2.returncode == 0
-    assert r1.stdout.decode() == r2.stdout.decode() == (
-        "main;forward;aten::add 2\nmain;forward;aten::mm 3\n"
+    assert (
+        r1.stdout.decode()
+        == r2.stdout.decode()
+        == ("main;forward;aten::add 2\nmain;forward;aten::mm 3\n")
     )
 
 

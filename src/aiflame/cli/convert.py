@@ -16,7 +16,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_inputs(p)
     add_output(p, help="output file ('-' for stdout)")
     p.add_argument(
-        "-f", "--to", dest="to", choices=FORMATS, help="output format (default: from -o's extension)"
+        "-f",
+        "--to",
+        dest="to",
+        choices=FORMATS,
+        help="output format (default: from -o's extension)",
     )
     add_metric(p)
     p.add_argument("--title", help="title of an html output")

@@ -24,7 +24,9 @@ def describe(profile: Profile) -> list[str]:
     default = profile.type_index(None)
     for i, t in enumerate(profile.sample_types):
         mark = "  (default)" if i == default else ""
-        out.append(f"metric:      {t.name} [{t.unit}] total {format_value(totals[i], t.unit)}{mark}")
+        out.append(
+            f"metric:      {t.name} [{t.unit}] total {format_value(totals[i], t.unit)}{mark}"
+        )
     used = set(profile.sample_stack.tolist())
     out.append(f"stacks:      {len(used - {-1}):,} distinct ({len(profile.stacks):,} tree nodes)")
     out.append(f"frames:      {len(profile.frames):,}")

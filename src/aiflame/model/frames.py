@@ -78,7 +78,14 @@ class FrameTable:
     ) -> int:
         """Return the id of the frame with exactly these attributes, adding it if new."""
         s = self.strings.intern
-        key = (s(name), int(kind), s(file) if file else 0, line, s(module) if module else 0, address)
+        key = (
+            s(name),
+            int(kind),
+            s(file) if file else 0,
+            line,
+            s(module) if module else 0,
+            address,
+        )
         i = self._index.get(key)
         if i is None:
             i = len(self.name)
@@ -92,7 +99,9 @@ class FrameTable:
         return i
 
     def intern_frame(self, frame: Frame) -> int:
-        return self.intern(frame.name, frame.kind, frame.file, frame.line, frame.module, frame.address)
+        return self.intern(
+            frame.name, frame.kind, frame.file, frame.line, frame.module, frame.address
+        )
 
     def get(self, i: int) -> Frame:
         st = self.strings.strings

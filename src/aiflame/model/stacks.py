@@ -27,7 +27,9 @@ class StackTable:
     @property
     def _index(self) -> dict[tuple[int, int], int]:
         if self._index_cache is None:  # rebuilt after bulk appends
-            self._index_cache = dict(zip(zip(self.parent, self.frame), range(len(self.frame))))
+            self._index_cache = dict(
+                zip(zip(self.parent, self.frame, strict=True), range(len(self.frame)), strict=True)
+            )
         return self._index_cache
 
     def bulk_columns(self) -> tuple[list[int], list[int]]:

@@ -28,7 +28,9 @@ def format_for_path(path: str) -> str | None:
     return None
 
 
-def render(profile: Profile, fmt: str, metric: str | None = None, title: str | None = None) -> bytes:
+def render(
+    profile: Profile, fmt: str, metric: str | None = None, title: str | None = None
+) -> bytes:
     """Serialise ``profile`` as ``fmt``; single-metric formats take ``metric``."""
     if fmt == "folded":
         from aiflame.render.folded import render_folded

@@ -35,7 +35,7 @@ class Input:
                 self._stdin_data = sys.stdin.buffer.read()
             return io.BytesIO(self._stdin_data)
         try:
-            return open(self.path, "rb")  # noqa: SIM115 - returned to the caller
+            return open(self.path, "rb")
         except FileNotFoundError:
             raise InputError(self.path, "no such file") from None
         except IsADirectoryError:

@@ -9,6 +9,7 @@ import numpy as np
 from aiflame.model import Profile, ProfileBuilder
 from aiflame.model.stacks import EMPTY_STACK
 
+
 def copy_into(
     builder: ProfileBuilder,
     profile: Profile,
