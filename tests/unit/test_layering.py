@@ -12,10 +12,11 @@ ALLOWED = {
     "model": set(),
     "errors": set(),
     "symbolize": {"model", "errors"},
-    "sources": {"model", "errors", "symbolize", "transforms"},
+    "proto": {"model"},  # pprof schema + conventions, shared by its importer and exporter
+    "sources": {"model", "errors", "symbolize", "transforms", "proto"},
     "transforms": {"model", "errors", "symbolize"},
     "analysis": {"model", "errors", "symbolize", "transforms"},
-    "render": {"model", "errors", "transforms", "symbolize"},
+    "render": {"model", "errors", "transforms", "symbolize", "proto"},
 }
 
 
