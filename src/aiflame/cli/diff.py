@@ -1,4 +1,9 @@
-"""Differential flame graph of two profiles: growth in red, shrinkage in blue."""
+"""Differential flame graph of two profiles: growth in red, shrinkage in blue.
+
+``-o x.html`` writes the interactive page; ``-o x.folded`` (or ``.collapsed``, ``.txt``,
+``-``) writes ``stack base test`` lines as FlameGraph's difffolded.pl does, for
+``flamegraph.pl`` or ``inferno-flamegraph``.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +11,25 @@ import argparse
 import sys
 
 from aiflame.cli.common import add_metric, add_output, write_output
+from aiflame.errors import AiflameError
 from aiflame.sources import load
 
 HELP = "compare two profiles as a differential flame graph"
+
+OUTPUTS = ("html", "folded")
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("base", metavar="BASE", help="the 'before' profile")
     p.add_argument("test", metavar="TEST", help="the 'after' profile")
     add_output(p, help="the HTML file to write (or .folded for 'stack base test' lines)")
+    p.add_argument(
+        "-f",
+        "--to",
+        dest="to",
+        choices=OUTPUTS,
+        help="output format (default: from -o's extension)",
+    )
     add_metric(p)
     p.add_argument(
         "-n",
@@ -22,27 +37,59 @@ def configure(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="scale BASE to TEST's total first, to compare shapes rather than sizes",
     )
+    p.add_argument(
+        "-s",
+        "--strip-hex",
+        action="store_true",
+        help="match frames with hex numbers (addresses such as 0x7f3a) replaced by 0x...",
+    )
     p.add_argument("--title", help="page title")
     p.add_argument(
         "--format", dest="input_format", metavar="FMT", help="input format of both profiles"
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def output_format(args: argparse.Namespace) -> str:
     from aiflame.render.registry import format_for_path
+
+    if args.to:
+        return str(args.to)
+    if args.output == "-":
+        return "folded"
+    fmt = format_for_path(args.output)
+    if fmt not in OUTPUTS:
+        raise AiflameError(
+            f"cannot tell the output format from '{args.output}': "
+            "name it .html or .folded, or give -f html|folded"
+        )
+    return str(fmt)
+
+
+def run(args: argparse.Namespace) -> int:
     from aiflame.transforms.diff import diff_profiles
 
+    fmt = output_format(args)  # before the (slow) loading, so a typo fails at once
     base = load(args.base, args.input_format)
     test = load(args.test, args.input_format)
-    diff = diff_profiles(base, test, metric=args.metric, normalize=args.normalize)
-    if format_for_path(args.output) == "folded" or args.output == "-":
+    diff = diff_profiles(
+        base, test, metric=args.metric, normalize=args.normalize, strip_hex=args.strip_hex
+    )
+    if diff.is_empty():
+        raise AiflameError(f"{args.base} and {args.test}: no samples with a value in either")
+    if fmt == "folded":
         from aiflame.render.folded import render_diff_folded
 
         write_output(args.output, render_diff_folded(diff))
     else:
-        from aiflame.render.html import render_html
-
-        write_output(args.output, render_html(diff, title=args.title or "Differential flame graph"))
+        try:
+            from aiflame.render.html import render_html
+        except ModuleNotFoundError as e:
+            if e.name != "aiflame.render.html":
+                raise
+            msg = "HTML output is not available in this build; use -o x.folded"
+            raise AiflameError(msg) from None
+        title = args.title or f"Differential flame graph: {args.base} -> {args.test}"
+        write_output(args.output, render_html(diff, title=title))
     if args.output != "-":
         print(f"wrote {args.output}", file=sys.stderr)
     return 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import numpy as np
+
 from aiflame.model import Profile
 
 
@@ -33,3 +35,87 @@ def folded_lines(profile: Profile, metric: str | None = None) -> Iterator[str]:
 def render_folded(profile: Profile, metric: str | None = None) -> str:
     out = "\n".join(folded_lines(profile, metric))
     return out + "\n" if out else out
+
+
+# -- differential ("stack base test") output, as FlameGraph's difffolded.pl writes it ---------
+
+
+def format_perl_number(v: float) -> str:
+    """A number as Perl prints it: integers exactly, other values with 15 significant digits."""
+    if v == int(v):
+        return str(int(v))
+    return f"{v:.15g}"
+
+
+def stack_strings(profile: Profile, wanted: np.ndarray, chunk: int = 16384) -> list[str]:
+    """``root;...;leaf`` of each stack id in ``wanted``, in the same order.
+
+    The ancestors of a chunk of stacks are gathered with numpy into a (stack, level) grid of
+    name pieces, and each row is one ``str.join``: a per-frame Python walk would cost an
+    interpreter step per frame, several times slower on deep profiles.
+    """
+    names = profile.strings.strings
+    piece = np.array([";" + names[n] for n in profile.frames.name] + [""], dtype=object)
+    pad = len(piece) - 1  # the empty piece, left of short stacks
+    parent = profile.stacks.parents_array()
+    frame = profile.stacks.frames_array()
+    wanted = np.asarray(wanted, dtype=np.int64)
+    out: list[str] = []
+    for start in range(0, len(wanted), chunk):
+        cur = wanted[start : start + chunk]
+        levels = []  # leaf first
+        while True:
+            live = cur >= 0
+            if not live.any():
+                break
+            at = np.where(live, cur, 0)
+            levels.append(np.where(live, frame[at], pad))
+            cur = np.where(live, parent[at], -1)
+        if not levels:
+            out.extend("" for _ in range(len(cur)))
+            continue
+        grid = piece[np.stack(levels[::-1], axis=1)]
+        out.extend("".join(row)[1:] for row in grid.tolist())
+    return out
+
+
+def render_diff_folded(profile: Profile, truncate: bool = False) -> str:
+    """``stack base test`` lines of a profile made by :func:`aiflame.transforms.diff.diff_profiles`.
+
+    Values print as ``difffolded.pl`` prints them: fractions kept, and normalized base values
+    truncated to integers (its ``int()``). ``truncate`` drops every fraction, as
+    ``inferno-diff-folded`` does. Lines are sorted by stack (difffolded.pl leaves them in hash
+    order; flamegraph.pl sorts its input anyway).
+    """
+    diff = profile.meta.get("diff")
+    if not isinstance(diff, dict):
+        raise ValueError("not a differential profile (no meta['diff']); use diff_profiles()")
+    bcol, tcol = int(diff["base"]), int(diff["test"])
+    stacks = profile.sample_stack
+    has_stack = stacks >= 0  # an empty stack has no line
+    ids, inverse = np.unique(stacks[has_stack], return_inverse=True)
+    base = np.bincount(inverse, profile.values[has_stack, bcol], minlength=len(ids))
+    test = np.bincount(inverse, profile.values[has_stack, tcol], minlength=len(ids))
+    texts = stack_strings(profile, ids)
+    if len(set(texts)) < len(texts):  # frames differing only in kind/file share a name path
+        merged: dict[str, list[float]] = {}
+        for text, b, t in zip(texts, base.tolist(), test.tolist(), strict=True):
+            acc = merged.setdefault(text, [0.0, 0.0])
+            acc[0] += b
+            acc[1] += t
+        texts = list(merged)
+        base = np.array([v[0] for v in merged.values()])
+        test = np.array([v[1] for v in merged.values()])
+    if truncate or diff.get("normalized"):
+        base = np.trunc(base)
+    if truncate:
+        test = np.trunc(test)
+    bs, ts = _perl_numbers(base), _perl_numbers(test)
+    order = sorted(range(len(texts)), key=texts.__getitem__)
+    return "".join([f"{texts[i]} {bs[i]} {ts[i]}\n" for i in order])
+
+
+def _perl_numbers(values: np.ndarray) -> list[str]:
+    if np.all(np.trunc(values) == values) and np.all(np.abs(values) < 2**53):
+        return [str(v) for v in values.astype(np.int64).tolist()]
+    return [format_perl_number(v) for v in values.tolist()]
