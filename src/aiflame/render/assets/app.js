@@ -1,0 +1,577 @@
+// The page: toolbar, tabs, tooltip, context menu, search, filters, sandwich, top table.
+//
+// Every string that comes from a profile reaches the DOM through textContent (never
+// innerHTML) or is drawn on the canvas, so a frame named like an HTML tag is just text.
+(function (A) {
+  "use strict";
+
+  const $ = (id) => document.getElementById(id);
+
+  function el(tag, attrs, text) {
+    const e = document.createElement(tag);
+    if (attrs) for (const k in attrs) e.setAttribute(k, attrs[k]);
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+
+  class App {
+    constructor(data) {
+      const h = (this.header = data.header);
+      this.types = h.types;
+      this.frames = new A.FrameTable(data);
+      this.baseTree = new A.Tree(this.frames, data.frame, data.depth, data.self, null);
+      this.tree = this.baseTree;
+      this.diff = h.diff || null;
+      this.metric = this.diff ? this.diff.test : h.metric || 0;
+      this.colorMode = this.diff ? "diff-self" : "kind";
+      this.filters = []; // [{op: "focus" | "hide", nameId, name}]
+      this.searchMask = null;
+      this.sandwichName = -1;
+      this.topSort = { key: "self", desc: true };
+      this.kindColors = new Array(this.frames.count + 1);
+      this.tooltipNode = -1;
+      this.menuNode = -1;
+
+      this.view = new A.FlameView($("flame"), {
+        onHover: (i, e) => this.showTooltip(this.view, i, e),
+        onClick: (i) => this.zoomTo(i),
+        onContext: (i, e) => this.openMenu(this.view, i, e),
+      });
+      this.view.inverted = !!h.inverted;
+      this.view.colorOf = (i) => this.colorOf(this.view.tree, i);
+      this.swCallers = this.makeSideView("sw-callers", false);
+      this.swCallees = this.makeSideView("sw-callees", true);
+      this.bindControls();
+      this.buildLegend();
+      this.setTree(this.baseTree);
+      this.updateInvertButton();
+    }
+
+    makeSideView(id, inverted) {
+      const v = new A.FlameView($(id), {
+        onHover: (i, e) => this.showTooltip(v, i, e),
+        onClick: (i) => {
+          v.setZoom(i < 0 ? 0 : i);
+          v.draw();
+        },
+        onContext: (i, e) => this.openMenu(v, i, e),
+      });
+      v.inverted = inverted;
+      v.colorOf = (i) => this.colorOf(v.tree, i);
+      return v;
+    }
+
+    // -- state changes ----------------------------------------------------------------
+
+    setTree(tree) {
+      this.tree = tree;
+      this.deltaCache = new Map();
+      this.view.setTree(tree, this.metric);
+      this.view.mask = this.searchMask;
+      this.refresh();
+    }
+
+    refresh() {
+      this.view.draw();
+      this.updateCrumbs();
+      this.updateSummary();
+      this.updateMatched();
+      if (this.tab === "top") this.renderTop();
+      if (this.tab === "sandwich") this.renderSandwich();
+    }
+
+    zoomTo(i) {
+      this.view.setZoom(i < 0 ? 0 : i);
+      this.view.draw();
+      this.updateCrumbs();
+    }
+
+    resetZoom() {
+      this.zoomTo(0);
+    }
+
+    setMetric(t) {
+      this.metric = t;
+      const z = this.view.zoom;
+      this.view.metric = t;
+      if (!(this.tree.totals(t)[z] > 0)) this.view.setZoom(0);
+      for (const v of [this.swCallers, this.swCallees]) v.metric = t;
+      this.refresh();
+    }
+
+    applyFilters() {
+      let tree = this.baseTree;
+      for (const f of this.filters) {
+        const mask = A.frameMask(this.frames, (fr) => this.frames.nameId[fr] === f.nameId);
+        tree = f.op === "hide" ? A.hideFrames(tree, mask) : A.calleesOf(tree, mask, f.name);
+      }
+      this.setTree(tree);
+      this.renderFilters();
+    }
+
+    addFilter(op, node, view) {
+      const tree = view.tree;
+      if (node === 0 && tree.rootLabel === null) return;
+      this.filters.push({ op, nameId: tree.nameId(node), name: tree.nameOf(node) });
+      this.applyFilters();
+    }
+
+    // -- colours ----------------------------------------------------------------------
+
+    colorOf(tree, i) {
+      if (this.colorMode !== "kind" && this.diff) return this.diffColorOf(tree, i);
+      const f = tree.frame[i];
+      let c = this.kindColors[f];
+      if (c === undefined) {
+        c = this.kindColors[f] = A.kindColor(this.frames.kindSlug(f), this.frames.name(f));
+      }
+      return c;
+    }
+
+    // Per-node deltas (test - base) of self or total, and the largest magnitude.
+    deltas(tree) {
+      const key = this.colorMode;
+      let cache = tree === this.tree ? this.deltaCache : (tree._deltas = tree._deltas || new Map());
+      let d = cache.get(key);
+      if (d) return d;
+      const b = this.diff.base;
+      const t = this.diff.test;
+      const base = key === "diff-total" ? tree.totals(b) : tree.self[b];
+      const test = key === "diff-total" ? tree.totals(t) : tree.self[t];
+      const delta = new Float64Array(tree.n);
+      let max = 0;
+      for (let i = 0; i < tree.n; i++) {
+        delta[i] = test[i] - base[i];
+        if (i > 0 && Math.abs(delta[i]) > max) max = Math.abs(delta[i]);
+      }
+      d = { delta, max };
+      cache.set(key, d);
+      return d;
+    }
+
+    diffColorOf(tree, i) {
+      const d = this.deltas(tree);
+      return A.diffColor(d.delta[i], d.max);
+    }
+
+    // -- tooltip and menu -------------------------------------------------------------
+
+    showTooltip(view, i, e) {
+      const tip = $("tooltip");
+      if (i < 0 || !$("menu").hidden) {
+        tip.hidden = true;
+        this.tooltipNode = -1;
+        return;
+      }
+      if (i !== this.tooltipNode || view !== this.tooltipView) {
+        this.tooltipNode = i;
+        this.tooltipView = view;
+        tip.replaceChildren(...this.describe(view.tree, i));
+      }
+      tip.hidden = false;
+      const pad = 14;
+      const w = tip.offsetWidth;
+      const hgt = tip.offsetHeight;
+      let x = e.clientX + pad;
+      let y = e.clientY + pad;
+      if (x + w > window.innerWidth - 4) x = Math.max(4, e.clientX - w - pad);
+      if (y + hgt > window.innerHeight - 4) y = Math.max(4, e.clientY - hgt - pad);
+      tip.style.left = x + "px";
+      tip.style.top = y + "px";
+    }
+
+    // The tooltip's content: name, kind, values, location; DOM nodes with textContent.
+    describe(tree, i) {
+      const f = tree.frame[i];
+      const out = [el("div", { class: "tip-name" }, tree.labelOf(i))];
+      const kind = A.PALETTE[this.frames.kindSlug(f)] || A.PALETTE.unknown;
+      const rows = el("table", { class: "tip-rows" });
+      const row = (k, v, cls) => {
+        const tr = el("tr", cls ? { class: cls } : null);
+        tr.append(el("th", null, k), el("td", null, v));
+        rows.append(tr);
+      };
+      row("kind", kind.label);
+      const t = this.metric;
+      const type = this.types[t];
+      const all = this.baseTree.totals(t)[0];
+      const tot = tree.totals(t)[i];
+      const self = tree.self[t][i];
+      row("total", A.formatWithName(tot, type) + " (" + A.percent(tot, all) + " of all)");
+      row("self", A.formatWithName(self, type) + " (" + A.percent(self, all) + " of all)");
+      if (this.diff) {
+        const bt = this.types[this.diff.base];
+        const b = tree.totals(this.diff.base)[i];
+        const delta = tot - b;
+        const sign = delta > 0 ? "+" : "";
+        row("base", A.formatWithName(b, bt));
+        row("test", A.formatWithName(tot, type));
+        const change = b ? sign + A.percent(delta, b) : tot ? "new" : "-";
+        row("delta", sign + A.formatValue(delta, type.unit) + " (" + change + ")", delta > 0 ? "grow" : delta < 0 ? "shrink" : "");
+        const sd = self - tree.self[this.diff.base][i];
+        row("self delta", (sd > 0 ? "+" : "") + A.formatValue(sd, type.unit));
+      }
+      const loc = this.frames.location(f);
+      if (loc) row("file", loc);
+      out.push(rows);
+      out.push(el("div", { class: "tip-hint" }, "click: zoom · right-click: focus, hide, sandwich"));
+      return out;
+    }
+
+    openMenu(view, i, e) {
+      const menu = $("menu");
+      this.menuNode = i;
+      this.menuView = view;
+      $("tooltip").hidden = true;
+      const name = view.tree.nameOf(i);
+      $("menu-name").textContent = name;
+      const isRoot = i === 0 && view.tree.rootLabel === null;
+      for (const b of menu.querySelectorAll("button[data-needs-frame]")) b.disabled = isRoot;
+      menu.hidden = false;
+      const w = menu.offsetWidth;
+      const hgt = menu.offsetHeight;
+      menu.style.left = Math.min(e.clientX, window.innerWidth - w - 4) + "px";
+      menu.style.top = Math.min(e.clientY, window.innerHeight - hgt - 4) + "px";
+    }
+
+    closeMenu() {
+      $("menu").hidden = true;
+    }
+
+    menuAction(act) {
+      const view = this.menuView;
+      const i = this.menuNode;
+      this.closeMenu();
+      if (!view || i < 0) return;
+      if (act === "zoom") {
+        if (view === this.view) this.zoomTo(i);
+        else {
+          view.setZoom(i);
+          view.draw();
+        }
+      } else if (act === "focus" || act === "hide") {
+        this.addFilter(act, i, view);
+      } else if (act === "sandwich") {
+        this.sandwichName = view.tree.nameId(i);
+        this.showTab("sandwich");
+      } else if (act === "copy") {
+        const text = view.tree.nameOf(i);
+        if (navigator.clipboard) navigator.clipboard.writeText(text).catch(() => {});
+      }
+    }
+
+    // -- toolbar pieces ---------------------------------------------------------------
+
+    updateCrumbs() {
+      const box = $("crumbs");
+      const tree = this.tree;
+      const path = tree.pathTo(this.view.zoom);
+      const items = [];
+      path.forEach((v, k) => {
+        if (k) items.push(el("span", { class: "sep" }, "›"));
+        const b = el("button", { class: "crumb", type: "button" }, tree.labelOf(v));
+        b.addEventListener("click", () => this.zoomTo(v));
+        if (k === path.length - 1) b.classList.add("current");
+        items.push(b);
+      });
+      box.replaceChildren(...items);
+      $("reset").disabled = this.view.zoom === 0;
+    }
+
+    updateSummary() {
+      const t = this.metric;
+      const type = this.types[t];
+      let text = "Total: " + A.formatWithName(this.baseTree.totals(t)[0], type);
+      if (this.diff) {
+        const b = this.baseTree.totals(this.diff.base)[0];
+        const x = this.baseTree.totals(this.diff.test)[0];
+        text = "base " + A.formatWithName(b, this.types[this.diff.base]) + " → test " + A.formatWithName(x, type);
+        if (b) text += " (" + (x >= b ? "+" : "") + A.percent(x - b, b) + ")";
+        if (this.diff.normalized) text += ", base normalized to test's total";
+      }
+      if (this.tree !== this.baseTree) {
+        text += " · shown: " + A.formatWithName(this.tree.totals(t)[0], type);
+      }
+      $("total").textContent = text;
+    }
+
+    setSearch(text) {
+      const status = $("search-status");
+      status.textContent = "";
+      $("search").classList.remove("bad");
+      if (!text) {
+        this.searchMask = null;
+      } else {
+        let re;
+        try {
+          re = new RegExp(text);
+        } catch (err) {
+          // Not a valid regex: search for the literal text instead, and say so.
+          re = new RegExp(text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"));
+          $("search").classList.add("bad");
+          status.textContent = "(not a regex: literal match)";
+        }
+        const frames = this.frames;
+        this.searchMask = A.frameMask(frames, (f) => re.test(frames.name(f)));
+      }
+      this.view.mask = this.searchMask;
+      this.swCallers.mask = this.swCallees.mask = this.searchMask;
+      this.view.draw();
+      this.updateMatched();
+      if (this.tab === "sandwich") this.renderSandwich();
+    }
+
+    updateMatched() {
+      const box = $("matched");
+      if (!this.searchMask) {
+        box.textContent = "";
+        box.hidden = true;
+        return;
+      }
+      const t = this.metric;
+      const m = A.matchedTotal(this.tree, this.searchMask, t);
+      const all = this.tree.totals(t)[0];
+      box.hidden = false;
+      box.textContent = "matched: " + A.percent(m, all) + " (" + A.formatWithName(m, this.types[t]) + ")";
+    }
+
+    renderFilters() {
+      const box = $("filters");
+      const items = this.filters.map((f, k) => {
+        const chip = el("span", { class: "chip " + f.op });
+        chip.append(el("span", { class: "chip-op" }, f.op === "hide" ? "hidden:" : "focus:"));
+        chip.append(el("span", { class: "chip-name" }, f.name));
+        const x = el("button", { type: "button", title: "remove this filter" }, "×");
+        x.addEventListener("click", () => {
+          this.filters.splice(k, 1);
+          this.applyFilters();
+        });
+        chip.append(x);
+        return chip;
+      });
+      box.replaceChildren(...items);
+    }
+
+    updateInvertButton() {
+      $("invert").textContent = this.view.inverted ? "Flame view" : "Icicle view";
+      $("invert").title = this.view.inverted ? "root at the bottom" : "root at the top";
+    }
+
+    buildLegend() {
+      const used = new Set();
+      for (let f = 0; f < this.frames.count; f++) used.add(this.frames.kindSlug(f));
+      const box = $("kinds");
+      const items = [];
+      if (this.diff) {
+        for (const [cls, text] of [["grow", "grew"], ["shrink", "shrank"], ["same", "no change"]]) {
+          const it = el("span", { class: "kind" });
+          it.append(el("span", { class: "swatch " + cls }), el("span", null, text));
+          items.push(it);
+        }
+      }
+      for (const slug of Object.keys(A.PALETTE)) {
+        if (!used.has(slug)) continue;
+        const p = A.PALETTE[slug];
+        const it = el("span", { class: "kind", "data-kind": slug });
+        const sw = el("span", { class: "swatch" });
+        sw.style.background = A.kindColor(slug, "");
+        it.append(sw, el("span", null, p.label));
+        items.push(it);
+      }
+      box.replaceChildren(...items);
+      if (this.diff) {
+        $("howto-diff").hidden = false;
+        $("colormode-box").hidden = false;
+      }
+    }
+
+    // -- tabs: top functions and sandwich ---------------------------------------------
+
+    showTab(name) {
+      this.tab = name;
+      for (const b of document.querySelectorAll(".tabs button")) {
+        b.classList.toggle("active", b.dataset.tab === name);
+      }
+      for (const s of document.querySelectorAll("main > section")) s.hidden = s.id !== "tab-" + name;
+      $("crumbs").style.visibility = name === "flame" ? "" : "hidden";
+      if (name === "flame") this.view.draw();
+      if (name === "top") this.renderTop();
+      if (name === "sandwich") this.renderSandwich();
+    }
+
+    renderTop() {
+      const t = this.metric;
+      const type = this.types[t];
+      const rows = A.topFunctions(this.tree, t);
+      const { key, desc } = this.topSort;
+      const names = this.frames.strings;
+      rows.sort((a, b) => {
+        const c = key === "name" ? names[a.nameId].localeCompare(names[b.nameId]) : a[key] - b[key];
+        return desc ? -c : c;
+      });
+      for (const th of document.querySelectorAll("#top-table th[data-key]")) {
+        th.classList.toggle("sorted", th.dataset.key === key);
+        th.dataset.dir = th.dataset.key === key ? (desc ? "desc" : "asc") : "";
+      }
+      const all = this.tree.totals(t)[0];
+      const limit = 1000;
+      const body = [];
+      for (const r of rows.slice(0, limit)) {
+        const tr = el("tr");
+        const name = el("td", { class: "fn" });
+        const sw = el("span", { class: "swatch" });
+        sw.style.background = A.kindColor(this.frames.kindSlug(r.frame), names[r.nameId]);
+        name.append(sw, el("span", null, names[r.nameId]));
+        tr.append(
+          name,
+          el("td", { class: "num" }, A.formatValue(r.self, type.unit)),
+          el("td", { class: "num" }, A.percent(r.self, all)),
+          el("td", { class: "num" }, A.formatValue(r.total, type.unit)),
+          el("td", { class: "num" }, A.percent(r.total, all))
+        );
+        tr.addEventListener("click", () => {
+          this.sandwichName = r.nameId;
+          this.showTab("sandwich");
+        });
+        body.push(tr);
+      }
+      $("top-body").replaceChildren(...body);
+      $("top-note").textContent =
+        rows.length > limit ? "showing the first " + limit + " of " + rows.length + " functions" : rows.length + " functions";
+    }
+
+    renderSandwich() {
+      const nm = this.sandwichName;
+      const empty = nm < 0;
+      $("sw-empty").hidden = !empty;
+      $("sw-body").hidden = empty;
+      if (empty) return;
+      const name = this.frames.strings[nm];
+      $("sw-title").textContent = name;
+      const mask = A.frameMask(this.frames, (f) => this.frames.nameId[f] === nm);
+      const callers = A.callersOf(this.tree, mask, name);
+      const callees = A.calleesOf(this.tree, mask, name);
+      for (const [v, tree] of [[this.swCallers, callers], [this.swCallees, callees]]) {
+        v.setTree(tree, this.metric);
+        v.mask = this.searchMask;
+        v.draw();
+      }
+      const t = this.metric;
+      const type = this.types[t];
+      const all = this.tree.totals(t)[0];
+      const tot = callees.totals(t)[0];
+      const self = callees.self[t][0];
+      $("sw-values").textContent =
+        "total " + A.formatWithName(tot, type) + " (" + A.percent(tot, all) + "), self " +
+        A.formatWithName(self, type) + " (" + A.percent(self, all) + ")";
+    }
+
+    // -- wiring -----------------------------------------------------------------------
+
+    bindControls() {
+      const metric = $("metric");
+      this.types.forEach((type, t) => {
+        metric.append(el("option", { value: String(t) }, type.name + " (" + type.unit + ")"));
+      });
+      metric.value = String(this.metric);
+      metric.addEventListener("change", () => this.setMetric(Number(metric.value)));
+      if (this.types.length < 2 || this.diff) $("metric-box").hidden = true;
+
+      const mode = $("colormode");
+      mode.addEventListener("change", () => {
+        this.colorMode = mode.value;
+        this.view.draw();
+        if (this.tab === "sandwich") this.renderSandwich();
+      });
+
+      $("reset").addEventListener("click", () => this.resetZoom());
+      $("invert").addEventListener("click", () => {
+        this.view.inverted = !this.view.inverted;
+        this.updateInvertButton();
+        this.view.draw();
+      });
+      let timer = 0;
+      $("search").addEventListener("input", () => {
+        clearTimeout(timer);
+        timer = setTimeout(() => this.setSearch($("search").value), 120);
+      });
+      $("search").addEventListener("keydown", (e) => {
+        if (e.key === "Enter") {
+          clearTimeout(timer);
+          this.setSearch($("search").value);
+        }
+      });
+      for (const b of document.querySelectorAll(".tabs button")) {
+        b.addEventListener("click", () => this.showTab(b.dataset.tab));
+      }
+      for (const th of document.querySelectorAll("#top-table th[data-key]")) {
+        th.addEventListener("click", () => {
+          const key = th.dataset.key;
+          const s = this.topSort;
+          this.topSort = { key, desc: s.key === key ? !s.desc : key !== "name" };
+          this.renderTop();
+        });
+      }
+      for (const b of document.querySelectorAll("#menu button[data-act]")) {
+        b.addEventListener("click", () => this.menuAction(b.dataset.act));
+      }
+      document.addEventListener("click", (e) => {
+        if (!$("menu").contains(e.target)) this.closeMenu();
+      });
+      document.addEventListener("keydown", (e) => {
+        if (e.key === "Escape") {
+          if (!$("menu").hidden) this.closeMenu();
+          else if (document.activeElement === $("search") && $("search").value) {
+            $("search").value = "";
+            this.setSearch("");
+          } else this.resetZoom();
+        } else if (e.key === "/" && document.activeElement !== $("search")) {
+          e.preventDefault();
+          $("search").focus();
+        }
+      });
+      const resize = new ResizeObserver(() => {
+        if (this.tab === "sandwich") {
+          this.swCallers.requestDraw();
+          this.swCallees.requestDraw();
+        } else this.view.requestDraw();
+      });
+      resize.observe($("flame-box"));
+      this.tab = "flame";
+    }
+  }
+
+  // Start-up: decode, build, first draw. `ready` resolves once the graph is on the canvas.
+  A.ready = (async function () {
+    const header = JSON.parse($("aiflame-header").textContent);
+    const data = await A.decode(header, $("aiflame-data").textContent.trim());
+    const app = (A.app = new App(data));
+    performance.mark("aiflame-first-draw");
+    $("loading").hidden = true;
+    A.test = {
+      app,
+      find: (name) => app.tree.find(name),
+      rect: (i, view) => {
+        const v = view || app.view;
+        const r = v.rectOf(i);
+        if (!r) return null;
+        const b = v.canvas.getBoundingClientRect();
+        return { x: b.left + r.x, y: b.top + r.y, w: r.w, h: r.h };
+      },
+      color: (i) => app.colorOf(app.tree, i),
+      pixel: (x, y, view) => {
+        const v = view || app.view;
+        const b = v.canvas.getBoundingClientRect();
+        const dpr = window.devicePixelRatio || 1;
+        const p = v.ctx.getImageData(Math.round((x - b.left) * dpr), Math.round((y - b.top) * dpr), 1, 1).data;
+        return [p[0], p[1], p[2]];
+      },
+    };
+    return app;
+  })().catch((err) => {
+    const box = $("loading");
+    box.hidden = false;
+    box.textContent = "Could not open this profile: " + err;
+    throw err;
+  });
+})((window.aiflame = window.aiflame || {}));

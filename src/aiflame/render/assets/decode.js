@@ -1,0 +1,114 @@
+// Decoding of the embedded profile (written by aiflame/render/flamedata.py).
+//
+// The page carries a JSON header and one base64 zlib stream of binary sections. The
+// browser inflates it natively (DecompressionStream), so a tree of millions of nodes
+// costs a few MB in the file and a few hundred ms to open, with no network request.
+(function (A) {
+  "use strict";
+
+  function base64Bytes(text) {
+    if (typeof Uint8Array.fromBase64 === "function") return Uint8Array.fromBase64(text);
+    const bin = atob(text);
+    const out = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+    return out;
+  }
+
+  async function inflate(bytes) {
+    // A Blob stream is local: unlike fetch() of a data: URL it is not a network request.
+    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate"));
+    return new Uint8Array(await new Response(stream).arrayBuffer());
+  }
+
+  // Integers stored as byte planes: every value's low byte, then every next byte.
+  function readPlanes(buf, s) {
+    const n = s.count;
+    const out = s.width <= 4 ? new Uint32Array(n) : new Float64Array(n);
+    for (let j = 0; j < s.width; j++) {
+      const plane = buf.subarray(s.offset + j * n, s.offset + (j + 1) * n);
+      const scale = 2 ** (8 * j);
+      if (j < 3) {
+        const shift = 8 * j;
+        for (let i = 0; i < n; i++) out[i] += plane[i] << shift;
+      } else {
+        for (let i = 0; i < n; i++) out[i] += plane[i] * scale;
+      }
+    }
+    return out;
+  }
+
+  // LEB128 values below 2**53 (multiplications, not 32-bit shifts, past 28 bits).
+  function readVarints(buf, pos, count, out) {
+    for (let k = 0; k < count; k++) {
+      let b = buf[pos++];
+      let v = b & 0x7f;
+      let scale = 128;
+      while (b & 0x80) {
+        b = buf[pos++];
+        v += (b & 0x7f) * scale;
+        scale *= 128;
+      }
+      out[k] = v;
+    }
+    return pos;
+  }
+
+  // A mostly-zero value column: gaps between the non-zero positions, then the values.
+  function readSparse(buf, s, n) {
+    const col = new Float64Array(n);
+    const gaps = new Float64Array(s.count);
+    let pos = readVarints(buf, s.offset, s.count, gaps);
+    let vals;
+    if (s.values === "varint") {
+      vals = new Float64Array(s.count);
+      readVarints(buf, pos, s.count, vals);
+    } else {
+      const copy = buf.slice(pos, pos + 8 * s.count); // aligned copy for the typed view
+      vals = new Float64Array(copy.buffer);
+    }
+    let at = -1;
+    for (let k = 0; k < s.count; k++) {
+      at += gaps[k] + 1;
+      col[at] = vals[k];
+    }
+    return col;
+  }
+
+  function readStrings(buf, s) {
+    const lengths = new Float64Array(s.count);
+    let pos = readVarints(buf, s.offset, s.count, lengths);
+    const dec = new TextDecoder("utf-8");
+    const out = new Array(s.count);
+    for (let k = 0; k < s.count; k++) {
+      out[k] = dec.decode(buf.subarray(pos, pos + lengths[k]));
+      pos += lengths[k];
+    }
+    return out;
+  }
+
+  // Returns the raw columns; tree.js builds the navigable structure on top.
+  A.decode = async function (header, base64) {
+    const buf = await inflate(base64Bytes(base64));
+    const sec = {};
+    for (const s of header.sections) sec[s.name] = s;
+    const n = header.nodes;
+    const frame = readPlanes(buf, sec["node.frame"]);
+    const pops = readPlanes(buf, sec["node.pops"]);
+    const depth = header.maxDepth < 65535 ? new Uint16Array(n) : new Uint32Array(n);
+    for (let i = 1; i < n; i++) depth[i] = depth[i - 1] + 1 - pops[i];
+    const self = header.types.map((_, t) => readSparse(buf, sec["node.self." + t], n));
+    const lines = new Float64Array(sec["frame.line"].count);
+    readVarints(buf, sec["frame.line"].offset, lines.length, lines);
+    return {
+      header,
+      frame,
+      depth,
+      self,
+      frameName: readPlanes(buf, sec["frame.name"]),
+      frameKind: readPlanes(buf, sec["frame.kind"]),
+      frameFile: readPlanes(buf, sec["frame.file"]),
+      frameLine: lines,
+      strings: readStrings(buf, sec["strings"]),
+    };
+  };
+})((window.aiflame = window.aiflame || {}));

@@ -1,0 +1,216 @@
+// A flame graph on a <canvas>: layout of the visible nodes, drawing, hit testing.
+//
+// Only nodes at least MIN_WIDTH css pixels wide are drawn; since a child is never wider
+// than its parent, a narrow node's whole subtree is skipped in one step (preorder ranges),
+// so a redraw costs the number of visible nodes, not the size of the tree. Zooming in makes
+// the narrow nodes wide enough to appear: the data always holds every node.
+(function (A) {
+  "use strict";
+
+  const MIN_WIDTH = 0.5;
+  const ROW = 18;
+  const PAD = 4;
+  const FONT = '12px "DejaVu Sans Mono", Menlo, Consolas, "Liberation Mono", monospace';
+
+  class FlameView {
+    // opts: onHover(node, event), onClick(node, event), onContext(node, event)
+    constructor(canvas, opts) {
+      this.canvas = canvas;
+      this.ctx = canvas.getContext("2d", { alpha: false });
+      this.opts = opts || {};
+      this.tree = null;
+      this.metric = 0;
+      this.zoom = 0;
+      this.inverted = false;
+      this.mask = null; // search matches (per frame), drawn in SEARCH_COLOR
+      this.hover = -1;
+      this.colorOf = () => "#ccc";
+      this.visible = new Int32Array(4096);
+      this.nVisible = 0;
+      this.rows = 1;
+      this.cssWidth = 0;
+      this.pending = false;
+      this.ctx.font = FONT;
+      this.charWidth = this.ctx.measureText("MMMMMMMMMM").width / 10 || 7.2;
+      canvas.addEventListener("mousemove", (e) => this._onMove(e));
+      canvas.addEventListener("mouseleave", (e) => this._setHover(-1, e));
+      canvas.addEventListener("click", (e) => {
+        const i = this.nodeAtEvent(e);
+        if (this.opts.onClick) this.opts.onClick(i, e);
+      });
+      canvas.addEventListener("contextmenu", (e) => {
+        const i = this.nodeAtEvent(e);
+        if (i >= 0 && this.opts.onContext) {
+          e.preventDefault();
+          this.opts.onContext(i, e);
+        }
+      });
+    }
+
+    setTree(tree, metric) {
+      this.tree = tree;
+      this.metric = metric;
+      this.zoom = 0;
+      this.hover = -1;
+    }
+
+    setZoom(i) {
+      this.zoom = i >= 0 && i < this.tree.n ? i : 0;
+    }
+
+    // The nodes to draw: the zoomed node's ancestors (full width), then its subtree.
+    _layout() {
+      const tree = this.tree;
+      const tot = tree.totals(this.metric);
+      const z = this.zoom;
+      const scale = tot[z] > 0 ? this.cssWidth / tot[z] : 0;
+      let vis = this.visible;
+      let k = 0;
+      let maxDepth = tree.depth[z];
+      for (let v = tree.parent[z]; v >= 0; v = tree.parent[v]) vis[k++] = v;
+      const end = tree.end[z];
+      for (let i = z; i < end; ) {
+        if (tot[i] * scale < MIN_WIDTH) {
+          i = tree.end[i];
+          continue;
+        }
+        if (k === vis.length) {
+          const grown = new Int32Array(vis.length * 2);
+          grown.set(vis);
+          vis = this.visible = grown;
+        }
+        vis[k++] = i;
+        if (tree.depth[i] > maxDepth) maxDepth = tree.depth[i];
+        i++;
+      }
+      this.nVisible = k;
+      this.scale = scale;
+      this.rows = maxDepth + 1;
+    }
+
+    // Geometry of node i in css pixels relative to the canvas, or null if not drawn.
+    rectOf(i) {
+      const tree = this.tree;
+      const z = this.zoom;
+      const x = tree.xStart(this.metric);
+      const tot = tree.totals(this.metric);
+      let left, width;
+      if (i === z || tree.end[i] > z && i < z) {
+        left = 0; // z itself or one of its ancestors
+        width = this.cssWidth;
+      } else if (i > z && i < tree.end[z]) {
+        left = (x[i] - x[z]) * this.scale;
+        width = tot[i] * this.scale;
+      } else return null;
+      if (width < MIN_WIDTH) return null;
+      const d = tree.depth[i];
+      const top = this.inverted ? PAD + d * ROW : PAD + (this.rows - 1 - d) * ROW;
+      return { x: left, y: top, w: width, h: ROW - 1 };
+    }
+
+    draw() {
+      if (!this.tree) return;
+      const canvas = this.canvas;
+      const dpr = window.devicePixelRatio || 1;
+      this.cssWidth = Math.max(1, canvas.parentElement.clientWidth);
+      this._layout();
+      const cssHeight = this.rows * ROW + 2 * PAD;
+      if (canvas.width !== Math.round(this.cssWidth * dpr) || canvas.height !== Math.round(cssHeight * dpr)) {
+        canvas.width = Math.round(this.cssWidth * dpr);
+        canvas.height = Math.round(cssHeight * dpr);
+        canvas.style.width = this.cssWidth + "px";
+        canvas.style.height = cssHeight + "px";
+      }
+      const ctx = this.ctx;
+      ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+      ctx.fillStyle = "#fbfbf8";
+      ctx.fillRect(0, 0, this.cssWidth, cssHeight);
+      ctx.font = FONT;
+      ctx.textBaseline = "middle";
+      const tree = this.tree;
+      const mask = this.mask;
+      const cw = this.charWidth;
+      for (let k = 0; k < this.nVisible; k++) {
+        const i = this.visible[k];
+        const r = this.rectOf(i);
+        if (!r) continue;
+        const gap = r.w > 3 ? 1 : 0;
+        ctx.fillStyle = mask && mask[tree.frame[i]] ? A.SEARCH_COLOR : this.colorOf(i);
+        ctx.fillRect(r.x, r.y, r.w - gap, r.h);
+        const room = Math.floor((r.w - 6) / cw);
+        if (room >= 3) {
+          const name = tree.labelOf(i);
+          const text = name.length <= room ? name : name.slice(0, room - 2) + "..";
+          ctx.fillStyle = "#111";
+          ctx.fillText(text, r.x + 3, r.y + r.h / 2 + 0.5);
+        }
+      }
+      const hr = this.hover >= 0 ? this.rectOf(this.hover) : null;
+      if (hr) {
+        ctx.strokeStyle = "#000";
+        ctx.lineWidth = 1.5;
+        ctx.strokeRect(hr.x + 0.75, hr.y + 0.75, Math.max(hr.w - 2.5, 1), hr.h - 1.5);
+      }
+    }
+
+    // Coalesce redraws (mouse moves) into one per animation frame.
+    requestDraw() {
+      if (this.pending) return;
+      this.pending = true;
+      requestAnimationFrame(() => {
+        this.pending = false;
+        this.draw();
+      });
+    }
+
+    // The node under css point (px, py) of the canvas, or -1.
+    nodeAt(px, py) {
+      const tree = this.tree;
+      if (!tree || px < 0 || px >= this.cssWidth) return -1;
+      const row = Math.floor((py - PAD) / ROW);
+      if (row < 0 || row >= this.rows) return -1;
+      const d = this.inverted ? row : this.rows - 1 - row;
+      const z = this.zoom;
+      if (d < tree.depth[z]) {
+        let v = z;
+        while (tree.depth[v] > d) v = tree.parent[v];
+        return v;
+      }
+      const x = tree.xStart(this.metric);
+      const tot = tree.totals(this.metric);
+      const value = x[z] + px / this.scale;
+      let cur = z;
+      while (tree.depth[cur] < d) {
+        let next = -1;
+        for (let c = cur + 1; c < tree.end[cur]; c = tree.end[c]) {
+          if (value >= x[c] && value < x[c] + tot[c]) {
+            next = c;
+            break;
+          }
+        }
+        if (next < 0) return -1;
+        cur = next;
+      }
+      return this.rectOf(cur) ? cur : -1;
+    }
+
+    nodeAtEvent(e) {
+      const b = this.canvas.getBoundingClientRect();
+      return this.nodeAt(e.clientX - b.left, e.clientY - b.top);
+    }
+
+    _onMove(e) {
+      this._setHover(this.nodeAtEvent(e), e);
+    }
+
+    _setHover(i, e) {
+      if (i !== this.hover) {
+        this.hover = i;
+        this.requestDraw();
+      }
+      if (this.opts.onHover) this.opts.onHover(i, e);
+    }
+  }
+
+  A.FlameView = FlameView;
+})((window.aiflame = window.aiflame || {}));

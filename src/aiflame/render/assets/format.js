@@ -1,0 +1,90 @@
+// Units and colours.
+(function (A) {
+  "use strict";
+
+  // Same rules as aiflame/render/units.py, so the page and the CLI print the same values.
+  A.formatValue = function (value, unit) {
+    const a = Math.abs(value);
+    if (unit === "nanoseconds") {
+      for (const [scale, suffix] of [[1e9, "s"], [1e6, "ms"], [1e3, "us"]]) {
+        if (a >= scale) return (value / scale).toFixed(3) + " " + suffix;
+      }
+      return value.toFixed(0) + " ns";
+    }
+    if (unit === "bytes") {
+      for (const [scale, suffix] of [[2 ** 30, "GiB"], [2 ** 20, "MiB"], [2 ** 10, "KiB"]]) {
+        if (a >= scale) return (value / scale).toFixed(2) + " " + suffix;
+      }
+      return value.toFixed(0) + " B";
+    }
+    const digits = Number.isInteger(value) ? 0 : 2;
+    const text = value.toLocaleString("en-US", {
+      minimumFractionDigits: digits,
+      maximumFractionDigits: digits,
+    });
+    return unit === "count" || !unit ? text : text + " " + unit;
+  };
+
+  // "1,234 samples" for counts; durations and sizes carry their own unit.
+  A.formatWithName = function (value, type) {
+    const text = A.formatValue(value, type.unit);
+    return type.unit === "count" ? text + " " + type.name : text;
+  };
+
+  A.percent = function (part, whole) {
+    if (!whole) return "0%";
+    const p = (100 * part) / whole;
+    return (Math.abs(p) >= 10 || p === 0 ? p.toFixed(1) : p.toFixed(2)) + "%";
+  };
+
+  // -- colours ------------------------------------------------------------------------
+
+  // Each kind has a hue family; the name's hash picks the shade inside it, so the same
+  // function has the same colour everywhere and neighbours are told apart.
+  // [base r, g, b] + v * [range r, g, b], v in [0, 1).
+  const PALETTE = {
+    "gpu-instruction": { label: "GPU instruction", base: [60, 185, 60], range: [60, 60, 50] },
+    "gpu-source": { label: "GPU source line", base: [70, 200, 200], range: [50, 45, 45] },
+    "gpu-kernel": { label: "GPU kernel", base: [120, 205, 130], range: [50, 45, 40] },
+    native: { label: "C (native)", base: [215, 70, 60], range: [40, 70, 60] },
+    cpp: { label: "C++", base: [205, 190, 55], range: [45, 50, 40] },
+    kernel: { label: "Linux kernel", base: [230, 130, 30], range: [25, 60, 30] },
+    python: { label: "Python", base: [95, 150, 230], range: [50, 50, 25] },
+    jit: { label: "JIT", base: [200, 120, 215], range: [40, 50, 35] },
+    runtime: { label: "CUDA/HIP runtime", base: [150, 115, 220], range: [40, 40, 30] },
+    label: { label: "label", base: [150, 170, 200], range: [25, 25, 25] },
+    delimiter: { label: "- (CPU | GPU)", base: [165, 165, 165], range: [0, 0, 0] },
+    unknown: { label: "other", base: [205, 185, 155], range: [30, 30, 30] },
+  };
+  A.PALETTE = PALETTE;
+  A.SEARCH_COLOR = "rgb(230,0,230)";
+
+  // FNV-1a of the name, folded to [0, 1): stable across pages and sessions.
+  function nameHash(name) {
+    let h = 0x811c9dc5;
+    for (let i = 0; i < name.length; i++) {
+      h ^= name.charCodeAt(i);
+      h = Math.imul(h, 0x01000193);
+    }
+    return (h >>> 0) / 4294967296;
+  }
+
+  A.kindColor = function (kind, name) {
+    const p = PALETTE[kind] || PALETTE.unknown;
+    const v = nameHash(name);
+    const r = Math.round(p.base[0] + v * p.range[0]);
+    const g = Math.round(p.base[1] + v * p.range[1]);
+    const b = Math.round(p.base[2] + v * p.range[2]);
+    return "rgb(" + r + "," + g + "," + b + ")";
+  };
+
+  // Differential colour as flamegraph.pl draws it: white for no change, towards red for
+  // growth and blue for shrinkage, saturated at the largest change in the graph (linear,
+  // from white rather than from flamegraph.pl's 210, so that "no change" stays distinct).
+  A.diffColor = function (delta, maxDelta) {
+    if (!maxDelta || !delta) return "rgb(255,255,255)";
+    const k = Math.min(1, Math.abs(delta) / maxDelta);
+    const c = Math.round(235 * (1 - k));
+    return delta > 0 ? "rgb(255," + c + "," + c + ")" : "rgb(" + c + "," + c + ",255)";
+  };
+})((window.aiflame = window.aiflame || {}));

@@ -1,0 +1,334 @@
+// The call tree as flat typed arrays in DFS preorder, and the views derived from it.
+//
+// Preorder makes every subtree a contiguous range [i, end[i]): drawing can skip a whole
+// subtree that is too narrow in one step, children are walked with c = end[c], and totals
+// are one reverse pass. Nothing here allocates per node beyond typed arrays, so trees of
+// millions of nodes stay fast.
+(function (A) {
+  "use strict";
+
+  class Tree {
+    // frame/depth: per node (node 0 is the root); self: one Float64Array per sample type.
+    constructor(frames, frame, depth, self, rootLabel) {
+      this.frames = frames; // the shared frame table (see A.FrameTable)
+      this.frame = frame;
+      this.depth = depth;
+      this.self = self;
+      this.rootLabel = rootLabel || null; // shown instead of the root frame's own name
+      const n = (this.n = frame.length);
+      this.parent = new Int32Array(n);
+      this.end = new Int32Array(n);
+      const path = new Int32Array(this.maxDepth0() + 2);
+      let top = -1; // depth of the deepest open node
+      this.parent[0] = -1;
+      path[0] = 0;
+      top = 0;
+      for (let i = 1; i < n; i++) {
+        const d = depth[i];
+        // Close every open node at depth >= d: their subtrees end here.
+        for (; top >= d; top--) this.end[path[top]] = i;
+        this.parent[i] = path[d - 1];
+        path[d] = i;
+        top = d;
+      }
+      for (; top >= 0; top--) this.end[path[top]] = n;
+      this.maxDepth = this.maxDepth0();
+      this._totals = new Map();
+      this._layout = new Map();
+    }
+
+    maxDepth0() {
+      let m = 0;
+      const d = this.depth;
+      for (let i = 0; i < d.length; i++) if (d[i] > m) m = d[i];
+      return m;
+    }
+
+    // Total (self + descendants) of sample type t, per node; cached.
+    totals(t) {
+      let tot = this._totals.get(t);
+      if (tot) return tot;
+      tot = Float64Array.from(this.self[t]);
+      const parent = this.parent;
+      for (let i = this.n - 1; i > 0; i--) tot[parent[i]] += tot[i];
+      this._totals.set(t, tot);
+      return tot;
+    }
+
+    // Left edge of every node in value units: children are packed from their parent's
+    // left edge in preorder (sorted by name), leaving the parent's self time on the right.
+    xStart(t) {
+      let x = this._layout.get(t);
+      if (x) return x;
+      const tot = this.totals(t);
+      const n = this.n;
+      x = new Float64Array(n);
+      const next = new Float64Array(this.maxDepth + 2);
+      const depth = this.depth;
+      for (let i = 1; i < n; i++) {
+        const d = depth[i];
+        x[i] = next[d];
+        next[d] += Math.max(0, tot[i]);
+        next[d + 1] = x[i];
+      }
+      this._layout.set(t, x);
+      return x;
+    }
+
+    // The full name (search, filters, copy) and the label drawn for it.
+    nameOf(i) {
+      if (i === 0 && this.rootLabel !== null) return this.rootLabel;
+      return this.frames.name(this.frame[i]);
+    }
+    labelOf(i) {
+      if (i === 0 && this.rootLabel !== null) return this.rootLabel;
+      return this.frames.label(this.frame[i]);
+    }
+
+    nameId(i) {
+      return this.frames.nameId[this.frame[i]];
+    }
+
+    // Path from the root to i (inclusive).
+    pathTo(i) {
+      const out = [];
+      for (let v = i; v >= 0; v = this.parent[v]) out.push(v);
+      return out.reverse();
+    }
+
+    // First node (in preorder) whose name is `name`, or -1.
+    find(name) {
+      for (let i = 0; i < this.n; i++) if (this.nameOf(i) === name) return i;
+      return -1;
+    }
+  }
+
+  const ANNOTATION = /_\[[kjiw]\]$/;
+
+  // Frames shared by every tree of a page: columns plus the string table.
+  class FrameTable {
+    constructor(data) {
+      this.nameId = data.frameName;
+      this.kind = data.frameKind;
+      this.file = data.frameFile;
+      this.line = data.frameLine;
+      this.strings = data.strings;
+      this.rootFrame = data.header.rootFrame;
+      this.rootName = data.header.rootName;
+      this.kindNames = data.header.kinds;
+      this.count = this.nameId.length;
+    }
+    name(f) {
+      return f === this.rootFrame ? this.rootName : this.strings[this.nameId[f]];
+    }
+    // The name as drawn: without FlameGraph's kind annotations (_[k] kernel, _[j] JIT,
+    // _[i] inlined, _[w] waker), as flamegraph.pl shows it; the colour carries the kind.
+    label(f) {
+      return this.name(f).replace(ANNOTATION, "");
+    }
+    kindSlug(f) {
+      if (f === this.rootFrame) return "label";
+      return this.kindNames[this.kind[f]] || "unknown";
+    }
+    location(f) {
+      if (f === this.rootFrame || !this.file[f]) return "";
+      const line = this.line[f];
+      return this.strings[this.file[f]] + (line ? ":" + line : "");
+    }
+  }
+
+  // Builds a merged tree from paths: child(parent, frame) returns the node reached from
+  // `parent` through `frame`, creating it once. build() sorts children by frame id (frame
+  // ids are in name order) and lays the result out in preorder like the page data.
+  class TreeBuilder {
+    constructor(frames, nTypes, rootFrame, rootLabel) {
+      this.frames = frames;
+      this.nTypes = nTypes;
+      this.rootLabel = rootLabel;
+      this.parent = [-1];
+      this.frame = [rootFrame];
+      this.self = [];
+      for (let t = 0; t < nTypes; t++) this.self.push([0]);
+      this.index = new Map();
+      this.stride = frames.count + 1;
+    }
+    child(p, f) {
+      const key = p * this.stride + f;
+      let id = this.index.get(key);
+      if (id === undefined) {
+        id = this.frame.length;
+        this.index.set(key, id);
+        this.parent.push(p);
+        this.frame.push(f);
+        for (let t = 0; t < this.nTypes; t++) this.self[t].push(0);
+      }
+      return id;
+    }
+    addSelf(id, tree, i) {
+      for (let t = 0; t < this.nTypes; t++) this.self[t][id] += tree.self[t][i];
+    }
+    addValues(id, values) {
+      for (let t = 0; t < this.nTypes; t++) this.self[t][id] += values[t];
+    }
+    build() {
+      const m = this.frame.length;
+      // Children lists in CSR form, each sorted by frame id.
+      const count = new Int32Array(m + 1);
+      for (let i = 1; i < m; i++) count[this.parent[i] + 1]++;
+      for (let i = 0; i < m; i++) count[i + 1] += count[i];
+      const kids = new Int32Array(Math.max(m - 1, 0));
+      const fill = count.slice(0, m);
+      for (let i = 1; i < m; i++) kids[fill[this.parent[i]]++] = i;
+      const fr = this.frame;
+      for (let i = 0; i < m; i++) {
+        if (count[i + 1] - count[i] > 1) {
+          const seg = Array.from(kids.subarray(count[i], count[i + 1]));
+          seg.sort((a, b) => fr[a] - fr[b]);
+          kids.set(seg, count[i]);
+        }
+      }
+      const order = new Int32Array(m);
+      const depthOf = new Int32Array(m);
+      const stack = [0];
+      let k = 0;
+      while (stack.length) {
+        const v = stack.pop();
+        order[k++] = v;
+        for (let c = count[v + 1] - 1; c >= count[v]; c--) {
+          depthOf[kids[c]] = depthOf[v] + 1;
+          stack.push(kids[c]);
+        }
+      }
+      const frame = new Uint32Array(m);
+      const depth = new Uint32Array(m);
+      const self = this.self.map(() => new Float64Array(m));
+      for (let j = 0; j < m; j++) {
+        const v = order[j];
+        frame[j] = fr[v];
+        depth[j] = depthOf[v];
+        for (let t = 0; t < this.nTypes; t++) self[t][j] = this.self[t][v];
+      }
+      return new Tree(this.frames, frame, depth, self, this.rootLabel);
+    }
+  }
+
+  // -- derived views ------------------------------------------------------------------
+
+  // Frames whose name is in `names` (a Set of name ids) as a per-frame 0/1 mask.
+  function frameMask(frames, test) {
+    const mask = new Uint8Array(frames.count + 1);
+    for (let f = 0; f < frames.count; f++) if (test(f)) mask[f] = 1;
+    return mask;
+  }
+
+  // The tree without the frames matched by `mask`: their children move up to their parent
+  // (and merge with its other children of the same frame), their self values too.
+  A.hideFrames = function (tree, mask) {
+    const nT = tree.self.length;
+    const b = new TreeBuilder(tree.frames, nT, tree.frame[0], tree.rootLabel);
+    const map = new Int32Array(tree.n);
+    for (let i = 1; i < tree.n; i++) {
+      const p = map[tree.parent[i]];
+      map[i] = mask[tree.frame[i]] ? p : b.child(p, tree.frame[i]);
+      b.addSelf(map[i], tree, i);
+    }
+    b.addSelf(0, tree, 0);
+    return b.build();
+  };
+
+  // Everything called from the outermost occurrences of the masked frames, merged under
+  // one root labelled `label` (the callee half of a sandwich, and "focus").
+  A.calleesOf = function (tree, mask, label) {
+    const nT = tree.self.length;
+    let rootFrame = -1;
+    const map = new Int32Array(tree.n).fill(-1);
+    const b = new TreeBuilder(tree.frames, nT, 0, label);
+    for (let i = 1; i < tree.n; i++) {
+      const pm = map[tree.parent[i]];
+      if (pm >= 0) map[i] = b.child(pm, tree.frame[i]);
+      else if (mask[tree.frame[i]]) {
+        map[i] = 0;
+        if (rootFrame < 0) rootFrame = tree.frame[i];
+      } else continue;
+      b.addSelf(map[i], tree, i);
+    }
+    b.frame[0] = rootFrame < 0 ? tree.frame[0] : rootFrame;
+    return b.build();
+  };
+
+  // The callers of the outermost occurrences of the masked frames, merged: the root is
+  // the function, its children its direct callers, and so on up to the process roots.
+  A.callersOf = function (tree, mask, label) {
+    const nT = tree.self.length;
+    const tots = [];
+    for (let t = 0; t < nT; t++) tots.push(tree.totals(t));
+    let rootFrame = -1;
+    const b = new TreeBuilder(tree.frames, nT, 0, label);
+    const vals = new Float64Array(nT);
+    for (let i = 1; i < tree.n; i++) {
+      if (!mask[tree.frame[i]]) continue;
+      if (rootFrame < 0) rootFrame = tree.frame[i];
+      let cur = 0;
+      for (let u = tree.parent[i]; u > 0; u = tree.parent[u]) cur = b.child(cur, tree.frame[u]);
+      for (let t = 0; t < nT; t++) vals[t] = tots[t][i];
+      b.addValues(cur, vals);
+      i = tree.end[i] - 1; // nested (recursive) occurrences are inside this one's total
+    }
+    b.frame[0] = rootFrame < 0 ? tree.frame[0] : rootFrame;
+    return b.build();
+  };
+
+  // Sum of the totals of outermost matches: nested matches are inside their ancestor's
+  // total already, so counting them again would exceed 100%.
+  A.matchedTotal = function (tree, mask, t) {
+    const tot = tree.totals(t);
+    let sum = 0;
+    for (let i = 1; i < tree.n; ) {
+      if (mask[tree.frame[i]]) {
+        sum += tot[i];
+        i = tree.end[i];
+      } else i++;
+    }
+    return sum;
+  };
+
+  // Per function name: self summed over all its nodes, total counted once per stack (only
+  // at occurrences without an ancestor of the same name, so recursion is not counted twice).
+  A.topFunctions = function (tree, t) {
+    const tot = tree.totals(t);
+    const self = tree.self[t];
+    const nNames = tree.frames.strings.length + 1;
+    const selfBy = new Float64Array(nNames);
+    const totalBy = new Float64Array(nNames);
+    const active = new Int32Array(nNames);
+    const firstFrame = new Int32Array(nNames).fill(-1);
+    const stackName = new Int32Array(tree.maxDepth + 2);
+    const stackDepth = new Int32Array(tree.maxDepth + 2);
+    let sp = 0;
+    const rootName = nNames - 1; // the root is not a function
+    for (let i = 1; i < tree.n; i++) {
+      const d = tree.depth[i];
+      while (sp > 0 && stackDepth[sp - 1] >= d) active[stackName[--sp]]--;
+      const f = tree.frame[i];
+      const nm = f === tree.frames.rootFrame ? rootName : tree.frames.nameId[f];
+      selfBy[nm] += self[i];
+      if (active[nm] === 0) totalBy[nm] += tot[i];
+      if (firstFrame[nm] < 0) firstFrame[nm] = f;
+      active[nm]++;
+      stackName[sp] = nm;
+      stackDepth[sp++] = d;
+    }
+    const rows = [];
+    for (let nm = 0; nm < nNames - 1; nm++) {
+      if (firstFrame[nm] >= 0 && (selfBy[nm] !== 0 || totalBy[nm] !== 0)) {
+        rows.push({ nameId: nm, frame: firstFrame[nm], self: selfBy[nm], total: totalBy[nm] });
+      }
+    }
+    return rows;
+  };
+
+  A.Tree = Tree;
+  A.FrameTable = FrameTable;
+  A.TreeBuilder = TreeBuilder;
+  A.frameMask = frameMask;
+})((window.aiflame = window.aiflame || {}));

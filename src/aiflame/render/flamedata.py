@@ -1,0 +1,351 @@
+"""Pack a profile's call tree into the compact binary that the HTML page decodes.
+
+The page must hold every node of trees with millions of them and still weigh a few MB, so
+the tree travels as columns, not objects (memray and speedscope do the same):
+
+* nodes in DFS preorder, children sorted by name (as flamegraph.pl orders them), node 0
+  being the synthetic root ``all``; a node is its frame id and its depth, stored as the
+  number of levels closed since the previous node ("pops"), which is tiny and repetitive;
+* self values per sample type as sparse lists (most nodes have no self value);
+* a frame table (name, kind, file, line), frames numbered in name order so that sorting
+  siblings by frame id sorts them by name, and one table of the strings they use.
+
+Integer columns are split into byte planes (all low bytes, then the next ones...) so that
+deflate sees the long runs of zero high bytes. Everything is one zlib stream, base64 in
+the page, inflated by the browser's native ``DecompressionStream``. ``assets/data.js``
+is the reader; :func:`unpack` is the Python reader the tests use.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from aiflame.model import CallTree, FrameKind, Profile
+
+FORMAT_VERSION = 1
+ROOT_NAME = "all"
+# Deflate level: 4 is within 5% of level 9 on frame-id columns and several times faster.
+ZLIB_LEVEL = 4
+
+
+@dataclass
+class Packed:
+    """What the page embeds: a JSON-able header and the compressed section bytes."""
+
+    header: dict[str, object]
+    payload: bytes
+    sections: dict[str, bytes] = field(default_factory=dict)  # uncompressed, for tests
+
+
+# -- tree ordering --------------------------------------------------------------------------
+
+
+def level_order(depth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Node ids grouped by depth, and the bounds of each depth's group."""
+    # A stable sort of 16-bit keys is a radix sort in numpy: linear time.
+    small = np.int16 if int(depth.max(initial=0)) < 32767 else np.int32
+    order = np.argsort(depth.astype(small), kind="stable")
+    bounds = np.searchsorted(depth[order], np.arange(int(depth.max(initial=0)) + 2))
+    return order, bounds
+
+
+def preorder(parent: np.ndarray, depth: np.ndarray, sort_key: np.ndarray) -> np.ndarray:
+    """Node ids in depth-first preorder, siblings ascending by ``sort_key`` (ints >= 0).
+
+    Vectorised per depth level (a Python DFS over millions of nodes would take seconds):
+    subtree sizes bottom-up, then each node's position = its parent's position + 1 + the
+    sizes of the siblings sorted before it.
+    """
+    n = len(parent)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    order, bounds = level_order(depth)
+    size = np.ones(n, dtype=np.int64)
+    for d in range(len(bounds) - 2, 0, -1):
+        idx = order[bounds[d] : bounds[d + 1]]
+        np.add.at(size, parent[idx], size[idx])
+    # Siblings are contiguous after sorting by (parent, key); offsets are the exclusive
+    # running sums of subtree sizes within each sibling group.
+    sib = np.argsort((parent + 1) * (int(sort_key.max()) + 1) + sort_key, kind="stable")
+    sizes = size[sib]
+    running = np.cumsum(sizes) - sizes
+    sib_parent = parent[sib]
+    first = np.ones(n, dtype=bool)
+    first[1:] = sib_parent[1:] != sib_parent[:-1]
+    group_start = np.maximum.accumulate(np.where(first, np.arange(n), 0))
+    offset = np.empty(n, dtype=np.int64)
+    offset[sib] = running - running[group_start]
+    pos = np.empty(n, dtype=np.int64)
+    roots = order[bounds[0] : bounds[1]]
+    pos[roots] = offset[roots]
+    for d in range(1, len(bounds) - 1):
+        idx = order[bounds[d] : bounds[d + 1]]
+        pos[idx] = pos[parent[idx]] + 1 + offset[idx]
+    out = np.empty(n, dtype=np.int64)
+    out[pos] = np.arange(n)
+    return out
+
+
+# -- encodings ------------------------------------------------------------------------------
+
+
+def byte_width(max_value: int) -> int:
+    return max(1, math.ceil(max(int(max_value), 1).bit_length() / 8))
+
+
+def planes(values: np.ndarray, width: int) -> bytes:
+    """Unsigned integers as ``width`` byte planes: every low byte, then every next byte."""
+    raw = np.ascontiguousarray(values, dtype="<u8").view(np.uint8).reshape(-1, 8)
+    return raw[:, :width].T.tobytes()
+
+
+def varints(values: np.ndarray) -> bytes:
+    """LEB128 of non-negative integers below 2**53 (what a JS number holds exactly)."""
+    v = np.ascontiguousarray(values, dtype=np.uint64)
+    nbytes = np.ones(len(v), dtype=np.int64)
+    for shift in range(7, 56, 7):
+        nbytes += v >= np.uint64(1 << shift)
+    out = np.zeros(int(nbytes.sum()), dtype=np.uint8)
+    start = np.cumsum(nbytes) - nbytes
+    for k in range(int(nbytes.max(initial=1))):
+        has = nbytes > k
+        chunk = (v[has] >> np.uint64(7 * k)) & np.uint64(0x7F)
+        more = (nbytes[has] > k + 1).astype(np.uint64) << np.uint64(7)
+        out[start[has] + k] = (chunk | more).astype(np.uint8)
+    return out.tobytes()
+
+
+def is_integral(values: np.ndarray) -> bool:
+    return bool(
+        np.all(np.isfinite(values))
+        and np.all(values >= 0)
+        and np.all(values < 2.0**53)
+        and np.all(values == np.floor(values))
+    )
+
+
+class _Sections:
+    """Accumulates named sections; the header records where each one lies."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.index: list[dict[str, object]] = []
+        self.by_name: dict[str, bytes] = {}
+        self.offset = 0
+
+    def add(self, name: str, data: bytes, enc: str, **extra: object) -> None:
+        self.index.append({"name": name, "enc": enc, "offset": self.offset, "length": len(data)})
+        self.index[-1].update(extra)
+        self.parts.append(data)
+        self.by_name[name] = data
+        self.offset += len(data)
+
+    def add_uints(self, name: str, values: np.ndarray) -> None:
+        width = byte_width(int(values.max(initial=0)))
+        self.add(name, planes(values, width), "planes", width=width, count=len(values))
+
+    def add_values(self, name: str, values: np.ndarray) -> None:
+        """A value column that is mostly zero: positions of the non-zeros, then their values."""
+        nz = np.flatnonzero(values)
+        gaps = np.diff(nz, prepend=-1) - 1
+        vals = values[nz]
+        if is_integral(vals):
+            body, venc = varints(vals), "varint"
+        else:
+            body, venc = np.ascontiguousarray(vals, dtype="<f8").tobytes(), "f64"
+        self.add(name, varints(gaps) + body, "sparse", count=len(nz), values=venc)
+
+
+# -- the tree and its tables ----------------------------------------------------------------
+
+
+def _kept_nodes(tree: CallTree) -> np.ndarray:
+    """Nodes with a value in some sample type, plus (for negative values) their ancestors."""
+    keep = np.any(tree.total_value != 0, axis=1)
+    if np.any(tree.self_value < 0):
+        order, bounds = level_order(tree.depth)
+        for d in range(len(bounds) - 2, 0, -1):
+            idx = order[bounds[d] : bounds[d + 1]]
+            keep[tree.parent[idx[keep[idx]]]] = True
+    return np.flatnonzero(keep)
+
+
+def _frame_table(profile: Profile, used: np.ndarray) -> tuple[np.ndarray, list[str], dict]:
+    """Renumber the used frames in (name, kind, file, line) order; returns old->new ids,
+    the strings they need, and the frame columns."""
+    frames, strings = profile.frames, profile.strings.strings
+    name = np.asarray(frames.name, dtype=np.int64)[used]
+    kind = np.asarray(frames.kind, dtype=np.int64)[used]
+    file = np.asarray(frames.file, dtype=np.int64)[used]
+    line = np.asarray(frames.line, dtype=np.int64)[used]
+    # Rank the distinct names once in Python (string order), then sort frames with numpy.
+    uniq_names, name_inv = np.unique(name, return_inverse=True)
+    by_text = sorted(range(len(uniq_names)), key=lambda i: strings[uniq_names[i]])
+    name_rank = np.empty(len(uniq_names), dtype=np.int64)
+    name_rank[by_text] = np.arange(len(uniq_names))
+    order = np.lexsort((line, file, kind, name_rank[name_inv]))
+    remap = np.full(len(frames) + 1, -1, dtype=np.int64)
+    remap[used[order]] = np.arange(len(used))
+    # Strings: "" first, then the names in sorted order, then files.
+    str_remap = np.full(len(strings), -1, dtype=np.int64)
+    str_remap[0] = 0
+    str_list = [""]
+    for s in uniq_names[by_text].tolist() + np.unique(file).tolist():
+        if str_remap[s] < 0:
+            str_remap[s] = len(str_list)
+            str_list.append(strings[s])
+    columns = {
+        "name": str_remap[name[order]],
+        "kind": kind[order],
+        "file": str_remap[file[order]],
+        "line": np.maximum(line[order], 0),
+    }
+    return remap, str_list, columns
+
+
+def _strings_section(strings: list[str]) -> bytes:
+    encoded = [s.encode("utf-8", "surrogatepass") for s in strings]
+    lengths = np.fromiter((len(b) for b in encoded), dtype=np.int64, count=len(encoded))
+    return varints(lengths) + b"".join(encoded)
+
+
+def pack(
+    profile: Profile,
+    *,
+    title: str = "",
+    subtitle: str = "",
+    metric: int = 0,
+    inverted: bool = False,
+    extra: dict[str, object] | None = None,
+) -> Packed:
+    """The page data of ``profile``; ``metric`` is the column shown first."""
+    tree = CallTree.from_profile(profile)
+    kept = _kept_nodes(tree)
+    n_real = len(kept)
+    parent_old = tree.parent[kept]
+    # Re-index parents into the kept subset (kept is sorted, parents are kept too).
+    parent = np.where(parent_old >= 0, np.searchsorted(kept, np.maximum(parent_old, 0)), -1)
+    frame_old = tree.frame[kept]
+    used_frames = np.flatnonzero(np.bincount(frame_old, minlength=len(profile.frames)))
+    remap, strings, fcols = _frame_table(profile, used_frames)
+    frame = remap[frame_old]
+    depth = tree.depth[kept]
+    order = preorder(parent, depth, frame)
+
+    root_frame = len(used_frames)  # one past the table: the synthetic "all"
+    node_frame = np.concatenate([[root_frame], frame[order]])
+    node_depth = np.concatenate([[0], depth[order] + 1])
+    pops = np.zeros(n_real + 1, dtype=np.int64)
+    pops[1:] = node_depth[:-1] + 1 - node_depth[1:]
+
+    sections = _Sections()
+    sections.add_uints("node.frame", node_frame)
+    sections.add_uints("node.pops", pops)
+    ntypes = len(profile.sample_types)
+    for t in range(ntypes):
+        col = np.concatenate([[0.0], tree.self_value[kept[order], t]])
+        sections.add_values(f"node.self.{t}", col)
+    sections.add_uints("frame.name", fcols["name"])
+    sections.add_uints("frame.kind", fcols["kind"])
+    sections.add_uints("frame.file", fcols["file"])
+    sections.add("frame.line", varints(fcols["line"]), "varint", count=len(fcols["line"]))
+    sections.add("strings", _strings_section(strings), "strings", count=len(strings))
+
+    totals = profile.totals()
+    header: dict[str, object] = {
+        "version": FORMAT_VERSION,
+        "title": title,
+        "subtitle": subtitle,
+        "types": [
+            {"name": st.name, "unit": st.unit, "total": float(totals[i])}
+            for i, st in enumerate(profile.sample_types)
+        ],
+        "metric": metric,
+        "inverted": inverted,
+        "nodes": n_real + 1,
+        "frames": len(used_frames),
+        "rootFrame": root_frame,
+        "rootName": ROOT_NAME,
+        "maxDepth": int(node_depth.max(initial=0)),
+        "kinds": {int(k): k.slug for k in FrameKind},
+        "sections": sections.index,
+    }
+    if extra:
+        header.update(extra)
+    payload = zlib.compress(b"".join(sections.parts), ZLIB_LEVEL)
+    return Packed(header, payload, sections.by_name)
+
+
+# -- reading back (tests and tools) ---------------------------------------------------------
+
+
+def _read_varints(data: bytes, count: int, pos: int = 0) -> tuple[list[int], int]:
+    out = []
+    for _ in range(count):
+        value = shift = 0
+        while True:
+            b = data[pos]
+            pos += 1
+            value |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                break
+        out.append(value)
+    return out, pos
+
+
+def unpack(header: dict, payload: bytes) -> dict[str, object]:
+    """Decode a page's data like ``assets/data.js`` does: preorder node columns,
+    per-type self values, the frame table and the strings."""
+    raw = zlib.decompress(payload)
+    sec = {s["name"]: s for s in header["sections"]}  # type: ignore[index, union-attr]
+
+    def body(name: str) -> bytes:
+        s = sec[name]
+        return raw[s["offset"] : s["offset"] + s["length"]]
+
+    def uints(name: str) -> np.ndarray:
+        s, data = sec[name], body(name)
+        w, n = s["width"], s["count"]
+        out = np.zeros(n, dtype=np.int64)
+        for j in range(w):
+            out |= np.frombuffer(data, np.uint8, n, j * n).astype(np.int64) << (8 * j)
+        return out
+
+    n = int(header["nodes"])  # type: ignore[arg-type]
+    frame = uints("node.frame")
+    pops = uints("node.pops")
+    depth = np.zeros(n, dtype=np.int64)
+    for i in range(1, n):
+        depth[i] = depth[i - 1] + 1 - pops[i]
+    selfs = []
+    for t in range(len(header["types"])):  # type: ignore[arg-type]
+        s, data = sec[f"node.self.{t}"], body(f"node.self.{t}")
+        gaps, pos = _read_varints(data, s["count"])
+        if s["values"] == "varint":
+            vals = [float(v) for v in _read_varints(data, s["count"], pos)[0]]
+        else:
+            vals = np.frombuffer(data, "<f8", s["count"], pos).tolist()
+        col = np.zeros(n)
+        col[np.cumsum(np.asarray(gaps, dtype=np.int64) + 1) - 1] = vals
+        selfs.append(col)
+    sdata = body("strings")
+    lengths, pos = _read_varints(sdata, sec["strings"]["count"])
+    strings = []
+    for ln in lengths:
+        strings.append(sdata[pos : pos + ln].decode("utf-8", "surrogatepass"))
+        pos += ln
+    return {
+        "frame": frame,
+        "depth": depth,
+        "self": selfs,
+        "frame_name": uints("frame.name"),
+        "frame_kind": uints("frame.kind"),
+        "frame_file": uints("frame.file"),
+        "frame_line": np.asarray(_read_varints(body("frame.line"), sec["frame.line"]["count"])[0]),
+        "strings": strings,
+    }

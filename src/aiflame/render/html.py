@@ -1,0 +1,115 @@
+"""The interactive flame graph: one self-contained HTML file that works offline.
+
+The page is ``assets/page.html`` with the stylesheet and scripts of ``assets/`` inlined and
+the profile packed by :mod:`aiflame.render.flamedata`. It makes no network request.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+import re
+from functools import cache
+from importlib import resources
+
+from aiflame import __version__
+from aiflame.model import Profile
+from aiflame.render.flamedata import pack
+
+# Load order matters: app.js starts the page and uses everything defined before it.
+SCRIPTS = ("decode.js", "tree.js", "format.js", "flameview.js", "app.js")
+
+_PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
+
+
+@cache
+def _asset(name: str) -> str:
+    return resources.files("aiflame.render").joinpath("assets", name).read_text("utf-8")
+
+
+def script_json(value: object) -> str:
+    """JSON that is safe inside a <script> element: no ``</script>``, no ``<!--``."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return (
+        text.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
+
+
+def _inline_script(source: str) -> str:
+    # Our own scripts never contain "</script"; refuse rather than emit a broken page.
+    if "</script" in source.lower():
+        raise ValueError("an asset script contains '</script'")
+    return f"<script>\n{source}</script>"
+
+
+def _default_title(profile: Profile) -> str:
+    title = profile.meta.get("title")
+    if isinstance(title, str) and title:
+        return title
+    source = profile.meta.get("source")
+    if isinstance(source, str) and source and source != "-":
+        return f"Flame graph of {os.path.basename(source)}"
+    return "Flame graph"
+
+
+def _diff_info(profile: Profile) -> dict[str, object] | None:
+    """``meta["diff"]`` if it names two valid sample-type columns."""
+    diff = profile.meta.get("diff")
+    if not isinstance(diff, dict):
+        return None
+    ntypes = len(profile.sample_types)
+    base, test = diff.get("base"), diff.get("test")
+    if not (isinstance(base, int) and isinstance(test, int)):
+        return None
+    if not (0 <= base < ntypes and 0 <= test < ntypes):
+        return None
+    return {"base": base, "test": test, "normalized": bool(diff.get("normalized", False))}
+
+
+def render_html(
+    profile: Profile,
+    *,
+    title: str | None = None,
+    subtitle: str | None = None,
+    metric: str | None = None,
+    inverted: bool = False,
+) -> str:
+    """The page of ``profile``; ``metric`` is the sample type shown first."""
+    title = title or _default_title(profile)
+    subtitle = subtitle if subtitle is not None else str(profile.meta.get("subtitle", "") or "")
+    diff = _diff_info(profile)
+    column = diff["test"] if diff else profile.type_index(metric)
+    packed = pack(
+        profile,
+        title=title,
+        subtitle=subtitle,
+        metric=int(column),  # type: ignore[call-overload]
+        inverted=inverted,
+        extra={"diff": diff, "source": str(profile.meta.get("source", ""))},
+    )
+    values = {
+        "title": html.escape(title),
+        "subtitle": html.escape(subtitle),
+        "generator": f"aiflame {html.escape(__version__)}",
+        "css": _asset("style.css"),
+        "header": script_json(packed.header),
+        "data": base64.b64encode(packed.payload).decode("ascii"),
+        "scripts": "\n".join(_inline_script(_asset(name)) for name in SCRIPTS),
+    }
+    # One pass, so text inserted for one placeholder is never scanned for another.
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], _asset("page.html"))
+
+
+def extract_data(page: str) -> tuple[dict, bytes]:
+    """The header and compressed payload embedded in a page (for tests and tools)."""
+    head = re.search(r'<script id="aiflame-header"[^>]*>(.*?)</script>', page, re.S)
+    data = re.search(r'<script id="aiflame-data"[^>]*>(.*?)</script>', page, re.S)
+    if not head or not data:
+        raise ValueError("not an aiflame flame graph page")
+    return json.loads(head.group(1)), base64.b64decode(data.group(1))

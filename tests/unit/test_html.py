@@ -1,0 +1,227 @@
+"""The HTML flame graph's embedded data: decoded back, it must hold every node of the call
+tree with the right values, in DFS preorder with children sorted by name."""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import defaultdict
+
+import numpy as np
+import pytest
+
+from aiflame.model import CallTree, FrameKind, ProfileBuilder, SampleType
+from aiflame.render import flamedata
+from aiflame.render.html import extract_data, render_html, script_json
+from aiflame.sources import folded
+from aiflame.sources.inputs import Input
+
+IPERF = "html/perf-iperf-stacks-pidtid-01-collapsed-all.txt"
+
+
+def decoded(page: str) -> tuple[dict, dict]:
+    header, payload = extract_data(page)
+    return header, flamedata.unpack(header, payload)
+
+
+def node_paths(header: dict, data: dict) -> list[tuple[str, ...]]:
+    """The name path (root excluded) of every decoded node, in page order."""
+    strings, fname = data["strings"], data["frame_name"]
+    root = header["rootFrame"]
+    paths: list[tuple[str, ...]] = []
+    stack: list[str] = []
+    for f, d in zip(data["frame"].tolist(), data["depth"].tolist(), strict=True):
+        del stack[max(d - 1, 0) :]
+        if f != root:
+            stack.append(strings[fname[f]])
+        paths.append(tuple(stack))
+    return paths
+
+
+def decoded_totals(data: dict, t: int) -> np.ndarray:
+    depth = data["depth"]
+    total = data["self"][t].copy()
+    parent = np.full(len(depth), -1)
+    last: dict[int, int] = {}
+    for i, d in enumerate(depth.tolist()):
+        if d:
+            parent[i] = last[d - 1]
+        last[d] = i
+    for i in range(len(depth) - 1, 0, -1):
+        total[parent[i]] += total[i]
+    return total
+
+
+def expected_totals(profile, t: int = 0) -> dict[tuple[str, ...], float]:
+    tree = CallTree.from_profile(profile)
+    out: dict[tuple[str, ...], float] = {}
+    for node in range(len(tree)):
+        if tree.total_value[node].any():
+            out[tuple(profile.stack_names(node))] = float(tree.total_value[node, t])
+    return out
+
+
+@pytest.fixture(scope="module")
+def iperf(data_dir):
+    profile = folded.load(Input(str(data_dir / IPERF)))
+    profile.meta["source"] = str(data_dir / IPERF)
+    return profile
+
+
+def test_page_holds_every_node_with_its_total(iperf):
+    page = render_html(iperf)
+    header, data = decoded(page)
+    expected = expected_totals(iperf)
+    paths = node_paths(header, data)
+    assert header["nodes"] == len(expected) + 1 == len(paths)
+    totals = decoded_totals(data, 0)
+    got = {p: float(v) for p, v in zip(paths[1:], totals[1:], strict=True)}
+    assert got == expected
+    assert totals[0] == sum(v for p, v in expected.items() if len(p) == 1) == 200
+    assert header["types"][0]["total"] == 200
+
+
+def test_nodes_are_in_preorder_with_children_sorted_by_name(iperf):
+    header, data = decoded(render_html(iperf))
+    paths = node_paths(header, data)
+    # Preorder with name-sorted children is exactly the lexicographic order of the paths.
+    assert paths == sorted(paths)
+    assert len(set(paths)) == len(paths)
+
+
+def test_frame_table_keeps_kinds_files_and_lines():
+    b = ProfileBuilder([SampleType("cpu", "count")])
+    f_py = b.frame("train.py:10 step", FrameKind.PYTHON, file="app/train.py", line=10)
+    f_k = b.frame("do_syscall_64", FrameKind.KERNEL)
+    f_gpu = b.frame("gemm_kernel", FrameKind.GPU_KERNEL, file="gemm.cu", line=77)
+    b.add(b.stack([f_py, f_k]), 3)
+    b.add(b.stack([f_py, f_gpu]), 4)
+    header, data = decoded(render_html(b.build()))
+    strings = data["strings"]
+    by_name = {
+        strings[n]: (FrameKind(k), strings[f], ln)
+        for n, k, f, ln in zip(
+            data["frame_name"],
+            data["frame_kind"],
+            data["frame_file"],
+            data["frame_line"],
+            strict=True,
+        )
+    }
+    assert by_name == {
+        "train.py:10 step": (FrameKind.PYTHON, "app/train.py", 10),
+        "do_syscall_64": (FrameKind.KERNEL, "", 0),
+        "gemm_kernel": (FrameKind.GPU_KERNEL, "gemm.cu", 77),
+    }
+    assert header["kinds"][str(int(FrameKind.GPU_KERNEL))] == "gpu-kernel"
+
+
+def test_every_sample_type_travels_and_metric_picks_the_first_shown():
+    b = ProfileBuilder([SampleType("cpu", "count"), SampleType("wall", "nanoseconds")])
+    a, c = b.frame("a"), b.frame("c")
+    b.add(b.stack([a]), [1, 2.5e9])
+    b.add(b.stack([a, c]), [5, 0.25])  # a fractional value: stored as float64
+    p = b.build()
+    header, data = decoded(render_html(p, metric="wall"))
+    assert header["metric"] == 1
+    assert [t["name"] for t in header["types"]] == ["cpu", "wall"]
+    assert [t["unit"] for t in header["types"]] == ["count", "nanoseconds"]
+    assert decoded_totals(data, 0)[0] == 6
+    assert decoded_totals(data, 1)[0] == 2.5e9 + 0.25
+    with pytest.raises(KeyError):
+        render_html(p, metric="nope")
+
+
+def test_diff_meta_reaches_the_page():
+    b = ProfileBuilder([SampleType("base", "count"), SampleType("test", "count")])
+    b.add(b.stack([b.frame("main"), b.frame("grow")]), [1, 9])
+    p = b.build()
+    p.meta["diff"] = {"base": 0, "test": 1, "normalized": True}
+    header, _ = decoded(render_html(p))
+    assert header["diff"] == {"base": 0, "test": 1, "normalized": True}
+    assert header["metric"] == 1  # widths follow the test column
+    p.meta["diff"] = {"base": 0, "test": 5}  # out of range: not a diff page
+    assert decoded(render_html(p))[0]["diff"] is None
+
+
+def test_hostile_names_cannot_break_out_of_the_page():
+    evil = "</script><script>alert(1)</script><img src=x onerror=alert(2)>"
+    b = ProfileBuilder()
+    b.add(b.stack([b.frame(evil), b.frame("x\u2028y")]), 1)
+    page = render_html(b.build(), title=evil, subtitle="<b>bold</b>")
+    # Only our own tags: the header, the data and the inlined scripts.
+    assert page.count("<script") == 2 + 5
+    assert "<img" not in page
+    assert "&lt;/script&gt;&lt;script&gt;alert(1)" in page  # title, escaped
+    assert "&lt;b&gt;bold&lt;/b&gt;" in page
+    header, data = decoded(page)
+    assert header["title"] == evil
+    assert evil in data["strings"] and "x\u2028y" in data["strings"]
+
+
+def test_script_json_escapes_markup():
+    text = script_json({"a": "</script><!-- & \u2028"})
+    assert "<" not in text and ">" not in text and "&" not in text
+    assert "\u2028" not in text
+
+
+def test_page_is_self_contained(iperf):
+    page = render_html(iperf)
+    # No URL the browser could fetch: no src/href attributes, no imports, no url(...).
+    assert not re.search(r"\b(src|href)\s*=", page)
+    assert "url(" not in page and "import(" not in page and "@import" not in page
+    assert "http://" not in page and "https://" not in page
+
+
+def test_default_title_and_subtitle(iperf):
+    page = render_html(iperf, subtitle="run 3")
+    assert "<title>Flame graph of perf-iperf-stacks-pidtid-01-collapsed-all.txt</title>" in page
+    assert "run 3" in page
+
+
+# -- encodings ------------------------------------------------------------------------------
+
+
+def test_varints_and_planes_round_trip():
+    values = np.array([0, 1, 127, 128, 300, 2**31, 2**40 + 5, 2**53 - 1], dtype=np.uint64)
+    data = flamedata.varints(values)
+    assert flamedata._read_varints(data, len(values))[0] == values.tolist()
+    ints = np.array([0, 255, 256, 70000, 2**32 - 1])
+    width = flamedata.byte_width(int(ints.max()))
+    assert width == 4
+    raw = flamedata.planes(ints, width)
+    assert len(raw) == 4 * len(ints)
+    back = sum(
+        np.frombuffer(raw, np.uint8, len(ints), j * len(ints)).astype(np.int64) << (8 * j)
+        for j in range(width)
+    )
+    assert back.tolist() == ints.tolist()
+
+
+def _dfs_preorder(parent: list[int], key: list[int]) -> list[int]:
+    children = defaultdict(list)
+    for i, p in enumerate(parent):
+        children[p].append(i)
+    out: list[int] = []
+    stack = sorted(children[-1], key=lambda c: (key[c], c), reverse=True)
+    while stack:
+        v = stack.pop()
+        out.append(v)
+        stack.extend(sorted(children[v], key=lambda c: (key[c], c), reverse=True))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_vectorised_preorder_matches_a_plain_dfs(seed):
+    rng = random.Random(seed)
+    n = rng.randrange(1, 400)
+    # Mostly one tree, with a few extra roots (parent -1).
+    parent = [-1] + [
+        rng.randrange(-1, i) if rng.random() < 0.05 else rng.randrange(i) for i in range(1, n)
+    ]
+    key = [rng.randrange(8) for _ in range(n)]
+    depth = np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        depth[i] = depth[parent[i]] + 1 if parent[i] >= 0 else 0
+    got = flamedata.preorder(np.asarray(parent), depth, np.asarray(key))
+    assert got.tolist() == _dfs_preorder(parent, key)
