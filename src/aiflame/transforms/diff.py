@@ -193,13 +193,8 @@ class _Union:
 
 
 def _fill(stacks: StackTable, parents: list[int], frames: list[int]) -> None:
-    """Append nodes known to be new and in parent-first order."""
-    bulk = getattr(stacks, "bulk_columns", None)
-    if bulk is None:  # a StackTable without the bulk API: intern one by one
-        for p, f in zip(parents, frames, strict=True):
-            stacks.child(p, f)
-        return
-    col_parent, col_frame = bulk()
+    """Append nodes known to be new and in parent-first order (the index is rebuilt lazily)."""
+    col_parent, col_frame = stacks.bulk_columns()
     col_parent.extend(parents)
     col_frame.extend(frames)
     stacks.bulk_done()
