@@ -1,0 +1,172 @@
+"""Correlate CPU-side slices with each other and with the GPU activity they launched.
+
+Pure functions over columns (numpy arrays), independent of any trace format:
+
+- :func:`nest`: the call tree of the slices of each thread, by time containment.
+- :func:`link`: for each GPU activity, the launching slice with the same correlation id.
+- :func:`flow_ids`: correlation ids recovered from flow arrows where an event lacks one.
+- :func:`self_times`, :func:`busy_time`: CPU self time, and the union of GPU intervals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# A slice that starts inside its enclosing slice but ends this little after it is a
+# timing artefact (clocks read a few hundred ns apart), not real overlap: it is treated as
+# the enclosing slice's next sibling. The same tolerance as AMD TraceLens.
+BLEED_TOLERANCE_NS = 1000
+
+
+@dataclass
+class Nesting:
+    """``parent[i]``: index of the slice enclosing slice ``i`` (-1 at the top).
+
+    ``order`` lists every slice with parents before children (by thread, then start).
+    ``bleeding`` counts slices that end well after their enclosing slice: they keep that
+    parent but enclose nothing themselves.
+    """
+
+    order: np.ndarray
+    parent: np.ndarray
+    bleeding: int
+
+
+def nest(
+    thread: np.ndarray,
+    ts: np.ndarray,
+    dur: np.ndarray,
+    rank: np.ndarray | None = None,
+    tolerance: int = BLEED_TOLERANCE_NS,
+) -> Nesting:
+    """Nest the slices of each thread by time containment.
+
+    Slices starting together are ordered longest first, then by ``rank`` (lower encloses
+    higher: e.g. Python function < operator < runtime call), so the outer one becomes the
+    parent. A slice ends at ``ts + dur``; one that starts exactly where another ends is
+    its sibling, not its child.
+    """
+    n = int(ts.shape[0])
+    parent = np.full(n, -1, dtype=np.int64)
+    if n == 0:
+        return Nesting(np.zeros(0, dtype=np.int64), parent, 0)
+    # lexsort: the last key is the primary one.
+    keys = [-dur, ts, thread] if rank is None else [rank, -dur, ts, thread]
+    order = np.lexsort(keys)
+    end = ts + dur
+    # Python ints are far faster than numpy scalars in the loop below.
+    th_l = thread[order].tolist()
+    ts_l = ts[order].tolist()
+    end_l = end[order].tolist()
+    par = [-1] * n
+    stack: list[int] = []  # positions in `order`
+    ends: list[int] = []
+    current = None
+    bleeding = 0
+    for k in range(n):
+        t = th_l[k]
+        if t != current:
+            stack.clear()
+            ends.clear()
+            current = t
+        s, e = ts_l[k], end_l[k]
+        while ends and s >= ends[-1]:
+            stack.pop()
+            ends.pop()
+        if ends and e > ends[-1]:
+            if ends[-1] - s < tolerance and len(stack) >= 2:
+                stack.pop()  # a sibling that overran by a hair: attach to its parent
+                ends.pop()
+            if ends and e > ends[-1]:
+                bleeding += 1
+                par[k] = stack[-1]
+                continue
+        if stack:
+            par[k] = stack[-1]
+        stack.append(k)
+        ends.append(e)
+    par_arr = np.asarray(par, dtype=np.int64)
+    has = par_arr >= 0
+    parent[order[has]] = order[par_arr[has]]
+    return Nesting(order, parent, bleeding)
+
+
+@dataclass
+class Links:
+    """``launch[j]``: the CPU slice that launched GPU activity ``j`` (-1: not in the trace)."""
+
+    launch: np.ndarray
+    duplicates: int  # correlation ids carried by more than one CPU slice
+
+
+def link(gpu_corr: np.ndarray, cpu_corr: np.ndarray, cpu_ts: np.ndarray) -> Links:
+    """Match GPU activities to CPU slices by correlation id (ids < 0 match nothing).
+
+    Several GPU activities may share one id (a CUDA/HIP graph launch fans out into all its
+    kernels): all of them get that launch. When several CPU slices carry the same id,
+    the earliest one is the launch and the others are counted as duplicates.
+    """
+    launch = np.full(gpu_corr.shape[0], -1, dtype=np.int64)
+    idx = np.nonzero(cpu_corr >= 0)[0]
+    if idx.size == 0 or gpu_corr.size == 0:
+        return Links(launch, 0)
+    idx = idx[np.lexsort((cpu_ts[idx], cpu_corr[idx]))]
+    keys = cpu_corr[idx]
+    first = np.ones(keys.shape[0], dtype=bool)
+    first[1:] = keys[1:] != keys[:-1]
+    duplicates = int(keys.shape[0] - np.count_nonzero(first))
+    keys, idx = keys[first], idx[first]
+    pos = np.searchsorted(keys, gpu_corr)
+    pos = np.minimum(pos, keys.shape[0] - 1)
+    hit = (keys[pos] == gpu_corr) & (gpu_corr >= 0)
+    launch[hit] = idx[pos[hit]]
+    return Links(launch, duplicates)
+
+
+def flow_ids(
+    thread: np.ndarray,
+    ts: np.ndarray,
+    flow_thread: np.ndarray,
+    flow_ts: np.ndarray,
+    flow_id: np.ndarray,
+) -> np.ndarray:
+    """Id of the flow arrow bound to each event (same thread and start), -1 where none.
+
+    Kineto draws an ``ac2g`` arrow from each launch to its GPU activity; its id is the
+    correlation id, which recovers the link for events whose ``args`` lack one.
+    """
+    out = np.full(ts.shape[0], -1, dtype=np.int64)
+    if flow_ts.size == 0 or ts.size == 0:
+        return out
+    index = {(int(a), int(b)): int(c) for a, b, c in zip(flow_thread, flow_ts, flow_id, strict=True)}
+    for i, (a, b) in enumerate(zip(thread.tolist(), ts.tolist(), strict=True)):
+        out[i] = index.get((a, b), -1)
+    return out
+
+
+def self_times(ts: np.ndarray, dur: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Duration of each slice minus the part of it covered by its children."""
+    out = dur.astype(np.int64, copy=True)
+    has = np.nonzero(parent >= 0)[0]
+    if has.size:
+        p = parent[has]
+        covered = np.minimum(ts[has] + dur[has], ts[p] + dur[p]) - ts[has]
+        np.subtract.at(out, p, np.maximum(covered, 0))
+    return np.maximum(out, 0)
+
+
+def busy_time(ts: np.ndarray, dur: np.ndarray) -> int:
+    """Length of the union of the intervals ``[ts, ts + dur)``."""
+    if ts.size == 0:
+        return 0
+    order = np.argsort(ts, kind="stable")
+    start = ts[order]
+    end = np.maximum.accumulate(start + dur[order])
+    # A new busy period starts where an interval begins after everything before it ended.
+    new = np.ones(start.shape[0], dtype=bool)
+    new[1:] = start[1:] > end[:-1]
+    first = np.nonzero(new)[0]
+    last = np.append(first[1:] - 1, start.shape[0] - 1)
+    return int((end[last] - start[first]).sum())
