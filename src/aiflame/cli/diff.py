@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from aiflame.cli.common import add_metric, add_output, write_output
 from aiflame.errors import AiflameError
@@ -88,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
                 raise
             msg = "HTML output is not available in this build; use -o x.folded"
             raise AiflameError(msg) from None
-        title = args.title or f"Differential flame graph: {args.base} -> {args.test}"
+        names = f"{Path(args.base).name} → {Path(args.test).name}"
+        title = args.title or f"Differential flame graph: {names}"
         write_output(args.output, render_html(diff, title=title))
     if args.output != "-":
         print(f"wrote {args.output}", file=sys.stderr)
