@@ -138,6 +138,11 @@ def test_normalize_needs_a_base_with_a_total():
     assert per_stack(diff_profiles(empty_base, build(TEST)))["main;fwd"] == (0.0, 12.0)
 
 
+def test_normalize_to_an_empty_test_keeps_the_base_stacks():
+    diff = diff_profiles(build(BASE), build({(("main", PY),): 0.0}), normalize=True)
+    assert render_diff_folded(diff) == "main;fwd 0 0\nmain;fwd;aten::mm 0 0\nmain;old 0 0\n"
+
+
 def test_normalize_with_equal_totals_changes_nothing():
     a = diff_profiles(build(BASE), build(BASE), normalize=True)
     assert np.array_equal(a.values[:, 0], a.values[:, 1])

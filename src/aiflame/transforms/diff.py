@@ -6,6 +6,8 @@ one). The result has one sample per stack that is non-zero in either input, with
 values side by side, like the ``stack base test`` lines of FlameGraph's ``difffolded.pl``.
 ``normalize`` scales the base values by ``test_total / base_total`` (``difffolded.pl -n``),
 so that a change of load does not paint everything red or blue.
+
+Labels and timestamps are not carried over: a diff compares where the value went, not when.
 """
 
 from __future__ import annotations
@@ -61,10 +63,10 @@ def diff_profiles(
     n = len(stacks)
     bvals = _per_node(base, bcol, node_maps[0], n)
     tvals = _per_node(test, tcol, node_maps[1], n)
+    keep = np.nonzero((bvals != 0) | (tvals != 0))[0]  # index 0 is the empty stack
     if normalize and base_total != test_total:
         # Same order of operations as difffolded.pl: count * total2 / total1.
         bvals = bvals * test_total / base_total
-    keep = np.nonzero((bvals != 0) | (tvals != 0))[0]  # index 0 is the empty stack
     values = np.stack([bvals[keep], tvals[keep]], axis=1)
 
     return Profile(
