@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 import numpy as np
 
@@ -43,7 +44,12 @@ def kind_from_system_name(name: str, system_name: str) -> FrameKind | None:
     m = _KIND_MARK.search(system_name)
     if m is None or system_name[: m.start()] != name:
         return None
-    return FrameKind.from_slug(m.group(1))
+    return _kind_of_slug(m.group(1))
+
+
+@lru_cache(maxsize=64)
+def _kind_of_slug(slug: str) -> FrameKind:
+    return FrameKind.from_slug(slug)
 
 
 def integer_exponent(values: np.ndarray) -> int:

@@ -38,6 +38,7 @@ class _Writer:
         self.message = pb.Profile()
         self._index: dict[str, int] = {"": 0}
         self.table: list[str] = [""]
+        self.stack_frames = profile.stacks.frames_array()
         exponents = self.sample_types()
         loc_of = self.locations()
         self.samples(exponents, loc_of)
@@ -65,7 +66,7 @@ class _Writer:
         """One Location per frame used by a stack; returns frame id -> location id."""
         p = self.profile
         frames, strings = p.frames, p.strings.strings
-        used = np.unique(p.stacks.frames_array())
+        used = np.flatnonzero(np.bincount(self.stack_frames, minlength=len(frames)))
         loc_of = np.zeros(len(frames), dtype=np.int64)
         functions: dict[tuple[int, int, int], int] = {}
         mappings: dict[int, pb.Mapping] = {}
@@ -117,7 +118,7 @@ class _Writer:
         label_ids = (groups % nlab).tolist()
         labels = self.label_protos()
         add = self.message.sample.add
-        paths = leaf_first_paths(p.stacks, stacks, loc_of[p.stacks.frames_array()])
+        paths = leaf_first_paths(p.stacks, stacks, loc_of[self.stack_frames])
         for path, vals, lid in zip(paths, ints.tolist(), label_ids, strict=True):
             sample = add(location_id=path, value=vals)
             if lid:

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from aiflame.model.stacks import StackTable, depths_of
+from aiflame.model.stacks import StackTable
 
-_CHUNK_CELLS = 4_000_000  # bound the (stacks x depth) matrix to about 32 MB
+_CHUNK = 65_536  # stacks walked together; bounds the temporary (stacks x depth) matrix
 
 
 def leaf_first_paths(
@@ -18,27 +18,31 @@ def leaf_first_paths(
 
     ``frame`` replaces the table's frame column (e.g. mapped to an output's ids, >= 0).
     """
-    parent = stacks.parents_array()
-    frame = stacks.frames_array() if frame is None else np.asarray(frame, dtype=np.int64)
     ids = np.asarray(ids, dtype=np.int64)
-    if not len(parent):
-        for _ in range(len(ids)):
-            yield []
-        return
-    # Walk all stacks up together, one level per step (pointer chasing in numpy).
-    parent_ext = np.append(parent, -1)  # index -1 (the empty stack) maps to itself
-    frame_ext = np.append(frame, -1)
-    depth_bound = _max_depth(parent)
-    chunk = max(1, _CHUNK_CELLS // max(depth_bound, 1))
-    for lo in range(0, len(ids), chunk):
-        cur = ids[lo : lo + chunk].copy()
-        rows = np.empty((len(cur), depth_bound), dtype=np.int64)
-        for d in range(depth_bound):
-            rows[:, d] = frame_ext[cur]
-            cur = parent_ext[cur]
-        lengths = (rows >= 0).sum(axis=1).tolist()
-        for i, n in enumerate(lengths):
-            yield rows[i, :n].tolist()
+    # Index -1 (the empty stack, and the parent of roots) maps to itself.
+    parent = np.append(stacks.parents_array(), -1)
+    frame = np.append(stacks.frames_array() if frame is None else frame, -1).astype(np.int64)
+    for lo in range(0, len(ids), _CHUNK):
+        # Walk a chunk of stacks up together, one level per step (pointer chasing).
+        cur = ids[lo : lo + _CHUNK]
+        columns = []
+        while True:
+            live = cur >= 0
+            if not live.any():
+                break
+            columns.append(frame[cur])
+            cur = parent[cur]
+        if not columns:
+            yield from ([] for _ in range(len(cur)))
+            continue
+        rows = np.stack(columns, axis=1)
+        valid = rows >= 0
+        flat = rows[valid].tolist()  # row-major: each stack's frames are contiguous
+        ends = np.cumsum(valid.sum(axis=1)).tolist()
+        start = 0
+        for end in ends:
+            yield flat[start:end]
+            start = end
 
 
 def root_first_paths(
@@ -47,7 +51,3 @@ def root_first_paths(
     for path in leaf_first_paths(stacks, ids, frame):
         path.reverse()
         yield path
-
-
-def _max_depth(parent: np.ndarray) -> int:
-    return int(depths_of(parent).max()) + 1

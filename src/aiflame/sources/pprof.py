@@ -13,18 +13,19 @@ period and comments go to ``meta``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from itertools import chain
 
 import numpy as np
 from google.protobuf.message import DecodeError
 
 from aiflame.errors import InputError
 from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
-from aiflame.model.stacks import EMPTY_STACK
 from aiflame.proto import conventions as conv
 from aiflame.proto.profile_pb2 import Profile as PprofProfile
 from aiflame.sources.inputs import SNIFF_BYTES, Input
 from aiflame.sources.pprof_wire import looks_like_profile
+from aiflame.sources.stacktrie import intern_paths
 from aiflame.symbolize.kinds import KindGuesser
 
 FORMAT = "pprof"
@@ -82,8 +83,8 @@ class _Reader:
             exponents.append(exponent)
         return types, exponents
 
-    def location_frames(self, builder: ProfileBuilder) -> dict[int, list[int]]:
-        """Location id -> its frame ids, caller first."""
+    def location_frames(self, builder: ProfileBuilder) -> _Locations:
+        """Every location's frame ids, caller first."""
         modules = {m.id: self.string(m.filename) for m in self.msg.mapping}
         functions = {
             f.id: (self.string(f.name), self.string(f.system_name), self.string(f.filename), f)
@@ -92,12 +93,13 @@ class _Reader:
         intern = builder.frames.intern
         by_address = self.granularity == "address"
         by_function = self.granularity == "function"
-        out: dict[int, list[int]] = {}
+        ids: list[int] = []
+        frames: list[list[int]] = []
         for loc in self.msg.location:
             if loc.mapping_id and loc.mapping_id not in modules:
                 raise self.fail(f"location {loc.id} refers to missing mapping {loc.mapping_id}")
             module = modules.get(loc.mapping_id, "")
-            ids = []
+            chain = []
             for line in reversed(loc.line):
                 fn = functions.get(line.function_id)
                 if fn is None:
@@ -111,12 +113,13 @@ class _Reader:
                     kind = self.guess_kind(name, module)
                 lineno = func.start_line if by_function else line.line
                 address = loc.address if by_address else 0
-                ids.append(intern(name, kind, file, lineno, module, address))
-            if not ids:  # no symbols: the address is all there is
+                chain.append(intern(name, kind, file, lineno, module, address))
+            if not chain:  # no symbols: the address is all there is
                 kind = self.guess_kind("", module)
-                ids.append(intern(f"0x{loc.address:x}", kind, "", 0, module, loc.address))
-            out[loc.id] = ids
-        return out
+                chain.append(intern(f"0x{loc.address:x}", kind, "", 0, module, loc.address))
+            ids.append(loc.id)
+            frames.append(chain)
+        return _Locations(ids, frames)
 
     def guess_kind(self, name: str, module: str) -> FrameKind:
         if module in _KERNEL_MODULES:
@@ -131,27 +134,20 @@ class _Reader:
         if not types and len(self.msg.sample):
             raise self.fail("samples but no sample types")
         builder = ProfileBuilder(types)
-        frames_of = self.location_frames(builder)
-        intern = builder.stacks.intern
-        stack_of: dict[tuple[int, ...], int] = {}
+        locations = self.location_frames(builder)
+        paths: dict[tuple[int, ...], int] = {}  # distinct location lists, leaf first
         label_sets: dict[tuple, int] = {(): 0}
         numeric_keys: set[str] = set()
         ntypes = len(types)
-        stacks: list[int] = []
+        rows: list[int] = []
         labels: list[int] = []
         values: list[int] = []
         for sample in self.msg.sample:
             key = tuple(sample.location_id)
-            stack = stack_of.get(key)
-            if stack is None:
-                stack = EMPTY_STACK
-                for loc in reversed(key):
-                    ids = frames_of.get(loc)
-                    if ids is None:
-                        raise self.fail(f"a sample refers to missing location {loc}")
-                    stack = intern(ids, stack)
-                stack_of[key] = stack
-            stacks.append(stack)
+            row = paths.get(key)
+            if row is None:
+                row = paths[key] = len(paths)
+            rows.append(row)
             if len(sample.value) != ntypes:
                 raise self.fail(f"a sample has {len(sample.value)} values for {ntypes} types")
             values.extend(sample.value)
@@ -163,12 +159,14 @@ class _Reader:
                 labels.append(lid)
             else:
                 labels.append(0)
-        array = np.asarray(values, dtype=np.float64).reshape(len(stacks), ntypes)
+        flat, lengths = locations.expand(list(paths), self.fail)
+        leaf = intern_paths(builder.stacks, flat, lengths)
+        array = np.asarray(values, dtype=np.float64).reshape(len(rows), ntypes)
         for col, exponent in enumerate(exponents):
             if exponent:
                 array[:, col] /= 10.0**exponent
         builder.add_many(
-            np.asarray(stacks, dtype=np.int64), array, np.asarray(labels, dtype=np.int64)
+            leaf[np.asarray(rows, dtype=np.int64)], array, np.asarray(labels, dtype=np.int64)
         )
         builder.meta.update(self.meta(types, numeric_keys))
         return builder.build()
@@ -216,3 +214,50 @@ class _Reader:
         if numeric_keys:
             meta[conv.NUMERIC_LABELS_META] = sorted(numeric_keys)
         return meta
+
+
+class _Locations:
+    """Frame ids of every location, as flat arrays indexed by sorted location id."""
+
+    def __init__(self, ids: list[int], frames: list[list[int]]) -> None:
+        order = np.argsort(np.asarray(ids, dtype=np.uint64), kind="stable")
+        self.ids = np.asarray(ids, dtype=np.uint64)[order]
+        counts = np.asarray([len(frames[i]) for i in order.tolist()], dtype=np.int64)
+        self.counts = counts
+        self.offsets = np.cumsum(counts) - counts
+        self.frames = np.asarray([f for i in order.tolist() for f in frames[i]], dtype=np.int64)
+
+    def positions(self, locs: np.ndarray) -> np.ndarray:
+        """Index of each location id in the sorted table, -1 where there is none."""
+        n = len(self.ids)
+        if n and int(self.ids[-1]) < 4 * n + 1024:  # ids are small: a lookup table is faster
+            table = np.full(int(self.ids[-1]) + 1, -1, dtype=np.int64)
+            table[self.ids.astype(np.int64)] = np.arange(n)
+            inside = locs < len(table)
+            pos = np.full(len(locs), -1, dtype=np.int64)
+            pos[inside] = table[locs[inside].astype(np.int64)]
+            return pos
+        pos = np.searchsorted(self.ids, locs)
+        found = pos < n
+        found[found] = self.ids[pos[found]] == locs[found]
+        return np.where(found, pos, -1)
+
+    def expand(
+        self, paths: list[tuple[int, ...]], fail: Callable[[str], InputError]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Root-first frame ids of leaf-first location lists, concatenated, and lengths."""
+        total = sum(map(len, paths))
+        locs = np.fromiter(
+            chain.from_iterable(p[::-1] for p in paths), dtype=np.uint64, count=total
+        )
+        pos = self.positions(locs)
+        if (pos < 0).any():
+            raise fail(f"a sample refers to missing location {int(locs[pos < 0][0])}")
+        counts = self.counts[pos]
+        starts = np.repeat(self.offsets[pos], counts)
+        within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+        flat = self.frames[starts + within]
+        ends = np.cumsum([len(p) for p in paths], dtype=np.int64)
+        cum = np.concatenate(([0], np.cumsum(counts)))
+        lengths = cum[ends] - cum[ends - np.asarray([len(p) for p in paths], dtype=np.int64)]
+        return flat, lengths
