@@ -116,6 +116,13 @@
       this.applyFilters();
     }
 
+    // A value with its unit; in a differential graph the types are named "base" and
+    // "test", so counts read as samples rather than "30 test".
+    fmt(value, type) {
+      if (this.diff && type.unit === "count") return A.formatValue(value, "count") + " samples";
+      return A.formatWithName(value, type);
+    }
+
     // -- colours ----------------------------------------------------------------------
 
     colorOf(tree, i) {
@@ -197,15 +204,15 @@
       const all = this.baseTree.totals(t)[0];
       const tot = tree.totals(t)[i];
       const self = tree.self[t][i];
-      row("total", A.formatWithName(tot, type) + " (" + A.percent(tot, all) + " of all)");
-      row("self", A.formatWithName(self, type) + " (" + A.percent(self, all) + " of all)");
+      row("total", this.fmt(tot, type) + " (" + A.percent(tot, all) + " of all)");
+      row("self", this.fmt(self, type) + " (" + A.percent(self, all) + " of all)");
       if (this.diff) {
         const bt = this.types[this.diff.base];
         const b = tree.totals(this.diff.base)[i];
         const delta = tot - b;
         const sign = delta > 0 ? "+" : "";
-        row("base", A.formatWithName(b, bt));
-        row("test", A.formatWithName(tot, type));
+        row("base", this.fmt(b, bt));
+        row("test", this.fmt(tot, type));
         const change = b ? sign + A.percent(delta, b) : tot ? "new" : "-";
         row("delta", sign + A.formatValue(delta, type.unit) + " (" + change + ")", delta > 0 ? "grow" : delta < 0 ? "shrink" : "");
         const sd = self - tree.self[this.diff.base][i];
@@ -281,16 +288,16 @@
     updateSummary() {
       const t = this.metric;
       const type = this.types[t];
-      let text = "Total: " + A.formatWithName(this.baseTree.totals(t)[0], type);
+      let text = "Total: " + this.fmt(this.baseTree.totals(t)[0], type);
       if (this.diff) {
         const b = this.baseTree.totals(this.diff.base)[0];
         const x = this.baseTree.totals(this.diff.test)[0];
-        text = "base " + A.formatWithName(b, this.types[this.diff.base]) + " → test " + A.formatWithName(x, type);
+        text = "base " + this.fmt(b, this.types[this.diff.base]) + " → test " + this.fmt(x, type);
         if (b) text += " (" + (x >= b ? "+" : "") + A.percent(x - b, b) + ")";
         if (this.diff.normalized) text += ", base normalized to test's total";
       }
       if (this.tree !== this.baseTree) {
-        text += " · shown: " + A.formatWithName(this.tree.totals(t)[0], type);
+        text += " · shown: " + this.fmt(this.tree.totals(t)[0], type);
       }
       $("total").textContent = text;
     }
@@ -332,7 +339,7 @@
       const m = A.matchedTotal(this.tree, this.searchMask, t);
       const all = this.tree.totals(t)[0];
       box.hidden = false;
-      box.textContent = "matched: " + A.percent(m, all) + " (" + A.formatWithName(m, this.types[t]) + ")";
+      box.textContent = "matched: " + A.percent(m, all) + " (" + this.fmt(m, this.types[t]) + ")";
     }
 
     renderFilters() {
@@ -462,8 +469,8 @@
       const tot = callees.totals(t)[0];
       const self = callees.self[t][0];
       $("sw-values").textContent =
-        "total " + A.formatWithName(tot, type) + " (" + A.percent(tot, all) + "), self " +
-        A.formatWithName(self, type) + " (" + A.percent(self, all) + ")";
+        "total " + this.fmt(tot, type) + " (" + A.percent(tot, all) + "), self " +
+        this.fmt(self, type) + " (" + A.percent(self, all) + ")";
     }
 
     // -- wiring -----------------------------------------------------------------------

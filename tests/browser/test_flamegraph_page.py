@@ -1,0 +1,308 @@
+"""The HTML flame graph in headless Chromium: hover, zoom, search, views, sandwich, table,
+metric switch, differential colours, hostile names, and no network access."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
+from aiflame.render.html import render_html
+from aiflame.sources import folded
+from aiflame.sources.inputs import Input
+
+try:
+    from flamepage import FlamePage
+except ImportError:  # no selenium: the driver fixture skips, or fails when it is required
+    FlamePage = None  # type: ignore[assignment, misc]
+
+K = FrameKind
+APP = {  # stack -> samples; total 100
+    "main;run;compute;matmul": 40,
+    "main;run;compute;relu": 10,
+    "main;run;io;read": 20,
+    "main;run;io;read;memcpy": 5,
+    "main;idle": 25,
+}
+APP_KINDS = {
+    "main": K.NATIVE,
+    "run": K.PYTHON,
+    "compute": K.CPP,
+    "matmul": K.GPU_KERNEL,
+    "relu": K.GPU_KERNEL,
+    "io": K.PYTHON,
+    "read": K.KERNEL,
+    "memcpy": K.NATIVE,
+    "idle": K.RUNTIME,
+}
+RECURSIVE = {"main;a;b;a;c": 10, "main;a;d": 5, "main;x;a": 3}
+
+
+def profile_of(stacks: dict, types=(("samples", "count"),), kinds=None, meta=None) -> Profile:
+    b = ProfileBuilder([SampleType(n, u) for n, u in types])
+    for stack, values in stacks.items():
+        ids = [
+            b.frame(
+                name,
+                (kinds or {}).get(name, K.NATIVE),
+                file="src/x.c" if name == "read" else "",
+                line=42 if name == "read" else 0,
+            )
+            for name in stack.split(";")
+        ]
+        b.add(b.stack(ids), values)
+    p = b.build()
+    p.meta.update(meta or {})
+    return p
+
+
+@pytest.fixture
+def open_page(driver, tmp_path):
+    def opener(profile: Profile, name: str = "page.html", **kw) -> FlamePage:
+        return FlamePage(driver, render_html(profile, **kw), tmp_path / name)
+
+    return opener
+
+
+@pytest.fixture
+def app(open_page) -> FlamePage:
+    return open_page(profile_of(APP, kinds=APP_KINDS), title="App profile")
+
+
+# -- opening ------------------------------------------------------------------------------
+
+
+def test_real_profile_opens_offline_with_no_request(open_page, data_dir):
+    src = data_dir / "html/perf-iperf-stacks-pidtid-01-collapsed-all.txt"
+    page = open_page(folded.load(Input(str(src))))
+    assert page.requests() == [page.url]
+    assert page.console_errors() == []
+    assert page.text("total") == "Total: 200 samples"
+    x, y = page.centre(0)
+    assert page.pixel(x, y) != [251, 251, 248]  # the root is painted, not background
+    node = page.find("entry_SYSCALL_64_fastpath_[k]")
+    page.hover(*page.centre(node))
+    tip = page.text("tooltip")
+    assert tip.startswith("entry_SYSCALL_64_fastpath\n")  # drawn without the _[k] annotation
+    assert "Linux kernel" in tip
+
+
+# -- hover, zoom, views ---------------------------------------------------------------------
+
+
+def test_hover_shows_name_kind_values_and_location(app):
+    app.hover(*app.centre(app.find("read")))
+    tip = app.text("tooltip")
+    assert tip.splitlines()[0] == "read"
+    assert "kind Linux kernel" in tip
+    assert "total 25 samples (25.0% of all)" in tip
+    assert "self 20 samples (20.0% of all)" in tip
+    assert "file src/x.c:42" in tip
+    app.hover(5, 5)  # off the canvas
+    assert not app.visible("tooltip")
+
+
+def test_click_zooms_with_breadcrumbs_and_resets(app):
+    compute = app.find("compute")
+    app.click(compute)
+    assert app.zoom() == compute
+    assert app.crumbs() == ["all", "main", "run", "compute"]
+    width = app.js("return aiflame.app.view.cssWidth;")
+    assert app.rect(compute)["w"] == pytest.approx(width)
+    assert app.rect(app.find("matmul"))["w"] == pytest.approx(width * 40 / 50)
+    assert app.rect(app.find("read")) is None  # outside the zoomed subtree
+    app.button("reset")
+    assert app.zoom() == 0
+    assert app.crumbs() == ["all"]
+    app.click(compute)
+    app.escape()
+    assert app.zoom() == 0
+    app.click(compute)
+    app.driver.find_elements("css selector", "#crumbs .crumb")[2].click()  # "run"
+    assert app.zoom() == app.find("run")
+
+
+def test_icicle_toggle_moves_the_root_to_the_top(app, open_page):
+    flame_root_y = app.rect(0)["y"]
+    leaf_y = app.rect(app.find("memcpy"))["y"]
+    assert flame_root_y > leaf_y  # flame: root at the bottom
+    assert app.text("invert") == "Icicle view"
+    app.button("invert")
+    assert app.rect(0)["y"] < app.rect(app.find("memcpy"))["y"]
+    assert app.text("invert") == "Flame view"
+    icicle = open_page(profile_of(APP), name="icicle.html", inverted=True)
+    assert icicle.rect(0)["y"] < icicle.rect(icicle.find("memcpy"))["y"]
+
+
+# -- search and filters ---------------------------------------------------------------------
+
+
+def test_search_highlights_and_counts_nested_matches_once(app):
+    app.search("^(relu|read)$")
+    assert app.text("matched") == "matched: 35.0% (35 samples)"
+    x, y = app.centre(app.find("relu"))
+    assert app.pixel(x, y) == [230, 0, 230]
+    x, y = app.centre(app.find("matmul"))
+    assert app.pixel(x, y) != [230, 0, 230]
+    app.search("run|compute")  # compute (50) is inside run (75): 75%, not 125%
+    assert app.text("matched") == "matched: 75.0% (75 samples)"
+    app.search("(")  # not a regex: literal search, no error
+    assert "literal" in app.text("search-status")
+    app.search("")
+    assert not app.visible("matched")
+
+
+def test_hide_and_focus_from_the_context_menu(app):
+    app.menu(app.find("io"), "hide")
+    assert app.js("return aiflame.test.find('io');") == -1
+    read = app.find("read")
+    parent = "return aiflame.app.tree.nameOf(aiflame.app.tree.parent[arguments[0]]);"
+    assert app.js(parent, read) == "run"
+    assert app.text("filters").startswith("hidden:")
+    assert "io" in app.text("filters")
+    assert app.js("return aiflame.app.tree.totals(0)[0];") == 100
+    app.driver.find_element("css selector", "#filters .chip button").click()
+    assert app.find("io") > 0
+    app.menu(app.find("compute"), "focus")
+    assert app.js("return aiflame.app.tree.nameOf(0);") == "compute"
+    assert app.js("return aiflame.app.tree.totals(0)[0];") == 50
+    assert "shown: 50 samples" in app.text("total")
+    assert app.crumbs() == ["compute"]
+
+
+# -- sandwich and top functions -------------------------------------------------------------
+
+
+def test_sandwich_merges_callers_and_callees(open_page):
+    page = open_page(profile_of(RECURSIVE))
+    page.menu(page.find("a"), "sandwich")
+    assert page.visible("sw-body")
+    assert page.text("sw-title") == "a"
+    callers = page.js(
+        "const t = aiflame.app.swCallers.tree; return [...Array(t.n).keys()].map("
+        "i => [t.depth[i], t.nameOf(i), t.totals(0)[i]]);"
+    )
+    assert callers == [[0, "a", 18], [1, "main", 15], [1, "x", 3], [2, "main", 3]]
+    callees = page.js(
+        "const t = aiflame.app.swCallees.tree; return [...Array(t.n).keys()].map("
+        "i => [t.depth[i], t.nameOf(i), t.totals(0)[i], t.self[0][i]]);"
+    )
+    assert callees == [
+        [0, "a", 18, 3],
+        [1, "b", 10, 0],
+        [2, "a", 10, 0],
+        [3, "c", 10, 10],
+        [1, "d", 5, 5],
+    ]
+    assert page.text("sw-values") == "total 18 samples (100.0%), self 3 samples (16.7%)"
+    # Both halves are drawn and answer the pointer.
+    page.hover(*page.centre(1, "swCallees"))
+    assert page.text("tooltip").splitlines()[0] == "b"
+
+
+def _table(page: FlamePage) -> list[list[str]]:
+    rows = page.driver.find_elements("css selector", "#top-body tr")
+    return [[td.text for td in r.find_elements("css selector", "td")] for r in rows]
+
+
+def test_top_functions_table_counts_recursion_once_and_sorts(open_page):
+    page = open_page(profile_of(RECURSIVE))
+    page.tab("top")
+    rows = {r[0]: r[1:] for r in _table(page)}
+    assert rows["a"] == ["3", "16.7%", "18", "100.0%"]  # total once per stack, not 28
+    assert rows["c"] == ["10", "55.6%", "10", "55.6%"]
+    assert [r[0] for r in _table(page)][:3] == ["c", "d", "a"]  # by self, descending
+    header = page.driver.find_element("css selector", '#top-table th[data-key="name"]')
+    header.click()
+    assert [r[0] for r in _table(page)] == ["a", "b", "c", "d", "main", "x"]
+    header.click()
+    assert [r[0] for r in _table(page)] == ["x", "main", "d", "c", "b", "a"]
+    page.driver.find_element("css selector", '#top-table th[data-key="total"]').click()
+    assert [r[3] for r in _table(page)][:2] == ["18", "18"]
+    assert [r[0] for r in _table(page)][2:4] in (["b", "c"], ["c", "b"])
+    _table_row = page.driver.find_elements("css selector", "#top-body tr")[0]
+    _table_row.click()  # a row opens its sandwich
+    assert page.visible("sw-body")
+
+
+# -- metrics and units ----------------------------------------------------------------------
+
+
+def test_metric_switch_changes_widths_and_units(open_page):
+    stacks = {"main;f": [10, 0], "main;g": [2, 3 * 2**20], "main;h": [0, 2**20]}
+    page = open_page(profile_of(stacks, types=(("cpu", "count"), ("alloc", "bytes"))))
+    assert page.text("total") == "Total: 12 cpu"
+    g = page.find("g")
+    width = page.js("return aiflame.app.view.cssWidth;")
+    assert page.rect(g)["w"] == pytest.approx(width * 2 / 12)
+    assert page.rect(page.find("h")) is None  # no cpu samples: nothing to draw
+    select = page.driver.find_element("id", "metric")
+    select.find_element("css selector", 'option[value="1"]').click()
+    assert page.text("total") == "Total: 4.00 MiB"
+    assert page.rect(g)["w"] == pytest.approx(width * 3 / 4)
+    page.hover(*page.centre(g))
+    assert "total 3.00 MiB (75.0% of all)" in page.text("tooltip")
+
+
+def test_nanoseconds_are_shown_as_durations(open_page):
+    stacks = {"main;step": 1.5e9, "main;io": 2500}
+    page = open_page(profile_of(stacks, types=(("wall", "nanoseconds"),)))
+    assert page.text("total") == "Total: 1.500 s"
+    page.hover(*page.centre(page.find("step")))
+    assert "total 1.500 s" in page.text("tooltip")
+
+
+# -- differential ---------------------------------------------------------------------------
+
+
+def test_diff_colours_and_tooltip(open_page):
+    stacks = {"main;grow": [10, 30], "main;shrink": [30, 10], "main;same": [20, 20]}
+    meta = {"diff": {"base": 0, "test": 1, "normalized": False}}
+    page = open_page(profile_of(stacks, types=(("base", "count"), ("test", "count")), meta=meta))
+    red = page.pixel(*page.centre(page.find("grow")))
+    blue = page.pixel(*page.centre(page.find("shrink")))
+    white = page.pixel(*page.centre(page.find("same")))
+    assert red[0] == 255 and red[1] < 60 and red[2] < 60
+    assert blue[2] == 255 and blue[0] < 60 and blue[1] < 60
+    assert white == [255, 255, 255]
+    # Widths follow the test values.
+    width = page.js("return aiflame.app.view.cssWidth;")
+    assert page.rect(page.find("grow"))["w"] == pytest.approx(width * 30 / 60)
+    page.hover(*page.centre(page.find("grow")))
+    tip = page.text("tooltip")
+    assert "total 30 samples (50.0% of all)" in tip
+    assert "base 10 samples" in tip and "test 30 samples" in tip
+    assert "delta +20 (+200.0%)" in tip
+    assert "base 60 samples → test 60 samples (+0.0%)" in page.text("total")
+    # The colour by total change: main did not change in total, so it is white.
+    select = page.driver.find_element("id", "colormode")
+    select.find_element("css selector", 'option[value="diff-total"]').click()
+    assert page.pixel(*page.centre(page.find("main"))) == [255, 255, 255]
+    assert page.js("return aiflame.test.color(aiflame.test.find('grow'));") == "rgb(255,0,0)"
+
+
+# -- hostile input --------------------------------------------------------------------------
+
+EVIL_IMG = "<img src=x onerror=alert(1)>"
+EVIL_SCRIPT = "</script><script>alert(2)</script>"
+
+
+def test_hostile_names_are_text_and_run_nothing(open_page):
+    stacks = {f"main;{EVIL_IMG}": 3, f"main;{EVIL_SCRIPT};x": 2}
+    page = open_page(profile_of(stacks), title=EVIL_SCRIPT + EVIL_IMG, subtitle=EVIL_IMG)
+    assert page.alerts() == []
+    assert page.js("return document.images.length;") == 0
+    assert page.js("return document.scripts.length;") == 7
+    assert page.js("return document.title;") == EVIL_SCRIPT + EVIL_IMG
+    assert page.text("subtitle") == EVIL_IMG
+    node = page.find(EVIL_IMG)
+    page.hover(*page.centre(node))
+    assert page.text("tooltip").splitlines()[0] == EVIL_IMG
+    page.click(page.find(EVIL_SCRIPT))
+    assert page.crumbs()[-1] == EVIL_SCRIPT
+    page.tab("top")
+    names = [r[0] for r in _table(page)]
+    assert EVIL_IMG in names and EVIL_SCRIPT in names
+    page.search(re.escape(EVIL_IMG))
+    assert page.alerts() == [] and page.js("return document.images.length;") == 0
