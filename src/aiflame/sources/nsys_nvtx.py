@@ -18,7 +18,6 @@ from aiflame.sources.nsys_db import NsysDB
 # used when the export predates the ENUM tables.
 _RANGE_TYPES = {59, 60, 70, 71}
 _RANGE_NAMES = {"NvtxPushPopRange", "NvtxStartEndRange", "NvtxtPushPopRange", "NvtxtStartEndRange"}
-THREAD_NAME_TYPE = 39  # NvtxThread: names a thread (MPI tracing writes "MPI Rank N")
 
 
 def range_types(db: NsysDB) -> set[int]:
@@ -59,17 +58,28 @@ class NvtxIndex:
         events += [(e, 0, i) for i, (_, e, _) in enumerate(ranges)]
         events.sort()
         frames = [builder.frame(name, FrameKind.LABEL) for _, _, name in ranges]
-        open_ranges: list[int] = []  # indices, kept ordered outermost first
+        child = builder.stacks.child
+        # Open ranges, outermost first (earlier start, then longer), and the stack id of
+        # each prefix of them: push/pop ranges only ever add or drop the innermost one.
+        open_keys: list[tuple[int, int, int]] = []
+        prefix: list[int] = []
         times: list[int] = []
         stacks: list[int] = []
         for t, is_start, i in events:
+            start, end, _ = ranges[i]
+            key = (start, -end, i)
             if is_start:
-                open_ranges.append(i)
-                # Outermost first: earlier start, then the longer range.
-                open_ranges.sort(key=lambda j: (ranges[j][0], -ranges[j][1]))
+                at = bisect_right(open_keys, key)
+                open_keys.insert(at, key)
             else:
-                open_ranges.remove(i)
-            stack = builder.stack(frames[j] for j in open_ranges)
+                at = open_keys.index(key)
+                del open_keys[at]
+            del prefix[at:]
+            parent = prefix[-1] if prefix else EMPTY_STACK
+            for _, _, j in open_keys[at:]:
+                parent = child(parent, frames[j])
+                prefix.append(parent)
+            stack = prefix[-1] if prefix else EMPTY_STACK
             if times and times[-1] == t:
                 stacks[-1] = stack
             else:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from aiflame.model import FrameKind, ProfileBuilder
 from aiflame.sources.nsys_db import NsysDB
@@ -49,25 +49,54 @@ class CpuFrames:
         return hit
 
 
-def read_callchains(
-    db: NsysDB, table: str, frames: CpuFrames
-) -> dict[int, list[tuple[int, str, str]]]:
-    """Callchain id -> its frames (frame id, symbol, module base name), leaf first."""
-    chains: dict[int, list[tuple[int, str, str]]] = {}
-    rows = db.select(
-        table,
-        ["id", "symbol", "module", "unresolved", "kernelMode", "stackDepth"],
-        order='"id", "stackDepth"',
-    )
-    current = -1
-    chain: list[tuple[int, str, str]] = []
-    get = frames.get
-    for cid, symbol, module, unresolved, kernel_mode, _depth in rows:
-        if cid != current:
-            chain = chains.setdefault(cid, [])
-            current = cid
-        chain.append(get(symbol, module, unresolved, kernel_mode))
-    return chains
+Chain = tuple[tuple[int, str, str], ...]  # (frame id, symbol, module base name), leaf first
+
+
+class Callchains:
+    """The callchains of one table, aggregated by SQLite into one text key per chain.
+
+    Fetching one row per chain rather than per frame, and parsing each distinct chain once,
+    keeps large exports (millions of frames) fast: most samples repeat a few stacks.
+    Exports also hold chains of calls that launched no GPU work, so the backtraces of
+    CUDA calls are read in one pass rather than looked up one by one.
+    """
+
+    def __init__(self, db: NsysDB, table: str, frames: CpuFrames) -> None:
+        self.db = db
+        self.table = table
+        self._frames = frames
+        self._parsed: dict[str, Chain] = {}
+        self._all: dict[int, Chain] | None = None
+        cols = db.columns(table)
+        self.present = {"id", "symbol", "module", "stackDepth"} <= cols
+        flags = [f'coalesce("{c}", 0)' if c in cols else "0" for c in ("unresolved", "kernelMode")]
+        # printf is the cheapest way found to build the key inside SQLite.
+        fields = ", ".join(['"stackDepth"', '"symbol"', '"module"', *flags])
+        self._key = f"group_concat(printf('%d,%d,%d,%d,%d', {fields}), ';')"
+
+    def parse(self, key: str | None) -> Chain:
+        if not key:
+            return ()
+        chain = self._parsed.get(key)
+        if chain is None:
+            items = sorted(tuple(int(x) for x in item.split(",")) for item in key.split(";"))
+            get = self._frames.get
+            chain = self._parsed[key] = tuple(get(s, m, u, k) for _, s, m, u, k in items)
+        return chain
+
+    def iter_all(self) -> Iterator[tuple[int, Chain]]:
+        """(chain id, chain) for every chain, by increasing id."""
+        if not self.present:
+            return
+        sql = f'SELECT "id", {self._key} FROM "{self.table}" GROUP BY "id" ORDER BY "id"'
+        for cid, key in self.db.conn.execute(sql):
+            yield cid, self.parse(key)
+
+    def get(self, cid: int) -> Chain | None:
+        """One chain by id, None when absent (all chains are read on the first call)."""
+        if self._all is None:
+            self._all = dict(self.iter_all())
+        return self._all.get(cid)
 
 
 def _api_names(names: Iterable[str]) -> set[str]:
@@ -79,13 +108,13 @@ def _api_names(names: Iterable[str]) -> set[str]:
     return out
 
 
-def _api_frame(chain: list[tuple[int, str, str]], names: set[str]) -> int | None:
+def _api_frame(chain: Chain, names: set[str]) -> int | None:
     """Index of the leaf-most frame of ``chain`` that is one of the API ``names``."""
     return next((i for i, (_, sym, _) in enumerate(chain) if sym in names), None)
 
 
 def callchain_offset(
-    chains: dict[int, list[tuple[int, str, str]]], calls: Iterable[tuple[int, Iterable[str]]]
+    chains: Callable[[int], Chain | None], calls: Iterable[tuple[int, Iterable[str]]]
 ) -> int:
     """The shift between ``callchainId`` and CUDA_CALLCHAINS ids that makes backtraces
     match their calls by name: 0 for a sound export. Some exports (seen with nsys 2022.2)
@@ -95,14 +124,14 @@ def callchain_offset(
     for chain_id, names in calls:
         wanted = _api_names(names)
         for off in hits:
-            chain = chains.get(chain_id + off)
+            chain = chains(chain_id + off)
             if chain and _api_frame(chain, wanted) is not None:
                 hits[off] += 1
     best = max(hits, key=lambda off: (hits[off], off == 0))
     return best if hits[best] > hits[0] else 0
 
 
-def callers_of_api(chain: list[tuple[int, str, str]], api_names: Iterable[str]) -> list[int]:
+def callers_of_api(chain: Chain, api_names: Iterable[str]) -> list[int]:
     """Frame ids of the callers of a CUDA API call, root first.
 
     The backtrace starts inside the driver and the profiler's injection library; the
