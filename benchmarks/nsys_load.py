@@ -62,7 +62,10 @@ def build_scaled(gpu_scale: int, cpu_scale: int) -> Path:
     for table in GPU:
         _replicate(conn, table, gpu_scale, {**time_shift, "correlationId": str(corr)})
     _replicate(
-        conn, RUNTIME, gpu_scale, {**time_shift, "correlationId": str(corr), "callchainId": str(chain)}
+        conn,
+        RUNTIME,
+        gpu_scale,
+        {**time_shift, "correlationId": str(corr), "callchainId": str(chain)},
     )
     _replicate(conn, "CUDA_CALLCHAINS", gpu_scale, {"id": str(chain)})
     _replicate(conn, "NVTX_EVENTS", max(gpu_scale, cpu_scale), time_shift)

@@ -26,7 +26,11 @@ from aiflame.sources.nsys_stacks import callchain_offset
 
 DATA = Path(__file__).parents[1] / "data" / "nsys"
 EXPORT = DATA / "saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
-GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+GPU_TABLES = (
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "CUPTI_ACTIVITY_KIND_MEMSET",
+)
 
 
 def query(sql: str, path: Path = EXPORT) -> list[tuple]:
@@ -36,6 +40,12 @@ def query(sql: str, path: Path = EXPORT) -> list[tuple]:
         return conn.execute(sql).fetchall()
     finally:
         conn.close()
+
+
+def sql_gpu_time(path: Path = EXPORT) -> int:
+    """Total GPU activity time of the export, straight from the tables."""
+    sql = 'SELECT coalesce(sum("end" - start), 0) FROM {}'
+    return sum(query(sql.format(t), path)[0][0] for t in GPU_TABLES)
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +65,7 @@ def gpu_samples(p: Profile) -> list[tuple[list, float, dict]]:
 
 # -- totals ---------------------------------------------------------------------------------
 def test_gpu_time_total_equals_sum_of_activity_durations(profile: Profile) -> None:
-    expected = sum(query(f'SELECT coalesce(sum("end" - start), 0) FROM {t}')[0][0] for t in GPU_TABLES)
+    expected = sql_gpu_time()
     assert expected > 0
     assert profile.totals()[profile.type_index("gpu-time")] == expected
     assert profile.type_index(None) == profile.type_index("gpu-time")
@@ -144,7 +154,9 @@ def test_callchain_offset_is_detected_by_name() -> None:
 
 
 def test_labels(profile: Profile) -> None:
-    (pid,) = query("SELECT DISTINCT globalPid / 16777216 % 16777216 FROM CUPTI_ACTIVITY_KIND_KERNEL")[0]
+    (pid,) = query(
+        "SELECT DISTINCT globalPid / 16777216 % 16777216 FROM CUPTI_ACTIVITY_KIND_KERNEL"
+    )[0]
     for _, _, labels in gpu_samples(profile):
         assert labels["rank"] == "0"  # the main thread is named "MPI Rank 0"
         assert labels["device"] == "0"
@@ -162,9 +174,12 @@ def test_cpu_sample_stacks_match_the_sampled_callchains(profile: Profile) -> Non
            (SELECT * FROM SAMPLING_CALLCHAINS ORDER BY id, stackDepth DESC) c
            JOIN StringIds s ON s.id = c.symbol WHERE c.unresolved IS NULL GROUP BY c.id"""
     )
-    complete = {cid for (cid,) in query(
-        "SELECT id FROM SAMPLING_CALLCHAINS GROUP BY id HAVING sum(unresolved) IS NULL"
-    )}
+    complete = {
+        cid
+        for (cid,) in query(
+            "SELECT id FROM SAMPLING_CALLCHAINS GROUP BY id HAVING sum(unresolved) IS NULL"
+        )
+    }
     # Unresolved frames are renamed after their module, and nsys' own "[Broken backtraces]"
     # marker is kept; compare the stacks made of resolved symbols only.
     want = Counter(s for cid, s in rows if cid in complete and ";[" not in ";" + s)
@@ -211,8 +226,7 @@ def test_launch_outside_the_trace_is_kept_and_reported(writable_copy: Path) -> N
     conn.commit()
     conn.close()
     p = load(str(writable_copy))
-    total = sum(query(f'SELECT sum("end" - start) FROM {t}', writable_copy)[0][0] or 0 for t in GPU_TABLES)
-    assert p.totals()[p.type_index("gpu-time")] == total
+    assert p.totals()[p.type_index("gpu-time")] == sql_gpu_time(writable_copy)
     unlinked = [(f, ns) for f, ns, _ in gpu_samples(p) if f[0].name == "[launch not in trace]"]
     assert len(unlinked) == 1
     frames, ns = unlinked[0]
@@ -269,7 +283,7 @@ def test_corrupt_pages_are_a_clean_input_error(tmp_path: Path) -> None:
     data[4096:] = bytes(len(data) - 4096)  # keep the header page, zero the rest
     bad = tmp_path / "zeroed.sqlite"
     bad.write_bytes(bytes(data))
-    with pytest.raises(InputError, match="zeroed.sqlite"):
+    with pytest.raises(InputError, match=r"zeroed\.sqlite"):
         load(str(bad), "nsys")
 
 
@@ -302,8 +316,9 @@ def test_cli_convert_to_folded(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["convert", str(EXPORT), "-f", "folded", "-o", "-"]) == 0
     lines = capsys.readouterr().out.splitlines()
     total = sum(int(line.rpartition(" ")[2]) for line in lines)
-    assert total == sum(query(f'SELECT coalesce(sum("end" - start), 0) FROM {t}')[0][0] for t in GPU_TABLES)
-    assert any(line.startswith("saxpy;_start;") and ";cudaLaunchKernel_v7000;-;saxpy(" in line for line in lines)
+    assert total == sql_gpu_time()
+    launch = ";cudaLaunchKernel_v7000;-;saxpy("
+    assert any(line.startswith("saxpy;_start;") and launch in line for line in lines)
 
 
 def test_cli_info_prints_metrics(capsys: pytest.CaptureFixture[str]) -> None:
