@@ -17,6 +17,7 @@ from aiflame.sources.inputs import Input
 
 # Most specific first: the first sniffer that says yes wins.
 IMPORTERS = (
+    "aiflame.sources.torch_memory",
     "aiflame.sources.pprof",
     "aiflame.sources.speedscope",
     "aiflame.sources.kineto",

@@ -1,0 +1,328 @@
+"""PyTorch CUDA memory snapshots (``torch.cuda.memory._snapshot()`` / ``_dump_snapshot()``).
+
+The file is a pickle, and a pickle can run code while it loads. This reader never does: its
+unpickler refuses every class and function the pickle asks for (``find_class``), so only
+plain data (dicts, lists, tuples, strings, numbers, booleans, None) can be built; anything
+else is refused with a clear error before it is created.
+
+The profile has four sample types (see :mod:`torch_memory_replay` for the replay rules):
+
+* ``peak-bytes``: the bytes live at the peak of the trace, by allocation stack;
+* ``alloc-bytes`` / ``alloc-count``: every allocation of the trace, by stack;
+* ``reserved-bytes``: the allocator's reserved segments at the snapshot. Allocated bytes are
+  shown by the stack of the allocation holding them (as ``_memory_viz memory`` does); the
+  rest, one root ``[fragmentation: reserved but unallocated]``, is split by the stack that
+  reserved the segment (when recorded) into ``[free block]`` and ``[allocation rounding]``.
+
+One sample per allocation (timestamp: when it was allocated; ``meta["free_time_ns"]``: when
+it was freed, -1 if live at the snapshot), then the reserved samples. ``meta`` also holds the
+memory-over-time series for a chart (``memory_timeline``), the peak (``peak_time``,
+``peak_bytes``) and OOM events.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Sequence
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from aiflame.errors import InputError
+from aiflame.model import Profile, ProfileBuilder, SampleType
+from aiflame.sources.inputs import Input
+from aiflame.sources.torch_memory_frames import FrameNamer
+from aiflame.sources.torch_memory_replay import (
+    FREED_BEFORE_ALLOC_SEEN,
+    FROM_TRACE,
+    Replay,
+    block_frames_and_size,
+    decimate,
+    iter_blocks,
+    replay,
+)
+
+FORMAT = "torch-memory"
+
+SAMPLE_TYPES = (
+    SampleType("peak-bytes", "bytes"),
+    SampleType("alloc-bytes", "bytes"),
+    SampleType("alloc-count", "count"),
+    SampleType("reserved-bytes", "bytes"),
+)
+PEAK, ALLOC_BYTES, ALLOC_COUNT, RESERVED = range(4)
+
+BEFORE_RECORDING = "[allocated before recording started]"
+FREED_ONLY = "[allocated before recording started; stack of its free]"
+NO_STACK = "[no stack recorded]"
+FRAGMENTATION = "[fragmentation: reserved but unallocated]"
+FREE_BLOCK = "[free block]"
+ROUNDING = "[allocation rounding]"
+
+TIMELINE_POINTS = 4096  # enough for a chart; keeps the page small on long traces
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+class PlainDataUnpickler(pickle.Unpickler):
+    """Builds only plain data: every global (class, function) the pickle names is refused."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise _Refused(f"{module}.{name}")
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise _Refused("a persistent object")
+
+
+class _Refused(pickle.UnpicklingError):
+    pass
+
+
+def sniff(head: bytes, path: str) -> bool:
+    if len(head) < 16 or head[0] != 0x80 or not 2 <= head[1] <= 5:
+        return False
+    start = head[:96]  # the first key of a snapshot dict comes right after the header
+    if b"segments" in start or b"device_traces" in start:
+        return True
+    return b"total_size" in head and b"blocks" in head  # legacy: a bare list of segments
+
+
+def read_snapshot(source: Input) -> dict[str, Any]:
+    """The snapshot as plain data, never running code from the file."""
+    with source.open_binary() as f:
+        data = _unpickle(f, source.path)
+    if isinstance(data, list):  # old snapshots: the list of segments alone
+        data = {"segments": data, "device_traces": []}
+    if not isinstance(data, dict) or not isinstance(data.get("segments"), list):
+        raise InputError(source.path, "not a PyTorch memory snapshot (no 'segments' list)")
+    traces = data.get("device_traces") or []
+    if not isinstance(traces, list) or not all(isinstance(t, list) for t in traces):
+        raise InputError(
+            source.path, "not a PyTorch memory snapshot ('device_traces' is not lists)"
+        )
+    return data
+
+
+def _unpickle(f: BinaryIO, path: str) -> Any:
+    try:
+        return PlainDataUnpickler(f).load()
+    except _Refused as e:
+        raise InputError(
+            path,
+            f"refused to load: the pickle asks for {e} (code, not data); a memory snapshot"
+            " holds only dicts, lists, strings and numbers, so this file is not one or was"
+            " tampered with",
+        ) from None
+    except EOFError:
+        raise InputError(path, "truncated pickle (unexpected end of data)") from None
+    except (pickle.UnpicklingError, ValueError, TypeError, IndexError, KeyError) as e:
+        if "truncated" in str(e):
+            raise InputError(path, "truncated pickle (unexpected end of data)") from None
+        raise InputError(path, f"corrupt pickle ({e})") from None
+
+
+# -- building -------------------------------------------------------------------------------
+
+
+def load(
+    source: Input,
+    all_frames: bool = False,
+    resolve_classes: bool = True,
+    **_: object,
+) -> Profile:
+    """Options: ``all_frames`` keeps interpreter/dispatcher frames that PyTorch's viewers
+    omit; ``resolve_classes`` reads ``.py`` sources, when present, to name ``Class > method``.
+    """
+    data = read_snapshot(source)
+    try:
+        return build_profile(data, all_frames=all_frames, resolve_classes=resolve_classes)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise InputError(
+            source.path, f"not a valid PyTorch memory snapshot ({type(e).__name__}: {e})"
+        ) from None
+
+
+def build_profile(
+    data: dict[str, Any], all_frames: bool = False, resolve_classes: bool = True
+) -> Profile:
+    builder = ProfileBuilder(SAMPLE_TYPES)
+    namer = FrameNamer(builder, all_frames=all_frames, resolve_classes=resolve_classes)
+    segments: list[dict[str, Any]] = data["segments"]
+    traces: list[list[dict[str, Any]]] = data.get("device_traces") or []
+    devices = sorted({int(s.get("device", 0)) for s in segments} | set(range(len(traces))))
+    free_ns: list[int] = []
+    replays: dict[int, Replay] = {}
+    totals = dict.fromkeys(
+        ("allocated_bytes", "allocations", "reserved_bytes", "fragmentation_bytes"), 0
+    )
+    for d in devices:
+        segs = [s for s in segments if int(s.get("device", 0)) == d]
+        r = replays[d] = replay(traces[d] if d < len(traces) else [], segs)
+        end_ns = _add_allocations(builder, namer, r, d, free_ns)
+        reserved, frag = _add_reserved(builder, namer, r, segs, d, end_ns, free_ns)
+        traced = np.frombuffer(r.origin, dtype=np.int8) == FROM_TRACE
+        totals["allocated_bytes"] += int(np.frombuffer(r.size, dtype=np.int64)[traced].sum())
+        totals["allocations"] += int(traced.sum())
+        totals["reserved_bytes"] += reserved
+        totals["fragmentation_bytes"] += frag
+    namer.finish()
+    builder.meta.update(_meta(replays, totals))
+    builder.meta["free_time_ns"] = free_ns
+    return builder.build()
+
+
+def _label(builder: ProfileBuilder, cache: dict[tuple, int], **labels: object) -> int:
+    key = tuple(labels.items())
+    lid = cache.get(key)
+    if lid is None:
+        lid = cache[key] = builder.labels(labels)
+    return lid
+
+
+def _add_allocations(
+    builder: ProfileBuilder, namer: FrameNamer, r: Replay, device: int, free_ns: list[int]
+) -> int:
+    """One sample per allocation; returns the snapshot's time (ns) for the reserved rows."""
+    n = len(r)
+    times = r.time_us * 1000
+    start_ns = int(times[0]) if len(times) and r.has_time else 0
+    end_ns = int(times[-1]) if len(times) and r.has_time else 0
+    before = (namer.label_frame(BEFORE_RECORDING),)
+    freed_only = (namer.label_frame(FREED_ONLY),)
+    no_stack = builder.stack([namer.label_frame(NO_STACK)])
+    stacks = np.empty(n, dtype=np.int64)
+    origin = np.frombuffer(r.origin, dtype=np.int8)
+    for k in range(n):
+        frames = r.frames[k]
+        o = origin[k]
+        if o == FROM_TRACE:
+            stacks[k] = namer.stack(frames) if frames else no_stack
+        elif o == FREED_BEFORE_ALLOC_SEEN:
+            stacks[k] = namer.stack(frames, freed_only)
+        else:
+            stacks[k] = namer.stack(frames) if frames else namer.stack((), before)
+    size = np.frombuffer(r.size, dtype=np.int64).astype(np.float64)
+    values = np.zeros((n, len(SAMPLE_TYPES)))
+    values[:, PEAK] = np.where(r.live_at_peak(), size, 0.0)
+    traced = origin == FROM_TRACE
+    values[:, ALLOC_BYTES] = np.where(traced, size, 0.0)
+    values[:, ALLOC_COUNT] = traced
+    cache: dict[tuple, int] = {}
+    streams = np.frombuffer(r.stream, dtype=np.int64)
+    labels = np.array([_label(builder, cache, device=device, stream=s) for s in streams.tolist()])
+    a = np.frombuffer(r.alloc_point, dtype=np.int64)
+    f = np.frombuffer(r.free_point, dtype=np.int64)
+    if r.has_time and len(times):
+        ts = np.where(a >= 0, times[np.maximum(a, 0)], start_ns)
+        free_ns.extend(np.where(f >= 0, times[np.maximum(f, 0)], -1).tolist())
+    else:
+        ts = np.zeros(n, dtype=np.int64)
+        free_ns.extend([-1] * n)
+    builder.add_many(stacks, values, labels.astype(np.int64), ts)
+    return end_ns
+
+
+def _add_reserved(
+    builder: ProfileBuilder,
+    namer: FrameNamer,
+    r: Replay,
+    segments: Sequence[dict[str, Any]],
+    device: int,
+    end_ns: int,
+    free_ns: list[int],
+) -> tuple[int, int]:
+    """Reserved bytes at the snapshot: allocated by holder, the rest as fragmentation.
+
+    Returns (reserved, unallocated) bytes.
+    """
+    before = (namer.label_frame(BEFORE_RECORDING),)
+    frag = namer.label_frame(FRAGMENTATION)
+    leaf = {"inactive": namer.label_frame(FREE_BLOCK), "rounding": namer.label_frame(ROUNDING)}
+    cache: dict[tuple, int] = {}
+    n0 = len(builder)
+    reserved = unallocated = 0
+    for seg in segments:
+        reserved += int(seg["total_size"])
+        seg_addr = int(seg.get("address", 0))
+        seg_frames = seg.get("frames") or r.segment_frames.get(seg_addr) or []
+        under = namer.stack(seg_frames, (frag,)) if seg_frames else builder.stack([frag])
+        common = {
+            "device": device,
+            "stream": int(seg.get("stream", 0)),
+            "pool": str(seg.get("segment_type", "")),
+            "segment": f"0x{seg_addr:x}",
+        }
+        waste = {"inactive": 0, "rounding": 0}
+        for addr, b in iter_blocks(seg):
+            state = str(b.get("state", ""))
+            if not state.startswith("active"):
+                waste["inactive"] += int(b["size"])
+                continue
+            frames, requested = block_frames_and_size(b)
+            k = r.live_at_end.get(addr)  # the trace allocation holding it, if recorded
+            if k is not None and r.frames[k]:
+                stack = namer.stack(r.frames[k])
+            elif frames:
+                stack = namer.stack(frames)
+            else:
+                stack = namer.stack((), before)
+            lab = _label(builder, cache, **common, state=state)
+            builder.add(stack, [0.0, 0.0, 0.0, float(requested)], lab, end_ns)
+            waste["rounding"] += int(b["size"]) - requested
+        for kind, nbytes in waste.items():
+            unallocated += nbytes
+            if nbytes:
+                lab = _label(builder, cache, **common, state=kind)
+                stack = builder.stack([leaf[kind]], under)
+                builder.add(stack, [0.0, 0.0, 0.0, float(nbytes)], lab, end_ns)
+    free_ns.extend([-1] * (len(builder) - n0))
+    return reserved, unallocated
+
+
+def _meta(replays: dict[int, Replay], totals: dict[str, int]) -> dict[str, object]:
+    main = max(replays, key=lambda d: replays[d].peak_bytes) if replays else 0
+    r = replays.get(main, Replay())
+    meta: dict[str, object] = {"default_type": PEAK, "peak_device": main}
+    meta["peak_bytes"] = r.peak_bytes
+    meta["peak_time"] = int(r.time_us[r.peak_point]) if r.peak_point >= 0 else None
+    meta["peak_time_unit"] = "us" if r.has_time else "event"
+    n = len(r.time_us)
+    if n:
+        keep = decimate(n, r.live, r.peak_point, TIMELINE_POINTS)
+        t0 = int(r.time_us[0])
+        meta["memory_timeline"] = {
+            "device": main,
+            "start_us": t0 if r.has_time else 0,
+            "time_us": (r.time_us[keep] - t0).tolist(),
+            "live_bytes": r.live[keep].tolist(),
+            "reserved_bytes": r.reserved[keep].tolist(),
+            "peak_index": int(np.searchsorted(keep, r.peak_point)),
+            "points": n,
+        }
+        if r.has_time:
+            meta["time_range_ns"] = (t0 * 1000, int(r.time_us[-1]) * 1000)
+    ooms = [dict(o, device=d) for d, rp in replays.items() for o in rp.ooms]
+    if ooms:
+        meta["oom_events"] = ooms
+    meta.update(totals)
+    when = ""
+    if r.peak_point >= 0 and r.has_time:
+        when = f" at +{(r.time_us[r.peak_point] - r.time_us[0]) / 1000:.3f} ms"
+    meta["info:peak bytes"] = f"{_fmt_bytes(r.peak_bytes)}{when} (device {main})"
+    meta["info:allocated"] = (
+        f"{_fmt_bytes(totals['allocated_bytes'])} in {totals['allocations']:,} allocations"
+    )
+    reserved, frag = totals["reserved_bytes"], totals["fragmentation_bytes"]
+    share = f", {frag / reserved:.1%} of it unallocated" if reserved else ""
+    meta["info:reserved"] = f"{_fmt_bytes(reserved)}{share}"
+    if ooms:
+        meta["info:oom events"] = str(len(ooms))
+    return meta
+
+
+def _fmt_bytes(v: float) -> str:
+    for scale, suffix in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if abs(v) >= scale:
+            return f"{v / scale:.2f} {suffix} ({int(v):,} bytes)"
+    return f"{int(v):,} bytes"

@@ -1,0 +1,148 @@
+"""Frames of PyTorch memory snapshots: which to keep, what to call them, what kind they are.
+
+A snapshot frame is ``{"name", "filename", "line"}``, leaf first, Python frames interleaved
+with the C/C++ frames of the interpreter and of PyTorch.
+
+* Kept frames: the same omit rules as PyTorch's own viewers (``_memory_viz._frame_filter``
+  and ``MemoryViz.js``'s ``frameFilter``: the unwinder, the allocator's capture, ``_start``,
+  ``PyEval_``/``PyObject_``/``PyFunction_`` and the dispatcher's ``Register*`` files), so
+  that aiflame's graph and PyTorch's agree frame for frame. ``all_frames`` keeps everything.
+* Names: Python methods read ``Class > method`` when the class can be known, which needs
+  the source (see :mod:`aiflame.symbolize.pyclass`): the snapshot holds only the bare
+  function name, as PyTorch's viewers show it. Without the source, the bare name is kept.
+  C++ names are demangled when mangled (PyTorch's unwinder usually demangles already).
+* File and line stay on the frame (``??`` from the unwinder means unknown: left empty).
+* Kinds: ``python`` for frames of ``.py`` files, ``cpp`` for C++ names, ``native`` for C.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from aiflame.model import FrameKind, ProfileBuilder
+from aiflame.symbolize.demangle import demangle_many, is_mangled
+from aiflame.symbolize.pyclass import ClassResolver
+
+# From torch/cuda/_memory_viz.py (_frame_filter) and torch/utils/viz/MemoryViz.js
+# (frameFilter): substrings of function names and of file names that both viewers omit.
+OMIT_FUNCTIONS = (
+    "unwind::unwind",
+    "CapturedTraceback::gather",
+    "gather_with_cpp",
+    "_start",
+    "__libc_start_main",
+    "PyEval_",
+    "PyObject_",
+    "PyFunction_",
+)
+OMIT_FILENAMES = (
+    "core/boxing",
+    "/Register",
+    "/Redispatch",
+    "pythonrun.c",
+    "Modules/main.c",
+    "Objects/call.c",
+    "Objects/methodobject.c",
+    "pycore_ceval.h",
+    "ceval.c",
+    "cpython/abstract.h",
+)
+
+CLASS_SEPARATOR = " > "
+NO_FRAMES_KEPT = "[no frames kept]"
+UNKNOWN_FILES = frozenset(("??", ""))
+
+
+def omitted(name: str, filename: str) -> bool:
+    """True for frames PyTorch's memory viewers leave out."""
+    return any(s in name for s in OMIT_FUNCTIONS) or any(s in filename for s in OMIT_FILENAMES)
+
+
+def frame_kind(name: str, filename: str) -> FrameKind:
+    if filename.endswith((".py", ".pyw")) or name == "<module>":
+        return FrameKind.PYTHON
+    if "::" in name or is_mangled(name) or "(anonymous namespace)" in name:
+        return FrameKind.CPP
+    return FrameKind.NATIVE
+
+
+class FrameNamer:
+    """Turns snapshot frame lists into stack ids of a :class:`ProfileBuilder`, with caches.
+
+    Snapshots share frame dicts between events (the pickle memoizes them), so frames are
+    cached by object identity; the caller keeps the snapshot alive while this is in use.
+    """
+
+    def __init__(
+        self,
+        builder: ProfileBuilder,
+        all_frames: bool = False,
+        resolve_classes: bool = True,
+    ) -> None:
+        self.builder = builder
+        self.all_frames = all_frames
+        self.classes = ClassResolver(resolve_classes)
+        self._mangled: dict[int, str] = {}  # frame id -> mangled name, for finish()
+        self._by_dict: dict[int, int] = {}  # id(frame dict) -> frame id, -1 if omitted
+        self._by_key: dict[tuple[str, str, int], int] = {}
+        self._stacks: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+
+    def finish(self) -> None:
+        """Demangle the mangled names seen, in one batch (one ``c++filt`` run)."""
+        if not self._mangled:
+            return
+        done = demangle_many(self._mangled.values())
+        names, intern = self.builder.frames.name, self.builder.strings.intern
+        for fid, name in self._mangled.items():
+            if name in done:
+                names[fid] = intern(done[name])
+        self._mangled.clear()
+
+    def frame_id(self, f: dict[str, Any]) -> int:
+        fid = self._by_dict.get(id(f))
+        if fid is None:
+            name = str(f.get("name", "") or "??")
+            filename = str(f.get("filename", "") or "")
+            line = int(f.get("line", 0) or 0)
+            key = (name, filename, line)
+            fid = self._by_key.get(key)
+            if fid is None:
+                fid = self._by_key[key] = self._intern(name, filename, line)
+            self._by_dict[id(f)] = fid
+        return fid
+
+    def _intern(self, name: str, filename: str, line: int) -> int:
+        if not self.all_frames and omitted(name, filename):
+            return -1
+        kind = frame_kind(name, filename)
+        shown = name
+        if kind == FrameKind.PYTHON:
+            cls = self.classes.class_of(filename, line, name)
+            if cls:
+                shown = f"{cls}{CLASS_SEPARATOR}{name}"
+        file = "" if filename in UNKNOWN_FILES else filename
+        fid = self.builder.frame(shown, kind, file, line)
+        if kind == FrameKind.CPP and is_mangled(name):
+            self._mangled[fid] = name
+        return fid
+
+    def stack(self, frames: Sequence[dict[str, Any]], root: tuple[int, ...] = ()) -> int:
+        """Stack id of a leaf-first snapshot frame list, below the frames ``root``.
+
+        A stack whose frames are all omitted becomes ``[no frames kept]`` rather than the
+        empty stack, which would make its bytes vanish from the graph.
+        """
+        key = (root, tuple(map(id, frames)))
+        sid = self._stacks.get(key)
+        if sid is None:
+            fid = self.frame_id
+            ids = [i for i in (fid(f) for f in reversed(frames)) if i >= 0]
+            if not ids and not root:
+                ids = [self.label_frame(NO_FRAMES_KEPT)]
+            sid = self._stacks[key] = self.builder.stack([*root, *ids])
+        return sid
+
+    def label_frame(self, name: str) -> int:
+        """A synthetic frame such as ``[allocated before recording started]``."""
+        return self.builder.frame(name, FrameKind.LABEL)

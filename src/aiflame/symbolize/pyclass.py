@@ -1,0 +1,70 @@
+"""The class a Python function belongs to, from the source file when it can be read.
+
+Stacks recorded by PyTorch (and most samplers) carry a function's name, file and line, not
+its qualified name, so ``forward`` of every ``nn.Module`` looks the same. When the file is
+readable here (the usual case: the snapshot is opened on the machine that ran the code), its
+syntax tree says which ``class`` encloses the ``def`` that spans the line, and the frame can
+be shown as ``Attention > forward`` or ``Linear > __init__``. The file is parsed, never run.
+"""
+
+from __future__ import annotations
+
+import ast
+from bisect import bisect_right
+from pathlib import Path
+
+MAX_SOURCE_BYTES = 4 << 20  # bigger files are generated code; not worth parsing
+
+
+class ClassResolver:
+    """Caches one index per file: (def line, end line, function name, class path)."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self._files: dict[str, list[tuple[int, int, str, str]] | None] = {}
+
+    def class_of(self, filename: str, line: int, name: str) -> str | None:
+        """Dotted class path (``Outer.Inner``) of method ``name`` at ``filename:line``."""
+        if not self.enabled or not line or not filename.endswith((".py", ".pyw")):
+            return None
+        index = self._files.get(filename, ())
+        if index == ():
+            index = self._files[filename] = _index_file(filename)
+        if not index:
+            return None
+        # The innermost def spanning the line is the last one starting at or before it that
+        # still covers it; defs are sorted by start line.
+        i = bisect_right(index, (line, 1 << 62))
+        while i > 0:
+            i -= 1
+            start, end, func, cls = index[i]
+            if start <= line <= end:
+                return cls if func == name and cls else None
+        return None
+
+
+def _index_file(filename: str) -> list[tuple[int, int, str, str]] | None:
+    path = Path(filename)
+    try:
+        if not path.is_file() or path.stat().st_size > MAX_SOURCE_BYTES:
+            return None
+        tree = ast.parse(path.read_bytes(), filename=filename)
+    except (OSError, SyntaxError, ValueError, RecursionError):
+        return None
+    found: list[tuple[int, int, str, str]] = []
+
+    def visit(node: ast.AST, classes: tuple[str, ...], in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                # A class inside a function has no stable dotted path; leave its methods bare.
+                visit(child, () if in_function else (*classes, child.name), in_function)
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                owner = ".".join(classes) if classes and not in_function else ""
+                found.append((child.lineno, child.end_lineno or child.lineno, child.name, owner))
+                visit(child, (), True)
+            else:
+                visit(child, classes, in_function)
+
+    visit(tree, (), False)
+    found.sort()
+    return found
