@@ -101,7 +101,9 @@ class ProfileBuilder:
         self.strings = StringTable()
         self.frames = FrameTable(self.strings)
         self.stacks = StackTable()
-        self.sample_types: list[SampleType] = list(sample_types or [SampleType("samples", "count")])
+        # None means the default type; [] means none yet (add them with add_type, as merge does).
+        types = [SampleType("samples", "count")] if sample_types is None else sample_types
+        self.sample_types: list[SampleType] = list(types)
         self._stack = array("q")
         self._labels = array("q")
         self._values: list[array] = [array("d") for _ in self.sample_types]
