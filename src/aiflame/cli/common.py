@@ -76,3 +76,43 @@ def check_metric(profile, metric: str | None) -> None:  # type: ignore[no-untype
     if profile.is_empty():
         src = profile.meta.get("source", "input")
         raise AiflameError(f"{src}: empty profile (no samples with a value)")
+
+
+GROUP_KEYS = ("rank", "device", "stream")
+
+
+def add_trace_options(p: argparse.ArgumentParser) -> None:
+    """Flags for GPU traces (PyTorch profiler, Nsight Systems): grouping and naming."""
+    p.add_argument(
+        "--group-by",
+        choices=GROUP_KEYS,
+        help="put each rank, device or stream at the root of the flame graph",
+    )
+    p.add_argument(
+        "--kernel-names",
+        choices=("full", "short"),
+        help="GPU kernel names as in the trace (full, the default) or with template "
+        "arguments and parameters folded (short)",
+    )
+    p.add_argument(
+        "--python-names",
+        choices=("short", "raw"),
+        help="Python frames as 'function (file.py:12)' (short, the default) or as the "
+        "profiler wrote them (raw)",
+    )
+
+
+def trace_load_options(args: argparse.Namespace) -> dict[str, str]:
+    """Importer options given on the command line (only those that were set)."""
+    names = ("kernel_names", "python_names")
+    return {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
+
+
+def apply_group_by(profile, args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """``profile`` with the ``--group-by`` label as root frames, when asked for."""
+    key = getattr(args, "group_by", None)
+    if not key:
+        return profile
+    from aiflame.transforms.group import group_by
+
+    return group_by(profile, key)

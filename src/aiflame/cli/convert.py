@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from aiflame.cli.common import add_inputs, add_metric, add_output, check_metric, write_output
+from aiflame.cli.common import (
+    add_inputs,
+    add_metric,
+    add_output,
+    add_trace_options,
+    apply_group_by,
+    check_metric,
+    trace_load_options,
+    write_output,
+)
 from aiflame.errors import AiflameError
 from aiflame.render.registry import FORMATS, format_for_path, render
 from aiflame.sources import load_many
@@ -23,6 +32,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="output format (default: from -o's extension)",
     )
     add_metric(p)
+    add_trace_options(p)
     p.add_argument("--title", help="title of an html output")
 
 
@@ -32,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
         raise AiflameError(
             f"cannot tell the output format from '{args.output}'; give -f {'|'.join(FORMATS)}"
         )
-    profile = load_many(args.inputs, args.input_format)
+    profile = load_many(args.inputs, args.input_format, **trace_load_options(args))
+    profile = apply_group_by(profile, args)
     check_metric(profile, args.metric)
     write_output(args.output, render(profile, fmt, args.metric, args.title))
     return 0

@@ -5,7 +5,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from aiflame.cli.common import add_inputs, add_metric, add_output, check_metric, write_output
+from aiflame.cli.common import (
+    add_inputs,
+    add_metric,
+    add_output,
+    add_trace_options,
+    apply_group_by,
+    check_metric,
+    trace_load_options,
+    write_output,
+)
 from aiflame.sources import load_many
 
 HELP = "write an interactive HTML flame graph"
@@ -15,6 +24,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_inputs(p)
     add_output(p, help="the HTML file to write")
     add_metric(p)
+    add_trace_options(p)
     p.add_argument("--title", help="page title (default: the input's name)")
     p.add_argument("--subtitle", help="a line under the title")
     p.add_argument(
@@ -25,7 +35,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from aiflame.render.html import render_html
 
-    profile = load_many(args.inputs, args.input_format)
+    profile = load_many(args.inputs, args.input_format, **trace_load_options(args))
+    profile = apply_group_by(profile, args)
     check_metric(profile, args.metric)
     html = render_html(
         profile,

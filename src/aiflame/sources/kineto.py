@@ -171,9 +171,7 @@ def build_profile(
     rank = _rank_of(trace_meta)
 
     cpu_corr, gpu_corr = _fill_correlation_from_flows(cols)
-    nesting = correlate.nest(
-        cols.cpu_thread, cols.cpu_ts, cols.cpu_dur, _ranks(cols.cpu_cls)
-    )
+    nesting = correlate.nest(cols.cpu_thread, cols.cpu_ts, cols.cpu_dur, _ranks(cols.cpu_cls))
     if nesting.bleeding:
         warnings["slices that end after their enclosing slice"] += nesting.bleeding
     use_call_stacks = not np.any(cols.cpu_cls == Cls.PYTHON) and bool(cols.call_stacks)
@@ -298,7 +296,7 @@ def _unique_rows(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         key = np.zeros(columns[0].shape[0], dtype=np.int64)
         for c, span in zip(columns, spans, strict=True):
             key = key * span + (c + 1)
-        uniq_key, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
         rows = np.stack([c[first] for c in columns], axis=1)
         return rows, inverse.reshape(-1)
     rows, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
@@ -355,9 +353,8 @@ def _add_gpu_samples(
     delim = builder.frame(DELIMITER, FrameKind.DELIMITER)
     pairs, inverse = _unique_rows(base, kernel)
     child = builder.stacks.child
-    leaf = np.asarray(
-        [child(child(b, delim), k) for b, k in pairs.tolist()], dtype=np.int64
-    )[inverse]
+    leaves = [child(child(b, delim), k) for b, k in pairs.tolist()]
+    leaf = np.asarray(leaves, dtype=np.int64)[inverse]
     thread = np.where(unlinked, -1, cols.cpu_thread[np.maximum(launch, 0)] if stack_of.size else -1)
     lab = labels.ids(thread, cols.gpu_device, cols.gpu_stream)
     values = np.zeros((n, len(SAMPLE_TYPES)))
@@ -365,6 +362,12 @@ def _add_gpu_samples(
     values[:, KERNEL_COUNT] = 1
     _add_aggregated(builder, leaf, lab, values)
     return unlinked
+
+
+def _int(v: object) -> int:
+    if isinstance(v, int):
+        return v
+    return int(v) if isinstance(v, str) and v.isdigit() else 0
 
 
 def _ns(v: float) -> str:
@@ -389,7 +392,8 @@ def _describe(
     meta: dict[str, object] = {"default_type": GPU_TIME if n_gpu else CPU_TIME}
     starts = np.concatenate([cols.cpu_ts, cols.gpu_ts])
     ends = np.concatenate([cols.cpu_ts + cols.cpu_dur, cols.gpu_ts + cols.gpu_dur])
-    base_ns = int(cols.base_us) * 1000
+    # Kineto writes microseconds since baseTimeNanoseconds (a wall-clock origin) when set.
+    base_ns = int(cols.base_us) * 1000 + _int(trace_meta.get("baseTimeNanoseconds"))
     meta["time_range_ns"] = (base_ns + int(starts.min()), base_ns + int(ends.max()))
     if rank is not None:
         meta["rank"] = rank
@@ -413,13 +417,14 @@ def _describe(
             f"{len(set(zip(cols.gpu_device.tolist(), cols.gpu_stream.tolist(), strict=True)))} "
             f"stream(s); {_ns(total)} in all"
         )
-        meta["info:gpu busy time"] = _ns(correlate.busy_time(cols.gpu_ts, cols.gpu_dur))
+        busy = correlate.busy_time(cols.gpu_ts, cols.gpu_dur)
+        meta["info:gpu busy time"] = _ns(busy) + " (union of all GPU activity intervals)"
         lost = int(cols.gpu_dur[unlinked].sum())
         meta["info:unlinked gpu time"] = (
             f"{_ns(lost)} ({100 * lost / total if total else 0:.1f}%) in "
             f"{int(unlinked.sum()):,} activities under '{UNLINKED_ROOT}'"
         )
-        meta["unlinked_gpu_ns"] = lost
+        meta["gpu_time_ns"], meta["gpu_busy_ns"], meta["unlinked_gpu_ns"] = total, busy, lost
     if warnings:
         meta["info:warnings"] = "; ".join(f"{n:,} {what}" for what, n in warnings.most_common())
     if cols.ignored:

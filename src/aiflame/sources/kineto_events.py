@@ -230,7 +230,7 @@ class EventCollector:
         base = self.base_us
         for e in events:
             if type(e) is not Event:
-                e = coerce_event(e)  # noqa: PLW2901 - plain dicts from a fallback batch
+                e = coerce_event(e)  # plain dicts, from a batch that fell back
                 if e is None:
                     warn["events that are not JSON objects"] += 1
                     continue

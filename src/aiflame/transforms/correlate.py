@@ -140,7 +140,9 @@ def flow_ids(
     out = np.full(ts.shape[0], -1, dtype=np.int64)
     if flow_ts.size == 0 or ts.size == 0:
         return out
-    index = {(int(a), int(b)): int(c) for a, b, c in zip(flow_thread, flow_ts, flow_id, strict=True)}
+    index = {
+        (int(a), int(b)): int(c) for a, b, c in zip(flow_thread, flow_ts, flow_id, strict=True)
+    }
     for i, (a, b) in enumerate(zip(thread.tolist(), ts.tolist(), strict=True)):
         out[i] = index.get((a, b), -1)
     return out
