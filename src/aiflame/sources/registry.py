@@ -7,6 +7,7 @@ and ``load(source: Input, **options) -> Profile``, and is listed in ``IMPORTERS`
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
@@ -74,8 +75,61 @@ def load(path: str, fmt: str | None = None, **options: Any) -> Profile:
 
 
 def load_many(paths: Sequence[str], fmt: str | None = None, **options: Any) -> Profile:
-    """Load several inputs and merge them into one profile."""
+    """Load several inputs and merge them into one profile.
+
+    A directory stands for the trace files in it (``*.json``, ``*.json.gz``), e.g. one file
+    per rank of a PyTorch profiler run.
+    """
     from aiflame.transforms.merge import merge
 
-    profiles = [load(p, fmt, **options) for p in paths]
-    return profiles[0] if len(profiles) == 1 else merge(profiles)
+    profiles = [load(p, fmt, **options) for p in expand_inputs(paths)]
+    if len(profiles) == 1:
+        return profiles[0]
+    merged = merge(profiles)
+    merged.meta.update(combine_meta(profiles))
+    return merged
+
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+def expand_inputs(paths: Sequence[str]) -> list[str]:
+    """``paths`` with each directory replaced by its trace files, sorted by name."""
+    out: list[str] = []
+    for path in paths:
+        if path == "-" or not os.path.isdir(path):
+            out.append(path)
+            continue
+        found = sorted(
+            os.path.join(path, name)
+            for name in os.listdir(path)
+            if name.lower().endswith(TRACE_SUFFIXES)
+            and not name.startswith(".")
+            and os.path.isfile(os.path.join(path, name))
+        )
+        if not found:
+            raise InputError(path, "directory holds no trace files (*.json, *.json.gz)")
+        out.extend(found)
+    return out
+
+
+def combine_meta(profiles: Sequence[Profile]) -> dict[str, object]:
+    """Meta of merged inputs: ``info:`` lines per input when they differ, ``*_ns`` summed."""
+    out: dict[str, object] = {}
+    keys = {k for p in profiles for k in p.meta}
+    for key in sorted(keys):
+        values = [p.meta.get(key) for p in profiles]
+        if key.startswith("info:"):
+            if len({str(v) for v in values}) > 1:
+                out[key] = " | ".join(
+                    f"{_input_label(p)}: {v}" for p, v in zip(profiles, values, strict=True) if v
+                )
+        elif key.endswith("_ns") and all(type(v) is int for v in values):
+            out[key] = sum(values)  # type: ignore[arg-type]
+    return out
+
+
+def _input_label(profile: Profile) -> str:
+    if "rank" in profile.meta:
+        return f"rank {profile.meta['rank']}"
+    return os.path.basename(str(profile.meta.get("source", "?")))
