@@ -1,0 +1,83 @@
+"""speedscope JSON output: one "sampled" profile of one metric, one sample per stack.
+
+Frames are shared by (name, file, line); weights are the summed values of each stack in
+the metric's unit (nanoseconds, bytes, or "none" for counts and other units).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from aiflame import __version__
+from aiflame.model import Profile
+from aiflame.render.stackpaths import root_first_paths
+
+SCHEMA_URL = "https://www.speedscope.app/file-format-schema.json"
+_UNITS = {
+    "nanoseconds": "nanoseconds",
+    "microseconds": "microseconds",
+    "milliseconds": "milliseconds",
+    "seconds": "seconds",
+    "bytes": "bytes",
+}
+
+
+def render_speedscope(profile: Profile, metric: str | None = None) -> str:
+    col = profile.type_index(metric)
+    sample_type = profile.sample_types[col]
+    stack_values = [(s, v) for s, v in profile.iter_stack_values(col) if v != 0 and s >= 0]
+    stack_ids = np.asarray([s for s, _ in stack_values], dtype=np.int64)
+    frames, shared_of = _shared_frames(profile)
+    paths = root_first_paths(profile.stacks, stack_ids, shared_of[profile.stacks.frames_array()])
+    samples = list(paths)
+    weights = [_number(v) for _, v in stack_values]
+    total = float(sum(v for _, v in stack_values))
+    name = str(profile.meta.get("title") or profile.meta.get("source") or "aiflame profile")
+    doc = {
+        "$schema": SCHEMA_URL,
+        "exporter": f"aiflame@{__version__}",
+        "name": name,
+        "activeProfileIndex": 0,
+        "shared": {"frames": frames},
+        "profiles": [
+            {
+                "type": "sampled",
+                "name": f"{name} ({sample_type.name})",
+                "unit": _UNITS.get(sample_type.unit, "none"),
+                "startValue": 0,
+                "endValue": _number(total),
+                "samples": samples,
+                "weights": weights,
+            }
+        ],
+    }
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False) + "\n"
+
+
+def _shared_frames(profile: Profile) -> tuple[list[dict], np.ndarray]:
+    """speedscope frames for the profile's frames used by stacks, and frame id -> index."""
+    frames, strings = profile.frames, profile.strings.strings
+    used = np.flatnonzero(np.bincount(profile.stacks.frames_array(), minlength=len(frames)))
+    index: dict[tuple[int, int, int], int] = {}
+    out: list[dict] = []
+    shared_of = np.zeros(len(frames), dtype=np.int64)
+    for f in used.tolist():
+        key = (frames.name[f], frames.file[f], frames.line[f])
+        i = index.get(key)
+        if i is None:
+            i = index[key] = len(out)
+            entry: dict[str, object] = {"name": strings[key[0]]}
+            if key[1]:
+                entry["file"] = strings[key[1]]
+            if key[2]:
+                entry["line"] = key[2]
+            out.append(entry)
+        shared_of[f] = i
+    return out, shared_of
+
+
+def _number(v: float) -> float | int:
+    """Whole numbers as JSON integers, so that counts stay counts."""
+    return int(v) if float(v).is_integer() else float(v)
