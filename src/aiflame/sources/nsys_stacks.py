@@ -43,7 +43,12 @@ class CpuFrames:
             name = text
             if key[2] or not text:
                 name = (base if base.startswith("[") else f"[{base}]") if base else "[unknown]"
-            kind = FrameKind.KERNEL if key[3] else self._guess(name)
+            if key[3]:
+                kind = FrameKind.KERNEL
+            elif name == text and text.startswith("[") and text.endswith("]"):
+                kind = FrameKind.LABEL  # nsys' own markers: [Broken backtraces], [Unknown]
+            else:
+                kind = self._guess(name)
             fid = self._builder.frame(name, kind, module=module_path)
             hit = self._cache[key] = (fid, text, base)
         return hit
