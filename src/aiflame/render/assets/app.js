@@ -38,6 +38,7 @@
         onContext: (i, e) => this.openMenu(this.view, i, e),
       });
       this.view.inverted = !!h.inverted;
+      if (this.diff) this.view.background = "#e4e5e8";
       this.view.colorOf = (i) => this.colorOf(this.view.tree, i);
       this.swCallers = this.makeSideView("sw-callers", false);
       this.swCallees = this.makeSideView("sw-callees", true);
@@ -57,6 +58,7 @@
         onContext: (i, e) => this.openMenu(v, i, e),
       });
       v.inverted = inverted;
+      if (this.diff) v.background = "#e4e5e8";
       v.colorOf = (i) => this.colorOf(v.tree, i);
       return v;
     }
@@ -428,7 +430,7 @@
         const name = el("td", { class: "fn" });
         const sw = el("span", { class: "swatch" });
         sw.style.background = A.kindColor(this.frames.kindSlug(r.frame), names[r.nameId]);
-        name.append(sw, el("span", null, names[r.nameId]));
+        name.append(sw, el("span", null, this.frames.label(r.frame)));
         tr.append(
           name,
           el("td", { class: "num" }, A.formatValue(r.self, type.unit)),
@@ -454,7 +456,7 @@
       $("sw-body").hidden = empty;
       if (empty) return;
       const name = this.frames.strings[nm];
-      $("sw-title").textContent = name;
+      $("sw-title").textContent = name.replace(/_\[[kjiw]\]$/, "");
       const mask = A.frameMask(this.frames, (f) => this.frames.nameId[f] === nm);
       const callers = A.callersOf(this.tree, mask, name);
       const callees = A.calleesOf(this.tree, mask, name);
@@ -537,6 +539,14 @@
           $("search").focus();
         }
       });
+      // The graph scrolls inside its box, so the toolbar stays in view over deep stacks.
+      const fit = () => {
+        const box = $("flame-box");
+        const top = box.getBoundingClientRect().top + window.scrollY;
+        box.style.maxHeight = Math.max(240, window.innerHeight - top - 12) + "px";
+      };
+      fit();
+      window.addEventListener("resize", fit);
       const resize = new ResizeObserver(() => {
         if (this.tab === "sandwich") {
           this.swCallers.requestDraw();

@@ -25,6 +25,7 @@
       this.mask = null; // search matches (per frame), drawn in SEARCH_COLOR
       this.hover = -1;
       this.colorOf = () => "#ccc";
+      this.background = "#fbfbf8"; // darker in diff pages, where unchanged frames are white
       this.visible = new Int32Array(4096);
       this.nVisible = 0;
       this.rows = 1;
@@ -121,9 +122,17 @@
         canvas.style.width = this.cssWidth + "px";
         canvas.style.height = cssHeight + "px";
       }
+      // The box scrolls when the graph is taller than the window: keep the root in sight
+      // (the bottom of a flame graph, the top of an icicle) when the shape changes.
+      const shape = this.rows + (this.inverted ? "i" : "f");
+      if (shape !== this.shape) {
+        this.shape = shape;
+        const box = canvas.parentElement;
+        box.scrollTop = this.inverted ? 0 : box.scrollHeight;
+      }
       const ctx = this.ctx;
       ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-      ctx.fillStyle = "#fbfbf8";
+      ctx.fillStyle = this.background;
       ctx.fillRect(0, 0, this.cssWidth, cssHeight);
       ctx.font = FONT;
       ctx.textBaseline = "middle";
