@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pprof_dump
 import pytest
+from speedscope_snapshots import expected_stacks, folded_values
 
 from aiflame.errors import InputError
 from aiflame.model import FrameKind
@@ -106,29 +107,12 @@ def test_go_heap_profile_default_type_and_numeric_labels():
     assert "8192" in sizes and all(s.isdigit() for s in sizes)
 
 
-def _speedscope_expected_stacks(snapshot: str) -> dict[str, float]:
-    """speedscope's expected 'stack value' lines (values like 140.00ms), summed per stack."""
-    block = snapshot[snapshot.index('"stacks": [') + len('"stacks": [') :]
-    block = block[: block.index("],")]
-    scale = {"ms": 1e6, "s": 1e9, "µs": 1e3, "ns": 1.0}
-    out: dict[str, float] = {}
-    for line in re.findall(r'"(.*)"', block):
-        stack, value = line.rsplit(" ", 1)
-        number, unit = re.fullmatch(r"([\d.]+)(ms|s|µs|ns)", value).groups()
-        out[stack] = out.get(stack, 0.0) + float(number) * scale[unit]
-    return out
-
-
 def test_go_cpu_profile_matches_speedscopes_import():
     folder = PPROF / "speedscope_go"
-    expected = _speedscope_expected_stacks((folder / "pprof.test.ts.snap").read_text())
+    expected = expected_stacks((folder / "pprof.test.ts.snap").read_text())
     profile = load(str(folder / "simple.prof"))
     assert profile.sample_types[profile.type_index(None)].name == "cpu"
-    got = {}
-    for line in render_folded(profile).splitlines():
-        stack, value = line.rsplit(" ", 1)
-        got[stack] = float(value)
-    assert got == pytest.approx(expected)
+    assert folded_values(render_folded(profile)) == pytest.approx(expected)
     frames = {f.name: f for f in (profile.frames.get(i) for i in range(len(profile.frames)))}
     assert frames["main.alpha"].file.endswith("sample/programs/go/simple.go")
 

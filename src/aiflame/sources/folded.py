@@ -7,6 +7,7 @@ Counts may be fractional. Lines that do not parse are skipped and counted
 
 from __future__ import annotations
 
+import math
 import re
 
 from aiflame.errors import InputError
@@ -41,7 +42,7 @@ def parse_line(line: str) -> tuple[str, float] | None:
         value = float(count)
     except ValueError:
         return None
-    if value != value or value < 0:  # NaN or negative: not a sample count
+    if not math.isfinite(value) or value < 0:  # NaN, inf or negative: not a sample count
         return None
     return stack.rstrip(), value
 
