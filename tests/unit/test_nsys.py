@@ -279,6 +279,20 @@ def test_truncated_export_is_a_clean_input_error(tmp_path: Path, size: int) -> N
             pytest.fail(f"a {size}-byte prefix of the export loaded without error")
 
 
+def test_damaged_header_is_reported_as_damage_not_unknown_format(tmp_path: Path) -> None:
+    bad = tmp_path / "header.sqlite"
+    bad.write_bytes(b"SQLite format 3\x00" + bytes(200))
+    with pytest.raises(InputError, match="corrupt or truncated SQLite database"):
+        load(str(bad))
+
+
+def test_truncated_gzip_export(tmp_path: Path) -> None:
+    bad = tmp_path / "export.sqlite.gz"
+    bad.write_bytes(gzip.compress(EXPORT.read_bytes(), compresslevel=1)[:300_000])
+    with pytest.raises(InputError, match="truncated gzip"):
+        load(str(bad))
+
+
 def test_corrupt_pages_are_a_clean_input_error(tmp_path: Path) -> None:
     data = bytearray(EXPORT.read_bytes())
     data[4096:] = bytes(len(data) - 4096)  # keep the header page, zero the rest

@@ -178,13 +178,17 @@ def _is_gzip(path: str) -> bool:
 
 
 def file_has_nsys_tables(path: str) -> bool:
-    """For sniffing a plain file whose first bytes do not name the nsys tables."""
+    """For sniffing a plain file whose first bytes do not name the nsys tables. A SQLite
+    file whose schema cannot be read counts as one, so that loading it reports the damage
+    rather than an unknown format."""
     try:
         uri = Path(path).resolve().as_uri() + "?mode=ro"
         conn = sqlite3.connect(uri, uri=True)
-        try:
-            return NsysDB(conn, path).is_nsys_export()
-        finally:
-            conn.close()
     except (sqlite3.Error, OSError, ValueError):
-        return False
+        return True
+    try:
+        return NsysDB(conn, path).is_nsys_export()
+    except sqlite3.Error:
+        return True
+    finally:
+        conn.close()
