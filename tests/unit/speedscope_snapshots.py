@@ -13,10 +13,10 @@ import re
 _SCALE = {"": 1.0, "ns": 1.0, "µs": 1e3, "ms": 1e6, "s": 1e9}
 
 
-def expected_stacks(snapshot: str, name: str | None = None) -> dict[str, float]:
-    """Stack -> summed value of the snapshot ``exports[`NAME 1`]`` (or the first one)."""
+def expected_stacks(snapshot: str, name: str | None = None, n: int = 1) -> dict[str, float]:
+    """Stack -> summed value of the snapshot ``exports[`NAME n`]`` (or the first one)."""
     if name is not None:
-        start = snapshot.index(f"exports[`{name} 1`]")
+        start = snapshot.index(f"exports[`{name} {n}`]")
         snapshot = snapshot[start:]
     block = snapshot[snapshot.index('"stacks": [') + len('"stacks": [') :]
     block = block[: block.index("],")]

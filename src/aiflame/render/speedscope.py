@@ -1,5 +1,8 @@
 """speedscope JSON output: one "sampled" profile of one metric, one sample per stack.
 
+All samples are merged into that one profile (labels, such as the ``profile`` label of a
+multi-profile speedscope input, are not kept).
+
 Frames are shared by (name, file, line); weights are the summed values of each stack in
 the metric's unit (nanoseconds, bytes, or "none" for counts and other units).
 """
@@ -27,7 +30,8 @@ _UNITS = {
 def render_speedscope(profile: Profile, metric: str | None = None) -> str:
     col = profile.type_index(metric)
     sample_type = profile.sample_types[col]
-    stack_values = [(s, v) for s, v in profile.iter_stack_values(col) if v != 0 and s >= 0]
+    # Samples without a stack stay in (as []), so that the total is the profile's.
+    stack_values = [(s, v) for s, v in profile.iter_stack_values(col) if v != 0]
     stack_ids = np.asarray([s for s, _ in stack_values], dtype=np.int64)
     frames, shared_of = _shared_frames(profile)
     paths = root_first_paths(profile.stacks, stack_ids, shared_of[profile.stacks.frames_array()])

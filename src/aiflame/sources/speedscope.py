@@ -58,6 +58,7 @@ class _Reader:
     def __init__(self, path: str) -> None:
         self.path = path
         self.guess = KindGuesser()
+        self.names: list[str] = []  # of the shared frames
 
     def fail(self, why: str) -> InputError:
         return InputError(self.path, f"invalid speedscope file: {why}")
@@ -73,6 +74,7 @@ class _Reader:
             raise self.fail("no profiles")
         builder = ProfileBuilder([])
         frame_ids = [self.frame(builder, f, i) for i, f in enumerate(shared["frames"])]
+        self.names = [f["name"] for f in shared["frames"]]
         names = _distinct_names(profiles)
         # Event times become sample timestamps only when every profile has them.
         timed = all(
@@ -105,6 +107,7 @@ class _Reader:
         active = doc.get("activeProfileIndex", 0)
         if isinstance(active, int) and 0 <= active < len(columns):
             builder.meta["default_type"] = columns[active]
+            builder.meta["active_profile"] = names[active]
         title = doc.get("name") or (names[0] if len(names) == 1 else "")
         if isinstance(title, str) and title:
             builder.meta["title"] = title
@@ -118,9 +121,9 @@ class _Reader:
         name = f["name"]
         file = f.get("file") if isinstance(f.get("file"), str) else ""
         line = f.get("line") if isinstance(f.get("line"), int) else 0
-        kind = self.guess(name)
-        if file.endswith((".py", ".pyx")) and kind in (FrameKind.NATIVE, FrameKind.UNKNOWN):
-            kind = FrameKind.PYTHON
+        # A Python file says more than the name (py-spy's "f.<locals>.g" looks like C++).
+        python_file = file.endswith((".py", ".pyx", ".pyw")) or file.startswith("<frozen ")
+        kind = FrameKind.PYTHON if python_file else self.guess(name)
         return builder.frame(name, kind, file, max(line, 0))
 
     def sampled(
@@ -163,7 +166,7 @@ class _Reader:
             at = self.number(ev.get("at"), name)
             index = ev.get("frame")
             if last is not None and at < last:
-                raise self.fail(f"profile {name!r}: events go back in time ({at} after {last})")
+                raise self.fail(f"profile {name!r}: events go back in time ({at:g} after {last:g})")
             if open_stacks and last is not None and at > last:
                 # The stack open since the previous event ran until this one.
                 row = [0.0] * len(builder.sample_types)
@@ -178,9 +181,11 @@ class _Reader:
                 open_frames.append(index)
             else:
                 if not open_frames or open_frames[-1] != index:
-                    top = open_frames[-1] if open_frames else "nothing"
+                    self.frames_at(frame_ids, (index,), name)
+                    top = f'"{self.names[open_frames[-1]]}"' if open_frames else "nothing"
                     raise self.fail(
-                        f"profile {name!r}: closing frame {index} at {at} while {top} is open"
+                        f'profile {name!r}: closing frame "{self.names[index]}" at {at:g}'
+                        f" while {top} is open"
                     )
                 open_frames.pop()
                 open_stacks.pop()
