@@ -255,6 +255,39 @@ def test_degrades_without_nvtx_backtraces_or_samples(writable_copy: Path) -> Non
     }
 
 
+def test_two_processes_with_the_same_correlation_ids(writable_copy: Path) -> None:
+    # A second rank: every GPU row, API call, NVTX range and the thread name copied into
+    # process pid + 1. CUPTI correlation ids are per process, so they repeat.
+    shift = 1 << 24
+    conn = sqlite3.connect(writable_copy)
+    copies = [(t, "globalPid") for t in GPU_TABLES]
+    copies += [("CUPTI_ACTIVITY_KIND_RUNTIME", "globalTid"), ("NVTX_EVENTS", "globalTid")]
+    for table, column in copies:
+        n = conn.execute(f"SELECT coalesce(max(rowid), 0) FROM {table}").fetchone()[0]
+        conn.execute(f"INSERT INTO {table} SELECT * FROM {table}")
+        conn.execute(f"UPDATE {table} SET {column} = {column} + ? WHERE rowid > ?", (shift, n))
+    conn.execute("INSERT INTO StringIds VALUES (100000, 'MPI Rank 1')")
+    conn.execute(
+        "INSERT INTO ThreadNames SELECT 100000, priority, globalTid + ? FROM ThreadNames "
+        "WHERE nameId = (SELECT id FROM StringIds WHERE value = 'MPI Rank 0')",
+        (shift,),
+    )
+    conn.commit()
+    conn.close()
+    p = load(str(writable_copy))
+    assert p.totals()[p.type_index("gpu-time")] == sql_gpu_time(writable_copy)
+    assert p.meta["info:ranks"] == "0, 1"
+    assert p.meta["info:unlinked gpu time"].startswith("0 ns (0 of 40")
+    seen = Counter()
+    for frames, _, labels in gpu_samples(p):
+        # The launching thread (tid, thread name) belongs to the activity's own process.
+        assert labels["thread"] == f"MPI Rank {labels['rank']}"
+        seen[labels["rank"]] += 1
+        if frames[-1].name.startswith("saxpy("):
+            assert frames[0].name == "saxpy"
+    assert seen == {"0": 20, "1": 20}
+
+
 def test_gzip_and_stdin_inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = EXPORT.read_bytes()
     gz = tmp_path / "export.sqlite.gz"
