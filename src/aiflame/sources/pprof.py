@@ -107,9 +107,9 @@ class _Reader:
                         f"location {loc.id} refers to missing function {line.function_id}"
                     )
                 name, system_name, file, func = fn
-                name = name or system_name or f"0x{loc.address:x}"
                 kind = conv.kind_from_system_name(name, system_name)
-                if kind is None:
+                if kind is None:  # not written by aiflame (which keeps even empty names)
+                    name = name or system_name or f"0x{loc.address:x}"
                     kind = self.guess_kind(name, module)
                 lineno = func.start_line if by_function else line.line
                 address = loc.address if by_address else 0
