@@ -212,7 +212,7 @@ class TraceStream:
                     rescanned_at_eof = self._eof
                     end, failed = len(self._buf), 0
                     continue
-                raise self._explain()
+                return self._tail()
             after = _WS.match(self._buf, cut + 1).end()  # type: ignore[union-attr]
             nxt = self._buf[after : after + 1]
             if nxt not in (b",", b"]") and not (not nxt and self._eof):
@@ -224,6 +224,20 @@ class TraceStream:
                 return events
             failed += 1
             end = cut
+
+    def _tail(self) -> list[Any]:
+        """At end of input: the rest of the array when its last items are not objects."""
+        end = len(self._buf)
+        for _ in range(_MAX_FAILED_CUTS):
+            close = self._buf.rfind(b"]", self._pos, end)
+            if close < 0:
+                break
+            events = self._decode(self._buf[self._pos : close])
+            if events is not None:
+                self._pos = close
+                return events
+            end = close
+        raise self._explain()
 
     def _decode(self, body: bytes) -> list[Any] | None:
         """``body`` decoded as the inside of a JSON array, or None if it is not one."""
