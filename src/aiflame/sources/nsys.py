@@ -128,7 +128,8 @@ class _Importer:
             else:
                 base, gtid = launch
             self.stack_col.append(child(base, act.frame))
-            self.label_col.append(label_id(act.global_pid, gtid, act.device, act.stream))
+            owner = act.global_pid if act.global_pid is not None else gtid
+            self.label_col.append(label_id(owner, gtid, act.device, act.stream))
             self.time_col.append(act.start)
             gpu_time.append(duration)
             count.append(1.0)

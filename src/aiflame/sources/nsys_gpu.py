@@ -75,7 +75,7 @@ def activities(db: NsysDB, builder: ProfileBuilder, kernel_names: str) -> Iterat
     for *row, kind, nbytes in db.select(MEMCPY, [*_COMMON, "copyKind", "bytes"]):
         fid = copies.get(kind)
         if fid is None:
-            label = kinds.get(kind, f"kind {kind}")  # type: ignore[arg-type]
+            label = kinds.get(kind, f"kind {kind}") if kind is not None else "Unknown"
             fid = copies[kind] = builder.frame(f"[memcpy {label}]", FrameKind.GPU_KERNEL)
         yield Activity(MEMCPY, *row, fid, nbytes or 0)
     memset = builder.frame("[memset]", FrameKind.GPU_KERNEL)
@@ -146,26 +146,29 @@ class Launches:
 
     def stack(self, global_pid: int | None, correlation: int | None) -> tuple[int, int] | None:
         """(stack down to the delimiter, launching globalTid), None if the call is absent."""
+        if correlation is None:
+            return None
+        key: tuple[int, int] | None
         if global_pid is None:  # an old export without process ids on GPU rows
             key = self._only_process_with(correlation)
-            if key is None:
-                return None
         else:
-            key = (process_key(global_pid), correlation)  # type: ignore[assignment]
+            key = (process_key(global_pid), correlation)
+        if key is None:
+            return None
         hit = self._stacks.get(key)
         if hit is None:
-            calls = self.calls.get(key)  # type: ignore[arg-type]
+            calls = self.calls.get(key)
             if not calls:
                 return None
-            hit = self._stacks[key] = self._build(calls)  # type: ignore[index]
+            hit = self._stacks[key] = self._build(calls)
         return hit
 
-    def _only_process_with(self, correlation: int | None) -> tuple[int, int] | None:
+    def _only_process_with(self, correlation: int) -> tuple[int, int] | None:
         if self._by_correlation is None:
             self._by_correlation = defaultdict(list)
             for key in self.calls:
                 self._by_correlation[key[1]].append(key)
-        keys = self._by_correlation.get(correlation, [])  # type: ignore[arg-type]
+        keys = self._by_correlation.get(correlation, [])
         return keys[0] if len(keys) == 1 else None
 
     def _build(self, calls: list[Call]) -> tuple[int, int]:

@@ -24,7 +24,13 @@ class Labels:
         }
         self.ranks = _ranks(db, self.thread_names, gpu_tables)
 
-    def id(self, global_id: int | None, gtid: int | None, device=None, stream=None) -> int:  # type: ignore[no-untyped-def]
+    def id(
+        self,
+        global_id: int | None,
+        gtid: int | None,
+        device: int | None = None,
+        stream: int | None = None,
+    ) -> int:
         """Label set of a sample of process ``global_id`` (a globalPid or globalTid)."""
         pkey = process_key(global_id)
         key = (pkey, gtid, device, stream)
