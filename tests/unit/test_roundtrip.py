@@ -178,3 +178,33 @@ def test_pprof_output_is_deterministic():
     assert np.array_equal(
         profile.values, load(str(DATA / "pprof" / "go_runtime" / "cpu.pb.gz")).values
     )
+
+
+def test_numeric_label_units_and_time_span_are_written(tmp_path):
+    message = pb.Profile(string_table=["", "space", "bytes", "f", "size", "B", "request"])
+    message.sample_type.add(type=1, unit=2)
+    message.function.add(id=1, name=3)
+    message.location.add(id=1).line.add(function_id=1)
+    sample = message.sample.add(location_id=[1], value=[64])
+    sample.label.add(key=4, num=4096, num_unit=5)
+    sample.label.add(key=6, str=3)
+    path = tmp_path / "in.pb"
+    path.write_bytes(message.SerializeToString())
+    profile = load(str(path))
+    assert profile.labels_of(0) == {"size": "4096 B", "request": "f"}
+    out = build_message(profile)
+    st = out.string_table
+    labels = {st[lb.key]: (lb.num, st[lb.num_unit], st[lb.str]) for lb in out.sample[0].label}
+    assert labels == {"size": (4096, "B", ""), "request": (0, "", "f")}
+    # Sample timestamps (here from speedscope events) give pprof's time and duration.
+    events = DATA / "speedscope" / "profiles" / "simple-evented-0.0.1.speedscope.json"
+    doc = events.read_text().replace('"unit": "none"', '"unit": "milliseconds"')
+    timed = tmp_path / "timed.speedscope.json"
+    timed.write_text(doc)
+    out = build_message(load(str(timed)))
+    assert (out.time_nanos, out.duration_nanos) == (0, 0)  # starts at 0: no wall-clock time
+    profile = load(str(timed))
+    profile.timestamps = profile.timestamps + 1_700_000_000_000_000_000
+    out = build_message(profile)
+    assert out.time_nanos == 1_700_000_000_000_000_000
+    assert out.duration_nanos == 9_000_000  # last interval starts at 9 ms
