@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import io
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from aiflame.errors import AiflameError
 from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
 from aiflame.render.folded import render_diff_folded, stack_strings
 from aiflame.sources import load
+from aiflame.sources.folded_diff import load_diff
 from aiflame.transforms.diff import diff_profiles, strip_hex_name
 
 DIFF = Path(__file__).resolve().parents[1] / "data" / "diff"
@@ -273,3 +275,70 @@ def test_cli_writes_html(tmp_path, capsys):
     page = out.read_text(encoding="utf-8")
     assert page.lstrip().lower().startswith("<!doctype html")
     assert "dd before/after" in page
+
+
+# -- the folded fast path gives what diff_profiles gives ---------------------------------------
+
+PAIRS = [("own_before.txt", "own_after.txt"), ("before_fractionals.txt", "after.txt")]
+OPTIONS = [{}, {"normalize": True}, {"strip_hex": True}, {"normalize": True, "strip_hex": True}]
+
+
+def kinds_by_path(profile: Profile) -> dict[str, tuple[int, ...]]:
+    out = {}
+    for s in profile.sample_stack.tolist():
+        frames = profile.stack_frames(s)
+        out[";".join(f.name for f in frames)] = tuple(int(f.kind) for f in frames)
+    return out
+
+
+@pytest.mark.parametrize("pair", PAIRS)
+@pytest.mark.parametrize("options", OPTIONS)
+def test_folded_fast_path_equals_diff_profiles(pair, options):
+    base, test = (str(DIFF / name) for name in pair)
+    general = diff_profiles(load(base), load(test), **options)
+    fast = load_diff(base, test, **options)
+    assert render_diff_folded(fast) == render_diff_folded(general)
+    assert per_stack(fast) == pytest.approx(per_stack(general))
+    assert kinds_by_path(fast) == kinds_by_path(general)
+    assert fast.meta["diff"] == general.meta["diff"]
+
+
+def test_cli_paths_agree(tmp_path, capsys, monkeypatch):
+    """Folded + folded takes the fast path; stdin or another format takes diff_profiles."""
+    before, after = DIFF / "own_before.txt", DIFF / "own_after.txt"
+    fast = tmp_path / "fast.folded"
+    assert main(["diff", "-n", "-s", str(before), str(after), "-o", str(fast)]) == 0
+    expected = (DIFF / "difffolded_pl" / "own_strip_hex_normalize.txt").read_text(encoding="utf-8")
+    assert fast.read_text(encoding="utf-8") == expected
+
+    stdin = tmp_path / "stdin.folded"
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(before.read_bytes())))
+    assert main(["diff", "-n", "-s", "-", str(after), "-o", str(stdin)]) == 0
+    assert stdin.read_text(encoding="utf-8") == expected
+
+    pprof = tmp_path / "before.pb.gz"
+    assert main(["convert", str(before), "-o", str(pprof)]) == 0
+    other = tmp_path / "pprof.folded"
+    assert main(["diff", "-n", "-s", str(pprof), str(after), "-o", str(other)]) == 0
+    assert other.read_text(encoding="utf-8") == expected
+
+
+def test_cli_units_differ_is_one_line(tmp_path, capsys):
+    from aiflame.render.pprof import render_pprof
+
+    timed = build(BASE, unit="nanoseconds", name="cpu", source="t")
+    path = tmp_path / "cpu.pb.gz"
+    path.write_bytes(render_pprof(timed))
+    code, err = run_cli(
+        capsys, str(path), str(DIFF / "after.txt"), "-o", str(tmp_path / "x.folded")
+    )
+    assert code == 1
+    assert err.count("\n") == 1 and "the units differ" in err and str(path) in err
+
+
+def test_cli_nothing_to_compare(tmp_path, capsys):
+    zero = tmp_path / "zero.folded"
+    zero.write_text("a;b 0\n", encoding="utf-8")
+    for out in ("x.folded", "x.html"):
+        code, err = run_cli(capsys, str(zero), str(zero), "-o", str(tmp_path / out))
+        assert code == 1 and "no samples with a value in either" in err

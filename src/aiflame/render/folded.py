@@ -106,13 +106,25 @@ def render_diff_folded(profile: Profile, truncate: bool = False) -> str:
         texts = list(merged)
         base = np.array([v[0] for v in merged.values()])
         test = np.array([v[1] for v in merged.values()])
-    if truncate or diff.get("normalized"):
+    normalized = bool(diff.get("normalized"))
+    return format_diff_lines(texts, base, test, truncate or normalized, truncate)
+
+
+def format_diff_lines(
+    stacks: list[str],
+    base: np.ndarray,
+    test: np.ndarray,
+    truncate_base: bool = False,
+    truncate_test: bool = False,
+) -> str:
+    """``stack base test`` lines sorted by stack; numbers printed as Perl prints them."""
+    if truncate_base:
         base = np.trunc(base)
-    if truncate:
+    if truncate_test:
         test = np.trunc(test)
     bs, ts = _perl_numbers(base), _perl_numbers(test)
-    order = sorted(range(len(texts)), key=texts.__getitem__)
-    return "".join([f"{texts[i]} {bs[i]} {ts[i]}\n" for i in order])
+    order = sorted(range(len(stacks)), key=stacks.__getitem__)
+    return "".join([f"{stacks[i]} {bs[i]} {ts[i]}\n" for i in order])
 
 
 def _perl_numbers(values: np.ndarray) -> list[str]:

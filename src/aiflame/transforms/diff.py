@@ -12,6 +12,7 @@ Labels and timestamps are not carried over: a diff compares where the value went
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -50,10 +51,8 @@ def diff_profiles(
             f"with {_name(test, 'test')} ({test.sample_types[tcol].name}, {tunit}): "
             "the units differ; choose a metric both have with -m"
         )
-    base_total = float(base.values[:, bcol].sum()) if len(base) else 0.0
-    test_total = float(test.values[:, tcol].sum()) if len(test) else 0.0
-    if normalize and base_total == 0 and test_total != 0:
-        raise AiflameError(f"cannot normalize: {_name(base, 'base')} has a total of 0")
+    base_total = total(base.values[:, bcol])
+    test_total = total(test.values[:, tcol])
 
     union = _Union(strip_hex)
     union.add(base)
@@ -63,36 +62,86 @@ def diff_profiles(
     n = len(stacks)
     bvals = _per_node(base, bcol, node_maps[0], n)
     tvals = _per_node(test, tcol, node_maps[1], n)
-    keep = np.nonzero((bvals != 0) | (tvals != 0))[0]  # index 0 is the empty stack
-    if normalize and base_total != test_total:
-        # Same order of operations as difffolded.pl: count * total2 / total1.
-        bvals = bvals * test_total / base_total
-    values = np.stack([bvals[keep], tvals[keep]], axis=1)
+    keep, bvals, tvals = diff_columns(
+        bvals, tvals, normalize, base_total, test_total, _name(base, "base")
+    )
+    return make_diff_profile(
+        (strings, frames, stacks),
+        keep - 1,  # node slot 0 holds the empty stack
+        bvals,
+        tvals,
+        normalize=normalize,
+        totals=(base_total, test_total),
+        metric=test.sample_types[tcol].name,
+        unit=tunit,
+        sources=(base.meta.get("source"), test.meta.get("source")),
+    )
 
+
+def total(values: np.ndarray) -> float:
+    """An exact sum (``math.fsum``), so the same values give the same total on every path."""
+    return math.fsum(values.tolist()) if len(values) else 0.0
+
+
+def diff_columns(
+    base: np.ndarray,
+    test: np.ndarray,
+    normalize: bool,
+    base_total: float,
+    test_total: float,
+    base_name: str = "the base profile",
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(kept rows, base values, test values): the rows non-zero in either input.
+
+    With ``normalize``, base values are scaled by ``test_total / base_total``.
+    """
+    if normalize and base_total == 0 and test_total != 0:
+        raise AiflameError(f"cannot normalize: {base_name} has a total of 0")
+    keep = np.nonzero((base != 0) | (test != 0))[0]
+    base, test = base[keep], test[keep]
+    if normalize and base_total != test_total:
+        base = base * test_total / base_total  # difffolded.pl's order: count * total2 / total1
+    return keep, base, test
+
+
+def make_diff_profile(
+    tables: tuple[StringTable, FrameTable, StackTable],
+    sample_stack: np.ndarray,
+    base: np.ndarray,
+    test: np.ndarray,
+    *,
+    normalize: bool,
+    totals: tuple[float, float],
+    metric: str,
+    unit: str,
+    sources: tuple[object, object],
+) -> Profile:
+    """The differential profile: one sample per stack, columns ``base`` and ``test``."""
+    strings, frames, stacks = tables
     return Profile(
         strings=strings,
         frames=frames,
         stacks=stacks,
-        sample_types=[SampleType("base", bunit), SampleType("test", tunit)],
-        sample_stack=(keep - 1).astype(np.int64),
-        values=values,
-        sample_labels=np.zeros(len(keep), dtype=np.int64),
+        sample_types=[SampleType("base", unit), SampleType("test", unit)],
+        sample_stack=np.asarray(sample_stack, dtype=np.int64),
+        values=np.stack([base, test], axis=1).astype(np.float64).reshape(-1, 2),
+        sample_labels=np.zeros(len(sample_stack), dtype=np.int64),
         label_sets=[()],
         meta={
             "title": "Differential flame graph",
             "format": "diff",
-            "sources": [base.meta.get("source"), test.meta.get("source")],
+            "sources": list(sources),
             "default_type": 1,  # widths show the test profile, as in difffolded.pl
             "diff": {
                 "base": 0,
                 "test": 1,
                 "normalized": bool(normalize),
-                "base_total": base_total,
-                "test_total": test_total,
-                "metric": test.sample_types[tcol].name,
-                "unit": tunit,
-                "base_source": base.meta.get("source"),
-                "test_source": test.meta.get("source"),
+                "base_total": totals[0],
+                "test_total": totals[1],
+                "metric": metric,
+                "unit": unit,
+                "base_source": sources[0],
+                "test_source": sources[1],
             },
         },
     )
