@@ -9,7 +9,7 @@ import json
 import pytest
 
 from aiflame.errors import InputError
-from aiflame.sources.kineto_events import Event, coerce_event
+from aiflame.sources.kineto_events import Args, Event, coerce_event
 from aiflame.sources.kineto_json import TraceStream
 
 TRICKY = {
@@ -27,7 +27,7 @@ TRICKY = {
 
 
 def read(data: bytes, chunk: int, event_type=None) -> tuple[list, dict]:  # type: ignore[no-untyped-def]
-    kwargs = {} if event_type is None else {"event_type": event_type, "coerce": coerce_event}
+    kwargs = {} if event_type is None else {"event_type": event_type}
     stream = TraceStream(io.BytesIO(data), "t.json", chunk=chunk, **kwargs)
     events = [e for batch in stream.batches() for e in batch]
     return events, stream.meta
@@ -53,8 +53,14 @@ def test_typed_events_skip_unknown_fields_and_fall_back_on_odd_types() -> None:
     odd = {"ph": "X", "cat": "cpu_op", "name": "o", "ts": 1, "dur": 2, "args": [1, 2]}
     data = json.dumps({"traceEvents": [good, odd, 5]}).encode()
     events, _ = read(data, 1 << 20, Event)
-    assert [type(e) for e in events] == [Event, Event]  # the number 5 is dropped
-    assert events[0].args.stream == 7 and events[1].args is None
+    assert events == [good, odd, 5]  # that batch falls back to plain values
+    assert [coerce_event(e) for e in events] == [
+        Event("X", "kernel", "k", None, None, 1, 2, None, Args(None, 7, None, None)),
+        Event("X", "cpu_op", "o", None, None, 1, 2, None, None),
+        None,
+    ]
+    typed, _ = read(json.dumps({"traceEvents": [good]}).encode(), 1 << 20, Event)
+    assert typed == [coerce_event(good)]
 
 
 def test_invalid_utf8_is_replaced_not_fatal() -> None:

@@ -28,7 +28,7 @@ from aiflame.errors import AiflameError, InputError
 from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
 from aiflame.model.stacks import EMPTY_STACK
 from aiflame.sources.inputs import Input
-from aiflame.sources.kineto_events import Cls, Columns, Event, EventCollector, coerce_event
+from aiflame.sources.kineto_events import Cls, Columns, Event, EventCollector
 from aiflame.sources.kineto_json import TraceStream
 from aiflame.sources.kineto_names import python_frame, short_kernel_name
 from aiflame.transforms import correlate
@@ -73,9 +73,9 @@ def sniff(head: bytes, path: str) -> bool:
     start = head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
     if start not in (b"{", b"["):
         return False
-    if b'"traceEvents"' not in head and start != b"[":
-        return False
-    return any(m in head for m in _MARKERS)
+    if start == b"{" and b'"traceEvents"' in head:
+        return True  # a Chrome trace; without Kineto's events it loads as "no events"
+    return start == b"[" and any(m in head for m in _MARKERS)
 
 
 def load(
@@ -93,7 +93,7 @@ def read_columns(source: Input) -> tuple[Columns, dict[str, Any]]:
     """Stream the trace into columns; the top-level keys other than traceEvents beside."""
     collector = EventCollector()
     with source.open_binary() as f:
-        stream = TraceStream(f, source.path, Event, coerce_event)
+        stream = TraceStream(f, source.path, Event)
         for batch in stream.batches():
             collector.add(batch)
     cols = collector.freeze()

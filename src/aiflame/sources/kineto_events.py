@@ -241,7 +241,7 @@ class EventCollector:
                 if cls is None:
                     cls = classes[cat] = classify(cat)
                 if not cls:
-                    self.ignored[str(cat)] += 1
+                    self.ignored["(no category)" if cat is None else str(cat)] += 1
                     continue
                 ts, dur = e.ts, e.dur
                 if type(ts) is not float and type(ts) is not int:

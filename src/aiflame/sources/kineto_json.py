@@ -12,14 +12,14 @@ Memory stays at one buffer (a few MB) plus the batch being handed over.
 Events are decoded with msgspec into a caller-given type (a ``msgspec.Struct`` naming only
 the fields the caller reads): unknown fields are skipped without building Python objects,
 which makes decoding about three times faster than orjson building whole dicts. An event
-whose fields have unexpected types makes its batch fall back to plain dicts, which the
-caller's ``coerce`` turns into that type (or drops), so odd events never abort the load.
+whose fields have unexpected types makes its batch fall back to plain dicts and values,
+which the caller handles one by one, so odd events never abort the load.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 import msgspec
@@ -47,12 +47,10 @@ class TraceStream:
         stream: BinaryIO,
         path: str,
         event_type: Any = Any,
-        coerce: Callable[[Any], Any] | None = None,
         chunk: int = CHUNK,
     ) -> None:
         self._f = stream
         self._events_decoder = msgspec.json.Decoder(list[event_type])  # type: ignore[valid-type]
-        self._coerce = coerce
         self.path = path
         self._chunk = chunk
         self._buf = b""
@@ -258,12 +256,9 @@ class TraceStream:
             except msgspec.DecodeError:
                 return None
         try:
-            items = msgspec.json.decode(text)
+            return msgspec.json.decode(text)  # plain objects: the caller copes with them
         except msgspec.DecodeError:
             return None
-        if self._coerce is None:
-            return items
-        return [c for c in map(self._coerce, items) if c is not None]
 
     def _explain(self) -> InputError:
         """The error for events that cannot be parsed, with the decoder's reason and position."""
