@@ -45,28 +45,31 @@ def measure(cmd: str, repeat: int) -> tuple[float, float]:
 
 
 def stages() -> list[tuple[str, float]]:
-    """aiflame's time per stage, in this process."""
-    from aiflame.render.folded import render_diff_folded
+    """aiflame's time per stage, in this process: the folded path the command takes for
+    these inputs, then the general path (any input format) for comparison."""
+    from aiflame.render.folded import format_diff_lines, render_diff_folded
     from aiflame.render.html import render_html
     from aiflame.sources import load
+    from aiflame.sources.folded_diff import load_diff, read_pair
     from aiflame.transforms.diff import diff_profiles
 
     out = []
-    t = time.perf_counter()
-    base = load(str(BASE))
-    out.append(("load base", time.perf_counter() - t))
-    t = time.perf_counter()
-    test = load(str(TEST))
-    out.append(("load test", time.perf_counter() - t))
-    t = time.perf_counter()
-    diff = diff_profiles(base, test)
-    out.append(("diff_profiles", time.perf_counter() - t))
-    t = time.perf_counter()
-    render_diff_folded(diff)
-    out.append(("render_diff_folded", time.perf_counter() - t))
-    t = time.perf_counter()
-    render_html(diff)
-    out.append(("render_html", time.perf_counter() - t))
+
+    def timed(name, fn, *args):  # type: ignore[no-untyped-def]
+        t = time.perf_counter()
+        result = fn(*args)
+        out.append((name, time.perf_counter() - t))
+        return result
+
+    pair = timed("folded: read both files, union", read_pair, str(BASE), str(TEST))
+    timed("folded: format lines", lambda: format_diff_lines(*pair.columns(False)))
+    diff = timed("folded: load_diff (one tree)", load_diff, str(BASE), str(TEST))
+    timed("render_html", render_html, diff)
+    del diff
+    base = timed("general: load base", load, str(BASE))
+    test = timed("general: load test", load, str(TEST))
+    diff = timed("general: diff_profiles", diff_profiles, base, test)
+    timed("general: render_diff_folded", render_diff_folded, diff)
     return out
 
 
@@ -120,7 +123,7 @@ def main() -> None:
     print("output sizes: " + ", ".join(f"{k} {v:.1f} MB" for k, v in sizes.items()))
     print("\naiflame stages (one in-process run):")
     for name, secs in stages():
-        print(f"  {name:<20} {secs:6.2f} s")
+        print(f"  {name:<34} {secs:6.2f} s")
 
 
 if __name__ == "__main__":
