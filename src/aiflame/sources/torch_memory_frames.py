@@ -17,7 +17,7 @@ with the C/C++ frames of the interpreter and of PyTorch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from aiflame.model import FrameKind, ProfileBuilder
@@ -86,7 +86,8 @@ class FrameNamer:
         self._mangled: dict[int, str] = {}  # frame id -> mangled name, for finish()
         self._by_dict: dict[int, int] = {}  # id(frame dict) -> frame id, -1 if omitted
         self._by_key: dict[tuple[str, str, int], int] = {}
-        self._stacks: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+        # root frames -> (ids of the frame dicts -> stack id)
+        self._stacks: dict[tuple[int, ...], dict[tuple[int, ...], int]] = {}
 
     def finish(self) -> None:
         """Demangle the mangled names seen, in one batch (one ``c++filt`` run)."""
@@ -133,15 +134,50 @@ class FrameNamer:
         A stack whose frames are all omitted becomes ``[no frames kept]`` rather than the
         empty stack, which would make its bytes vanish from the graph.
         """
-        key = (root, tuple(map(id, frames)))
-        sid = self._stacks.get(key)
+        cache = self._stacks.setdefault(root, {})
+        key = tuple(map(id, frames))
+        sid = cache.get(key)
         if sid is None:
-            fid = self.frame_id
-            ids = [i for i in (fid(f) for f in reversed(frames)) if i >= 0]
-            if not ids and not root:
-                ids = [self.label_frame(NO_FRAMES_KEPT)]
-            sid = self._stacks[key] = self.builder.stack([*root, *ids])
+            sid = cache[key] = self._new_stack(frames, root)
         return sid
+
+    def stacks(self, frame_lists: Iterable[Sequence[dict[str, Any]]]) -> list[int]:
+        """:meth:`stack` of many frame lists: the hot loop of big traces.
+
+        Every allocation has its own frame list, so lists are looked up by a cheap key (length
+        and three frame identities) and confirmed with ``==``, which compares the lists in C
+        and stops at identical elements: about 10x cheaper than a key of every frame's id.
+        An empty list gives -1 (the empty stack): the caller says why it has no frames.
+        """
+        buckets: dict[tuple[int, ...], list[tuple[Sequence[dict[str, Any]], int]]] = {}
+        out = []
+        for frames in frame_lists:
+            n = len(frames)
+            if not n:
+                out.append(-1)
+                continue
+            key = (n, id(frames[0]), id(frames[n >> 1]), id(frames[-1]))
+            found = buckets.get(key)
+            sid = -1
+            if found is None:
+                found = buckets[key] = []
+            else:
+                for known, known_sid in found:
+                    if known == frames:
+                        sid = known_sid
+                        break
+            if sid < 0:
+                sid = self.stack(frames)
+                found.append((frames, sid))
+            out.append(sid)
+        return out
+
+    def _new_stack(self, frames: Sequence[dict[str, Any]], root: tuple[int, ...]) -> int:
+        fid = self.frame_id
+        ids = [i for i in (fid(f) for f in reversed(frames)) if i >= 0]
+        if not ids and not root:
+            ids = [self.label_frame(NO_FRAMES_KEPT)]
+        return self.builder.stack([*root, *ids])
 
     def label_frame(self, name: str) -> int:
         """A synthetic frame such as ``[allocated before recording started]``."""

@@ -18,9 +18,10 @@ is replayed backwards from the segments the snapshot holds at its end.
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -36,24 +37,29 @@ SEGMENT_GROW = ("segment_alloc", "segment_map")
 SEGMENT_SHRINK = ("segment_free", "segment_unmap")
 
 
+def _ints(dtype: type = np.int64) -> np.ndarray:
+    return np.zeros(0, dtype=dtype)
+
+
 @dataclass
 class Replay:
-    """Allocations as columns, and memory over the trace's events (one point per event).
+    """Allocations as columns, and memory over the trace's events (one point per event that
+    changes memory).
 
     ``alloc_point``/``free_point`` index the timeline; -1 means before the trace began
     (alloc) or still live at the snapshot (free).
     """
 
     frames: list[Sequence[dict[str, Any]]] = field(default_factory=list)
-    origin: array = field(default_factory=lambda: array("b"))
-    size: array = field(default_factory=lambda: array("q"))
-    stream: array = field(default_factory=lambda: array("q"))
-    addr: array = field(default_factory=lambda: array("q"))
-    alloc_point: array = field(default_factory=lambda: array("q"))
-    free_point: array = field(default_factory=lambda: array("q"))
-    time_us: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    live: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # absolute bytes
-    reserved: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    origin: np.ndarray = field(default_factory=lambda: _ints(np.int8))
+    size: np.ndarray = field(default_factory=_ints)
+    stream: np.ndarray = field(default_factory=_ints)
+    addr: np.ndarray = field(default_factory=_ints)
+    alloc_point: np.ndarray = field(default_factory=_ints)
+    free_point: np.ndarray = field(default_factory=_ints)
+    time_us: np.ndarray = field(default_factory=_ints)
+    live: np.ndarray = field(default_factory=_ints)  # absolute bytes
+    reserved: np.ndarray = field(default_factory=_ints)
     peak_point: int = -1  # -1: no event, the peak is the state at the snapshot
     peak_bytes: int = 0
     live_at_end: dict[int, int] = field(default_factory=dict)  # addr -> allocation index
@@ -66,95 +72,81 @@ class Replay:
 
     def live_at_peak(self) -> np.ndarray:
         """Boolean mask of the allocations live at the peak."""
-        a = np.frombuffer(self.alloc_point, dtype=np.int64)
-        f = np.frombuffer(self.free_point, dtype=np.int64)
-        p = self.peak_point
+        a, f, p = self.alloc_point, self.free_point, self.peak_point
         if p < 0:
             return f < 0
         return (a <= p) & ((f < 0) | (f > p))
 
-    def _add(self, frames, origin: int, size: int, stream: int, addr: int, a: int, f: int) -> int:  # type: ignore[no-untyped-def]
-        self.frames.append(frames)
-        self.origin.append(origin)
-        self.size.append(size)
-        self.stream.append(stream)
-        self.addr.append(addr)
-        self.alloc_point.append(a)
-        self.free_point.append(f)
-        return len(self.size) - 1
+
+_KIND = {ALLOC: 1, **dict.fromkeys(FREES, 2), **dict.fromkeys(SEGMENT_GROW, 3)}
+_KIND.update(dict.fromkeys(SEGMENT_SHRINK, 4))
+_KIND["oom"] = 5
 
 
 def replay(
     trace: Sequence[dict[str, Any]],
     segments: Sequence[dict[str, Any]],
 ) -> Replay:
-    """Replay one device's ``trace`` against the ``segments`` of that device at the snapshot."""
+    """Replay one device's ``trace`` against the ``segments`` of that device at the snapshot.
+
+    Columns are pulled out of the event dicts once, and only the pairing of frees with
+    allocations by address is a Python loop; the rest is numpy.
+    """
     r = Replay()
+    all_kinds = np.array(
+        list(map(_KIND.get, map(itemgetter("action"), trace), repeat(0))), dtype=np.int8
+    )
+    r.ooms = [_oom(trace[i]) for i in np.nonzero(all_kinds == 5)[0].tolist()]
+    where = np.nonzero((all_kinds >= 1) & (all_kinds <= 4))[0]
+    ev = list(map(trace.__getitem__, where.tolist()))
+    kind = all_kinds[where]
+    addr = [int(a) for a in map(itemgetter("addr"), ev)]
+    size = np.array(list(map(itemgetter("size"), ev)), dtype=np.int64)
+    stamps = [e.get("time_us") for e in ev]
+    r.has_time = None not in stamps
+    r.time_us = np.array(stamps, dtype=np.int64) if r.has_time else where.astype(np.int64)
+    # Pair each free with the latest alloc at its address (MemoryViz's addr_to_alloc).
+    n = len(ev)
+    alloc_of_free = np.full(n, -1, dtype=np.int64)
     live: dict[int, int] = {}
-    times, delta, res_delta = array("q"), array("q"), array("q")
-    cur = res = 0
-    size_of = r.size
-    empty: list[dict[str, Any]] = []
-    for i, e in enumerate(trace):
-        action = e["action"]
-        if action == ALLOC:
-            addr, size = int(e["addr"]), int(e["size"])
-            point = len(times)
-            live[addr] = r._add(
-                e.get("frames") or empty, FROM_TRACE, size, int(e.get("stream", 0)), addr, point, -1
-            )
-            cur += size
-        elif action in FREES:
-            addr = int(e["addr"])
-            k = live.pop(addr, None)
-            point = len(times)
-            if k is None:
-                size = int(e["size"])
-                r._add(
-                    e.get("frames") or empty,
-                    FREED_BEFORE_ALLOC_SEEN,
-                    size,
-                    int(e.get("stream", 0)),
-                    addr,
-                    -1,
-                    point,
-                )
-            else:
-                size = size_of[k]
-                r.free_point[k] = point
-            cur -= size
-        elif action in SEGMENT_GROW:
-            res += int(e["size"])
-            r.segment_frames[int(e["addr"])] = e.get("frames") or empty
-        elif action in SEGMENT_SHRINK:
-            res -= int(e["size"])
-        elif action == "oom":
-            r.ooms.append(
-                {
-                    "time_us": int(e.get("time_us", 0) or 0),
-                    "size": int(e.get("size", 0)),
-                    "device_free": int(e.get("device_free", 0) or 0),
-                }
-            )
-            continue
-        else:  # free_requested, snapshot, ...: nothing changes
-            continue
-        t = e.get("time_us")
-        if t is None:
-            r.has_time = False
-            t = i
-        times.append(int(t))
-        delta.append(cur)
-        res_delta.append(res)
-    r.live_at_end = live
+    for p, (k, a) in enumerate(zip(kind.tolist(), addr, strict=True)):
+        if k == 1:
+            live[a] = p
+        elif k == 2:
+            alloc_of_free[p] = live.pop(a, -1)
+    frees = np.nonzero(kind == 2)[0]
+    matched = frees[alloc_of_free[frees] >= 0]
+    unmatched = frees[alloc_of_free[frees] < 0]
+    delta = np.where(kind == 1, size, 0)
+    delta[matched] = -size[alloc_of_free[matched]]
+    delta[unmatched] = -size[unmatched]
+    res_delta = np.where(kind == 3, size, 0) - np.where(kind == 4, size, 0)
+    for p in np.nonzero(kind == 3)[0].tolist():
+        r.segment_frames[addr[p]] = ev[p].get("frames") or []
+    # Allocations: the trace's allocs, then frees of allocations made before the trace.
+    allocs = np.nonzero(kind == 1)[0]
+    free_of_alloc = np.full(n, -1, dtype=np.int64)
+    free_of_alloc[alloc_of_free[matched]] = matched
+    points = np.concatenate([allocs, unmatched])
+    chosen = list(map(ev.__getitem__, points.tolist()))
+    r.frames = [e.get("frames") or () for e in chosen]
+    r.origin = np.repeat(
+        np.array([FROM_TRACE, FREED_BEFORE_ALLOC_SEEN], dtype=np.int8),
+        [len(allocs), len(unmatched)],
+    )
+    r.size = size[points]
+    r.stream = np.array([e.get("stream", 0) for e in chosen], dtype=np.int64)
+    r.addr = np.array(addr, dtype=np.int64)[points]
+    r.alloc_point = np.concatenate([allocs, np.full(len(unmatched), -1, dtype=np.int64)])
+    r.free_point = np.concatenate([free_of_alloc[allocs], unmatched])
+    index_of_alloc = {int(p): i for i, p in enumerate(allocs.tolist())}
+    r.live_at_end = {a: index_of_alloc[p] for a, p in live.items()}
     _add_blocks_live_before_trace(r, segments, live)
-    origin = np.frombuffer(r.origin, dtype=np.int8)
-    before = int(np.frombuffer(r.size, dtype=np.int64)[origin != FROM_TRACE].sum())
+    before = int(r.size[r.origin != FROM_TRACE].sum())
     reserved_end = sum(int(s.get("total_size", 0)) for s in segments)
-    r.time_us = np.frombuffer(times, dtype=np.int64).copy()
-    r.live = np.frombuffer(delta, dtype=np.int64) + before
-    r.reserved = np.frombuffer(res_delta, dtype=np.int64) + (reserved_end - res)
-    if len(r.live):
+    r.live = np.cumsum(delta) + before
+    r.reserved = np.cumsum(res_delta) + (reserved_end - int(res_delta.sum()))
+    if n:
         r.peak_point = int(np.argmax(r.live))  # argmax returns the first maximum
         r.peak_bytes = int(r.live[r.peak_point])
     else:
@@ -162,16 +154,34 @@ def replay(
     return r
 
 
+def _oom(e: dict[str, Any]) -> dict[str, int]:
+    return {
+        "time_us": int(e.get("time_us", 0) or 0),
+        "size": int(e.get("size", 0)),
+        "device_free": int(e.get("device_free", 0) or 0),
+    }
+
+
 def _add_blocks_live_before_trace(
     r: Replay, segments: Sequence[dict[str, Any]], live: dict[int, int]
 ) -> None:
+    rows = []
     for seg in segments:
         for addr, b in iter_blocks(seg):
             if b.get("state") == "active_allocated" and addr not in live:
                 frames, requested = block_frames_and_size(b)
-                r._add(
-                    frames, LIVE_BEFORE_TRACE, requested, int(seg.get("stream", 0)), addr, -1, -1
-                )
+                rows.append((frames, requested, int(seg.get("stream", 0)), addr))
+    if not rows:
+        return
+    r.frames.extend(f for f, *_ in rows)
+    more = np.array([x[1:] for x in rows], dtype=np.int64).reshape(-1, 3)
+    r.origin = np.concatenate([r.origin, np.full(len(rows), LIVE_BEFORE_TRACE, dtype=np.int8)])
+    r.size = np.concatenate([r.size, more[:, 0]])
+    r.stream = np.concatenate([r.stream, more[:, 1]])
+    r.addr = np.concatenate([r.addr, more[:, 2]])
+    minus = np.full(len(rows), -1, dtype=np.int64)
+    r.alloc_point = np.concatenate([r.alloc_point, minus])
+    r.free_point = np.concatenate([r.free_point, minus])
 
 
 def iter_blocks(seg: dict[str, Any]):  # type: ignore[no-untyped-def]
