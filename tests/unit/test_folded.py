@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -86,6 +88,22 @@ def test_stdin_gzipped_is_sniffed_then_parsed(monkeypatch):
     profile = load("-")
     assert profile.meta["source"] == "-"
     assert profile.totals()[0] == 10
+
+
+def test_a_pipe_is_read_once_then_sniffed_and_parsed(tmp_path):
+    # Like `aiflame convert <(zcat x.gz)`: the path cannot be opened twice.
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    data = gzip.compress((COLLAPSED / "simple-utf16-be.txt").read_bytes())
+    result: list[str] = []
+    writer = threading.Thread(target=fifo.write_bytes, args=(data,), daemon=True)
+    reader = threading.Thread(
+        target=lambda: result.append(render_folded(load(str(fifo)))), daemon=True
+    )
+    writer.start()
+    reader.start()
+    reader.join(timeout=30)  # reopening a drained pipe would block forever
+    assert result == ["a;b 5\na;b;c 5\na;b;d 4\n"]
 
 
 def test_several_inputs_are_merged():

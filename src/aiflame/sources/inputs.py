@@ -5,6 +5,8 @@ from __future__ import annotations
 import codecs
 import gzip
 import io
+import os
+import stat
 import sys
 import zlib
 from collections.abc import Iterator
@@ -20,7 +22,8 @@ SNIFF_BYTES = 64 * 1024
 
 @dataclass
 class Input:
-    """A named input. Stdin is read once and kept, so it can be sniffed and then parsed."""
+    """A named input. Stdin (and any pipe) is read once and kept, so it can be sniffed and
+    then parsed."""
 
     path: str
     _stdin_data: bytes | None = None
@@ -30,12 +33,19 @@ class Input:
         return self.path == "-"
 
     def _raw(self) -> BinaryIO:
+        if self._stdin_data is not None:
+            return io.BytesIO(self._stdin_data)
         if self.is_stdin:
-            if self._stdin_data is None:
-                self._stdin_data = sys.stdin.buffer.read()
+            self._stdin_data = sys.stdin.buffer.read()
             return io.BytesIO(self._stdin_data)
         try:
-            return open(self.path, "rb")
+            f = open(self.path, "rb")  # noqa: SIM115 - returned to the caller
+            if stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return f
+            # A pipe such as <(zcat x.gz) can be read only once: keep it, like stdin.
+            with f:
+                self._stdin_data = f.read()
+            return io.BytesIO(self._stdin_data)
         except FileNotFoundError:
             raise InputError(self.path, "no such file") from None
         except IsADirectoryError:
