@@ -62,3 +62,19 @@ def test_self_times_clip_children_to_the_parent() -> None:
 def test_busy_time_is_the_union() -> None:
     assert busy_time(a(0, 5, 20, 21), a(10, 10, 2, 1)) == 15 + 2
     assert busy_time(a(), a()) == 0
+
+
+def test_nest_across_chunk_boundaries(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(7)
+    ts = np.sort(rng.integers(0, 10_000, 400))
+    dur = rng.integers(0, 300, 400)
+    thread = rng.integers(0, 3, 400)
+    whole = nest(thread, ts, dur)
+    monkeypatch.setattr("aiflame.transforms.correlate.CHUNK", 7)
+    pieces = nest(thread, ts, dur)
+    assert np.array_equal(whole.parent, pieces.parent) and whole.bleeding == pieces.bleeding
+    # Every parent encloses the start of its child on the same thread.
+    has = whole.parent >= 0
+    p = whole.parent[has]
+    assert np.all(thread[p] == thread[has])
+    assert np.all((ts[p] <= ts[has]) & (ts[has] < ts[p] + dur[p]))

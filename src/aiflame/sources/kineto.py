@@ -19,6 +19,7 @@ trace; 'short': template arguments and parameters folded).
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
 from typing import Any
 
@@ -221,31 +222,36 @@ def _cpu_stacks(
     nesting: correlate.Nesting,
     use_call_stacks: bool,
 ) -> np.ndarray:
-    """Stack id of every CPU slice: its enclosing slices' frames, then its own."""
+    """Stack id of every CPU slice: its enclosing slices' frames, then its own.
+
+    Slices are visited parents first, a chunk at a time (Python lists of a chunk only);
+    results live in compact arrays, so millions of slices stay cheap.
+    """
     n = int(cols.cpu_ts.shape[0])
-    stack_of = [EMPTY_STACK] * n
-    context = [-1] * n  # the Call stack in force at each slice (its own or an ancestor's)
-    parent = nesting.parent.tolist()
-    frame_l = frames.column(cols.cpu_cls, cols.cpu_name).tolist()
-    cs_l = cols.cpu_stack.tolist() if use_call_stacks else None
+    stack_of = array("q", bytes(8 * n))
+    context = array("q", b"\xff" * (8 * n)) if use_call_stacks else None  # Call stack in force
+    frame_of = frames.column(cols.cpu_cls, cols.cpu_name)
     child = builder.stacks.child
     intern = builder.stacks.intern
     inserted: dict[tuple[int, int], list[int]] = {}
-    for i in nesting.order.tolist():
-        p = parent[i]
-        base = stack_of[p] if p >= 0 else EMPTY_STACK
-        if cs_l is not None:
-            outer = context[p] if p >= 0 else -1
-            cs = cs_l[i]
-            if cs >= 0 and cs != outer:
-                key = (outer, cs)
-                extra = inserted.get(key)
-                if extra is None:
-                    extra = inserted[key] = _new_frames(frames, outer, cs)
-                base = intern(extra, base)
-            context[i] = cs if cs >= 0 else outer
-        stack_of[i] = child(base, frame_l[i])
-    return np.asarray(stack_of, dtype=np.int64)
+    for lo in range(0, n, correlate.CHUNK):
+        idx = nesting.order[lo : lo + correlate.CHUNK]
+        parents, own = nesting.parent[idx].tolist(), frame_of[idx].tolist()
+        css = cols.cpu_stack[idx].tolist() if context is not None else None
+        for k, i in enumerate(idx.tolist()):
+            p = parents[k]
+            base = stack_of[p] if p >= 0 else EMPTY_STACK
+            if context is not None and css is not None:
+                outer = context[p] if p >= 0 else -1
+                cs = css[k]
+                if cs >= 0 and cs != outer:
+                    extra = inserted.get((outer, cs))
+                    if extra is None:
+                        extra = inserted[outer, cs] = _new_frames(frames, outer, cs)
+                    base = intern(extra, base)
+                context[i] = cs if cs >= 0 else outer
+            stack_of[i] = child(base, own[k])
+    return np.frombuffer(stack_of, dtype=np.int64) if n else np.zeros(0, dtype=np.int64)
 
 
 def _new_frames(frames: _Frames, outer: int, cs: int) -> list[int]:

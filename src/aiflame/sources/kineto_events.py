@@ -52,6 +52,7 @@ _CATEGORIES = {
     "gpu_memset": Cls.MEMSET,
     "memset": Cls.MEMSET,
 }
+_TYPECODE = {"corr": "q", "id": "q"}  # 64-bit ids; others "i" (32-bit), times "d"
 _FLOW_CATEGORIES = frozenset({"ac2g", "async"})  # "async"/"launch": the 2021 layout
 
 
@@ -178,8 +179,9 @@ class EventCollector:
     def __init__(self) -> None:
         # Times are kept as written (float microseconds) and converted to integer ns
         # relative to the first event in numpy, once.
+        # Ids that index small tables (threads, names, classes) fit in 32 bits.
         def cols(*keys: str) -> dict[str, array]:
-            return {k: array("d" if k in ("ts", "dur") else "q") for k in keys}
+            return {k: array("d" if k in ("ts", "dur") else _TYPECODE.get(k, "i")) for k in keys}
 
         self.cpu = cols("thread", "ts", "dur", "cls", "name", "corr", "stack")
         self.gpu = cols("thread", "ts", "dur", "cls", "name", "corr", "device", "stream")
@@ -321,8 +323,9 @@ class EventCollector:
         base = float(self.base_us or 0)
 
         def np_(a: array) -> np.ndarray:
-            if a.typecode == "q":
-                return np.frombuffer(a, dtype=np.int64) if len(a) else np.zeros(0, np.int64)
+            if a.typecode in "qi":
+                dtype = np.int64 if a.typecode == "q" else np.int32
+                return np.frombuffer(a, dtype=dtype) if len(a) else np.zeros(0, dtype)
             us = np.frombuffer(a, dtype=np.float64) if len(a) else np.zeros(0)
             return np.rint(us * 1000.0).astype(np.int64)  # durations: us -> ns
 

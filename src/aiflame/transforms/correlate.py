@@ -18,6 +18,7 @@ import numpy as np
 # timing artefact (clocks read a few hundred ns apart), not real overlap: it is treated as
 # the enclosing slice's next sibling. The same tolerance as AMD TraceLens.
 BLEED_TOLERANCE_NS = 1000
+CHUNK = 1 << 18  # slices converted to Python lists at a time
 
 
 @dataclass
@@ -55,41 +56,43 @@ def nest(
     # lexsort: the last key is the primary one.
     keys = [-dur, ts, thread] if rank is None else [rank, -dur, ts, thread]
     order = np.lexsort(keys)
-    end = ts + dur
-    # Python ints are far faster than numpy scalars in the loop below.
-    th_l = thread[order].tolist()
-    ts_l = ts[order].tolist()
-    end_l = end[order].tolist()
-    par = [-1] * n
+    par = np.full(n, -1, dtype=np.int64)  # by position in `order`
     stack: list[int] = []  # positions in `order`
     ends: list[int] = []
     current = None
     bleeding = 0
-    for k in range(n):
-        t = th_l[k]
-        if t != current:
-            stack.clear()
-            ends.clear()
-            current = t
-        s, e = ts_l[k], end_l[k]
-        while ends and s >= ends[-1]:
-            stack.pop()
-            ends.pop()
-        if ends and e > ends[-1]:
-            if ends[-1] - s < tolerance and len(stack) >= 2:
-                stack.pop()  # a sibling that overran by a hair: attach to its parent
+    # Python ints are far faster than numpy scalars in the loop; converting a slice at a
+    # time keeps the lists (and their int objects) small on traces of millions of slices.
+    for lo in range(0, n, CHUNK):
+        idx = order[lo : lo + CHUNK]
+        th_l, ts_l = thread[idx].tolist(), ts[idx].tolist()
+        end_l = (ts[idx] + dur[idx]).tolist()
+        out = [-1] * len(th_l)
+        for k in range(len(th_l)):
+            t = th_l[k]
+            if t != current:
+                stack.clear()
+                ends.clear()
+                current = t
+            s, e = ts_l[k], end_l[k]
+            while ends and s >= ends[-1]:
+                stack.pop()
                 ends.pop()
             if ends and e > ends[-1]:
-                bleeding += 1
-                par[k] = stack[-1]
-                continue
-        if stack:
-            par[k] = stack[-1]
-        stack.append(k)
-        ends.append(e)
-    par_arr = np.asarray(par, dtype=np.int64)
-    has = par_arr >= 0
-    parent[order[has]] = order[par_arr[has]]
+                if ends[-1] - s < tolerance and len(stack) >= 2:
+                    stack.pop()  # a sibling that overran by a hair: attach to its parent
+                    ends.pop()
+                if ends and e > ends[-1]:
+                    bleeding += 1
+                    out[k] = stack[-1]
+                    continue
+            if stack:
+                out[k] = stack[-1]
+            stack.append(lo + k)
+            ends.append(e)
+        par[lo : lo + len(out)] = out
+    has = par >= 0
+    parent[order[has]] = order[par[has]]
     return Nesting(order, parent, bleeding)
 
 
