@@ -1,0 +1,153 @@
+"""The per-line rules of FlameGraph's ``stackcollapse-perf.pl`` (commit 41fee1f): how an
+event line and a stack line are split, and how a function name becomes frames.
+
+Each function here gives exactly the Perl script's answer, quirks included, on text decoded
+as Latin-1 (one character per byte, as Perl sees its input). Regexes use ``re.ASCII`` so
+that ``\\s``, ``\\w`` and ``\\d`` mean what they mean in Perl on bytes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Perl's \s without Unicode rules (it reads bytes): space, \t, \n, \v, \f, \r.
+WS = " \t\n\r\f\v"
+_HEX = "0123456789abcdef"
+
+# The event line: "comm [pid/]tid ..." (the Perl pattern ^(\S.+?)\s+(\d+)\/*(\d+)*\s+,
+# with the ambiguous (\d+)* rewritten as (\d+)? which matches the same lines and captures
+# the same groups, without exponential backtracking on long digit runs).
+EVENT = re.compile(r"(\S.+?)\s+(\d+)/*(\d+)?\s+", re.ASCII)
+# "...: PERIOD EVENT:" at the end of an event line; same rewrite of (\d+)*.
+PERIOD = re.compile(r":\s*(\d+)?\s+(\S+):\s*$", re.ASCII)
+# A stack line: "ADDR FUNC (MODULE)". Used when the string-method parse cannot decide.
+_STACK = re.compile(r"\s*(\w+)\s*(.+) \((.*)\)", re.ASCII)
+_GO_METHOD = re.compile(r"\.\(.*\)\.")
+_PERF_MAP = re.compile(r"/tmp/perf-\d+\.map", re.ASCII)
+
+
+@dataclass(frozen=True)
+class PerfOptions:
+    """The options of ``stackcollapse-perf.pl`` (same names, ``all`` -> ``annotate_all``)."""
+
+    pid: bool = False  # root frame "comm-PID"
+    tid: bool = False  # root frame "comm-PID/TID" (wins over pid)
+    kernel: bool = False  # "_[k]" on kernel frames
+    jit: bool = False  # "_[j]" on frames from /tmp/perf-PID.map
+    annotate_all: bool = False  # kernel and jit
+    addrs: bool = False  # "[module <ADDR>]" instead of "[module]" for unknown symbols
+    event_filter: str = ""  # keep this event; "" = the first one seen
+
+    @property
+    def annotate_kernel(self) -> bool:
+        return self.kernel or self.annotate_all
+
+    @property
+    def annotate_jit(self) -> bool:
+        return self.jit or self.annotate_all
+
+
+def perl_split_arrow(s: str) -> list[str]:
+    """``split /->/, s`` in Perl: trailing empty fields are dropped ("" gives no field)."""
+    parts = s.split("->")
+    while parts and not parts[-1]:
+        parts.pop()
+    return parts
+
+
+def parse_stack_line(line: str) -> tuple[str, str, str] | None:
+    """(address, raw function, module) of a stack line, as the Perl regex splits it."""
+    s = line.lstrip(WS)
+    pc, sep, rest = s.partition(" ")
+    if sep and pc.isascii() and pc.isalnum():
+        # \w+ took the whole address, \s* the blanks after it; (.+) \((.*)\) is then the
+        # last " (" that has a ")" after it, up to the last ")".
+        rest = rest.lstrip(WS)
+        close = rest.rfind(")")
+        if close < 0:
+            return None  # the pattern needs a ")" and neither \s nor \w can be one
+        p = rest.rfind(" (", 0, close)
+        if p >= 1:
+            return pc, rest[:p], rest[p + 2 : close]
+    m = _STACK.match(line)  # unusual shapes: let the regex backtrack as Perl's does
+    return (m.group(1), m.group(2), m.group(3)) if m else None
+
+
+def strip_offset(rawfunc: str) -> str:
+    """Drop a trailing ``+0x1a`` (Linux 4.8+ prints symbol offsets)."""
+    head, sep, tail = rawfunc.rpartition("+0x")
+    if sep and tail and not tail.strip(_HEX):
+        return head
+    return rawfunc
+
+
+def tidy(func: str) -> str:
+    """``;`` -> ``:``, no argument list (unless a Go method), no quotes."""
+    if ";" in func:
+        func = func.replace(";", ":")
+    if "(" in func and not (".(" in func and _GO_METHOD.search(func)):
+        # Cut at the first "(" that does not open "(anonymous namespace)".
+        i = func.find("(")
+        while i >= 0 and func.startswith("anonymous namespace)", i + 1):
+            i = func.find("(", i + 1)
+        if i >= 0:
+            func = func[:i]
+    if '"' in func or "'" in func:
+        func = func.replace('"', "").replace("'", "")
+    return func
+
+
+def frame_names(pc: str, func_raw: str, mod: str, java: bool, opts: PerfOptions) -> list[str]:
+    """The frames one stack line stands for (several when perf shows inlined a->b).
+
+    ``func_raw`` has its ``+0x..`` offset already stripped (:func:`strip_offset`).
+    """
+    if func_raw.startswith("("):  # process names
+        return []
+    out: list[str] = []
+    for part in perl_split_arrow(func_raw):
+        func = part
+        if func == "[unknown]":
+            name = mod.rpartition("/")[2] if mod != "[unknown]" else "unknown"
+            func = f"[{name} <{pc}>]" if opts.addrs else f"[{name}]"
+        func = tidy(func)
+        if java and "/" in func and func.startswith("L"):
+            func = func[1:]
+        if out:
+            if "_[i]" not in func:
+                func += "_[i]"
+        elif (
+            opts.annotate_kernel
+            and (mod.startswith("[") or mod.endswith("vmlinux"))
+            and "unknown" not in mod
+        ):
+            func += "_[k]"
+        elif opts.annotate_jit and _PERF_MAP.search(mod) and "_[j]" not in func:
+            func += "_[j]"
+        out.append(func)
+    return out
+
+
+def event_fields(m: re.Match[str]) -> tuple[str, str, str]:
+    """(comm, pid, tid) of an :data:`EVENT` match; pid is "?" when perf printed only a tid."""
+    comm, pid, tid = m.group(1), m.group(2), m.group(3)
+    if not tid or tid == "0":  # Perl: "if (not $tid)"
+        return comm, "?", pid
+    return comm, pid, tid
+
+
+def root_frame(comm: str, pid: str, tid: str, opts: PerfOptions) -> str:
+    """The first frame of a stack: the process name, with the pid (and tid) when asked."""
+    if opts.tid:
+        name = f"{comm}-{pid}/{tid}"
+    elif opts.pid:
+        name = f"{comm}-{pid}"
+    else:
+        name = comm
+    return name.replace(" ", "_")
+
+
+def fragment(names: list[str]) -> str:
+    """Frames as they are kept per stack line: ";f1;f2" ("" when the line adds none)."""
+    return "".join(";" + n for n in names)
