@@ -309,6 +309,7 @@ def _meta(replays: dict[int, Replay], totals: dict[str, int]) -> dict[str, objec
         t0 = int(r.time_us[0])
         meta["memory_timeline"] = {
             "device": main,
+            "unit": "us" if r.has_time else "event",  # events: a trace without time_us
             "start_us": t0 if r.has_time else 0,
             "time_us": (r.time_us[keep] - t0).tolist(),
             "live_bytes": r.live[keep].tolist(),
