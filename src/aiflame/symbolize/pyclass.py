@@ -46,7 +46,8 @@ class ClassResolver:
 def _index_file(filename: str) -> list[tuple[int, int, str, str]] | None:
     path = Path(filename)
     try:
-        if not path.is_file() or path.stat().st_size > MAX_SOURCE_BYTES:
+        size = path.stat().st_size if path.is_file() else 0
+        if not 0 < size <= MAX_SOURCE_BYTES:  # empty: nothing to find (or a /proc-like file)
             return None
         tree = ast.parse(path.read_bytes(), filename=filename)
     except (OSError, SyntaxError, ValueError, RecursionError):
