@@ -5,7 +5,8 @@
 Inputs: bench-data/folded-1M-200k.txt and folded-1M-200k-b.txt (made by
 /work/shared/bench/gen_folded.py, the second with ``--variant 1``). Every command runs in a
 fresh process, side by side with the peer; times are wall-clock medians, memory the peak RSS
-of the process tree. Then one in-process run splits aiflame's time into its stages, and the
+of the process tree, CPU the user + sys seconds of the tree (steadier than wall time on a
+shared machine). Then one in-process run splits aiflame's time into its stages, and the
 two folded outputs are compared line for line (difffolded.pl prints in hash order, so its
 lines are sorted first).
 """
@@ -27,8 +28,9 @@ TEST = BENCH / "folded-1M-200k-b.txt"
 OUT = BENCH / "diff-bench"
 
 
-def run(cmd: str) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of a shell command and everything it starts."""
+def run(cmd: str) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds (user + sys) and peak RSS (MiB) of a shell command and
+    everything it starts."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(["bash", "-o", "pipefail", "-c", cmd])
     _, status, usage = os.wait4(proc.pid, 0)
@@ -36,12 +38,14 @@ def run(cmd: str) -> tuple[float, float]:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode:
         sys.exit(f"failed ({proc.returncode}): {cmd}")
-    return wall, usage.ru_maxrss / 1024
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
-def measure(cmd: str, repeat: int) -> tuple[float, float]:
+def measure(cmd: str, repeat: int) -> tuple[float, float, float]:
+    """Medians of wall and CPU time, the largest peak RSS."""
     runs = [run(cmd) for _ in range(repeat)]
-    return statistics.median(r[0] for r in runs), max(r[1] for r in runs)
+    wall = statistics.median(r[0] for r in runs)
+    return wall, statistics.median(r[1] for r in runs), max(r[2] for r in runs)
 
 
 def stages() -> list[tuple[str, float]]:
@@ -106,13 +110,16 @@ def main() -> None:
     print(f"inputs: {BASE.name} ({BASE.stat().st_size / 1e6:.0f} MB), "
           f"{TEST.name} ({TEST.stat().st_size / 1e6:.0f} MB); {os.cpu_count()} CPUs; "
           f"median of {args.repeat}")  # fmt: skip
-    print("| output | aiflame | peak RSS | difffolded.pl (+ flamegraph.pl) | peak RSS | ratio |")
-    print("|---|---|---|---|---|---|")
+    print("| output | tool | wall | CPU | peak RSS |")
+    print("|---|---|---|---|---|")
+    ratios = []
     for name, ours_cmd, peer_cmd in rows:
-        ours, ours_rss = measure(ours_cmd, args.repeat)
-        theirs, peer_rss = measure(peer_cmd, args.repeat)
-        print(f"| {name} | {ours:.1f} s | {ours_rss:.0f} MiB | {theirs:.1f} s | "
-              f"{peer_rss:.0f} MiB | {theirs / ours:.2f}x |", flush=True)  # fmt: skip
+        ours = measure(ours_cmd, args.repeat)
+        theirs = measure(peer_cmd, args.repeat)
+        for tool, (wall, cpu, rss) in (("aiflame", ours), ("peer", theirs)):
+            print(f"| {name} | {tool} | {wall:.1f} s | {cpu:.1f} s | {rss:.0f} MiB |", flush=True)
+        ratios.append(f"{name}: {theirs[0] / ours[0]:.2f}x wall, {theirs[1] / ours[1]:.2f}x CPU")
+    print("\npeer time / aiflame time: " + "; ".join(ratios))
 
     mine = (OUT / "aiflame.folded").read_text(encoding="utf-8").splitlines()
     peers = sorted((OUT / "peer.folded").read_text(encoding="utf-8").splitlines())

@@ -43,9 +43,12 @@ class FoldedPair:
 def read_pair(base_path: str, test_path: str, strip_hex: bool = False) -> FoldedPair:
     base = _counts(base_path, strip_hex)
     test = _counts(test_path, strip_hex)
-    stacks = list(dict.fromkeys([*base, *test]))
-    bget, tget = base.get, test.get
-    bvals = np.fromiter((bget(s, 0.0) for s in stacks), dtype=np.float64, count=len(stacks))
+    # Base's stacks in its order, then those only in test.
+    stacks = list(base)
+    stacks.extend(s for s in test if s not in base)
+    bvals = np.zeros(len(stacks))
+    bvals[: len(base)] = np.fromiter(base.values(), dtype=np.float64, count=len(base))
+    tget = test.get
     tvals = np.fromiter((tget(s, 0.0) for s in stacks), dtype=np.float64, count=len(stacks))
     return FoldedPair(
         base_path,
