@@ -483,11 +483,22 @@ def test_frame_kinds_and_omitted_frames(profile):
     assert "??" not in files
 
 
-def test_all_frames_keeps_the_interpreter():
-    p = tm.build_profile(read_raw(), all_frames=True, resolve_classes=False)
-    names = {p.frames.name_of(i) for i in range(len(p.frames))}
+def test_frame_modes_all_and_compact(profile):
+    raw = read_raw()
+    every = tm.build_profile(raw, frames="all", resolve_classes=False)
+    names = {every.frames.name_of(i) for i in range(len(every.frames))}
     assert "_PyEval_EvalFrameDefault" in names and "torch::unwind::unwind()" in names
-    assert p.meta["peak_bytes"] == 1_736_962_048
+    compact = tm.build_profile(raw, frames="compact", resolve_classes=False)
+    glue = {"PyMethod_New", "PyType_GetModule", "_PyRun_SimpleFileObject", "__libc_init_first"}
+    kept = {compact.frames.name_of(i) for i in range(len(compact.frames))}
+    assert glue <= {profile.frames.name_of(i) for i in range(len(profile.frames))}
+    assert not glue & kept and {"forward", "_call_impl", "<module>"} <= kept
+    assert "at::_ops::bmm::call(at::Tensor const&, at::Tensor const&)" in kept  # C++ stays
+    for p in (every, compact):  # frames change, bytes do not
+        assert p.meta["peak_bytes"] == 1_736_962_048
+        assert np.array_equal(p.totals(), profile.totals())
+    with pytest.raises(ValueError):
+        tm.build_profile(raw, frames="some")
 
 
 def test_methods_are_named_by_their_class_when_the_source_is_readable(tmp_path):
@@ -560,6 +571,8 @@ def test_cli_memory_writes_each_metric(tmp_path, capsys):
     assert "peak 1.62 GiB" in capsys.readouterr().err
     assert main(["memory", str(SNAPSHOT), "-o", str(out), "--metric", "reserved-bytes"]) == 0
     assert any(ln.startswith(tm.FRAGMENTATION) for ln in out.read_text().splitlines())
+    assert main(["memory", str(SNAPSHOT), "-o", str(out), "--frames", "compact"]) == 0
+    assert "PyMethod_New" not in out.read_text() and ";forward;" in out.read_text()
     assert main(["memory", str(SNAPSHOT), "-o", str(out), "--metric", "nope"]) == 1
     assert "no metric 'nope'" in capsys.readouterr().err
 

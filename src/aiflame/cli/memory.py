@@ -16,6 +16,7 @@ from aiflame.cli.common import add_output, check_metric, write_output
 from aiflame.model import Profile
 from aiflame.sources.inputs import Input
 from aiflame.sources.registry import detect, load
+from aiflame.sources.torch_memory_frames import FRAME_MODES
 
 HELP = "GPU memory flame graph of a PyTorch memory snapshot (peak, allocations, reserved)"
 
@@ -38,9 +39,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--title", help="page title")
     p.add_argument(
-        "--all-frames",
-        action="store_true",
-        help="keep the interpreter and dispatcher frames that PyTorch's viewers omit",
+        "--frames",
+        choices=FRAME_MODES,
+        default="pytorch",
+        help="pytorch: the frames PyTorch's memory viewers keep (default); compact: also"
+        " without CPython's and libc's C glue between Python frames; all: every frame",
     )
     p.add_argument(
         "--no-source",
@@ -56,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     fmt = args.input_format or detect(Input(args.input)).FORMAT
     options = {}
     if fmt == SNAPSHOT_FORMAT:
-        options = {"all_frames": args.all_frames, "resolve_classes": not args.no_source}
+        options = {"frames": args.frames, "resolve_classes": not args.no_source}
     profile = load(args.input, fmt, **options)
     metric = args.metric
     if metric is None and fmt == SNAPSHOT_FORMAT:

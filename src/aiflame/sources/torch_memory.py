@@ -147,17 +147,18 @@ def _unpickle(f: BinaryIO, path: str) -> Any:
 
 def load(
     source: Input,
-    all_frames: bool = False,
+    frames: str = "pytorch",
     resolve_classes: bool = True,
     **_: object,
 ) -> Profile:
-    """Options: ``all_frames`` keeps interpreter/dispatcher frames that PyTorch's viewers
-    omit; ``resolve_classes`` reads ``.py`` sources, when present, to name ``Class > method``.
+    """Options: ``frames`` is ``pytorch`` (the frames PyTorch's viewers keep), ``compact``
+    (also without the interpreter's C glue) or ``all``; ``resolve_classes`` reads ``.py``
+    sources, when present, to name ``Class > method``.
     """
     data = read_snapshot(source)
     try:
         with _gc_paused():
-            return build_profile(data, all_frames=all_frames, resolve_classes=resolve_classes)
+            return build_profile(data, frames=frames, resolve_classes=resolve_classes)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise InputError(
             source.path, f"not a valid PyTorch memory snapshot ({type(e).__name__}: {e})"
@@ -165,10 +166,10 @@ def load(
 
 
 def build_profile(
-    data: dict[str, Any], all_frames: bool = False, resolve_classes: bool = True
+    data: dict[str, Any], frames: str = "pytorch", resolve_classes: bool = True
 ) -> Profile:
     builder = ProfileBuilder(SAMPLE_TYPES)
-    namer = FrameNamer(builder, all_frames=all_frames, resolve_classes=resolve_classes)
+    namer = FrameNamer(builder, frames=frames, resolve_classes=resolve_classes)
     segments: list[dict[str, Any]] = data["segments"]
     traces: list[list[dict[str, Any]]] = data.get("device_traces") or []
     devices = sorted({int(s.get("device", 0)) for s in segments} | set(range(len(traces))))

@@ -6,7 +6,10 @@ with the C/C++ frames of the interpreter and of PyTorch.
 * Kept frames: the same omit rules as PyTorch's own viewers (``_memory_viz._frame_filter``
   and ``MemoryViz.js``'s ``frameFilter``: the unwinder, the allocator's capture, ``_start``,
   ``PyEval_``/``PyObject_``/``PyFunction_`` and the dispatcher's ``Register*`` files), so
-  that aiflame's graph and PyTorch's agree frame for frame. ``all_frames`` keeps everything.
+  that aiflame's graph and PyTorch's agree frame for frame (``frames="pytorch"``, the
+  default). ``frames="compact"`` also hides the CPython interpreter's and libc's own C frames
+  (``PyMethod_New``, ``_PyRun_SimpleFileObject``, ``__libc_init_first``...), which the
+  unwinder interleaves with every Python frame; ``frames="all"`` keeps everything.
 * Names: Python methods read ``Class > method`` when the class can be known, which needs
   the source (see :mod:`aiflame.symbolize.pyclass`): the snapshot holds only the bare
   function name, as PyTorch's viewers show it. Without the source, the bare name is kept.
@@ -17,6 +20,7 @@ with the C/C++ frames of the interpreter and of PyTorch.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -49,6 +53,10 @@ OMIT_FILENAMES = (
     "cpython/abstract.h",
 )
 
+FRAME_MODES = ("pytorch", "compact", "all")
+# C frames of libpython and libc (never C++): the glue between Python frames.
+_INTERPRETER = re.compile(r"^_{0,2}Py(?:[A-Z][A-Za-z]*)?_|^__libc_|^_start$|^main$")
+
 CLASS_SEPARATOR = " > "
 NO_FRAMES_KEPT = "[no frames kept]"
 UNKNOWN_FILES = frozenset(("??", ""))
@@ -77,11 +85,13 @@ class FrameNamer:
     def __init__(
         self,
         builder: ProfileBuilder,
-        all_frames: bool = False,
+        frames: str = "pytorch",
         resolve_classes: bool = True,
     ) -> None:
         self.builder = builder
-        self.all_frames = all_frames
+        if frames not in FRAME_MODES:
+            raise ValueError(f"frames must be one of {', '.join(FRAME_MODES)}, not {frames!r}")
+        self.mode = frames
         self.classes = ClassResolver(resolve_classes)
         self._mangled: dict[int, str] = {}  # frame id -> mangled name, for finish()
         self._by_dict: dict[int, int] = {}  # id(frame dict) -> frame id, -1 if omitted
@@ -114,9 +124,11 @@ class FrameNamer:
         return fid
 
     def _intern(self, name: str, filename: str, line: int) -> int:
-        if not self.all_frames and omitted(name, filename):
+        if self.mode != "all" and omitted(name, filename):
             return -1
         kind = frame_kind(name, filename)
+        if self.mode == "compact" and kind == FrameKind.NATIVE and _INTERPRETER.match(name):
+            return -1
         shown = name
         if kind == FrameKind.PYTHON:
             cls = self.classes.class_of(filename, line, name)
