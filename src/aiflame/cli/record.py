@@ -1,0 +1,191 @@
+"""Record a live Python / PyTorch program: ``aiflame record -- python train.py`` or ``--pid``.
+
+CPU stacks come from py-spy, PyTorch operators and GPU kernels from a bounded PyTorch
+profiler window started in the program without code changes. By default an HTML flame
+graph and a pprof file are written, and the hottest stacks are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from aiflame.cli.common import add_metric, check_metric, write_output
+from aiflame.errors import AiflameError
+
+HELP = "record a running or launched Python/PyTorch program (CPU stacks, GPU kernels)"
+DEFAULT_NATIVE_RATE = 5
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="OUT",
+        help="file to write; its extension picks the format (.html, .pb.gz, .folded, "
+        ".speedscope.json). Default: an HTML flame graph and a pprof file in this directory",
+    )
+    p.add_argument("-p", "--pid", type=int, help="record this running process instead")
+    p.add_argument(
+        "-r", "--rate", type=int, default=99, metavar="HZ", help="Python stack samples per second"
+    )
+    p.add_argument(
+        "--native-rate",
+        type=int,
+        default=DEFAULT_NATIVE_RATE,
+        metavar="HZ",
+        help="samples per second with native (C/C++/JIT) frames and thread state; each one "
+        f"pauses the program for milliseconds (default {DEFAULT_NATIVE_RATE}, 0: none)",
+    )
+    p.add_argument(
+        "-d", "--duration", type=float, metavar="SECONDS", help="stop recording after this long"
+    )
+    p.add_argument(
+        "--subprocesses",
+        action="store_true",
+        help="also record child processes (DataLoader workers, torchrun ranks)",
+    )
+    p.add_argument(
+        "--gpu",
+        choices=("auto", "off"),
+        default="auto",
+        help="auto: run the PyTorch profiler (CPU ops + CUDA kernels) in programs that "
+        "import torch; off: never",
+    )
+    p.add_argument(
+        "--gpu-window",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="seconds the PyTorch profiler runs (default 5)",
+    )
+    p.add_argument(
+        "--gpu-delay",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="seconds after 'import torch' before the PyTorch profiler starts (default 0)",
+    )
+    add_metric(p)
+    p.add_argument("--title", help="title of the HTML page")
+    p.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND",
+        help="the program to launch, e.g. -- python train.py --epochs 1",
+    )
+
+
+def _command(args: argparse.Namespace) -> list[str]:
+    cmd = list(args.command)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if cmd and cmd[0].endswith(".py") and os.path.isfile(cmd[0]) and not os.access(cmd[0], os.X_OK):
+        cmd = [sys.executable, *cmd]  # `aiflame record -- train.py`
+    return cmd
+
+
+def _check(args: argparse.Namespace, cmd: list[str]) -> None:
+    if args.pid is not None and cmd:
+        raise AiflameError("give either --pid PID or a command after --, not both")
+    if args.pid is None and not cmd:
+        raise AiflameError("nothing to record: give -- COMMAND ARGS... or --pid PID")
+    if not 1 <= args.rate <= 10000:
+        raise AiflameError(f"--rate {args.rate}: must be between 1 and 10000")
+    if not 0 <= args.native_rate <= 1000:
+        raise AiflameError(f"--native-rate {args.native_rate}: must be between 0 and 1000")
+    if args.duration is not None and args.duration <= 0:
+        raise AiflameError(f"--duration {args.duration:g}: must be positive")
+    if args.gpu_window <= 0 or args.gpu_delay < 0:
+        raise AiflameError("--gpu-window must be positive and --gpu-delay not negative")
+
+
+def _default_base(cmd: list[str], pid: int | None) -> str:
+    if pid is not None:
+        stem = f"pid{pid}"
+    else:
+        script = next((a for a in cmd[1:] if a.endswith(".py")), cmd[0])
+        stem = Path(script).stem or "program"
+    return f"aiflame-{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _write(profile, args: argparse.Namespace, cmd: list[str]) -> list[str]:  # type: ignore[no-untyped-def]
+    from aiflame.render.registry import format_for_path, render
+
+    title = args.title or ("aiflame record: " + (" ".join(cmd) if cmd else f"PID {args.pid}"))
+    if args.output:
+        fmt = format_for_path(args.output)
+        if fmt is None:
+            raise AiflameError(
+                f"cannot tell the output format from '{args.output}' "
+                "(use .html, .pb.gz, .folded or .speedscope.json)"
+            )
+        targets = [(args.output, fmt)]
+    else:
+        base = _default_base(cmd, args.pid)
+        targets = [(base + ".html", "html"), (base + ".pb.gz", "pprof")]
+    for path, fmt in targets:
+        write_output(path, render(profile, fmt, args.metric, title))
+    return [p for p, _ in targets]
+
+
+def run(args: argparse.Namespace) -> int:
+    from aiflame.cli.record_summary import summary_lines
+    from aiflame.collectors.session import RecordOptions, Session, print_status_line
+
+    cmd = _command(args)
+    _check(args, cmd)
+    live = sys.stderr.isatty()
+    options = RecordOptions(
+        rate=args.rate,
+        native_rate=args.native_rate,
+        duration=args.duration,
+        subprocesses=args.subprocesses,
+        torch_window=args.gpu_window if args.gpu == "auto" else 0.0,
+        torch_delay=args.gpu_delay,
+        status=print_status_line if live else None,
+    )
+    session = Session(options)
+    try:
+        try:
+            result = session.attach(args.pid) if args.pid is not None else session.launch(cmd)
+        finally:
+            if live:
+                print_status_line("")
+        for note in result.notes:
+            print(f"aiflame: {note}", file=sys.stderr)
+        written: list[str] = []
+        if result.profile is not None and not result.profile.is_empty():
+            check_metric(result.profile, args.metric)
+            written = _write(result.profile, args, cmd)
+            width = shutil.get_terminal_size((100, 24)).columns
+            for line in summary_lines(result.profile, width=width):
+                print(line, file=sys.stderr)
+            for path in written:
+                print(f"aiflame: wrote {path}", file=sys.stderr)
+    finally:
+        session.cleanup()
+    code = _target_exit(result.target)
+    if not written:
+        print("aiflame: error: no samples were recorded", file=sys.stderr)
+        return code if code else 1
+    return code
+
+
+def _target_exit(target) -> int:  # type: ignore[no-untyped-def]
+    """The launched program's exit status, waiting for it if it still runs (-d)."""
+    from aiflame.collectors.session import exit_status
+
+    if target is None:
+        return 0
+    if target.poll() is None:
+        print(f"aiflame: waiting for the program (PID {target.pid}) to exit", file=sys.stderr)
+        try:
+            target.wait()
+        except KeyboardInterrupt:
+            return 130
+    return exit_status(target.returncode)

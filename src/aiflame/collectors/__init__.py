@@ -1,0 +1,1 @@
+"""Collectors: record live programs (py-spy sampling, the PyTorch profiler) into a Profile."""

@@ -1,0 +1,79 @@
+"""Processes seen through /proc: is a PID there, may we trace it, what are its children."""
+
+from __future__ import annotations
+
+import os
+
+from aiflame.errors import AiflameError
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return None
+    # The command name is in parentheses and may itself contain spaces or parentheses.
+    return text[text.rfind(")") + 2 :].split()
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, dead but not yet reaped, is not alive)."""
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
+def name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
+def children(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", encoding="utf-8") as f:
+                out.extend(int(c) for c in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and all its living descendants."""
+    seen, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        if p in seen or not alive(p):
+            continue
+        seen.append(p)
+        todo.extend(children(p))
+    return seen
+
+
+def check_attachable(pid: int) -> None:
+    """One clear error if ``pid`` cannot be recorded: absent, ours, or not permitted."""
+    if pid <= 0:
+        raise AiflameError(f"invalid PID {pid}")
+    if pid == os.getpid():
+        raise AiflameError(f"PID {pid} is aiflame itself")
+    if not os.path.exists(f"/proc/{pid}"):
+        raise AiflameError(f"no process with PID {pid}")
+    if not alive(pid):
+        raise AiflameError(f"process {pid} has exited (zombie)")
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        raise AiflameError(f"no process with PID {pid}") from None
+    except PermissionError:
+        raise AiflameError(
+            f"not permitted to trace PID {pid} ({name(pid)}): it belongs to another user; "
+            "run aiflame as that user or as root"
+        ) from None

@@ -1,0 +1,347 @@
+"""A recording session: launch a program (or attach to a PID), sample it, build one Profile.
+
+Two py-spy samplers watch the target at once:
+
+* ``cpu-samples``: Python stacks at ``rate`` Hz (99 by default) of the threads the OS sees
+  running. py-spy reads them without pausing the process (``--nonblocking``), which is what
+  keeps the overhead low.
+* ``native-samples``: Python + C/C++ + JIT stacks of every thread at ``native_rate`` Hz,
+  labelled ``state`` = active / idle / gil-wait. Native unwinding pauses the process and
+  costs milliseconds per sample (far more with JIT code on the stack), hence its own,
+  lower rate.
+
+Programs that are launched get the torch bootstrap (:mod:`.torch_bootstrap`) on PYTHONPATH
+and ``ONEDNN_JIT_PROFILE=2``, so oneDNN names its JIT kernels in ``/tmp/perf-<pid>.map``.
+The torch traces, if any, are loaded with the Kineto importer and merged in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiflame.collectors import procs
+from aiflame.collectors.pyspy import (
+    SamplerConfig,
+    StreamSpec,
+    add_samples,
+    explain_failure,
+    find_pyspy,
+    read_speedscope,
+)
+from aiflame.collectors.torchtrace import load_torch_traces, window_costs
+from aiflame.errors import AiflameError
+from aiflame.model import Profile, ProfileBuilder, SampleType
+from aiflame.symbolize.perfmap import PerfMap, map_path
+
+BOOTSTRAP_DIR = str(Path(__file__).parent / "torch_bootstrap")
+CPU_SAMPLES = SampleType("cpu-samples", "count")
+NATIVE_SAMPLES = SampleType("native-samples", "count")
+READY_TIMEOUT_S = 10.0  # for the interpreter to come up before sampling starts anyway
+SAMPLER_EXIT_GRACE_S = 10.0
+INTERRUPT_GRACE_S = 5.0
+EXPORT_SLACK_S = 60.0  # for a torch window to export its trace after it ends
+
+
+@dataclass
+class RecordOptions:
+    rate: int = 99
+    native_rate: int = 0
+    duration: float | None = None
+    subprocesses: bool = False
+    torch_window: float = 5.0  # 0: no PyTorch profiler window
+    torch_delay: float = 0.0
+    status: Callable[[str], None] | None = None  # receives the live status line
+
+
+@dataclass
+class RecordResult:
+    profile: Profile | None
+    notes: list[str] = field(default_factory=list)
+    target: subprocess.Popen | None = None  # a launched program, maybe still running
+    interrupted: bool = False
+    elapsed_s: float = 0.0
+
+
+class Session:
+    """One recording; use :meth:`launch` or :meth:`attach` once."""
+
+    def __init__(self, options: RecordOptions) -> None:
+        self.options = options
+        self.pyspy = find_pyspy()
+        self.dir = tempfile.mkdtemp(prefix="aiflame-record-")
+        self.samplers: list[tuple[str, subprocess.Popen, SamplerConfig]] = []
+        self.notes: list[str] = []
+        self._signals: list[int] = []
+        self._launched_env: dict[str, str] = {}
+
+    # -- public entry points ------------------------------------------------------------------
+    def launch(self, argv: list[str]) -> RecordResult:
+        env = self._target_env()
+        try:
+            target = subprocess.Popen(argv, env=env)
+        except FileNotFoundError:
+            raise AiflameError(f"{argv[0]}: command not found") from None
+        except PermissionError:
+            raise AiflameError(f"{argv[0]}: permission denied (not executable?)") from None
+        except OSError as e:
+            raise AiflameError(f"{argv[0]}: cannot run: {e.strerror or e}") from None
+        t0 = time.monotonic()
+        with self._trap_signals(target):
+            self._wait_ready(target)
+            if target.poll() is None:
+                self._start_samplers(target.pid)
+            self._run_loop(target.pid, target)
+        result = self._finish(target.pid, target, t0)
+        result.target = target
+        return result
+
+    def attach(self, pid: int) -> RecordResult:
+        procs.check_attachable(pid)
+        t0 = time.monotonic()
+        with self._trap_signals(None):
+            self._start_samplers(pid)
+            self._run_loop(pid, None)
+        return self._finish(pid, None, t0)
+
+    def cleanup(self) -> None:
+        for p in Path(self.dir).iterdir():
+            p.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            os.rmdir(self.dir)
+
+    # -- launching ----------------------------------------------------------------------------
+    def _target_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["AIFLAME_RECORD_DIR"] = self.dir
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (BOOTSTRAP_DIR, env.get("PYTHONPATH", "")) if p
+        )
+        env["AIFLAME_TORCH_WINDOW"] = str(self.options.torch_window)
+        env["AIFLAME_TORCH_DELAY"] = str(self.options.torch_delay)
+        if "ONEDNN_JIT_PROFILE" not in env and "DNNL_JIT_PROFILE" not in env:
+            env["ONEDNN_JIT_PROFILE"] = "2"  # perf map only (no jitdump files)
+            self._launched_env["perf_maps"] = "ours"
+        return env
+
+    def _wait_ready(self, target: subprocess.Popen) -> None:
+        """Until the bootstrap reports the interpreter is up (py-spy can read it then)."""
+        marker = Path(self.dir) / f"proc-{target.pid}.json"
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline and target.poll() is None and not self._signals:
+            if marker.exists():
+                return
+            time.sleep(0.01)
+
+    # -- sampling -----------------------------------------------------------------------------
+    def _configs(self) -> list[tuple[str, SamplerConfig]]:
+        o = self.options
+        out = [("cpu", SamplerConfig(o.rate, False, False, o.subprocesses, o.duration))]
+        if o.native_rate > 0:
+            out.append(
+                ("native", SamplerConfig(o.native_rate, True, True, o.subprocesses, o.duration))
+            )
+        return out
+
+    def _start_samplers(self, pid: int) -> None:
+        for name, config in self._configs():
+            out = os.path.join(self.dir, f"pyspy-{name}.json")
+            log = open(os.path.join(self.dir, f"pyspy-{name}.log"), "wb")  # noqa: SIM115
+            try:
+                proc = subprocess.Popen(
+                    config.args(self.pyspy, pid, out),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # a terminal's Ctrl-C is ours to pass on
+                )
+            finally:
+                log.close()
+            self.samplers.append((name, proc, config))
+
+    def _run_loop(self, pid: int, target: subprocess.Popen | None) -> None:
+        start = time.monotonic()
+        interrupted_at: float | None = None
+        while True:
+            samplers_done = all(p.poll() is not None for _, p, _ in self.samplers)
+            target_done = target is None or target.poll() is not None
+            if samplers_done and (target_done or self.options.duration or interrupted_at):
+                break
+            if target_done and not samplers_done:
+                self._stop_samplers_after(SAMPLER_EXIT_GRACE_S)
+                break
+            if self._signals and interrupted_at is None:
+                interrupted_at = time.monotonic()
+                self._signal_samplers(signal.SIGINT)
+                if target is not None and signal.SIGTERM in self._signals:
+                    target.terminate()
+            # After Ctrl-C the program gets a grace period to finish (and write its trace).
+            waited = time.monotonic() - (interrupted_at or 0.0)
+            if interrupted_at is not None and samplers_done and waited > INTERRUPT_GRACE_S:
+                break
+            if self.options.status:
+                self.options.status(self._status_text(pid, time.monotonic() - start))
+            time.sleep(0.1)
+
+    def _status_text(self, pid: int, elapsed: float) -> str:
+        n_procs = len(procs.tree(pid)) if self.options.subprocesses else 1
+        ticks = int(elapsed * self.options.rate)
+        return f"recording {elapsed:5.1f} s · ~{ticks:,} samples · {n_procs} process" + (
+            "es" if n_procs != 1 else ""
+        )
+
+    def _signal_samplers(self, sig: int) -> None:
+        for _, proc, _ in self.samplers:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(sig)
+
+    def _stop_samplers_after(self, grace: float) -> None:
+        deadline = time.monotonic() + grace
+        for sig in (None, signal.SIGINT, signal.SIGKILL):
+            if sig is not None:
+                self._signal_samplers(sig)
+                deadline = time.monotonic() + 5.0
+            while time.monotonic() < deadline:
+                if all(p.poll() is not None for _, p, _ in self.samplers):
+                    return
+                time.sleep(0.05)
+
+    @contextlib.contextmanager
+    def _trap_signals(self, target: subprocess.Popen | None) -> Iterator[None]:
+        """Ctrl-C / SIGTERM end the recording (the profile is still written)."""
+
+        def handler(signum: int, frame: object) -> None:
+            self._signals.append(signum)
+            if len(self._signals) > 2 and target is not None and target.poll() is None:
+                target.kill()  # a third signal: the user really wants out
+
+        old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    # -- results ------------------------------------------------------------------------------
+    def _finish(self, pid: int, target: subprocess.Popen | None, t0: float) -> RecordResult:
+        self._stop_samplers_after(SAMPLER_EXIT_GRACE_S)
+        self._wait_torch_windows()
+        profile = self._build(pid)
+        elapsed = time.monotonic() - t0
+        if profile is not None:
+            profile.meta["info:recorded"] = f"{elapsed:.1f} s"
+        return RecordResult(profile, self.notes, None, bool(self._signals), elapsed)
+
+    def _wait_torch_windows(self) -> None:
+        """Until every torch window that started has exported (or its process is gone)."""
+        deadline = time.monotonic() + self.options.torch_window + EXPORT_SLACK_S
+        while time.monotonic() < deadline:
+            pending = [
+                int(p.name.split("-")[1].split(".")[0])
+                for p in Path(self.dir).glob("torch-*.pending")
+            ]
+            if not [p for p in pending if procs.alive(p)]:
+                return
+            time.sleep(0.1)
+
+    def _process_labels(self) -> dict[int, dict[str, str]]:
+        labels: dict[int, dict[str, str]] = {}
+        for path in Path(self.dir).glob("proc-*.json"):
+            try:
+                info = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if "rank" in info:
+                labels[int(info["pid"])] = {"rank": str(info["rank"])}
+        return labels
+
+    def _build(self, root_pid: int) -> Profile | None:
+        configs = self._configs()
+        types = [CPU_SAMPLES] + ([NATIVE_SAMPLES] if len(configs) > 1 else [])
+        builder = ProfileBuilder(types)
+        maps: dict[int, PerfMap] = {}
+        seen_pids: set[int] = set()
+
+        def perf_map(pid: int) -> PerfMap:
+            seen_pids.add(pid)
+            if pid not in maps:
+                maps[pid] = PerfMap.for_pid(pid)
+            return maps[pid]
+
+        labels = self._process_labels()
+        total = 0
+        states: dict = {}
+        # The native stream first: its thread states correct the CPU stream.
+        for column, (name, config) in reversed(list(enumerate(configs))):
+            out = os.path.join(self.dir, f"pyspy-{name}.json")
+            if not os.path.exists(out) or os.path.getsize(out) == 0:
+                self.notes.append(self._sampler_failure(name, root_pid))
+                continue
+            spec = StreamSpec(column, config.native, root_pid, perf_map, labels, states)
+            total += add_samples(builder, read_speedscope(out), spec)
+        self._remove_perf_maps(seen_pids | set(labels) | {root_pid})
+        torch_profiles = load_torch_traces(self.dir, labels, self.notes)
+        if not total and not torch_profiles:
+            return None
+        builder.meta.update(self._meta(configs))
+        for i, cost in enumerate(window_costs(torch_profiles)):
+            parts = [
+                f"{k.removesuffix('_s')} {v:.2f} s" for k, v in cost.items() if k.endswith("_s")
+            ]
+            builder.meta[f"info:torch cost {i}"] = ", ".join(parts)
+        profile = builder.build()
+        if torch_profiles:
+            from aiflame.transforms.merge import merge
+
+            meta = profile.meta
+            profile = merge([profile, *torch_profiles])
+            profile.meta = {**meta, "sources": profile.meta.get("sources")}
+        profile.meta["default_type"] = 0
+        return profile
+
+    def _meta(self, configs: list[tuple[str, SamplerConfig]]) -> dict[str, object]:
+        rates = ", ".join(f"{n} {c.rate} Hz" for n, c in configs)
+        meta: dict[str, object] = {
+            "source": "aiflame record",
+            "format": "record",
+            "info:sampler": f"py-spy ({rates})",
+        }
+        if self.options.torch_window > 0:
+            meta["info:torch window"] = f"{self.options.torch_window:g} s"
+        return meta
+
+    def _sampler_failure(self, name: str, pid: int) -> str:
+        try:
+            log = Path(self.dir, f"pyspy-{name}.log").read_text(errors="replace")
+        except OSError:
+            log = ""
+        return f"{name} sampler: {explain_failure(log, pid)}"
+
+    def _remove_perf_maps(self, pids: set[int]) -> None:
+        """Perf maps we asked oneDNN to write are ours to clean up once read."""
+        if self._launched_env.get("perf_maps") != "ours":
+            return
+        for pid in pids:
+            if not procs.alive(pid):
+                with contextlib.suppress(OSError):
+                    os.remove(map_path(pid))
+
+
+def exit_status(returncode: int) -> int:
+    """A child's status as a shell reports it: 128 + N for death by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def print_status_line(text: str) -> None:
+    sys.stderr.write("\r\x1b[K" + text)
+    sys.stderr.flush()

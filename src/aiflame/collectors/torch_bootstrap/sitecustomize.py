@@ -1,0 +1,326 @@
+"""aiflame record's bootstrap, loaded by every Python process that ``aiflame record`` starts.
+
+``aiflame record`` puts this directory first on PYTHONPATH, so Python imports this file at
+startup as ``sitecustomize``. It then:
+
+1. writes ``proc-<pid>.json`` (pid, parent, argv, torchrun rank) into $AIFLAME_RECORD_DIR,
+   which tells the recorder that the interpreter is up and which rank a process is;
+2. only if the program imports ``torch``: runs the PyTorch profiler (CPU, plus CUDA where
+   available, ``with_stack=True``) for $AIFLAME_TORCH_WINDOW seconds, starting
+   $AIFLAME_TORCH_DELAY seconds after the import, and exports its trace to
+   ``torch-<pid>.json``;
+3. runs the ``sitecustomize`` this one shadows, if there is one.
+
+The profiler must be started and stopped on the same thread (stopping it from another
+thread crashes PyTorch), so a timer thread asks the main thread to do it:
+``_thread.interrupt_main(signum)`` runs a Python signal handler on the main thread at its
+next bytecode, without sending an OS signal that could interrupt a system call. The handler
+is installed on an unused real-time signal and only tripped while it is still ours.
+
+It never changes what the program computes: nothing here touches the program's modules
+except ``torch`` being profiled, a program that starts its own profiler first stops ours,
+and every failure is reported in ``torch-<pid>.error`` instead of being raised. The code
+runs in the target's interpreter (any Python 3.7+), so it imports nothing from aiflame.
+"""
+
+import contextlib
+import os
+import re
+import sys
+
+_ENV_DIR = "AIFLAME_RECORD_DIR"
+
+
+def _write_json(directory, name, data):
+    import json
+
+    path = os.path.join(directory, name)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+def _note_error(directory, pid, message):
+    try:
+        with open(os.path.join(directory, f"torch-{pid}.error"), "a") as f:
+            f.write(message.replace("\n", " ") + "\n")
+    except OSError:
+        pass
+
+
+# Kineto prints these on every profiler start/stop, whatever KINETO_LOG_LEVEL says.
+_KINETO_LOG = re.compile(rb"^(?:USDT|STAGE):\d{4}-\d\d-\d\d [\d:]+ \d+:\d+ \S+\.cpp:\d+\] ")
+
+
+@contextlib.contextmanager
+def _without_kineto_lines():
+    """Keep PyTorch's profiler chatter out of the program's stderr, and nothing else.
+
+    fd 2 goes to a temporary file while the profiler starts or stops; afterwards every line
+    that is not a Kineto log line is written to the real stderr.
+    """
+    import tempfile
+
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        tmp = tempfile.TemporaryFile()  # noqa: SIM115 (closed after the block)
+        os.dup2(tmp.fileno(), 2)
+    except (OSError, ValueError, AttributeError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        tmp.seek(0)
+        kept = [ln for ln in tmp.read().splitlines(True) if not _KINETO_LOG.match(ln)]
+        tmp.close()
+        if kept:
+            with contextlib.suppress(OSError):
+                os.write(2, b"".join(kept))
+
+
+class _TorchWindow:
+    """Starts and stops one profiler window on the main thread."""
+
+    def __init__(self, directory, window, delay):
+        self.directory = directory
+        self.window = window
+        self.delay = delay
+        self.pid = os.getpid()
+        self.prof = None
+        self.state = "waiting"  # -> running -> done
+        self.signum = None
+        self.timings = {}
+
+    # -- the import hook --------------------------------------------------------------------
+    def on_torch_imported(self):
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            _note_error(self.directory, self.pid, "torch was imported off the main thread")
+            return
+        self.signum = self._install_handler()
+        if self.signum is None:
+            _note_error(self.directory, self.pid, "no free real-time signal for the window")
+            return
+        import atexit
+
+        atexit.register(self.finish)
+        self._guard_user_profilers()
+        os.register_at_fork(after_in_child=self._forked)
+        if self.delay > 0:
+            self._trip_after(self.delay)
+        else:
+            self.start()
+
+    def _install_handler(self):
+        import signal
+
+        if not hasattr(signal, "SIGRTMIN"):
+            return None
+        for signum in range(int(signal.SIGRTMIN) + 4, int(signal.SIGRTMAX)):
+            if signal.getsignal(signum) in (signal.SIG_DFL, None):
+                signal.signal(signum, self._on_signal)
+                return signum
+        return None
+
+    def _trip_after(self, seconds):
+        import threading
+
+        timer = threading.Timer(seconds, self._trip)
+        timer.daemon = True
+        timer.start()
+
+    def _trip(self):
+        import _thread
+        import signal
+
+        # Only while the handler is still ours: the program may have taken the signal since.
+        if self.signum is None or signal.getsignal(self.signum) != self._on_signal:
+            return
+        try:
+            _thread.interrupt_main(self.signum)
+        except TypeError:  # Python < 3.10: a real signal to the main thread
+            import threading
+
+            signal.pthread_kill(threading.main_thread().ident, self.signum)
+
+    def _on_signal(self, signum, frame):
+        if self.state == "waiting":
+            self.start()
+        elif self.state == "running":
+            self.finish()
+
+    def _forked(self):
+        self.state = "forked"  # the child is not ours to export: its parent will
+
+    # -- the profiler -------------------------------------------------------------------------
+    def start(self):
+        import time
+
+        if self.state != "waiting":
+            return
+        try:
+            from torch.profiler import ProfilerActivity, profile, supported_activities
+
+            wanted = {ProfilerActivity.CPU, getattr(ProfilerActivity, "CUDA", None)}
+            acts = [a for a in supported_activities() if a in wanted]
+            self.prof = profile(activities=acts, with_stack=True)
+            _write_json(self.directory, f"torch-{self.pid}.pending", {"window": self.window})
+            t0 = time.perf_counter()
+            with _without_kineto_lines():
+                self.prof.start()
+            self.timings["start_s"] = time.perf_counter() - t0
+            self.timings["activities"] = sorted(str(a).split(".")[-1] for a in acts)
+            self.state = "running"
+            self._trip_after(self.window)
+        except Exception as e:  # profiling must never break the program
+            self.state = "done"
+            self._failed("start", e)
+
+    def finish(self):
+        import time
+
+        if self.state != "running" or os.getpid() != self.pid:
+            return
+        self.state = "done"
+        path = os.path.join(self.directory, f"torch-{self.pid}.json")
+        try:
+            t0 = time.perf_counter()
+            with _without_kineto_lines():
+                self.prof.stop()
+            t1 = time.perf_counter()
+            self.prof.export_chrome_trace(path + ".tmp")
+            os.replace(path + ".tmp", path)
+            self.timings["stop_s"] = t1 - t0
+            self.timings["export_s"] = time.perf_counter() - t1
+            _write_json(self.directory, f"torch-{self.pid}.meta.json", self.timings)
+        except Exception as e:
+            self._failed("stop", e)
+        finally:
+            self.prof = None
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(self.directory, f"torch-{self.pid}.pending"))
+
+    def _failed(self, what, error):
+        _note_error(self.directory, self.pid, f"{what}: {type(error).__name__}: {error}")
+        with contextlib.suppress(OSError):
+            os.remove(os.path.join(self.directory, f"torch-{self.pid}.pending"))
+
+    def _guard_user_profilers(self):
+        """A program that starts its own profiler gets it: ours stops first."""
+        try:
+            from torch.autograd import profiler as autograd_profiler
+        except Exception:
+            return
+        cls = autograd_profiler.profile
+        original = getattr(cls, "_prepare_trace", None)
+        if original is None:
+            return
+        window = self
+
+        def _prepare_trace(prof_self, *args, **kwargs):
+            ours = window.prof is not None and getattr(window.prof, "profiler", None) is prof_self
+            if window.state == "running" and not ours:
+                window.finish()
+            return original(prof_self, *args, **kwargs)
+
+        cls._prepare_trace = _prepare_trace
+
+
+class _TorchFinder:
+    """A meta-path finder that only notices the import of ``torch`` and then steps aside."""
+
+    def __init__(self, on_imported):
+        self.on_imported = on_imported
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "torch":
+            return None
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
+        spec = None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if find is not None:
+                spec = find(fullname, path, target)
+                if spec is not None:
+                    break
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        original = loader.exec_module
+        hook = self.on_imported
+
+        def exec_module(module):
+            with contextlib.suppress(AttributeError):
+                del loader.exec_module  # back to the loader's own method
+            original(module)
+            hook()
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def _bootstrap():
+    directory = os.environ.get(_ENV_DIR)
+    if not directory or not os.path.isdir(directory):
+        return
+    pid = os.getpid()
+    info = {
+        "pid": pid,
+        "ppid": os.getppid(),
+        "argv": list(getattr(sys, "argv", [])),
+        "python": sys.version.split()[0],
+    }
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        if key in os.environ:
+            info[key.lower()] = os.environ[key]
+    _write_json(directory, f"proc-{pid}.json", info)
+    try:
+        window = float(os.environ.get("AIFLAME_TORCH_WINDOW") or 0)
+        delay = float(os.environ.get("AIFLAME_TORCH_DELAY") or 0)
+    except ValueError:
+        window = 0.0
+    if window <= 0:
+        return
+    torch_window = _TorchWindow(directory, window, delay)
+
+    def on_imported():
+        try:
+            torch_window.on_torch_imported()
+        except Exception as e:
+            _note_error(directory, pid, f"hook: {type(e).__name__}: {e}")
+
+    if "torch" in sys.modules:
+        on_imported()
+    else:
+        sys.meta_path.insert(0, _TorchFinder(on_imported))
+
+
+def _chain():
+    """Run the sitecustomize module that this one shadows on sys.path, if any."""
+    import importlib.machinery
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+
+try:
+    _bootstrap()
+except Exception as _e:  # never let profiling stop the program from starting
+    if os.environ.get(_ENV_DIR):
+        _note_error(os.environ[_ENV_DIR], os.getpid(), f"bootstrap: {_e!r}")
+_chain()
