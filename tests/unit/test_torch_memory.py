@@ -601,8 +601,8 @@ def test_cli_diff_between_two_snapshots(tmp_path):
     assert test - base == grown[0]["size"]
 
 
-def test_stdin_and_gzip(monkeypatch, tmp_path):
-    data = gzip.decompress(SNAPSHOT.read_bytes())
+def test_plain_pickle_from_stdin(monkeypatch):
+    data = gzip.decompress(SNAPSHOT.read_bytes())  # the other tests read the .gz file
 
     class Stdin:
         buffer = io.BytesIO(data)
