@@ -17,6 +17,7 @@ ALLOWED = {
     "transforms": {"model", "errors", "symbolize"},
     "analysis": {"model", "errors", "symbolize", "transforms"},
     "render": {"model", "errors", "transforms", "symbolize", "proto"},
+    "collectors": {"model", "errors", "symbolize", "sources", "transforms"},
 }
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from aiflame.model.frames import FrameKind
@@ -91,6 +91,9 @@ class PerfMap:
             return None
         sym = self._symbols[i]
         return sym if address < sym.start + sym.size else None
+
+    def __iter__(self) -> Iterator[JitSymbol]:
+        return iter(self._symbols)
 
     def __len__(self) -> int:
         return len(self._symbols)

@@ -1,0 +1,180 @@
+"""The record bootstrap (sitecustomize) in real interpreters, with a stand-in ``torch``.
+
+The stand-in only records which profiler calls were made and on which thread, which is what
+the bootstrap's logic decides; the real PyTorch profiler runs in tests/integration.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from aiflame.collectors.session import BOOTSTRAP_DIR
+
+FAKE_TORCH = {
+    "torch/__init__.py": "",
+    "torch/autograd/__init__.py": "",
+    "torch/autograd/profiler.py": """
+        import threading
+        CALLS = []
+        class profile:
+            def _prepare_trace(self):
+                CALLS.append(("prepare", threading.current_thread().name))
+    """,
+    "torch/profiler.py": """
+        import json, os, threading
+        from torch.autograd import profiler as _ap
+        class ProfilerActivity:
+            CPU = "ProfilerActivity.CPU"
+            CUDA = "ProfilerActivity.CUDA"
+        def supported_activities():
+            return {ProfilerActivity.CPU}
+        class profile:
+            def __init__(self, activities=(), with_stack=False):
+                if os.environ.get("FAKE_FAIL"):
+                    raise RuntimeError("no profiler here")
+                self.options = {"activities": sorted(activities), "with_stack": with_stack}
+            def start(self):
+                self.profiler = _ap.profile()
+                self.profiler._prepare_trace()
+                _ap.CALLS.append(("start", threading.current_thread().name))
+            def stop(self):
+                _ap.CALLS.append(("stop", threading.current_thread().name))
+            def export_chrome_trace(self, path):
+                with open(path, "w") as f:
+                    json.dump({"traceEvents": [], "calls": _ap.CALLS, **self.options}, f)
+    """,
+}
+
+
+@pytest.fixture
+def fake_torch(tmp_path):
+    root = tmp_path / "site"
+    for name, text in FAKE_TORCH.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root
+
+
+def run(tmp_path, program, extra_path=(), **env):
+    out = tmp_path / "rec"
+    out.mkdir(exist_ok=True)
+    full_env = dict(os.environ)
+    full_env.pop("PYTHONPATH", None)
+    full_env.update(
+        AIFLAME_RECORD_DIR=str(out),
+        PYTHONPATH=os.pathsep.join([BOOTSTRAP_DIR, *map(str, extra_path)]),
+        **env,
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(program), "arg1"],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return proc, out
+
+
+def files(out: Path) -> set[str]:
+    return {p.name.replace(str(p.name.split("-")[1].split(".")[0]), "PID") for p in out.iterdir()}
+
+
+def trace(out: Path) -> dict:
+    [path] = [p for p in out.glob("torch-*.json") if not p.name.endswith(".meta.json")]
+    return json.loads(path.read_text())
+
+
+def test_program_without_torch_is_unaffected(tmp_path):
+    program = "import sys; print('hello', sys.argv[1:]); sys.exit(3)"
+    plain = subprocess.run([sys.executable, "-c", program, "arg1"], capture_output=True, text=True)
+    proc, out = run(tmp_path, program, AIFLAME_TORCH_WINDOW="5", RANK="2")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (3, plain.stdout, plain.stderr)
+    assert files(out) == {"proc-PID.json"}
+    info = json.loads(next(out.glob("proc-*.json")).read_text())
+    assert info["pid"] > 0 and info["argv"] == ["-c", "arg1"] and info["rank"] == "2"
+
+
+def test_window_starts_and_stops_on_the_main_thread(tmp_path, fake_torch):
+    program = """
+        import time, torch
+        t0 = time.time()
+        while time.time() - t0 < 1.5:
+            sum(range(1000))
+        print("done")
+    """
+    proc, out = run(tmp_path, program, [fake_torch], AIFLAME_TORCH_WINDOW="0.3")
+    assert proc.returncode == 0 and proc.stdout == "done\n", proc.stderr
+    assert files(out) == {"proc-PID.json", "torch-PID.json", "torch-PID.meta.json"}
+    t = trace(out)
+    assert t["calls"] == [
+        ["prepare", "MainThread"],
+        ["start", "MainThread"],
+        ["stop", "MainThread"],
+    ]
+    assert t["with_stack"] is True and t["activities"] == ["ProfilerActivity.CPU"]
+    timings = json.loads(next(out.glob("*.meta.json")).read_text())
+    assert {"start_s", "stop_s", "export_s"} <= set(timings)
+
+
+def test_program_ending_inside_the_window_still_exports(tmp_path, fake_torch):
+    proc, out = run(
+        tmp_path, "import sys, torch; sys.exit(3)", [fake_torch], AIFLAME_TORCH_WINDOW="60"
+    )
+    assert proc.returncode == 3
+    assert [c[0] for c in trace(out)["calls"]] == ["prepare", "start", "stop"]
+    assert not list(out.glob("*.pending"))
+
+
+def test_delay_then_window(tmp_path, fake_torch):
+    program = """
+        import time, torch
+        from torch.autograd import profiler
+        time.sleep(0.2)
+        assert profiler.CALLS == [], profiler.CALLS  # not started yet
+        t0 = time.time()
+        while time.time() - t0 < 1.5:
+            sum(range(1000))
+    """
+    proc, out = run(
+        tmp_path, program, [fake_torch], AIFLAME_TORCH_WINDOW="0.2", AIFLAME_TORCH_DELAY="0.6"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert [c[0] for c in trace(out)["calls"]] == ["prepare", "start", "stop"]
+
+
+def test_a_program_starting_its_own_profiler_stops_ours_first(tmp_path, fake_torch):
+    program = """
+        import torch
+        from torch.autograd import profiler
+        profiler.profile()._prepare_trace()   # what torch.profiler.profile().start() does
+        print(profiler.CALLS)
+    """
+    proc, out = run(tmp_path, program, [fake_torch], AIFLAME_TORCH_WINDOW="60")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith("('stop', 'MainThread'), ('prepare', 'MainThread')]")
+    assert [c[0] for c in trace(out)["calls"]] == ["prepare", "start", "stop"]
+
+
+def test_profiler_failure_is_reported_not_raised(tmp_path, fake_torch):
+    proc, out = run(
+        tmp_path, "import torch; print('ok')", [fake_torch], AIFLAME_TORCH_WINDOW="1", FAKE_FAIL="1"
+    )
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "ok\n", "")
+    [err] = out.glob("torch-*.error")
+    assert "start: RuntimeError: no profiler here" in err.read_text()
+
+
+def test_the_shadowed_sitecustomize_still_runs(tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import builtins; builtins.OTHER_SITE = 1\n")
+    proc, _ = run(tmp_path, "import builtins; print(builtins.OTHER_SITE)", [other])
+    assert proc.stdout == "1\n", proc.stderr
