@@ -18,6 +18,7 @@ is the reader; :func:`unpack` is the Python reader the tests use.
 
 from __future__ import annotations
 
+import json
 import math
 import zlib
 from dataclasses import dataclass, field
@@ -58,12 +59,15 @@ def preorder(parent: np.ndarray, depth: np.ndarray, sort_key: np.ndarray) -> np.
 
     Vectorised per depth level (a Python DFS over millions of nodes would take seconds):
     subtree sizes bottom-up, then each node's position = its parent's position + 1 + the
-    sizes of the siblings sorted before it.
+    sizes of the siblings sorted before it. Importers that intern sorted stacks (folded)
+    already number nodes that way; that is checked first, and then nothing moves.
     """
     n = len(parent)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     order, bounds = level_order(depth)
+    if is_sorted_preorder(parent, depth, sort_key, order, bounds):
+        return np.arange(n)
     size = np.ones(n, dtype=np.int64)
     for d in range(len(bounds) - 2, 0, -1):
         idx = order[bounds[d] : bounds[d + 1]]
@@ -88,6 +92,39 @@ def preorder(parent: np.ndarray, depth: np.ndarray, sort_key: np.ndarray) -> np.
     out = np.empty(n, dtype=np.int64)
     out[pos] = np.arange(n)
     return out
+
+
+def is_sorted_preorder(
+    parent: np.ndarray,
+    depth: np.ndarray,
+    sort_key: np.ndarray,
+    order: np.ndarray,
+    bounds: np.ndarray,
+) -> bool:
+    """Whether ids 0..n-1 already are that preorder (``order``/``bounds``: level_order).
+
+    A sequence that goes down at most one level per step, where each node's parent is
+    the last node before it one level up, is a preorder; then two nodes of one level with
+    the same parent and no other node of that level between them are adjacent siblings.
+    """
+    if depth[0] != 0 or np.any(np.diff(depth) > 1):
+        return False
+    for d in range(len(bounds) - 1):
+        here = order[bounds[d] : bounds[d + 1]]  # ascending ids at depth d
+        ph = parent[here]
+        if d == 0:
+            if np.any(ph >= 0):
+                return False
+        else:
+            above = order[bounds[d - 1] : bounds[d]]
+            at = np.searchsorted(above, here) - 1
+            if at[0] < 0 or not np.array_equal(above[at], ph):
+                return False
+        key = sort_key[here]
+        same = ph[1:] == ph[:-1]
+        if np.any(key[1:][same] <= key[:-1][same]):
+            return False
+    return True
 
 
 # -- encodings ------------------------------------------------------------------------------
@@ -208,9 +245,9 @@ def _frame_table(profile: Profile, used: np.ndarray) -> tuple[np.ndarray, list[s
 
 
 def _strings_section(strings: list[str]) -> bytes:
-    encoded = [s.encode("utf-8", "surrogatepass") for s in strings]
-    lengths = np.fromiter((len(b) for b in encoded), dtype=np.int64, count=len(encoded))
-    return varints(lengths) + b"".join(encoded)
+    # ASCII JSON (non-ASCII as \u escapes): the browser parses it in one native call, and
+    # names that are not valid Unicode (lone surrogates) still round-trip.
+    return json.dumps(strings, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
 def pack(
@@ -226,28 +263,38 @@ def pack(
     tree = CallTree.from_profile(profile)
     kept = _kept_nodes(tree)
     n_real = len(kept)
-    parent_old = tree.parent[kept]
-    # Re-index parents into the kept subset (kept is sorted, parents are kept too).
-    parent = np.where(parent_old >= 0, np.searchsorted(kept, np.maximum(parent_old, 0)), -1)
-    frame_old = tree.frame[kept]
+    if n_real == len(tree):  # the usual case: every node has a value; no copies
+        parent, frame_old, depth = tree.parent, tree.frame, tree.depth
+    else:
+        # Re-index parents into the kept subset (kept is sorted, parents are kept too).
+        parent_old = tree.parent[kept]
+        parent = np.where(parent_old >= 0, np.searchsorted(kept, np.maximum(parent_old, 0)), -1)
+        frame_old, depth = tree.frame[kept], tree.depth[kept]
     used_frames = np.flatnonzero(np.bincount(frame_old, minlength=len(profile.frames)))
     remap, strings, fcols = _frame_table(profile, used_frames)
     frame = remap[frame_old]
-    depth = tree.depth[kept]
     order = preorder(parent, depth, frame)
+    in_order = bool(order[-1] == n_real - 1 and np.array_equal(order, np.arange(n_real)))
 
     root_frame = len(used_frames)  # one past the table: the synthetic "all"
-    node_frame = np.concatenate([[root_frame], frame[order]])
-    node_depth = np.concatenate([[0], depth[order] + 1])
+    node_frame = np.empty(n_real + 1, dtype=np.int64)
+    node_frame[0] = root_frame
+    node_frame[1:] = frame if in_order else frame[order]
+    node_depth = np.empty(n_real + 1, dtype=np.int64)
+    node_depth[0] = 0
+    node_depth[1:] = depth if in_order else depth[order]
+    node_depth[1:] += 1
     pops = np.zeros(n_real + 1, dtype=np.int64)
     pops[1:] = node_depth[:-1] + 1 - node_depth[1:]
+    source_node = kept if in_order else kept[order]  # tree node of each page node
 
     sections = _Sections()
     sections.add_uints("node.frame", node_frame)
     sections.add_uints("node.pops", pops)
     ntypes = len(profile.sample_types)
     for t in range(ntypes):
-        col = np.concatenate([[0.0], tree.self_value[kept[order], t]])
+        col = np.zeros(n_real + 1)
+        col[1:] = tree.self_value[source_node, t]
         sections.add_values(f"node.self.{t}", col)
     sections.add_uints("frame.name", fcols["name"])
     sections.add_uints("frame.kind", fcols["kind"])
@@ -333,12 +380,7 @@ def unpack(header: dict, payload: bytes) -> dict[str, object]:
         col = np.zeros(n)
         col[np.cumsum(np.asarray(gaps, dtype=np.int64) + 1) - 1] = vals
         selfs.append(col)
-    sdata = body("strings")
-    lengths, pos = _read_varints(sdata, sec["strings"]["count"])
-    strings = []
-    for ln in lengths:
-        strings.append(sdata[pos : pos + ln].decode("utf-8", "surrogatepass"))
-        pos += ln
+    strings = json.loads(body("strings"))
     return {
         "frame": frame,
         "depth": depth,

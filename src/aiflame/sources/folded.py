@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
+
 from aiflame.errors import InputError
 from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
 from aiflame.model.stacks import EMPTY_STACK
@@ -80,11 +82,13 @@ def build_profile(
     above: dict[str, int] = {}  # frame ids by name, above the `-` delimiter
     below: dict[str, int] = {}  # ... and at or below it (GPU frames)
     intern_frame = builder.frames.intern
+    get_above = above.get
     parents, frames = builder.stacks.bulk_columns()
-    add = builder.add
+    leaves: list[int] = []  # the leaf node of each stack, in sorted order
     prev: list[str] = []  # frame names of the previous stack
     path: list[int] = []  # its node ids
-    for stack in sorted(counts, key=lambda st: st.replace(";", "\x00")):
+    stacks = sorted(counts, key=lambda st: st.replace(";", "\x00"))
+    for stack in stacks:
         names = stack.split(";")
         k = 0
         for a, b in zip(names, prev, strict=False):
@@ -94,18 +98,19 @@ def build_profile(
         first_new = len(frames)
         n_new = len(names) - k
         if n_new == 0:  # a prefix of the previous stack: only with NUL bytes in names
-            add(path[k - 1], counts[stack])
+            leaves.append(path[k - 1])
             continue
         delim = names.index(DELIMITER) if DELIMITER in names else len(names)
         if delim >= len(names):  # the common case: no GPU part
-            get = above.get
-            ids = [get(n, -1) for n in names[k:]]
-            if -1 in ids:
-                for j, name in enumerate(names[k:]):
-                    if ids[j] < 0:
-                        ids[j] = above.get(name, -1)
-                        if ids[j] < 0:
-                            ids[j] = above[name] = intern_frame(name, guess(name, False))
+            tail = names[k:]
+            ids = list(map(get_above, tail))  # C-level loop; None for names not seen yet
+            if None in ids:
+                for j, name in enumerate(tail):
+                    if ids[j] is None:
+                        fid = get_above(name)
+                        if fid is None:
+                            fid = above[name] = intern_frame(name, guess(name, False))
+                        ids[j] = fid
         else:
             ids = []
             for pos in range(k, len(names)):
@@ -121,8 +126,10 @@ def build_profile(
         del path[k:]
         path.extend(range(first_new, first_new + n_new))
         prev = names
-        add(path[-1], counts[stack])
+        leaves.append(path[-1])
     builder.stacks.bulk_done()
+    values = np.fromiter(map(counts.__getitem__, stacks), np.float64, len(stacks))
+    builder.add_many(np.asarray(leaves, dtype=np.int64), values.reshape(-1, 1))
     return builder
 
 

@@ -19,7 +19,7 @@
       const h = (this.header = data.header);
       this.types = h.types;
       this.frames = new A.FrameTable(data);
-      this.baseTree = new A.Tree(this.frames, data.frame, data.depth, data.self, null);
+      this.baseTree = new A.Tree(this.frames, data.frame, data.depth, data.self, null, h.maxDepth);
       this.tree = this.baseTree;
       this.diff = h.diff || null;
       this.metric = this.diff ? this.diff.test : h.metric || 0;
@@ -561,7 +561,8 @@
   // Start-up: decode, build, first draw. `ready` resolves once the graph is on the canvas.
   A.ready = (async function () {
     const header = JSON.parse($("aiflame-header").textContent);
-    const data = await A.decode(header, $("aiflame-data").textContent.trim());
+    const data = await A.decode(header, $("aiflame-data").textContent);
+    performance.mark("aiflame-decoded");
     const app = (A.app = new App(data));
     performance.mark("aiflame-first-draw");
     $("loading").hidden = true;

@@ -9,48 +9,54 @@
 
   class Tree {
     // frame/depth: per node (node 0 is the root); self: one Float64Array per sample type.
-    constructor(frames, frame, depth, self, rootLabel) {
+    constructor(frames, frame, depth, self, rootLabel, maxDepth) {
       this.frames = frames; // the shared frame table (see A.FrameTable)
       this.frame = frame;
       this.depth = depth;
       this.self = self;
       this.rootLabel = rootLabel || null; // shown instead of the root frame's own name
       const n = (this.n = frame.length);
-      this.parent = new Int32Array(n);
-      this.end = new Int32Array(n);
-      const path = new Int32Array(this.maxDepth0() + 2);
-      let top = -1; // depth of the deepest open node
-      this.parent[0] = -1;
-      path[0] = 0;
-      top = 0;
+      if (maxDepth === undefined) {
+        maxDepth = 0;
+        for (let i = 0; i < n; i++) if (depth[i] > maxDepth) maxDepth = depth[i];
+      }
+      this.maxDepth = maxDepth;
+      // One pass with the open path: a node's parent is the open node one level up, and
+      // a node's subtree ends where the next node at its depth or above starts.
+      const parent = (this.parent = new Int32Array(n));
+      const end = (this.end = new Int32Array(n));
+      const path = new Int32Array(maxDepth + 2);
+      let top = 0; // depth of the deepest open node
+      parent[0] = -1;
       for (let i = 1; i < n; i++) {
         const d = depth[i];
-        // Close every open node at depth >= d: their subtrees end here.
-        for (; top >= d; top--) this.end[path[top]] = i;
-        this.parent[i] = path[d - 1];
+        for (; top >= d; top--) end[path[top]] = i;
+        parent[i] = path[d - 1];
         path[d] = i;
         top = d;
       }
-      for (; top >= 0; top--) this.end[path[top]] = n;
-      this.maxDepth = this.maxDepth0();
+      for (; top >= 0; top--) end[path[top]] = n;
       this._totals = new Map();
       this._layout = new Map();
-    }
-
-    maxDepth0() {
-      let m = 0;
-      const d = this.depth;
-      for (let i = 0; i < d.length; i++) if (d[i] > m) m = d[i];
-      return m;
     }
 
     // Total (self + descendants) of sample type t, per node; cached.
     totals(t) {
       let tot = this._totals.get(t);
       if (tot) return tot;
-      tot = Float64Array.from(this.self[t]);
-      const parent = this.parent;
-      for (let i = this.n - 1; i > 0; i--) tot[parent[i]] += tot[i];
+      // Reverse preorder: when a node is reached its children are done, and their sum is
+      // waiting in acc[depth + 1]. Sequential access only, unlike tot[parent[i]] += ...
+      const self = this.self[t];
+      const depth = this.depth;
+      const acc = new Float64Array(this.maxDepth + 2);
+      tot = new Float64Array(this.n);
+      for (let i = this.n - 1; i >= 0; i--) {
+        const d = depth[i];
+        const v = self[i] + acc[d + 1];
+        acc[d + 1] = 0;
+        acc[d] += v;
+        tot[i] = v;
+      }
       this._totals.set(t, tot);
       return tot;
     }
