@@ -43,6 +43,7 @@ SAMPLE_TYPES = (
 )
 GPU_TIME, KERNEL_COUNT, CPU_TIME = 0, 1, 2
 UNLINKED_ROOT = "[launch not in trace]"
+_DENSE_KEYS = 1 << 22  # (stack, labels) pairs counted in a table up to this many
 DELIMITER = "-"
 
 _MARKERS = (
@@ -150,9 +151,12 @@ class _Frames:
         """Frame id of every row of (class, name id) columns."""
         if cls.size == 0:
             return np.zeros(0, dtype=np.int64)
-        rows, inverse = _unique_rows(cls, name)
-        ids = np.asarray([self.get(c, m) for c, m in rows.tolist()], dtype=np.int64)
-        return ids[inverse]
+        # A (class x name) table: no sort over millions of rows.
+        table = np.full((8, len(self.names)), -1, dtype=np.int64)
+        table[cls, name] = 0
+        for c, m in zip(*np.nonzero(table == 0), strict=True):
+            table[c, m] = self.get(int(c), int(m))
+        return table[cls, name]
 
     def call_stack(self, cs: int) -> list[int]:
         """Python frame ids of a ``Call stack`` string, root first."""
@@ -310,15 +314,30 @@ def _unique_rows(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _add_aggregated(
-    builder: ProfileBuilder, stacks: np.ndarray, labels: np.ndarray, values: np.ndarray
+    builder: ProfileBuilder,
+    stacks: np.ndarray,
+    labels: np.ndarray,
+    columns: dict[int, np.ndarray | None],
 ) -> None:
-    """Add one sample per distinct (stack, labels), values summed."""
+    """Add one sample per distinct (stack, labels); ``columns``: sample-type column ->
+    per-row weights summed into it (None: count the rows)."""
     if stacks.size == 0:
         return
+    n_labels = int(labels.max()) + 1
+    size = (int(stacks.max()) + 1) * n_labels
+    if stacks.min() >= 0 and size <= _DENSE_KEYS:
+        # Few distinct (stack, labels) keys: count them in a dense table, no sort.
+        key = stacks * n_labels + labels
+        present = np.nonzero(np.bincount(key, minlength=size))[0]
+        sums = np.zeros((present.shape[0], len(SAMPLE_TYPES)))
+        for c, weights in columns.items():
+            sums[:, c] = np.bincount(key, weights=weights, minlength=size)[present]
+        builder.add_many(present // n_labels, sums, present % n_labels)
+        return
     uniq, inverse = _unique_rows(stacks, labels)
-    sums = np.zeros((uniq.shape[0], values.shape[1]))
-    for c in range(values.shape[1]):
-        sums[:, c] = np.bincount(inverse, weights=values[:, c], minlength=uniq.shape[0])
+    sums = np.zeros((uniq.shape[0], len(SAMPLE_TYPES)))
+    for c, weights in columns.items():
+        sums[:, c] = np.bincount(inverse, weights=weights, minlength=uniq.shape[0])
     builder.add_many(uniq[:, 0], sums, uniq[:, 1])
 
 
@@ -331,11 +350,16 @@ def _add_cpu_samples(
 ) -> None:
     self_ns = correlate.self_times(cols.cpu_ts, cols.cpu_dur, nesting.parent)
     keep = np.nonzero(self_ns > 0)[0]
-    none = np.full(keep.shape[0], -1, dtype=np.int64)
-    lab = labels.ids(cols.cpu_thread[keep], none, none)
-    values = np.zeros((keep.shape[0], len(SAMPLE_TYPES)))
-    values[:, CPU_TIME] = self_ns[keep]
-    _add_aggregated(builder, stack_of[keep], lab, values)
+    thread = cols.cpu_thread[keep]
+    # Label ids by thread (a lookup table), not by slice: no sort over millions of rows.
+    threads = np.nonzero(np.bincount(thread, minlength=len(cols.threads)))[0]
+    none = np.full(threads.shape[0], -1, dtype=np.int64)
+    per_thread = np.zeros(len(cols.threads), dtype=np.int64)
+    per_thread[threads] = labels.ids(threads, none, none)
+    lab = per_thread[thread]
+    weights = self_ns[keep].astype(np.float64)
+    del self_ns
+    _add_aggregated(builder, stack_of[keep], lab, {CPU_TIME: weights})
 
 
 def _add_gpu_samples(
@@ -363,10 +387,8 @@ def _add_gpu_samples(
     leaf = np.asarray(leaves, dtype=np.int64)[inverse]
     thread = np.where(unlinked, -1, cols.cpu_thread[np.maximum(launch, 0)] if stack_of.size else -1)
     lab = labels.ids(thread, cols.gpu_device, cols.gpu_stream)
-    values = np.zeros((n, len(SAMPLE_TYPES)))
-    values[:, GPU_TIME] = cols.gpu_dur
-    values[:, KERNEL_COUNT] = 1
-    _add_aggregated(builder, leaf, lab, values)
+    weights = cols.gpu_dur.astype(np.float64)
+    _add_aggregated(builder, leaf, lab, {GPU_TIME: weights, KERNEL_COUNT: None})
     return unlinked
 
 
@@ -396,11 +418,15 @@ def _describe(
     """Profile meta: default metric, time range and the ``info:`` lines of ``aiflame info``."""
     n_gpu = int(cols.gpu_ts.size)
     meta: dict[str, object] = {"default_type": GPU_TIME if n_gpu else CPU_TIME}
-    starts = np.concatenate([cols.cpu_ts, cols.gpu_ts])
-    ends = np.concatenate([cols.cpu_ts + cols.cpu_dur, cols.gpu_ts + cols.gpu_dur])
+    first = min(int(t.min()) for t in (cols.cpu_ts, cols.gpu_ts) if t.size)
+    last = max(
+        int((t + d).max())
+        for t, d in ((cols.cpu_ts, cols.cpu_dur), (cols.gpu_ts, cols.gpu_dur))
+        if t.size
+    )
     # Kineto writes microseconds since baseTimeNanoseconds (a wall-clock origin) when set.
     base_ns = int(cols.base_us) * 1000 + _int(trace_meta.get("baseTimeNanoseconds"))
-    meta["time_range_ns"] = (base_ns + int(starts.min()), base_ns + int(ends.max()))
+    meta["time_range_ns"] = (base_ns + first, base_ns + last)
     if rank is not None:
         meta["rank"] = rank
         meta["info:rank"] = rank
@@ -408,14 +434,14 @@ def _describe(
     if isinstance(devices, list) and devices:
         names = Counter(str(d.get("name", "?")) for d in devices if isinstance(d, dict))
         meta["info:devices"] = ", ".join(f"{n} x {name}" for name, n in names.items())
-    counts = Counter(cols.cpu_cls.tolist())
+    counts = np.bincount(cols.cpu_cls, minlength=8)
     meta["info:cpu slices"] = (
         f"{counts[Cls.PYTHON]:,} Python functions, {counts[Cls.OP]:,} operators, "
         f"{counts[Cls.ANNOTATION]:,} annotations, {counts[Cls.RUNTIME]:,} runtime calls"
         + (" (Python stacks from 'Call stack')" if used_call_stacks else "")
     )
     if n_gpu:
-        g = Counter(cols.gpu_cls.tolist())
+        g = np.bincount(cols.gpu_cls, minlength=8)
         total = int(cols.gpu_dur.sum())
         meta["info:gpu activity"] = (
             f"{g[Cls.KERNEL]:,} kernels, {g[Cls.MEMCPY]:,} memcpy, {g[Cls.MEMSET]:,} memset "

@@ -156,10 +156,14 @@ def self_times(ts: np.ndarray, dur: np.ndarray, parent: np.ndarray) -> np.ndarra
     out = dur.astype(np.int64, copy=True)
     has = np.nonzero(parent >= 0)[0]
     if has.size:
+        end = ts + dur
         p = parent[has]
-        covered = np.minimum(ts[has] + dur[has], ts[p] + dur[p]) - ts[has]
-        np.subtract.at(out, p, np.maximum(covered, 0))
-    return np.maximum(out, 0)
+        covered = np.minimum(end[has], end[p])
+        del end
+        covered -= ts[has]
+        np.maximum(covered, 0, out=covered)
+        out -= np.bincount(p, weights=covered, minlength=out.shape[0]).astype(np.int64)
+    return np.maximum(out, 0, out=out)
 
 
 def busy_time(ts: np.ndarray, dur: np.ndarray) -> int:
