@@ -141,17 +141,27 @@ def browser(args: argparse.Namespace, page: Path, svg: Path) -> dict:
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                "--disable-background-networking", "--window-size=1400,1000",
-                "--force-device-scale-factor=1"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--window-size=1400,1000",
+        "--force-device-scale-factor=1",
+    ):
         options.add_argument(arg)
     drv = webdriver.Chrome(service=Service(CHROMEDRIVER, log_output=os.devnull), options=options)
     drv.set_script_timeout(120)
     drv.set_page_load_timeout(300)
     drv.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": PROBE})
     fp_wait = "const done = arguments[arguments.length - 1]; window.__fp.then(done);"
-    result: dict = {"page_first_paint_ms": [], "page_zoom_ms": [], "svg_first_paint_ms": [],
-                    "svg_zoom_ms": []}
+    result: dict = {
+        "page_first_paint_ms": [],
+        "page_zoom_ms": [],
+        "svg_first_paint_ms": [],
+        "svg_zoom_ms": [],
+    }
     try:
         for _ in range(args.loads):
             drv.get(page.resolve().as_uri())
@@ -169,10 +179,13 @@ def browser(args: argparse.Namespace, page: Path, svg: Path) -> dict:
                 ms, zoomed = drv.execute_async_script(CLICK_SVG)
                 assert zoomed > 0, "the SVG did not zoom"
                 result["svg_zoom_ms"].append(ms)
-            print(f"  load: page {result['page_first_paint_ms'][-1]:.0f} ms, zoom "
-                  f"{result['page_zoom_ms'][-1]:.1f} ms; svg "
-                  f"{(result['svg_first_paint_ms'] or [float('nan')])[-1]:.0f} ms, zoom "
-                  f"{(result['svg_zoom_ms'] or [float('nan')])[-1]:.1f} ms", flush=True)
+            print(
+                f"  load: page {result['page_first_paint_ms'][-1]:.0f} ms, zoom "
+                f"{result['page_zoom_ms'][-1]:.1f} ms; svg "
+                f"{(result['svg_first_paint_ms'] or [float('nan')])[-1]:.0f} ms, zoom "
+                f"{(result['svg_zoom_ms'] or [float('nan')])[-1]:.1f} ms",
+                flush=True,
+            )
     finally:
         drv.quit()
     return result

@@ -159,6 +159,12 @@ def test_hostile_names_cannot_break_out_of_the_page():
     assert evil in data["strings"] and "x\u2028y" in data["strings"]
 
 
+def test_an_empty_profile_still_makes_a_page():
+    header, data = decoded(render_html(ProfileBuilder().build()))
+    assert header["nodes"] == 1  # the root alone
+    assert data["strings"] == [""]
+
+
 def test_script_json_escapes_markup():
     text = script_json({"a": "</script><!-- & \u2028"})
     assert "<" not in text and ">" not in text and "&" not in text

@@ -274,7 +274,9 @@ def pack(
     remap, strings, fcols = _frame_table(profile, used_frames)
     frame = remap[frame_old]
     order = preorder(parent, depth, frame)
-    in_order = bool(order[-1] == n_real - 1 and np.array_equal(order, np.arange(n_real)))
+    in_order = n_real == 0 or bool(
+        order[-1] == n_real - 1 and np.array_equal(order, np.arange(n_real))
+    )
 
     root_frame = len(used_frames)  # one past the table: the synthetic "all"
     node_frame = np.empty(n_real + 1, dtype=np.int64)

@@ -136,23 +136,34 @@
       ctx.fillRect(0, 0, this.cssWidth, cssHeight);
       ctx.font = FONT;
       ctx.textBaseline = "middle";
+      // Boxes first, then all labels with one fill style: style changes are what cost.
       const tree = this.tree;
       const mask = this.mask;
       const cw = this.charWidth;
+      const x = tree.xStart(this.metric);
+      const tot = tree.totals(this.metric);
+      const z = this.zoom;
+      const x0 = x[z];
+      const scale = this.scale;
+      const top = (d) => (this.inverted ? PAD + d * ROW : PAD + (this.rows - 1 - d) * ROW);
+      const labels = [];
+      let style = "";
       for (let k = 0; k < this.nVisible; k++) {
         const i = this.visible[k];
-        const r = this.rectOf(i);
-        if (!r) continue;
-        const gap = r.w > 3 ? 1 : 0;
-        ctx.fillStyle = mask && mask[tree.frame[i]] ? A.SEARCH_COLOR : this.colorOf(i);
-        ctx.fillRect(r.x, r.y, r.w - gap, r.h);
-        const room = Math.floor((r.w - 6) / cw);
-        if (room >= 3) {
-          const name = tree.labelOf(i);
-          const text = name.length <= room ? name : name.slice(0, room - 2) + "..";
-          ctx.fillStyle = "#111";
-          ctx.fillText(text, r.x + 3, r.y + r.h / 2 + 0.5);
-        }
+        const left = i < z ? 0 : (x[i] - x0) * scale; // ancestors of z span the width
+        const w = i < z ? this.cssWidth : tot[i] * scale;
+        const y = top(tree.depth[i]);
+        const color = mask && mask[tree.frame[i]] ? A.SEARCH_COLOR : this.colorOf(i);
+        if (color !== style) ctx.fillStyle = style = color;
+        ctx.fillRect(left, y, w > 3 ? w - 1 : w, ROW - 1);
+        if (w >= 3 * cw + 6) labels.push(i, left, y, w);
+      }
+      ctx.fillStyle = "#111";
+      for (let k = 0; k < labels.length; k += 4) {
+        const room = Math.floor((labels[k + 3] - 6) / cw);
+        const name = tree.labelOf(labels[k]);
+        const text = name.length <= room ? name : name.slice(0, room - 2) + "..";
+        ctx.fillText(text, labels[k + 1] + 3, labels[k + 2] + (ROW - 1) / 2 + 0.5);
       }
       const hr = this.hover >= 0 ? this.rectOf(this.hover) : null;
       if (hr) {

@@ -17,13 +17,19 @@
       }
       return value.toFixed(0) + " B";
     }
-    const digits = Number.isInteger(value) ? 0 : 2;
-    const text = value.toLocaleString("en-US", {
-      minimumFractionDigits: digits,
-      maximumFractionDigits: digits,
-    });
+    const text = grouped(value);
     return unit === "count" || !unit ? text : text + " " + unit;
   };
+
+  // 1234567.5 -> "1,234,567.50" (toLocaleString would load ICU data at start-up).
+  function grouped(value) {
+    const fixed = Math.abs(value).toFixed(Number.isInteger(value) ? 0 : 2);
+    const dot = fixed.indexOf(".");
+    let int = dot < 0 ? fixed : fixed.slice(0, dot);
+    const frac = dot < 0 ? "" : fixed.slice(dot);
+    int = int.replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+    return (value < 0 ? "-" : "") + int + frac;
+  }
 
   // "1,234 samples" for counts; durations and sizes carry their own unit.
   A.formatWithName = function (value, type) {

@@ -123,6 +123,7 @@
       this.rootName = data.header.rootName;
       this.kindNames = data.header.kinds;
       this.count = this.nameId.length;
+      this.labels = new Array(this.count + 1); // drawn names, made on first use
     }
     name(f) {
       return f === this.rootFrame ? this.rootName : this.strings[this.nameId[f]];
@@ -130,7 +131,9 @@
     // The name as drawn: without FlameGraph's kind annotations (_[k] kernel, _[j] JIT,
     // _[i] inlined, _[w] waker), as flamegraph.pl shows it; the colour carries the kind.
     label(f) {
-      return this.name(f).replace(ANNOTATION, "");
+      let l = this.labels[f];
+      if (l === undefined) l = this.labels[f] = this.name(f).replace(ANNOTATION, "");
+      return l;
     }
     kindSlug(f) {
       if (f === this.rootFrame) return "label";
