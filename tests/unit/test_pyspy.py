@@ -136,6 +136,10 @@ def test_subprocess_profiles_carry_their_pid(tmp_path):
             ("do_work", FrameKind.NATIVE, "/src/work.c", 12, ""),
         ),
         ({"name": "0x1234", "file": "?", "line": 0}, ("[unknown]", FrameKind.NATIVE)),
+        (
+            {"name": 'process 12:"python child.py --x"', "file": "", "line": 0},
+            ("process 12: python child.py --x", FrameKind.LABEL),
+        ),
     ],
 )
 def test_convert_frame(raw, expected):

@@ -102,6 +102,20 @@ def _check(args: argparse.Namespace, cmd: list[str]) -> None:
         raise AiflameError(f"--duration {args.duration:g}: must be positive")
     if args.gpu_window <= 0 or args.gpu_delay < 0:
         raise AiflameError("--gpu-window must be positive and --gpu-delay not negative")
+    if args.output:
+        _output_format(args.output)  # a bad name must fail before the program runs
+
+
+def _output_format(path: str) -> str:
+    from aiflame.render.registry import format_for_path
+
+    fmt = format_for_path(path)
+    if fmt is None:
+        raise AiflameError(
+            f"cannot tell the output format from '{path}' "
+            "(use .html, .pb.gz, .folded or .speedscope.json)"
+        )
+    return fmt
 
 
 def _default_base(cmd: list[str], pid: int | None) -> str:
@@ -114,17 +128,11 @@ def _default_base(cmd: list[str], pid: int | None) -> str:
 
 
 def _write(profile, args: argparse.Namespace, cmd: list[str]) -> list[str]:  # type: ignore[no-untyped-def]
-    from aiflame.render.registry import format_for_path, render
+    from aiflame.render.registry import render
 
     title = args.title or ("aiflame record: " + (" ".join(cmd) if cmd else f"PID {args.pid}"))
     if args.output:
-        fmt = format_for_path(args.output)
-        if fmt is None:
-            raise AiflameError(
-                f"cannot tell the output format from '{args.output}' "
-                "(use .html, .pb.gz, .folded or .speedscope.json)"
-            )
-        targets = [(args.output, fmt)]
+        targets = [(args.output, _output_format(args.output))]
     else:
         base = _default_base(cmd, args.pid)
         targets = [(base + ".html", "html"), (base + ".pb.gz", "pprof")]
@@ -171,7 +179,8 @@ def run(args: argparse.Namespace) -> int:
         session.cleanup()
     code = _target_exit(result.target)
     if not written:
-        print("aiflame: error: no samples were recorded", file=sys.stderr)
+        why = f": {result.failure}" if result.failure else ""
+        print(f"aiflame: error: no samples were recorded{why}", file=sys.stderr)
         return code if code else 1
     return code
 

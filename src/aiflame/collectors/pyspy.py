@@ -25,6 +25,8 @@ _PY_EXT = (".py", ".pyw", ".pyx", ".pxd", ".pxi")
 _NATIVE_SRC = re.compile(r"\.(?:c|cc|cpp|cxx|h|hh|hpp|hxx|inl|s|S|rs|cu|cuh|f90|f)$")
 _SHARED_OBJECT = re.compile(r"\.so(?:\.[\w.]+)?$")
 _THREAD = re.compile(r'^(?:Process (\d+) )?Thread (\S+) "(.*)"$', re.DOTALL)
+# With --subprocesses py-spy roots each stack in its process and that process's parents.
+_PROCESS = re.compile(r'^process (\d+):"(.*)"$', re.DOTALL)
 INSTALL_HINT = "install it with: pip install 'aiflame[record]' (or pip install py-spy)"
 
 
@@ -115,6 +117,10 @@ def convert_frame(raw: Mapping, perf_map: PerfMap | None = None) -> Frame:
     name = str(raw.get("name") or "?")
     file = str(raw.get("file") or "")
     line = int(raw.get("line") or 0)
+    if not file and not line:
+        m = _PROCESS.match(name)
+        if m:
+            return Frame(f"process {m.group(1)}: {m.group(2)}", FrameKind.LABEL)
     if file == "?":  # an address outside every mapped binary: JIT code, or a stale map
         address = _address(name)
         sym = perf_map.lookup(address) if (perf_map and address is not None) else None
@@ -198,7 +204,7 @@ def _intern_sample(
         if kept and f.name.startswith("[") and kept[-1] == f:
             continue  # a run of unnamed frames in one library reads as one
         kept.append(f)
-    if not kept:
+    if all(f.kind == FrameKind.LABEL for f in kept):
         return None  # a thread caught starting or ending, with no frame yet
     state = threadstate.classify(kept)
     labels = dict(base)
@@ -218,10 +224,15 @@ def pids_in(profile: SpeedscopeProfile) -> set[int]:
     return {t.pid for t in profile.threads if t.pid is not None}
 
 
-def explain_failure(stderr: str, pid: int) -> str:
-    """One line for a py-spy run that failed, from its error output."""
+def explain_failure(stderr: str, pid: int, exited: bool = False) -> str:
+    """One line for a py-spy run that failed, from its error output.
+
+    ``exited``: the process is gone, which explains most errors of a run that started late.
+    """
     text = stderr.strip()
     low = text.lower()
+    if exited:
+        return f"process {pid} exited before it could be sampled"
     if "permission denied" in low or "operation not permitted" in low:
         return (
             f"not permitted to read process {pid} (py-spy needs ptrace: run as the same user "

@@ -70,6 +70,7 @@ class RecordResult:
     target: subprocess.Popen | None = None  # a launched program, maybe still running
     interrupted: bool = False
     elapsed_s: float = 0.0
+    failure: str | None = None  # why nothing was recorded
 
 
 class Session:
@@ -81,6 +82,7 @@ class Session:
         self.dir = tempfile.mkdtemp(prefix="aiflame-record-")
         self.samplers: list[tuple[str, subprocess.Popen, SamplerConfig]] = []
         self.notes: list[str] = []
+        self.failures: list[str] = []  # why a sampler recorded nothing
         self._signals: list[int] = []
         self._launched_env: dict[str, str] = {}
 
@@ -111,7 +113,10 @@ class Session:
         with self._trap_signals(None):
             self._start_samplers(pid)
             self._run_loop(pid, None)
-        return self._finish(pid, None, t0)
+        result = self._finish(pid, None, t0)
+        if result.failure and result.profile is None:
+            raise AiflameError(result.failure)
+        return result
 
     def cleanup(self) -> None:
         for p in Path(self.dir).iterdir():
@@ -134,11 +139,15 @@ class Session:
         return env
 
     def _wait_ready(self, target: subprocess.Popen) -> None:
-        """Until the bootstrap reports the interpreter is up (py-spy can read it then)."""
-        marker = Path(self.dir) / f"proc-{target.pid}.json"
+        """Until the bootstrap reports an interpreter is up (py-spy can read it then).
+
+        With --subprocesses any process of the tree will do: the program may be a shell
+        script that starts Python.
+        """
+        pattern = "proc-*.json" if self.options.subprocesses else f"proc-{target.pid}.json"
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline and target.poll() is None and not self._signals:
-            if marker.exists():
+            if next(Path(self.dir).glob(pattern), None) is not None:
                 return
             time.sleep(0.01)
 
@@ -240,7 +249,12 @@ class Session:
         elapsed = time.monotonic() - t0
         if profile is not None:
             profile.meta["info:recorded"] = f"{elapsed:.1f} s"
-        return RecordResult(profile, self.notes, None, bool(self._signals), elapsed)
+        if profile is None and not self.failures:
+            self.failures.append(f"nothing was sampled in {elapsed:.1f} s (too short a run?)")
+        if profile is None and self.failures:
+            self.notes.extend(self.failures[1:])
+        failure = self.failures[0] if profile is None and self.failures else None
+        return RecordResult(profile, self.notes, None, bool(self._signals), elapsed, failure)
 
     def _wait_torch_windows(self) -> None:
         """Until every torch window that started has exported (or its process is gone)."""
@@ -285,7 +299,9 @@ class Session:
         for column, (name, config) in reversed(list(enumerate(configs))):
             out = os.path.join(self.dir, f"pyspy-{name}.json")
             if not os.path.exists(out) or os.path.getsize(out) == 0:
-                self.notes.append(self._sampler_failure(name, root_pid))
+                failure = self._sampler_failure(name, root_pid)
+                if failure not in self.failures:
+                    self.failures.append(failure)
                 continue
             spec = StreamSpec(column, config.native, root_pid, perf_map, labels, states)
             total += add_samples(builder, read_speedscope(out), spec)
@@ -321,11 +337,18 @@ class Session:
         return meta
 
     def _sampler_failure(self, name: str, pid: int) -> str:
+        if not self.samplers:  # the program ended before sampling could start
+            if next(Path(self.dir).glob("proc-*.json"), None) is None:
+                return (
+                    "no Python interpreter started (not a Python program? "
+                    "--subprocesses follows Python started by a script)"
+                )
+            return "the program exited before sampling could start"
         try:
             log = Path(self.dir, f"pyspy-{name}.log").read_text(errors="replace")
         except OSError:
             log = ""
-        return f"{name} sampler: {explain_failure(log, pid)}"
+        return explain_failure(log, pid, exited=not procs.alive(pid))
 
     def _remove_perf_maps(self, pids: set[int]) -> None:
         """Perf maps we asked oneDNN to write are ours to clean up once read."""
