@@ -30,12 +30,12 @@ from typing import BinaryIO
 
 from aiflame.sources.perf_rules import (
     EVENT,
+    HEADER,
     PERIOD,
     WS,
     PerfOptions,
     event_fields,
-    fragment,
-    frame_names,
+    namer,
     parse_stack_line,
     root_frame,
     strip_offset,
@@ -64,6 +64,7 @@ class Collapser:
         self.filtered = 0  # event lines of other event types
         self.periods = False  # whether samples carried a period
         self._addrs = self.options.addrs
+        self._name = namer(self.options)
         self._pname: str | None = None  # root frame of the open sample, None between samples
         self._period = 1
         self._java = False  # whether the open sample is a Java one (names tidied further)
@@ -113,7 +114,8 @@ class Collapser:
         normalized = self._normalized
         counts = self.counts
         event_match = EVENT.match
-        period_search = PERIOD.search
+        header_match = HEADER.match
+        opts = self.options
         i = -1
         while True:
             try:
@@ -143,24 +145,44 @@ class Collapser:
             if first not in WS and (first != "\x01" or not normalized):
                 # Only lines that start with a non-blank can be event lines.
                 line = self._line(i) if normalized and "\x02" in key else key
+                h = header_match(line) if self._pname is None else None
+                if h:  # the usual event line, between samples
+                    frs[i] = ""
+                    comm, pid, tid, period, event = h.groups()
+                    if self.event_filter != event:
+                        if self.event_filter:
+                            self.filtered += 1
+                            continue
+                        self.event_filter = event
+                    if not tid or tid == "0":  # Perl: "if (not $tid)"
+                        tid, pid = pid, "?"
+                    if not period or period == "0":
+                        self._period = 1
+                    else:
+                        self._period = int(period)
+                        self.periods = True
+                    pname = root_frame(comm, pid, tid, opts)
+                    self._pname = pname
+                    if pname not in self.comms:
+                        self.comms[pname] = (comm, pid, tid)
+                    self._java = pname.startswith("java")
+                    start = i + 1
+                    continue
                 m = event_match(line)
                 if m:
                     frs[i] = ""
-                    if self._pname is not None:  # no blank line before this event line
-                        java = self._java
-                        if self._event(line, m):  # Perl keeps the frames read so far
+                    java = self._java
+                    was_open = self._pname is not None
+                    if self._event(line, m):
+                        if was_open:  # no blank line before: Perl keeps the frames so far
                             self._pending.extend(self._segment(frs, start, i, java))
-                            start = i + 1
-                        continue
-                    pm = period_search(line)
-                    event = pm.group(2) if pm else None
-                    if event is not None and event != self.event_filter and self.event_filter:
-                        self.filtered += 1
-                        continue
-                    if self._event(line, m, pm):
                         start = i + 1
                     continue
-            frag = self._stack(i, False)
+            frag = None
+            if normalized and first == "\x01":
+                frag = self._from_key(key, False)
+            if frag is None:
+                frag = self._stack(i, False)
             if frag is None:
                 self.unrecognized += 1  # Perl warns "Unrecognized line"
                 frs[i] = ""
@@ -237,8 +259,11 @@ class Collapser:
             return None
         if self._addrs and "[unknown]" in func:
             return None  # the address is part of the name
-        frag = self._frames("", func, key[p + 2 : -1], java)
-        self._store(self._norm[java], key, frag)
+        frag = self._name("", func, key[p + 2 : -1], java)
+        cache = self._norm[java]
+        if len(cache) >= LINE_CACHE_LIMIT:
+            cache.clear()
+        cache[key] = frag
         return frag
 
     def _frames(self, pc: str, func: str, mod: str, java: bool) -> str:
@@ -249,7 +274,7 @@ class Collapser:
         funcs = self._funcs[java]
         frag = funcs.get(key)
         if frag is None:
-            frag = fragment(frame_names(pc, func, mod, java, self.options))
+            frag = self._name(pc, func, mod, java)
             if len(funcs) >= FUNC_CACHE_LIMIT:
                 funcs.clear()
             funcs[key] = frag
@@ -262,13 +287,12 @@ class Collapser:
         cache[key] = frag
 
     # -- samples --------------------------------------------------------------------------------
-    def _event(self, line: str, m: re.Match[str], pm: re.Match[str] | None = None) -> bool:
+    def _event(self, line: str, m: re.Match[str]) -> bool:
         """Start a sample from an event line; False if its event type is filtered out.
-        ``pm`` is the :data:`PERIOD` match of the line when the caller has it."""
+        (The usual case is inline in :meth:`_walk`; this is the general one.)"""
         comm, pid, tid = event_fields(m)
         period = ""
-        if pm is None:
-            pm = PERIOD.search(line)
+        pm = PERIOD.search(line)
         if pm:
             period = pm.group(1) or ""
             event = pm.group(2)
@@ -304,6 +328,28 @@ class Collapser:
         self._pname = None
 
     # -- results --------------------------------------------------------------------------------
+    def merge(self, other: Collapser) -> None:
+        """Add the samples of ``other``, which collapsed a later part of the same input
+        (starting just after a blank line) with the same options and event filter."""
+        for pname, by_rest in other.counts.items():
+            mine = self.counts.setdefault(pname, {})
+            for rest, value in by_rest.items():
+                mine[rest] = mine.get(rest, 0) + value
+        for pname, ids in other.comms.items():
+            self.comms.setdefault(pname, ids)
+        self.unrecognized += other.unrecognized
+        self.filtered += other.filtered
+        self.periods = self.periods or other.periods
+
+    def drop_caches(self) -> None:
+        """Free the caches (results stay), e.g. before sending the collapser elsewhere."""
+        self._norm = ({}, {})
+        self._raw = ({}, {})
+        self._funcs = ({}, {})
+        self._text = ""
+        self._keys = []
+        self._raw_lines = None
+
     def result(self) -> dict[str, int]:
         """Folded stack -> total, sorted as stackcollapse-perf.pl prints them."""
         merged: dict[str, int] = {}

@@ -9,6 +9,7 @@ that ``\\s``, ``\\w`` and ``\\d`` mean what they mean in Perl on bytes.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 # Perl's \s without Unicode rules (it reads bytes): space, \t, \n, \v, \f, \r.
@@ -21,6 +22,13 @@ _HEX = "0123456789abcdef"
 EVENT = re.compile(r"(\S.+?)\s+(\d+)/*(\d+)?\s+", re.ASCII)
 # "...: PERIOD EVENT:" at the end of an event line; same rewrite of (\d+)*.
 PERIOD = re.compile(r":\s*(\d+)?\s+(\S+):\s*$", re.ASCII)
+# The usual event line, "comm pid[/tid] [cpu] secs.usecs: [period] event: ", in one match.
+# When it matches, EVENT and PERIOD give the same groups: EVENT's lazy comm stops at the
+# first blank (comm has 2+ characters and no blank), and PERIOD can only match from the
+# colon after the timestamp (from an earlier one, more than one token would follow).
+HEADER = re.compile(
+    r"(\S\S+) +(\d+)(?:/(\d+))? +(?:\[\d+\] +)?\d+\.\d+: +(?:(\d+) +)?(\S+): *$", re.ASCII
+)
 # A stack line: "ADDR FUNC (MODULE)". Used when the string-method parse cannot decide.
 _STACK = re.compile(r"\s*(\w+)\s*(.+) \((.*)\)", re.ASCII)
 _GO_METHOD = re.compile(r"\.\(.*\)\.")
@@ -103,10 +111,10 @@ def frame_names(pc: str, func_raw: str, mod: str, java: bool, opts: PerfOptions)
 
     ``func_raw`` has its ``+0x..`` offset already stripped (:func:`strip_offset`).
     """
-    if func_raw.startswith("("):  # process names
+    if not func_raw or func_raw[0] == "(":  # nothing, or a process name
         return []
     out: list[str] = []
-    for part in perl_split_arrow(func_raw):
+    for part in perl_split_arrow(func_raw) if "->" in func_raw else (func_raw,):
         func = part
         if func == "[unknown]":
             name = mod.rpartition("/")[2] if mod != "[unknown]" else "unknown"
@@ -127,6 +135,27 @@ def frame_names(pc: str, func_raw: str, mod: str, java: bool, opts: PerfOptions)
             func += "_[j]"
         out.append(func)
     return out
+
+
+def namer(opts: PerfOptions) -> Callable[[str, str, str, bool], str]:
+    """A fast ``fragment(frame_names(...))`` for ``opts``: the usual single, known function
+    is handled inline, the rest by :func:`frame_names`."""
+    kernel, jit = opts.annotate_kernel, opts.annotate_jit
+
+    def name(pc: str, func: str, mod: str, java: bool) -> str:
+        if not func or func[0] == "(" or "->" in func or func == "[unknown]":
+            return fragment(frame_names(pc, func, mod, java, opts))
+        if ";" in func or "(" in func or '"' in func or "'" in func:
+            func = tidy(func)
+        if java and "/" in func and func[0] == "L":
+            func = func[1:]
+        if kernel and (mod[:1] == "[" or mod.endswith("vmlinux")) and "unknown" not in mod:
+            func += "_[k]"
+        elif jit and "_[j]" not in func and _PERF_MAP.search(mod):
+            func += "_[j]"
+        return ";" + func
+
+    return name
 
 
 def event_fields(m: re.Match[str]) -> tuple[str, str, str]:
@@ -150,4 +179,4 @@ def root_frame(comm: str, pid: str, tid: str, opts: PerfOptions) -> str:
 
 def fragment(names: list[str]) -> str:
     """Frames as they are kept per stack line: ";f1;f2" ("" when the line adds none)."""
-    return "".join(";" + n for n in names)
+    return ";" + ";".join(names) if names else ""
