@@ -149,27 +149,62 @@
   // Builds a merged tree from paths: child(parent, frame) returns the node reached from
   // `parent` through `frame`, creating it once. build() sorts children by frame id (frame
   // ids are in name order) and lays the result out in preorder like the page data.
+  // Derived views of a multi-million-node tree go through here, so the columns are typed
+  // arrays grown by doubling, and children are found by scanning a node's short list of
+  // children (recently made nodes, so cache-friendly); only nodes with many children get a
+  // Map. A global hash table of millions of entries was several times slower (cache and
+  // TLB misses on every lookup).
+  const SCAN = 8;
+
   class TreeBuilder {
-    constructor(frames, nTypes, rootFrame, rootLabel) {
+    constructor(frames, nTypes, rootFrame, rootLabel, sizeHint) {
       this.frames = frames;
       this.nTypes = nTypes;
       this.rootLabel = rootLabel;
-      this.parent = [-1];
-      this.frame = [rootFrame];
-      this.self = [];
-      for (let t = 0; t < nTypes; t++) this.self.push([0]);
-      this.index = new Map();
-      this.stride = frames.count + 1;
+      this.m = 1;
+      this.cap = 0;
+      this.self = new Array(nTypes).fill(null);
+      this._grow(Math.max(16, sizeHint || 16));
+      this.parent[0] = -1;
+      this.frame[0] = rootFrame;
+      this.first[0] = -1;
+      this.maps = new Map(); // node -> Map(frame -> child), for nodes with many children
+    }
+    _grow(cap) {
+      const grow = (old, Type) => {
+        const a = new Type(cap);
+        if (old) a.set(old.subarray(0, this.m));
+        return a;
+      };
+      this.parent = grow(this.parent, Int32Array);
+      this.frame = grow(this.frame, Uint32Array);
+      this.first = grow(this.first, Int32Array); // first child, -1 if none
+      this.next = grow(this.next, Int32Array); // next sibling, -1 at the end
+      this.kids = grow(this.kids, Int32Array); // number of children
+      this.self = this.self.map((a) => grow(a, Float64Array));
+      this.cap = cap;
     }
     child(p, f) {
-      const key = p * this.stride + f;
-      let id = this.index.get(key);
-      if (id === undefined) {
-        id = this.frame.length;
-        this.index.set(key, id);
-        this.parent.push(p);
-        this.frame.push(f);
-        for (let t = 0; t < this.nTypes; t++) this.self[t].push(0);
+      const big = this.kids[p] > SCAN ? this.maps.get(p) : null;
+      if (big) {
+        const id = big.get(f);
+        if (id !== undefined) return id;
+      } else {
+        for (let c = this.first[p]; c !== -1; c = this.next[c]) if (this.frame[c] === f) return c;
+      }
+      if (this.m === this.cap) this._grow(2 * this.cap);
+      const id = this.m++;
+      this.parent[id] = p;
+      this.frame[id] = f;
+      this.first[id] = -1;
+      this.next[id] = this.first[p];
+      this.first[p] = id;
+      const k = ++this.kids[p];
+      if (big) big.set(f, id);
+      else if (k > SCAN) {
+        const map = new Map();
+        for (let c = this.first[p]; c !== -1; c = this.next[c]) map.set(this.frame[c], c);
+        this.maps.set(p, map);
       }
       return id;
     }
@@ -180,42 +215,41 @@
       for (let t = 0; t < this.nTypes; t++) this.self[t][id] += values[t];
     }
     build() {
-      const m = this.frame.length;
-      // Children lists in CSR form, each sorted by frame id.
-      const count = new Int32Array(m + 1);
-      for (let i = 1; i < m; i++) count[this.parent[i] + 1]++;
-      for (let i = 0; i < m; i++) count[i + 1] += count[i];
-      const kids = new Int32Array(Math.max(m - 1, 0));
-      const fill = count.slice(0, m);
-      for (let i = 1; i < m; i++) kids[fill[this.parent[i]]++] = i;
+      const m = this.m;
+      const parent = this.parent;
       const fr = this.frame;
+      // Children lists in CSR form, each sorted by frame id.
+      const start = new Int32Array(m + 1);
+      for (let i = 1; i < m; i++) start[parent[i] + 1]++;
+      for (let i = 0; i < m; i++) start[i + 1] += start[i];
+      const kids = new Int32Array(Math.max(m - 1, 0));
+      const fill = start.slice(0, m);
+      for (let i = 1; i < m; i++) kids[fill[parent[i]]++] = i;
       for (let i = 0; i < m; i++) {
-        if (count[i + 1] - count[i] > 1) {
-          const seg = Array.from(kids.subarray(count[i], count[i + 1]));
-          seg.sort((a, b) => fr[a] - fr[b]);
-          kids.set(seg, count[i]);
+        if (start[i + 1] - start[i] > 1) {
+          kids.subarray(start[i], start[i + 1]).sort((a, b) => fr[a] - fr[b]);
         }
       }
-      const order = new Int32Array(m);
-      const depthOf = new Int32Array(m);
-      const stack = [0];
-      let k = 0;
-      while (stack.length) {
-        const v = stack.pop();
-        order[k++] = v;
-        for (let c = count[v + 1] - 1; c >= count[v]; c--) {
-          depthOf[kids[c]] = depthOf[v] + 1;
-          stack.push(kids[c]);
-        }
-      }
+      // Iterative DFS; children pushed in reverse so the first one comes out first.
       const frame = new Uint32Array(m);
       const depth = new Uint32Array(m);
       const self = this.self.map(() => new Float64Array(m));
-      for (let j = 0; j < m; j++) {
-        const v = order[j];
-        frame[j] = fr[v];
-        depth[j] = depthOf[v];
-        for (let t = 0; t < this.nTypes; t++) self[t][j] = this.self[t][v];
+      const stack = new Int32Array(m);
+      const stackDepth = new Int32Array(m);
+      let sp = 0;
+      let k = 0;
+      stack[sp++] = 0;
+      while (sp > 0) {
+        const v = stack[--sp];
+        const d = stackDepth[sp];
+        frame[k] = fr[v];
+        depth[k] = d;
+        for (let t = 0; t < this.nTypes; t++) self[t][k] = this.self[t][v];
+        k++;
+        for (let c = start[v + 1] - 1; c >= start[v]; c--) {
+          stack[sp] = kids[c];
+          stackDepth[sp++] = d + 1;
+        }
       }
       return new Tree(this.frames, frame, depth, self, this.rootLabel);
     }
@@ -234,7 +268,7 @@
   // (and merge with its other children of the same frame), their self values too.
   A.hideFrames = function (tree, mask) {
     const nT = tree.self.length;
-    const b = new TreeBuilder(tree.frames, nT, tree.frame[0], tree.rootLabel);
+    const b = new TreeBuilder(tree.frames, nT, tree.frame[0], tree.rootLabel, tree.n);
     const map = new Int32Array(tree.n);
     for (let i = 1; i < tree.n; i++) {
       const p = map[tree.parent[i]];
