@@ -111,6 +111,7 @@ def test_events_missing_fields_are_counted(tmp_path: Path) -> None:
     warnings = str(profile.meta["info:warnings"])
     assert "3 events without ts or dur" in warnings
     assert "1 events that are not JSON objects" in warnings
+    assert "1 GPU activities without a correlation id" in warnings
     assert "(no category) 1" in str(profile.meta["info:not used"])
     # The kernel without args has no correlation: kept, under the unlinked root.
     assert profile.meta["unlinked_gpu_ns"] == 2000
@@ -134,6 +135,9 @@ def test_duplicate_and_dangling_correlation_ids(tmp_path: Path) -> None:
     ]
     profile = load(write(tmp_path, events))
     assert "1 duplicate correlation ids" in str(profile.meta["info:warnings"])
+    assert "1 GPU activities whose correlation id matches no launch" in str(
+        profile.meta["info:warnings"]
+    )
     lines = dict(
         (s.rsplit(" ", 1)[0], int(s.rsplit(" ", 1)[1]))
         for s in __import__("aiflame.render.folded", fromlist=["x"]).folded_lines(profile)

@@ -189,6 +189,12 @@ def build_profile(
     launch = np.where(links.launch >= 0, links.launch, rest.launch)
     if links.duplicates:
         warnings["duplicate correlation ids (the earliest launch is used)"] += links.duplicates
+    dangling = int(np.count_nonzero((launch < 0) & (gpu_corr >= 0)))
+    if dangling:
+        warnings["GPU activities whose correlation id matches no launch"] += dangling
+    missing = int(np.count_nonzero(gpu_corr < 0))
+    if missing:
+        warnings["GPU activities without a correlation id"] += missing
 
     labels = _Labels(builder, cols, rank)
     _add_cpu_samples(builder, cols, nesting, stack_of, labels)
