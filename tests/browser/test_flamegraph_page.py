@@ -171,6 +171,23 @@ def test_hide_and_focus_from_the_context_menu(app):
     assert app.crumbs() == ["compute"]
 
 
+def test_hiding_merges_the_children_that_meet(open_page):
+    page = open_page(profile_of({"m;a;x;y": 1, "m;b;x;y": 2, "m;b;x;z": 3, "m;x": 4}))
+    page.menu(page.find("a"), "hide")
+    page.menu(page.find("b"), "hide")
+    nodes = page.js(
+        "const t = aiflame.app.tree; return [...Array(t.n).keys()].map("
+        "i => [t.depth[i], t.nameOf(i), t.totals(0)[i], t.self[0][i]]);"
+    )
+    assert nodes == [
+        [0, "all", 10, 0],
+        [1, "m", 10, 0],
+        [2, "x", 10, 4],
+        [3, "y", 3, 3],
+        [3, "z", 3, 3],
+    ]
+
+
 # -- sandwich and top functions -------------------------------------------------------------
 
 
