@@ -100,3 +100,16 @@ def test_batches_bound_memory_on_a_long_array() -> None:
     sizes = [len(b) for b in stream.batches()]
     assert sum(sizes) == 20000
     assert len(sizes) > 5 and max(sizes) < 3000  # handed over in pieces, not whole
+
+
+@pytest.mark.parametrize("chunk", [8, 1 << 20])
+def test_objects_after_the_events_do_not_confuse_the_cuts(chunk: int) -> None:
+    # Chrome traces may put 'samples' and 'stackFrames' after traceEvents: many "}," there.
+    trace = {
+        "traceEvents": [{"ph": "X", "name": f"e{i}", "ts": i, "dur": 1} for i in range(3)],
+        "samples": [{"ts": i, "sf": i} for i in range(50)],
+        "stackFrames": {str(i): {"name": f"f{i}"} for i in range(50)},
+    }
+    events, meta = read(json.dumps(trace, indent=1).encode(), chunk)
+    assert events == trace["traceEvents"]
+    assert meta == {"samples": trace["samples"], "stackFrames": trace["stackFrames"]}

@@ -111,8 +111,9 @@ def read_columns(source: Input) -> tuple[Columns, dict[str, Any]]:
 
 def _rank_of(meta: dict[str, Any]) -> str | None:
     info = meta.get("distributedInfo")
-    if isinstance(info, dict) and isinstance(info.get("rank"), int):
-        return str(info["rank"])
+    rank = info.get("rank") if isinstance(info, dict) else None
+    if isinstance(rank, int) or (isinstance(rank, str) and rank.isdigit()):
+        return str(rank)
     return None
 
 

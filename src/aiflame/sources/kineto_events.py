@@ -300,6 +300,8 @@ class EventCollector:
                     g_cls(cls)
                     g_name(nid)
                     g_corr(corr)
+            elif ph == "B" or ph == "E":
+                self.ignored[f"'{ph}' (begin/end) events"] += 1  # Kineto writes 'X' slices
             elif ph == "s" or ph == "f":
                 if e.cat not in _FLOW_CATEGORIES:
                     continue

@@ -33,6 +33,7 @@ _STRUCT = re.compile(rb'[\[\]{}"]')
 _SCALAR = re.compile(rb"[-+0-9.eE]+|true|false|null")
 _BOM = b"\xef\xbb\xbf"
 _MAX_FAILED_CUTS = 4  # cut candidates tried before reading more data
+_ERROR_AT = re.compile(r"\(byte (\d+)\)")
 
 
 class TraceStream:
@@ -59,6 +60,7 @@ class TraceStream:
         self._eof = False
         self.meta: dict[str, Any] = {}
         self.bare_array = False
+        self._last_error_at: int | None = None
 
     # -- buffer ----------------------------------------------------------------------------
     def _fill(self) -> bool:
@@ -221,7 +223,10 @@ class TraceStream:
                 self._pos = cut + 1
                 return events
             failed += 1
-            end = cut
+            # The slice is broken at or before where the decoder stopped (e.g. just after
+            # the array's closing ']' when other keys follow): look for a cut before that.
+            stop = self._last_error_at
+            end = min(cut, self._pos + stop) if stop is not None else cut
 
     def _tail(self) -> list[Any]:
         """At end of input: the rest of the array when its last items are not objects."""
@@ -238,14 +243,20 @@ class TraceStream:
         raise self._explain()
 
     def _decode(self, body: bytes) -> list[Any] | None:
-        """``body`` decoded as the inside of a JSON array, or None if it is not one."""
+        """``body`` decoded as the inside of a JSON array, or None if it is not one.
+
+        On failure ``_last_error_at`` is the offset in ``body`` where decoding stopped.
+        """
         text = b"[" + body + b"]"
+        self._last_error_at = None
         try:
             return self._events_decoder.decode(text)
         except msgspec.ValidationError:
             pass  # valid JSON, but some event has fields of unexpected types
         except msgspec.DecodeError as e:
             if "utf-8" not in str(e).lower():
+                m = _ERROR_AT.search(str(e))
+                self._last_error_at = max(0, int(m.group(1)) - 1) if m else None
                 return None
             # Invalid UTF-8 inside a name: keep the events, with the bad bytes replaced.
             text = text.decode("utf-8", errors="replace").encode("utf-8")
