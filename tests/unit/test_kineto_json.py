@@ -113,3 +113,21 @@ def test_objects_after_the_events_do_not_confuse_the_cuts(chunk: int) -> None:
     events, meta = read(json.dumps(trace, indent=1).encode(), chunk)
     assert events == trace["traceEvents"]
     assert meta == {"samples": trace["samples"], "stackFrames": trace["stackFrames"]}
+
+
+def test_bad_text_early_in_a_big_file_fails_without_reading_on() -> None:
+    events = ",\n".join(json.dumps({"ph": "X", "name": f"e{i}", "ts": i}) for i in range(20000))
+    data = ('{"traceEvents": [{"ph": "X", "ts": 1,, "dur": 2},\n' + events + "]}").encode()
+
+    class Counting(io.BytesIO):
+        read_bytes = 0
+
+        def read(self, n: int = -1) -> bytes:  # type: ignore[override]
+            out = super().read(n)
+            Counting.read_bytes += len(out)
+            return out
+
+    with pytest.raises(InputError, match="invalid JSON trace at byte 37"):
+        for _ in TraceStream(Counting(data), "t", chunk=4096).batches():
+            pass
+    assert Counting.read_bytes < len(data) // 10

@@ -204,8 +204,11 @@ class TraceStream:
         end = len(self._buf)
         failed = 0
         rescanned_at_eof = self._eof
+        broken_inside = False  # a slice failed before its end: the text itself is bad
         while True:
             cut = self._buf.rfind(b"}", self._pos, end)
+            if cut < 0 and broken_inside:
+                raise self._explain()  # more data cannot mend it; do not read on
             if cut < 0 or failed >= _MAX_FAILED_CUTS:
                 if self._fill() or not rescanned_at_eof:
                     # More data, or the end of input is now known: the last '}' may do.
@@ -227,6 +230,7 @@ class TraceStream:
             # the array's closing ']' when other keys follow): look for a cut before that.
             stop = self._last_error_at
             end = min(cut, self._pos + stop) if stop is not None else cut
+            broken_inside = stop is not None and self._pos + stop < cut
 
     def _tail(self) -> list[Any]:
         """At end of input: the rest of the array when its last items are not objects."""
