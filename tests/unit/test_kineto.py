@@ -395,3 +395,26 @@ def test_cpu_view_self_times() -> None:
     launches = [e for e in raw_events(BERT_H100) if e.get("name") == "cudaLaunchKernel"]
     assert runtime_self == sum(round(e["dur"] * 1000) for e in launches)
     assert np.all(profile.values >= 0)
+
+
+@pytest.mark.parametrize("rel", [BERT_H100, BERT_MI300])
+def test_time_containment_agrees_with_python_parent_ids(rel: str) -> None:
+    """The profiler links Python frames by ``Python parent id``; nesting by time must agree."""
+    from aiflame.transforms.correlate import nest
+
+    cats = {"python_function": 0, "user_annotation": 1, "cpu_op": 2, "cuda_runtime": 3}
+    cats["cuda_driver"] = 3
+    ev = [e for e in raw_events(rel) if e.get("ph") == "X" and e.get("cat") in cats]
+    threads: dict = {}
+    thread = np.array([threads.setdefault((e["pid"], e["tid"]), len(threads)) for e in ev])
+    ts = np.array([round(e["ts"] * 1000) for e in ev])
+    dur = np.array([round(e["dur"] * 1000) for e in ev])
+    parent = nest(thread, ts, dur, np.array([cats[e["cat"]] for e in ev])).parent
+    python = [i for i, e in enumerate(ev) if e["cat"] == "python_function"]
+    for i in python:
+        p = parent[i]
+        while p >= 0 and ev[p]["cat"] != "python_function":
+            p = parent[p]
+        found = ev[p]["args"]["Python id"] if p >= 0 else None
+        assert found == ev[i]["args"]["Python parent id"], ev[i]["name"]
+    assert len(python) > 1000
