@@ -1,0 +1,282 @@
+"""``aiflame record`` on real programs: py-spy sampling, exit codes, signals, processes, torch.
+
+Every test launches real interpreters and samples them for a second or two.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from aiflame.model import FrameKind, Profile
+from aiflame.sources import load
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="py-spy attaching needs Linux /proc and ptrace"
+)
+
+BUSY = """
+import sys, time
+def busy_function(seconds):
+    t0 = time.time()
+    while time.time() - t0 < seconds:
+        sum(i * i for i in range(1000))
+"""
+
+
+def script(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def aiflame(*args: str, cwd: Path | None = None, timeout: float = 120, **kw):
+    return subprocess.run(
+        [sys.executable, "-m", "aiflame", "record", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        **kw,
+    )
+
+
+def values_by(profile: Profile, metric: str, key) -> Counter:  # type: ignore[no-untyped-def]
+    col = profile.type_index(metric)
+    out: Counter = Counter()
+    for i in range(len(profile)):
+        v = profile.values[i, col]
+        if v:
+            out[key(profile.stack_frames(int(profile.sample_stack[i])), profile.labels_of(i))] += v
+    return out
+
+
+def has_frame(profile: Profile, metric: str, pred) -> bool:  # type: ignore[no-untyped-def]
+    return values_by(profile, metric, lambda frames, _: any(pred(f) for f in frames))[True] > 0
+
+
+def test_pure_python_program_same_output_and_default_files(tmp_path):
+    prog = script(
+        tmp_path,
+        "plain.py",
+        BUSY
+        + """
+print("result", sum(range(10)), sys.argv[1:])
+busy_function(1.5)
+print("done")
+""",
+    )
+    plain = subprocess.run([sys.executable, str(prog), "--x"], capture_output=True, text=True)
+    rec = aiflame("--", sys.executable, str(prog), "--x", cwd=tmp_path)
+    assert rec.returncode == 0, rec.stderr
+    assert rec.stdout == plain.stdout == "result 45 ['--x']\ndone\n"
+    html = sorted(tmp_path.glob("aiflame-plain-*.html"))
+    pprof = sorted(tmp_path.glob("aiflame-plain-*.pb.gz"))
+    assert len(html) == len(pprof) == 1
+    assert f"aiflame: wrote {html[0].name}" in rec.stderr
+    assert f"aiflame: wrote {pprof[0].name}" in rec.stderr
+    assert "top stacks by self cpu-samples" in rec.stderr and "busy_function" in rec.stderr
+    profile = load(str(pprof[0]))
+    names = [t.name for t in profile.sample_types]
+    assert names[:2] == ["cpu-samples", "native-samples"] and "gpu-time" not in names
+    busy = values_by(profile, "cpu-samples", lambda fr, _: fr[-1].name.startswith("busy_fun"))
+    assert busy[True] > 0.5 * sum(busy.values())  # most CPU time is in the busy loop
+    assert has_frame(profile, "cpu-samples", lambda f: f.file.endswith("plain.py") and f.line > 0)
+
+
+def test_exit_code_passes_through_after_writing_the_profile(tmp_path):
+    prog = script(tmp_path, "three.py", BUSY + "busy_function(1.5)\nsys.exit(3)\n")
+    out = tmp_path / "three.folded"
+    rec = aiflame("-o", str(out), "--", sys.executable, str(prog))
+    assert rec.returncode == 3, rec.stderr
+    assert "busy_function" in out.read_text()
+
+
+def test_killed_program_still_yields_a_profile(tmp_path):
+    prog = script(
+        tmp_path, "killed.py", BUSY + "import os\nbusy_function(1.5)\nos.kill(os.getpid(), 9)\n"
+    )
+    out = tmp_path / "killed.folded"
+    rec = aiflame("-o", str(out), "--", sys.executable, str(prog))
+    assert rec.returncode == 128 + 9, rec.stderr
+    assert "busy_function" in out.read_text()
+
+
+def test_ctrl_c_writes_the_profile(tmp_path):
+    prog = script(tmp_path, "forever.py", BUSY + "busy_function(60)\n")
+    out = tmp_path / "forever.folded"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aiflame",
+            "record",
+            "-o",
+            str(out),
+            "--",
+            sys.executable,
+            str(prog),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as in a terminal
+    )
+    time.sleep(4)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "busy_function" in out.read_text()
+
+
+def test_attach_to_a_running_pid(tmp_path):
+    prog = script(tmp_path, "server.py", BUSY + "print('up', flush=True)\nbusy_function(30)\n")
+    target = subprocess.Popen([sys.executable, str(prog)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert target.stdout.readline() == "up\n"
+        out = tmp_path / "pid.pb.gz"
+        rec = aiflame("--pid", str(target.pid), "-d", "2", "-o", str(out))
+        assert rec.returncode == 0, rec.stderr
+        assert target.poll() is None  # recording does not stop the program
+    finally:
+        target.kill()
+        target.wait()
+    profile = load(str(out))
+    pids = values_by(profile, "cpu-samples", lambda _, labels: labels.get("pid"))
+    assert set(pids) == {str(target.pid)}
+    assert has_frame(profile, "cpu-samples", lambda f: f.name == "busy_function")
+
+
+def test_subprocesses_are_followed_with_their_pid(tmp_path):
+    child = script(tmp_path, "child.py", BUSY + "busy_function(2)\n")
+    parent = script(
+        tmp_path,
+        "parent.py",
+        f"""
+        import subprocess, sys
+        subprocess.run([sys.executable, {str(child)!r}], check=True)
+        print("parent done")
+        """,
+    )
+    out = tmp_path / "tree.pb.gz"
+    rec = aiflame("--subprocesses", "-o", str(out), "--", sys.executable, str(parent))
+    assert rec.returncode == 0 and rec.stdout == "parent done\n", rec.stderr
+    profile = load(str(out))
+    busy_pids = values_by(
+        profile,
+        "cpu-samples",
+        lambda fr, labels: labels["pid"] if any(f.name == "busy_function" for f in fr) else None,
+    )
+    pids = {p for p in busy_pids if p is not None}
+    assert len(pids) == 1  # the child, not the parent
+    assert has_frame(
+        profile, "cpu-samples", lambda f: f.kind == FrameKind.LABEL and "child.py" in f.name
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--pid", "99999999"], "no process with PID 99999999"),
+        (["--", "no-such-python-here", "x.py"], "no-such-python-here: command not found"),
+        (["-o", "out.svg", "--", "python", "x.py"], "cannot tell the output format"),
+        ([], "nothing to record"),
+    ],
+)
+def test_errors_are_one_line(tmp_path, args, fragment):
+    rec = aiflame(*args, cwd=tmp_path)
+    lines = [ln for ln in rec.stderr.splitlines() if ln.strip()]
+    assert rec.returncode == 1 and len(lines) == 1, rec.stderr
+    assert lines[0].startswith("aiflame: error: ") and fragment in lines[0]
+
+
+def test_attaching_to_a_non_python_process_is_one_line(tmp_path):
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        rec = aiflame("--pid", str(sleeper.pid), "-d", "2")
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    lines = [ln for ln in rec.stderr.splitlines() if ln.strip()]
+    assert rec.returncode == 1 and len(lines) == 1, rec.stderr
+    assert "does not look like a Python program" in lines[0]
+
+
+TRAIN = """
+import sys, time
+import torch
+import torch.nn as nn
+
+def make_model():
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10),
+    )
+
+def train_step(model, opt, x, y):
+    opt.zero_grad()
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+torch.manual_seed(0)
+model = make_model()
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,))
+t0, steps = time.time(), 0
+while time.time() - t0 < 3:
+    train_step(model, opt, x, y)
+    steps += 1
+print("trained", steps > 0)
+"""
+
+
+@pytest.mark.slow
+def test_pytorch_training_loop_python_ops_and_jit_kernels(tmp_path):
+    pytest.importorskip("torch")
+    prog = script(tmp_path, "train.py", TRAIN)
+    out = tmp_path / "train.pb.gz"
+    env = dict(os.environ, OMP_NUM_THREADS="1")  # oneDNN kernels run on the sampled thread
+    rec = aiflame(
+        "--native-rate",
+        "10",
+        "--gpu-window",
+        "2",
+        "-o",
+        str(out),
+        "--",
+        sys.executable,
+        str(prog),
+        env=env,
+        timeout=300,
+    )
+    assert rec.returncode == 0 and rec.stdout == "trained True\n", rec.stderr
+    assert "USDT" not in rec.stderr  # the profiler's own log lines are kept out
+    profile = load(str(out))
+    names = {t.name for t in profile.sample_types}
+    assert {"cpu-samples", "native-samples", "cpu-time", "gpu-time"} <= names
+    # the script's Python functions, from py-spy
+    assert has_frame(profile, "cpu-samples", lambda f: f.name == "train_step" and f.line > 0)
+    # PyTorch operators under the Python that called them, from the profiler window
+    assert has_frame(profile, "cpu-time", lambda f: f.name.startswith("aten::conv"))
+    assert has_frame(profile, "cpu-time", lambda f: f.name.startswith("train_step"))
+    # oneDNN JIT kernels named from the perf map, inside native stacks
+    jit = values_by(
+        profile,
+        "native-samples",
+        lambda fr, _: next((f.name for f in fr if f.kind == FrameKind.JIT), None),
+    )
+    jit_names = {n for n in jit if n}
+    assert any(n.startswith("jit_") and "conv" in n for n in jit_names), jit_names
+    assert not has_frame(profile, "native-samples", lambda f: f.name.startswith("0x"))
+    states = values_by(profile, "native-samples", lambda _, labels: labels.get("state"))
+    assert states["active"] > 0
