@@ -26,25 +26,24 @@ from typing import Any
 import numpy as np
 
 from aiflame.errors import AiflameError, InputError
-from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
+from aiflame.model import FrameKind, Profile, ProfileBuilder
 from aiflame.model.stacks import EMPTY_STACK
 from aiflame.sources.inputs import Input
 from aiflame.sources.kineto_events import Cls, Columns, Event, EventCollector
+from aiflame.sources.kineto_info import describe
 from aiflame.sources.kineto_json import TraceStream
 from aiflame.sources.kineto_names import python_frame, short_kernel_name
+from aiflame.sources.kineto_samples import (
+    DELIMITER,
+    SAMPLE_TYPES,
+    UNLINKED_ROOT,
+    Labels,
+    add_cpu_samples,
+    add_gpu_samples,
+)
 from aiflame.transforms import correlate
 
 FORMAT = "kineto"
-
-SAMPLE_TYPES = (
-    SampleType("gpu-time", "nanoseconds"),
-    SampleType("kernel-count", "count"),
-    SampleType("cpu-time", "nanoseconds"),
-)
-GPU_TIME, KERNEL_COUNT, CPU_TIME = 0, 1, 2
-UNLINKED_ROOT = "[launch not in trace]"
-_DENSE_KEYS = 1 << 22  # (stack, labels) pairs counted in a table up to this many
-DELIMITER = "-"
 
 _MARKERS = (
     b'"cpu_op"',
@@ -197,13 +196,12 @@ def build_profile(
     if missing:
         warnings["GPU activities without a correlation id"] += missing
 
-    labels = _Labels(builder, cols, rank)
-    _add_cpu_samples(builder, cols, nesting, stack_of, labels)
-    unlinked = _add_gpu_samples(builder, frames, cols, launch, stack_of, labels)
+    labels = Labels(builder, cols, rank)
+    add_cpu_samples(builder, cols, nesting, stack_of, labels)
+    kernels = frames.column(cols.gpu_cls, cols.gpu_name)
+    unlinked = add_gpu_samples(builder, kernels, cols, launch, stack_of, labels)
 
-    builder.meta.update(
-        _describe(cols, launch, unlinked, warnings, rank, trace_meta, nesting, use_call_stacks)
-    )
+    builder.meta.update(describe(cols, unlinked, warnings, rank, trace_meta, use_call_stacks))
     return builder.build()
 
 
@@ -277,195 +275,13 @@ def _new_frames(frames: _Frames, outer: int, cs: int) -> list[int]:
     return mine[k:]
 
 
-class _Labels:
-    """Label-set ids: per CPU thread (pid, tid, rank) and per GPU (device, stream) x thread."""
-
-    def __init__(self, builder: ProfileBuilder, cols: Columns, rank: str | None) -> None:
-        self.b, self.cols, self.rank = builder, cols, rank
-        self._cache: dict[tuple[int, int, int], int] = {}
-
-    def ids(self, thread: np.ndarray, device: np.ndarray, stream: np.ndarray) -> np.ndarray:
-        """Label ids for rows of (launch thread or -1, device name id or -1, stream or -1)."""
-        uniq, inverse = _unique_rows(thread, device, stream)
-        out = np.empty(uniq.shape[0], dtype=np.int64)
-        names, threads = self.cols.names, self.cols.threads
-        for k, (t, d, s) in enumerate(uniq.tolist()):
-            labels: dict[str, str] = {}
-            if self.rank is not None:
-                labels["rank"] = self.rank
-            if t >= 0:
-                labels["pid"], labels["tid"] = (str(x) for x in threads[t])
-            if d >= 0:
-                labels["device"] = names[d]
-            if s >= 0:
-                labels["stream"] = names[s]
-            out[k] = self.b.labels(labels)
-        return out[inverse]
-
-
-def _unique_rows(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct rows of int columns (values >= -1) and each row's index among them.
-
-    Packs the columns into one int64 key when they fit (much faster than ``axis=0``).
-    """
-    spans = [int(c.max()) + 2 if c.size else 1 for c in columns]
-    if np.prod([float(x) for x in spans]) < 2.0**62:
-        key = np.zeros(columns[0].shape[0], dtype=np.int64)
-        for c, span in zip(columns, spans, strict=True):
-            key = key * span + (c + 1)
-        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-        rows = np.stack([c[first] for c in columns], axis=1)
-        return rows, inverse.reshape(-1)
-    rows, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
-    return rows, inverse.reshape(-1)
-
-
-def _add_aggregated(
-    builder: ProfileBuilder,
-    stacks: np.ndarray,
-    labels: np.ndarray,
-    columns: dict[int, np.ndarray | None],
-) -> None:
-    """Add one sample per distinct (stack, labels); ``columns``: sample-type column ->
-    per-row weights summed into it (None: count the rows)."""
-    if stacks.size == 0:
-        return
-    n_labels = int(labels.max()) + 1
-    size = (int(stacks.max()) + 1) * n_labels
-    if stacks.min() >= 0 and size <= _DENSE_KEYS:
-        # Few distinct (stack, labels) keys: count them in a dense table, no sort.
-        key = stacks * n_labels + labels
-        present = np.nonzero(np.bincount(key, minlength=size))[0]
-        sums = np.zeros((present.shape[0], len(SAMPLE_TYPES)))
-        for c, weights in columns.items():
-            sums[:, c] = np.bincount(key, weights=weights, minlength=size)[present]
-        builder.add_many(present // n_labels, sums, present % n_labels)
-        return
-    uniq, inverse = _unique_rows(stacks, labels)
-    sums = np.zeros((uniq.shape[0], len(SAMPLE_TYPES)))
-    for c, weights in columns.items():
-        sums[:, c] = np.bincount(inverse, weights=weights, minlength=uniq.shape[0])
-    builder.add_many(uniq[:, 0], sums, uniq[:, 1])
-
-
-def _add_cpu_samples(
-    builder: ProfileBuilder,
-    cols: Columns,
-    nesting: correlate.Nesting,
-    stack_of: np.ndarray,
-    labels: _Labels,
-) -> None:
-    self_ns = correlate.self_times(cols.cpu_ts, cols.cpu_dur, nesting.parent)
-    keep = np.nonzero(self_ns > 0)[0]
-    thread = cols.cpu_thread[keep]
-    # Label ids by thread (a lookup table), not by slice: no sort over millions of rows.
-    threads = np.nonzero(np.bincount(thread, minlength=len(cols.threads)))[0]
-    none = np.full(threads.shape[0], -1, dtype=np.int64)
-    per_thread = np.zeros(len(cols.threads), dtype=np.int64)
-    per_thread[threads] = labels.ids(threads, none, none)
-    lab = per_thread[thread]
-    weights = self_ns[keep].astype(np.float64)
-    del self_ns
-    _add_aggregated(builder, stack_of[keep], lab, {CPU_TIME: weights})
-
-
-def _add_gpu_samples(
-    builder: ProfileBuilder,
-    frames: _Frames,
-    cols: Columns,
-    launch: np.ndarray,
-    stack_of: np.ndarray,
-    labels: _Labels,
-) -> np.ndarray:
-    """One sample per GPU activity (aggregated); returns the mask of unlinked ones."""
-    n = int(cols.gpu_ts.shape[0])
-    if n == 0:
-        return np.zeros(0, dtype=bool)
-    unlinked = launch < 0
-    root = EMPTY_STACK
-    if unlinked.any():
-        root = builder.stacks.child(EMPTY_STACK, builder.frame(UNLINKED_ROOT, FrameKind.LABEL))
-    base = np.where(unlinked, root, stack_of[np.maximum(launch, 0)] if stack_of.size else root)
-    kernel = frames.column(cols.gpu_cls, cols.gpu_name)
-    delim = builder.frame(DELIMITER, FrameKind.DELIMITER)
-    pairs, inverse = _unique_rows(base, kernel)
-    child = builder.stacks.child
-    leaves = [child(child(b, delim), k) for b, k in pairs.tolist()]
-    leaf = np.asarray(leaves, dtype=np.int64)[inverse]
-    thread = np.where(unlinked, -1, cols.cpu_thread[np.maximum(launch, 0)] if stack_of.size else -1)
-    lab = labels.ids(thread, cols.gpu_device, cols.gpu_stream)
-    weights = cols.gpu_dur.astype(np.float64)
-    _add_aggregated(builder, leaf, lab, {GPU_TIME: weights, KERNEL_COUNT: None})
-    return unlinked
-
-
-def _int(v: object) -> int:
-    if isinstance(v, int):
-        return v
-    return int(v) if isinstance(v, str) and v.isdigit() else 0
-
-
-def _ns(v: float) -> str:
-    for scale, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "us")):
-        if abs(v) >= scale:
-            return f"{v / scale:.3f} {unit}"
-    return f"{v:.0f} ns"
-
-
-def _describe(
-    cols: Columns,
-    launch: np.ndarray,
-    unlinked: np.ndarray,
-    warnings: Counter[str],
-    rank: str | None,
-    trace_meta: dict[str, Any],
-    nesting: correlate.Nesting,
-    used_call_stacks: bool,
-) -> dict[str, object]:
-    """Profile meta: default metric, time range and the ``info:`` lines of ``aiflame info``."""
-    n_gpu = int(cols.gpu_ts.size)
-    meta: dict[str, object] = {"default_type": GPU_TIME if n_gpu else CPU_TIME}
-    first = min(int(t.min()) for t in (cols.cpu_ts, cols.gpu_ts) if t.size)
-    last = max(
-        int((t + d).max())
-        for t, d in ((cols.cpu_ts, cols.cpu_dur), (cols.gpu_ts, cols.gpu_dur))
-        if t.size
-    )
-    # Kineto writes microseconds since baseTimeNanoseconds (a wall-clock origin) when set.
-    base_ns = int(cols.base_us) * 1000 + _int(trace_meta.get("baseTimeNanoseconds"))
-    meta["time_range_ns"] = (base_ns + first, base_ns + last)
-    if rank is not None:
-        meta["rank"] = rank
-        meta["info:rank"] = rank
-    devices = trace_meta.get("deviceProperties")
-    if isinstance(devices, list) and devices:
-        names = Counter(str(d.get("name", "?")) for d in devices if isinstance(d, dict))
-        meta["info:devices"] = ", ".join(f"{n} x {name}" for name, n in names.items())
-    counts = np.bincount(cols.cpu_cls, minlength=8)
-    meta["info:cpu slices"] = (
-        f"{counts[Cls.PYTHON]:,} Python functions, {counts[Cls.OP]:,} operators, "
-        f"{counts[Cls.ANNOTATION]:,} annotations, {counts[Cls.RUNTIME]:,} runtime calls"
-        + (" (Python stacks from 'Call stack')" if used_call_stacks else "")
-    )
-    if n_gpu:
-        g = np.bincount(cols.gpu_cls, minlength=8)
-        total = int(cols.gpu_dur.sum())
-        meta["info:gpu activity"] = (
-            f"{g[Cls.KERNEL]:,} kernels, {g[Cls.MEMCPY]:,} memcpy, {g[Cls.MEMSET]:,} memset "
-            f"on {len(set(cols.gpu_device.tolist()))} device(s), "
-            f"{len(set(zip(cols.gpu_device.tolist(), cols.gpu_stream.tolist(), strict=True)))} "
-            f"stream(s); {_ns(total)} in all"
-        )
-        busy = correlate.busy_time(cols.gpu_ts, cols.gpu_dur)
-        meta["info:gpu busy time"] = _ns(busy) + " (union of all GPU activity intervals)"
-        lost = int(cols.gpu_dur[unlinked].sum())
-        meta["info:unlinked gpu time"] = (
-            f"{_ns(lost)} ({100 * lost / total if total else 0:.1f}%) in "
-            f"{int(unlinked.sum()):,} activities under '{UNLINKED_ROOT}'"
-        )
-        meta["gpu_time_ns"], meta["gpu_busy_ns"], meta["unlinked_gpu_ns"] = total, busy, lost
-    if warnings:
-        meta["info:warnings"] = "; ".join(f"{n:,} {what}" for what, n in warnings.most_common())
-    if cols.ignored:
-        meta["info:not used"] = ", ".join(f"{c} {n:,}" for c, n in cols.ignored.most_common())
-    return meta
+__all__ = [
+    "DELIMITER",
+    "FORMAT",
+    "SAMPLE_TYPES",
+    "UNLINKED_ROOT",
+    "build_profile",
+    "load",
+    "read_columns",
+    "sniff",
+]

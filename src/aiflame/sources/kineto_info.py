@@ -1,0 +1,82 @@
+"""The ``info:`` lines and meta of a Kineto profile (what ``aiflame info`` prints)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from aiflame.sources.kineto_events import Cls, Columns
+from aiflame.sources.kineto_samples import CPU_TIME, GPU_TIME, UNLINKED_ROOT
+from aiflame.transforms import correlate
+
+
+def _int(v: object) -> int:
+    if isinstance(v, int):
+        return v
+    return int(v) if isinstance(v, str) and v.isdigit() else 0
+
+
+def _ns(v: float) -> str:
+    for scale, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "us")):
+        if abs(v) >= scale:
+            return f"{v / scale:.3f} {unit}"
+    return f"{v:.0f} ns"
+
+
+def describe(
+    cols: Columns,
+    unlinked: np.ndarray,
+    warnings: Counter[str],
+    rank: str | None,
+    trace_meta: dict[str, Any],
+    used_call_stacks: bool,
+) -> dict[str, object]:
+    """Profile meta: default metric, time range and the ``info:`` lines of ``aiflame info``."""
+    n_gpu = int(cols.gpu_ts.size)
+    meta: dict[str, object] = {"default_type": GPU_TIME if n_gpu else CPU_TIME}
+    first = min(int(t.min()) for t in (cols.cpu_ts, cols.gpu_ts) if t.size)
+    last = max(
+        int((t + d).max())
+        for t, d in ((cols.cpu_ts, cols.cpu_dur), (cols.gpu_ts, cols.gpu_dur))
+        if t.size
+    )
+    # Kineto writes microseconds since baseTimeNanoseconds (a wall-clock origin) when set.
+    base_ns = int(cols.base_us) * 1000 + _int(trace_meta.get("baseTimeNanoseconds"))
+    meta["time_range_ns"] = (base_ns + first, base_ns + last)
+    if rank is not None:
+        meta["rank"] = rank
+        meta["info:rank"] = rank
+    devices = trace_meta.get("deviceProperties")
+    if isinstance(devices, list) and devices:
+        names = Counter(str(d.get("name", "?")) for d in devices if isinstance(d, dict))
+        meta["info:devices"] = ", ".join(f"{n} x {name}" for name, n in names.items())
+    counts = np.bincount(cols.cpu_cls, minlength=8)
+    meta["info:cpu slices"] = (
+        f"{counts[Cls.PYTHON]:,} Python functions, {counts[Cls.OP]:,} operators, "
+        f"{counts[Cls.ANNOTATION]:,} annotations, {counts[Cls.RUNTIME]:,} runtime calls"
+        + (" (Python stacks from 'Call stack')" if used_call_stacks else "")
+    )
+    if n_gpu:
+        g = np.bincount(cols.gpu_cls, minlength=8)
+        total = int(cols.gpu_dur.sum())
+        meta["info:gpu activity"] = (
+            f"{g[Cls.KERNEL]:,} kernels, {g[Cls.MEMCPY]:,} memcpy, {g[Cls.MEMSET]:,} memset "
+            f"on {len(set(cols.gpu_device.tolist()))} device(s), "
+            f"{len(set(zip(cols.gpu_device.tolist(), cols.gpu_stream.tolist(), strict=True)))} "
+            f"stream(s); {_ns(total)} in all"
+        )
+        busy = correlate.busy_time(cols.gpu_ts, cols.gpu_dur)
+        meta["info:gpu busy time"] = _ns(busy) + " (union of all GPU activity intervals)"
+        lost = int(cols.gpu_dur[unlinked].sum())
+        meta["info:unlinked gpu time"] = (
+            f"{_ns(lost)} ({100 * lost / total if total else 0:.1f}%) in "
+            f"{int(unlinked.sum()):,} activities under '{UNLINKED_ROOT}'"
+        )
+        meta["gpu_time_ns"], meta["gpu_busy_ns"], meta["unlinked_gpu_ns"] = total, busy, lost
+    if warnings:
+        meta["info:warnings"] = "; ".join(f"{n:,} {what}" for what, n in warnings.most_common())
+    if cols.ignored:
+        meta["info:not used"] = ", ".join(f"{c} {n:,}" for c, n in cols.ignored.most_common())
+    return meta
