@@ -24,6 +24,44 @@ def add_inputs(p: argparse.ArgumentParser, many: bool = True) -> None:
         metavar="FMT",
         help="input format, when detection is not wanted (folded, perf-script, pprof, ...)",
     )
+    add_perf_options(p)
+
+
+def add_perf_options(p: argparse.ArgumentParser) -> None:
+    """The options of FlameGraph's stackcollapse-perf.pl, for 'perf script' inputs."""
+    g = p.add_argument_group("perf script input")
+    flag = g.add_argument
+    flag("--pid", dest="perf_pid", action="store_true", help="process name with its PID")
+    flag("--tid", dest="perf_tid", action="store_true", help="process name with PID/TID")
+    flag("--kernel", dest="perf_kernel", action="store_true", help="mark kernel frames _[k]")
+    flag("--jit", dest="perf_jit", action="store_true", help="mark JIT frames _[j]")
+    flag(
+        "--annotate-all",
+        dest="perf_all",
+        action="store_true",
+        help="both --kernel and --jit (stackcollapse-perf.pl --all)",
+    )
+    flag(
+        "--addrs",
+        dest="perf_addrs",
+        action="store_true",
+        help="keep the address of frames without a symbol",
+    )
+    flag(
+        "--event-filter",
+        dest="perf_event_filter",
+        metavar="EVENT",
+        help="keep samples of this event (default: the first event type in the input)",
+    )
+
+
+def perf_load_options(args: argparse.Namespace) -> dict[str, object]:
+    """The perf script options that were given, as importer keyword arguments."""
+    names = ("perf_pid", "perf_tid", "perf_kernel", "perf_jit", "perf_all", "perf_addrs")
+    out: dict[str, object] = {k: True for k in names if getattr(args, k, False)}
+    if getattr(args, "perf_event_filter", None):
+        out["perf_event_filter"] = args.perf_event_filter
+    return out
 
 
 def add_metric(p: argparse.ArgumentParser) -> None:

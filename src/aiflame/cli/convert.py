@@ -11,6 +11,7 @@ from aiflame.cli.common import (
     add_trace_options,
     apply_group_by,
     check_metric,
+    perf_load_options,
     trace_load_options,
     write_output,
 )
@@ -42,7 +43,9 @@ def run(args: argparse.Namespace) -> int:
         raise AiflameError(
             f"cannot tell the output format from '{args.output}'; give -f {'|'.join(FORMATS)}"
         )
-    profile = load_many(args.inputs, args.input_format, **trace_load_options(args))
+    profile = load_many(
+        args.inputs, args.input_format, **trace_load_options(args), **perf_load_options(args)
+    )
     profile = apply_group_by(profile, args)
     check_metric(profile, args.metric)
     write_output(args.output, render(profile, fmt, args.metric, args.title))

@@ -12,6 +12,7 @@ from aiflame.cli.common import (
     add_trace_options,
     apply_group_by,
     check_metric,
+    perf_load_options,
     trace_load_options,
     write_output,
 )
@@ -35,7 +36,9 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from aiflame.render.html import render_html
 
-    profile = load_many(args.inputs, args.input_format, **trace_load_options(args))
+    profile = load_many(
+        args.inputs, args.input_format, **trace_load_options(args), **perf_load_options(args)
+    )
     profile = apply_group_by(profile, args)
     check_metric(profile, args.metric)
     html = render_html(

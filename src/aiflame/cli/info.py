@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from aiflame.cli.common import add_inputs
+from aiflame.cli.common import add_inputs, perf_load_options
 from aiflame.model import FrameKind, Profile
 from aiflame.render.units import format_value
 from aiflame.sources import load
@@ -51,6 +51,6 @@ def describe(profile: Profile) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    profile = load(args.input, args.input_format)
+    profile = load(args.input, args.input_format, **perf_load_options(args))
     print("\n".join(describe(profile)))
     return 0

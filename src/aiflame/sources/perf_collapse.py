@@ -328,6 +328,11 @@ class Collapser:
         self._pname = None
 
     # -- results --------------------------------------------------------------------------------
+    @property
+    def open_at_end(self) -> bool:
+        """Whether input ended inside a sample (no blank line after it): Perl drops it."""
+        return self._pname is not None
+
     def merge(self, other: Collapser) -> None:
         """Add the samples of ``other``, which collapsed a later part of the same input
         (starting just after a blank line) with the same options and event filter."""
@@ -339,6 +344,7 @@ class Collapser:
             self.comms.setdefault(pname, ids)
         self.unrecognized += other.unrecognized
         self.filtered += other.filtered
+        self._pname = other._pname  # the later part decides how the input ended
         self.periods = self.periods or other.periods
 
     def drop_caches(self) -> None:

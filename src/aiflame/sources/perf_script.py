@@ -1,0 +1,179 @@
+"""Linux ``perf script`` text: collapsed exactly as FlameGraph's ``stackcollapse-perf.pl``.
+
+Options (keyword arguments of :func:`load`, ``aiflame`` flags in brackets) are those of the
+Perl script: ``perf_pid`` [--pid], ``perf_tid`` [--tid], ``perf_kernel`` [--kernel],
+``perf_jit`` [--jit], ``perf_all`` [--annotate-all], ``perf_addrs`` [--addrs] and
+``perf_event_filter`` [--event-filter]; ``perf_jobs`` sets the number of processes for
+large files (0: one per CPU). The folded output of a profile loaded with them is what the
+Perl script prints. Each sample is labelled with its ``comm`` (and ``pid``/``tid`` when the
+root frame includes them).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+
+from aiflame.errors import InputError
+from aiflame.model import Profile, SampleType
+from aiflame.sources.folded import build_profile
+from aiflame.sources.inputs import GZIP_MAGIC, Input
+from aiflame.sources.perf_collapse import Collapser, collapse_stream
+from aiflame.sources.perf_parallel import collapse_file
+from aiflame.sources.perf_rules import EVENT, WS, PerfOptions
+
+FORMAT = "perf-script"
+
+# An "ADDRESS SYMBOL (MODULE)" line, as perf script prints call chains (indented, except
+# in some old versions).
+_STACK_LINE = re.compile(r"[ \t]*[0-9a-fA-F]+\s+\S.*\(.*\)\s*$", re.ASCII)
+_CLOCK_EVENTS = ("cpu-clock", "task-clock")
+
+
+def _is_event_line(line: str) -> bool:
+    """Whether ``line`` reads "comm pid/tid ... event:". Blanks before comm are allowed
+    here (perf right-aligns short names), though stackcollapse-perf.pl then takes the line
+    for a stack line."""
+    line = line.lstrip(WS)
+    return (
+        bool(line) and line[0] != "#" and bool(EVENT.match(line)) and line.rstrip(WS).endswith(":")
+    )
+
+
+def sniff(head: bytes, path: str) -> bool:
+    """An event line ("comm pid/tid ... event:") followed by a stack line, or several event
+    lines (perf script without call chains)."""
+    lines = head.decode("latin-1").split("\n")
+    if len(lines) > 1:
+        lines.pop()  # may be cut short
+    events = other = 0
+    previous_event = False
+    for line in lines[:2000]:
+        if not line.strip() or line[0] == "#":
+            continue
+        if previous_event and _STACK_LINE.match(line):
+            return True
+        previous_event = _is_event_line(line)
+        if previous_event:
+            events += 1
+        else:
+            other += 1
+    return events >= 2 and events >= other
+
+
+def options_from(options: dict[str, object]) -> tuple[PerfOptions, int]:
+    """:class:`PerfOptions` and the number of jobs from ``perf_*`` keyword arguments."""
+    event = options.get("perf_event_filter") or ""
+    return (
+        PerfOptions(
+            pid=bool(options.get("perf_pid")),
+            tid=bool(options.get("perf_tid")),
+            kernel=bool(options.get("perf_kernel")),
+            jit=bool(options.get("perf_jit")),
+            annotate_all=bool(options.get("perf_all")),
+            addrs=bool(options.get("perf_addrs")),
+            event_filter=str(event),
+        ),
+        int(options.get("perf_jobs") or 0),  # type: ignore[call-overload]
+    )
+
+
+def collapse_input(source: Input, opts: PerfOptions, jobs: int = 0) -> Collapser:
+    """Collapse an input: a regular uncompressed file in parallel when large, else streamed."""
+    if not source.is_stdin and os.path.isfile(source.path):
+        with open(source.path, "rb") as f:
+            plain = f.read(2) != GZIP_MAGIC
+        if plain:
+            return collapse_file(source.path, opts, jobs)
+    with source.open_binary() as f:
+        return collapse_stream(f, opts)
+
+
+def _text(s: str) -> str:
+    """Latin-1 text (one character per byte, as collapsed) back to Unicode."""
+    return s if s.isascii() else s.encode("latin-1").decode("utf-8", "replace")
+
+
+def load(source: Input, **options: object) -> Profile:
+    opts, jobs = options_from(options)
+    c = collapse_input(source, opts, jobs)
+    counts: dict[str, float] = {}
+    roots: dict[str, str] = {}  # decoded root frame -> latin-1 one (to find its comm)
+    for pname, by_rest in c.counts.items():
+        root = _text(pname)
+        roots.setdefault(root, pname)
+        for rest, value in by_rest.items():
+            key = root + _text(rest)
+            counts[key] = counts.get(key, 0.0) + value
+    if not counts:
+        raise InputError(source.path, _why_empty(c))
+    event = c.event_filter
+    builder = build_profile(counts, _sample_type(event, c.periods))
+    builder.meta["ignored_lines"] = c.unrecognized
+    if event:
+        builder.meta["info:event"] = event
+    if c.filtered:
+        builder.meta["info:skipped"] = f"{c.filtered:,} samples of other events"
+    profile = builder.build()
+    _label_samples(profile, c, roots, opts)
+    return profile
+
+
+def _why_empty(c: Collapser) -> str:
+    if not c.comms and c.filtered:
+        return f"no perf samples of event '{c.event_filter}' (only other events)"
+    if not c.comms:
+        return (
+            "no perf samples: no event line ('comm pid/tid ... event:' starting at the "
+            "beginning of a line) was found"
+        )
+    if c.open_at_end:
+        return (
+            "no complete perf sample: a sample ends with a blank line, and the last one has "
+            "none (stackcollapse-perf.pl drops it too)"
+        )
+    return f"no perf samples of event '{c.event_filter}'"
+
+
+def _sample_type(event: str, periods: bool) -> SampleType:
+    if not periods:
+        return SampleType("samples", "count")
+    name = event.split(":")[0] or "samples"
+    return SampleType(name, "nanoseconds" if name in _CLOCK_EVENTS else "count")
+
+
+def _label_samples(
+    profile: Profile, c: Collapser, roots: dict[str, str], opts: PerfOptions
+) -> None:
+    """Label each sample with what its root frame says: comm, and pid/tid if included."""
+    parent = profile.stacks.parents_array()
+    root = np.where(parent >= 0, parent, np.arange(len(parent), dtype=np.int64))
+    while True:  # pointer jumping: each round doubles the distance covered; roots stay
+        up = root[root]
+        if np.array_equal(up, root):
+            break
+        root = up
+    frame_of = profile.stacks.frames_array()
+    names = profile.strings.strings
+    name_ids = profile.frames.name
+    label_sets: list[tuple[tuple[str, str], ...]] = [()]
+    set_of_frame: dict[int, int] = {}
+    for f in np.unique(frame_of[root[profile.sample_stack]]).tolist():
+        comm, pid, tid = c.comms.get(roots.get(names[name_ids[f]], ""), ("", "", ""))
+        labels = {"comm": _text(comm)} if comm else {}
+        if comm and (opts.pid or opts.tid):
+            labels["pid"] = pid
+        if comm and opts.tid:
+            labels["tid"] = tid
+        set_of_frame[f] = len(label_sets)
+        label_sets.append(tuple(sorted(labels.items())))
+    lookup = np.zeros(len(profile.frames), dtype=np.int64)
+    for f, i in set_of_frame.items():
+        lookup[f] = i
+    profile.label_sets = label_sets
+    profile.sample_labels = lookup[frame_of[root[profile.sample_stack]]]
+
+
+__all__ = ["FORMAT", "collapse_input", "load", "options_from", "sniff"]
