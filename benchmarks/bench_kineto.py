@@ -63,29 +63,41 @@ def tree_rss_kib(pid: int) -> int:
     return total
 
 
-def run(cmd: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS of the process tree (MiB, polled every 10 ms)."""
+def run(cmd: list[str]) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds (user + sys, with reaped worker processes) and peak RSS
+    of the process tree (MiB, polled every 10 ms)."""
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
         peak = 0
-        while proc.poll() is None:
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
             peak = max(peak, tree_rss_kib(proc.pid))
             time.sleep(0.01)
         wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
         if proc.returncode:
             err.seek(0)
             sys.exit(f"failed: {' '.join(cmd)}\n{err.read().decode(errors='replace')[-2000:]}")
-    return wall, peak / 1024
+    return wall, usage.ru_utime + usage.ru_stime, peak / 1024
 
 
-def measure(commands: dict[str, list[str]], repeat: int) -> dict[str, tuple[float, float]]:
-    """Median wall time and max peak tree RSS per command, runs interleaved."""
-    runs: dict[str, list[tuple[float, float]]] = {k: [] for k in commands}
+def measure(commands: dict[str, list[str]], repeat: int) -> dict[str, tuple[float, float, float]]:
+    """Median wall and CPU seconds and max peak tree RSS per command, runs interleaved."""
+    runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in commands}
     for _ in range(repeat):
         for name, cmd in commands.items():
             runs[name].append(run(cmd))
-    return {k: (statistics.median(r[0] for r in v), max(r[1] for r in v)) for k, v in runs.items()}
+    return {
+        k: (
+            statistics.median(r[0] for r in v),
+            statistics.median(r[1] for r in v),
+            max(r[2] for r in v),
+        )
+        for k, v in runs.items()
+    }
 
 
 def scaled_trace(scale: int) -> Path:
@@ -183,18 +195,21 @@ def main() -> None:
             },
             args.repeat,
         )
-        (jl_wall, jl_peak), *_ = measure(
+        ((jl_wall, jl_cpu, jl_peak),) = measure(
             {"json.load": [sys.executable, "-c", f"import json; json.load(open({raw!r}))"]}, 1
         ).values()
         size = os.path.getsize(raw)
     print(f"## {args.trace.name}: {size / 2**20:.1f} MiB of JSON\n")
-    print("| command | wall (median) | peak memory (process tree) |")
-    print("|---|---:|---:|")
-    for name, (wall, peak) in results.items():
-        print(f"| {name} | {wall:.2f} s | {peak:.0f} MiB |")
-    print(f"| (python json.load alone) | {jl_wall:.2f} s | {jl_peak:.0f} MiB |")
+    print("| command | wall (median) | CPU (median) | peak memory (process tree) |")
+    print("|---|---:|---:|---:|")
+    for name, (wall, cpu, peak) in results.items():
+        print(f"| {name} | {wall:.2f} s | {cpu:.2f} s | {peak:.0f} MiB |")
+    print(f"| (python json.load alone) | {jl_wall:.2f} s | {jl_cpu:.2f} s | {jl_peak:.0f} MiB |")
     a, h = results["aiflame flamegraph"], results["HTA TraceAnalysis"]
-    print(f"\nHTA / aiflame: {h[0] / a[0]:.1f}x the time, {h[1] / a[1]:.1f}x the memory\n")
+    print(
+        f"\nHTA / aiflame: {h[0] / a[0]:.1f}x the wall time, {h[1] / a[1]:.1f}x the CPU time, "
+        f"{h[2] / a[2]:.1f}x the peak memory\n"
+    )
     print("aiflame stages (in process):")
     for name, seconds in stages(args.trace):
         print(f"  {name:28s} {seconds:6.2f} s")
@@ -202,13 +217,13 @@ def main() -> None:
     big = scaled_trace(args.scale)
     with tempfile.TemporaryDirectory() as tmp:
         html = os.path.join(tmp, "big.html")
-        ((wall, peak),) = measure(
+        ((wall, cpu, peak),) = measure(
             {"big": [*aiflame, "flamegraph", str(big), "-o", html]}, 1
         ).values()
     gb = os.path.getsize(big) / 2**30
     n_events = 239_093 * args.scale
     print(f"\n## {big.name}: {gb:.2f} GiB of JSON, ~{n_events / 1e6:.1f} M events\n")
-    print(f"aiflame flamegraph: {wall:.1f} s, peak {peak:.0f} MiB "
+    print(f"aiflame flamegraph: {wall:.1f} s wall, {cpu:.1f} s CPU, peak {peak:.0f} MiB "
           f"({peak / (gb * 1024) * 100:.0f}% of the input, "
           f"{peak * 2**20 / n_events:.0f} bytes per event)")  # fmt: skip
 
