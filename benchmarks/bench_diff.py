@@ -48,7 +48,7 @@ def measure(cmd: str, repeat: int) -> tuple[float, float, float]:
     return wall, statistics.median(r[1] for r in runs), max(r[2] for r in runs)
 
 
-def stages() -> list[tuple[str, float]]:
+def stages() -> list[tuple[str, float, float]]:
     """aiflame's time per stage, in this process: the folded path the command takes for
     these inputs, then the general path (any input format) for comparison."""
     from aiflame.render.folded import format_diff_lines, render_diff_folded
@@ -60,9 +60,9 @@ def stages() -> list[tuple[str, float]]:
     out = []
 
     def timed(name, fn, *args):  # type: ignore[no-untyped-def]
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         result = fn(*args)
-        out.append((name, time.perf_counter() - t))
+        out.append((name, time.perf_counter() - t, time.process_time() - c))
         return result
 
     pair = timed("folded: read both files, union", read_pair, str(BASE), str(TEST))
@@ -81,7 +81,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--flamegraph", required=True, help="a FlameGraph checkout (difffolded.pl)")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--stages-only", action="store_true", help="only the in-process breakdown")
     args = ap.parse_args()
+    if args.stages_only:
+        print_stages()
+        return
     fg = Path(args.flamegraph)
     for f in (BASE, TEST, fg / "difffolded.pl", fg / "flamegraph.pl"):
         if not f.exists():
@@ -128,9 +132,13 @@ def main() -> None:
           f"identical after sorting: {'yes' if same else 'NO'}")  # fmt: skip
     sizes = {p.name: p.stat().st_size / 1e6 for p in sorted(OUT.iterdir())}
     print("output sizes: " + ", ".join(f"{k} {v:.1f} MB" for k, v in sizes.items()))
-    print("\naiflame stages (one in-process run):")
-    for name, secs in stages():
-        print(f"  {name:<34} {secs:6.2f} s")
+    print_stages()
+
+
+def print_stages() -> None:
+    print("\naiflame stages (one in-process run): wall, CPU")
+    for name, wall, cpu in stages():
+        print(f"  {name:<34} {wall:6.2f} s {cpu:6.2f} s")
 
 
 if __name__ == "__main__":
