@@ -348,13 +348,24 @@ class Collapser:
         self.periods = self.periods or other.periods
 
     def drop_caches(self) -> None:
-        """Free the caches (results stay), e.g. before sending the collapser elsewhere."""
+        """Free the caches (results and state stay)."""
         self._norm = ({}, {})
         self._raw = ({}, {})
         self._funcs = ({}, {})
         self._text = ""
         self._keys = []
         self._raw_lines = None
+
+    def __getstate__(self) -> dict[str, object]:
+        # Sent between processes: results and state, without caches or the namer closure.
+        self.drop_caches()
+        state = dict(self.__dict__)
+        del state["_name"]
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._name = namer(self.options)
 
     def result(self) -> dict[str, int]:
         """Folded stack -> total, sorted as stackcollapse-perf.pl prints them."""

@@ -86,9 +86,7 @@ def range_starts(f: BinaryIO, size: int, jobs: int) -> list[int]:
 
 def _collapse_range(path: str, start: int, end: int, options: PerfOptions) -> Collapser:
     with open(path, "rb") as f:
-        c = collapse_stream(_Range(f, start, end), options)
-    c.drop_caches()  # only the results travel back
-    return c
+        return collapse_stream(_Range(f, start, end), options)
 
 
 def collapse_file(path: str, options: PerfOptions | None = None, jobs: int = 0) -> Collapser:
