@@ -315,6 +315,7 @@ class Session:
                 f"{k.removesuffix('_s')} {v:.2f} s" for k, v in cost.items() if k.endswith("_s")
             ]
             builder.meta[f"info:torch cost {i}"] = ", ".join(parts)
+            self.notes.append(f"PyTorch profiler window cost: {', '.join(parts)}")
         profile = builder.build()
         if torch_profiles:
             from aiflame.transforms.merge import merge
