@@ -84,12 +84,40 @@ print("done")
     assert f"aiflame: wrote {html[0].name}" in rec.stderr
     assert f"aiflame: wrote {pprof[0].name}" in rec.stderr
     assert "top stacks by self cpu-samples" in rec.stderr and "busy_function" in rec.stderr
+    assert "\r" not in rec.stderr and "recording" not in rec.stderr  # no status line: not a tty
     profile = load(str(pprof[0]))
     names = [t.name for t in profile.sample_types]
     assert names[:2] == ["cpu-samples", "native-samples"] and "gpu-time" not in names
     busy = values_by(profile, "cpu-samples", lambda fr, _: fr[-1].name.startswith("busy_fun"))
     assert busy[True] > 0.5 * sum(busy.values())  # most CPU time is in the busy loop
     assert has_frame(profile, "cpu-samples", lambda f: f.file.endswith("plain.py") and f.line > 0)
+
+
+def test_live_status_line_on_a_terminal(tmp_path):
+    import pty
+
+    prog = script(tmp_path, "tty.py", BUSY + "busy_function(2)\n")
+    master, slave = pty.openpty()
+    cmd = [sys.executable, "-m", "aiflame", "record", "-o", str(tmp_path / "t.folded")]
+    proc = subprocess.Popen(
+        [*cmd, "--", sys.executable, str(prog)],
+        stdout=subprocess.DEVNULL,
+        stderr=slave,
+    )
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 4096)
+        except OSError:  # EIO: the other side closed
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    assert proc.wait(timeout=60) == 0
+    err = b"".join(chunks).decode(errors="replace")
+    assert "\r\x1b[Krecording" in err and "samples" in err and "1 process" in err
 
 
 def test_exit_code_passes_through_after_writing_the_profile(tmp_path):
