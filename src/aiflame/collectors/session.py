@@ -84,7 +84,7 @@ class Session:
         self.notes: list[str] = []
         self.failures: list[str] = []  # why a sampler recorded nothing
         self._signals: list[int] = []
-        self._launched_env: dict[str, str] = {}
+        self._own_perf_maps = False  # we asked oneDNN for them: ours to delete
 
     # -- public entry points ------------------------------------------------------------------
     def launch(self, argv: list[str]) -> RecordResult:
@@ -135,7 +135,7 @@ class Session:
         env["AIFLAME_TORCH_DELAY"] = str(self.options.torch_delay)
         if "ONEDNN_JIT_PROFILE" not in env and "DNNL_JIT_PROFILE" not in env:
             env["ONEDNN_JIT_PROFILE"] = "2"  # perf map only (no jitdump files)
-            self._launched_env["perf_maps"] = "ours"
+            self._own_perf_maps = True
         return env
 
     def _wait_ready(self, target: subprocess.Popen) -> None:
@@ -305,7 +305,8 @@ class Session:
                 continue
             spec = StreamSpec(column, config.native, root_pid, perf_map, labels, states)
             total += add_samples(builder, read_speedscope(out), spec)
-        self._remove_perf_maps(seen_pids | set(labels) | {root_pid})
+        started = {int(p.name[5:-5]) for p in Path(self.dir).glob("proc-*.json")}
+        self._remove_perf_maps(seen_pids | started | {root_pid})
         torch_profiles = load_torch_traces(self.dir, labels, self.notes)
         if not total and not torch_profiles:
             return None
@@ -353,7 +354,7 @@ class Session:
 
     def _remove_perf_maps(self, pids: set[int]) -> None:
         """Perf maps we asked oneDNN to write are ours to clean up once read."""
-        if self._launched_env.get("perf_maps") != "ours":
+        if not self._own_perf_maps:
             return
         for pid in pids:
             if not procs.alive(pid):
