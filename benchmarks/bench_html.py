@@ -93,28 +93,49 @@ window.__afterPaint().then((t1) => done([t1 - t0, document.querySelectorAll(".pa
 """
 
 
-def timed(cmd: list[str], stdout_path: Path | None = None) -> float:
+def timed(cmd: list[str], stdout_path: Path | None = None) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds (user + sys) and peak RSS (MiB) of one command."""
+    out = open(stdout_path, "wb") if stdout_path else subprocess.DEVNULL  # noqa: SIM115
     start = time.perf_counter()
-    if stdout_path is None:
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    else:
-        with open(stdout_path, "wb") as out:
-            subprocess.run(cmd, check=True, stdout=out, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    try:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)
+    finally:
+        if stdout_path:
+            out.close()  # type: ignore[union-attr]
+    wall = time.perf_counter() - start
+    if status != 0:
+        raise SystemExit(f"failed ({status}): {' '.join(cmd)}")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def build(args: argparse.Namespace, out: Path) -> dict:
     page, svg = out / "aiflame.html", out / "flamegraph.svg"
-    ours, theirs = [], []
-    for _ in range(args.repeat):
-        ours.append(
-            timed([sys.executable, "-m", "aiflame", "flamegraph", args.input, "-o", str(page)])
+    r: dict = {
+        k: []
+        for k in (
+            "aiflame_s",
+            "aiflame_cpu_s",
+            "aiflame_rss_mib",
+            "flamegraph_pl_s",
+            "flamegraph_pl_cpu_s",
+            "flamegraph_pl_rss_mib",
         )
-        print(f"  aiflame flamegraph: {ours[-1]:.2f} s", flush=True)
+    }
+    for _ in range(args.repeat):
+        cmd = [sys.executable, "-m", "aiflame", "flamegraph", args.input, "-o", str(page)]
+        wall, cpu, rss = timed(cmd)
+        r["aiflame_s"].append(wall)
+        r["aiflame_cpu_s"].append(cpu)
+        r["aiflame_rss_mib"].append(rss)
+        print(f"  aiflame flamegraph: {wall:.2f} s wall, {cpu:.2f} s CPU", flush=True)
         if not args.skip_peer:
-            theirs.append(timed(["perl", args.flamegraph, args.input], svg))
-            print(f"  flamegraph.pl:      {theirs[-1]:.2f} s", flush=True)
-    return {"aiflame_s": ours, "flamegraph_pl_s": theirs}
+            wall, cpu, rss = timed(["perl", args.flamegraph, args.input], svg)
+            r["flamegraph_pl_s"].append(wall)
+            r["flamegraph_pl_cpu_s"].append(cpu)
+            r["flamegraph_pl_rss_mib"].append(rss)
+            print(f"  flamegraph.pl:      {wall:.2f} s wall, {cpu:.2f} s CPU", flush=True)
+    return r
 
 
 def check_page(args: argparse.Namespace, page: Path) -> dict:
@@ -199,11 +220,15 @@ def report(r: dict) -> str:
     ours, theirs = median(r["aiflame_s"]), median(r["flamegraph_pl_s"])
     fp, sfp = median(r["page_first_paint_ms"]), median(r["svg_first_paint_ms"])
     z, sz = median(r["page_zoom_ms"]), median(r["svg_zoom_ms"])
+    cpu, tcpu = median(r["aiflame_cpu_s"]), median(r["flamegraph_pl_cpu_s"])
+    rss, trss = median(r["aiflame_rss_mib"]), median(r["flamegraph_pl_rss_mib"])
     lines = [
         "| measure | aiflame (HTML) | flamegraph.pl (SVG) | ratio |",
         "|---|---|---|---|",
-        f"| build, end to end (median of {len(r['aiflame_s'])}) | {ours:.2f} s | "
+        f"| build, end to end, wall (median of {len(r['aiflame_s'])}) | {ours:.2f} s | "
         f"{theirs:.2f} s | {theirs / ours:.1f}x faster |",
+        f"| build, CPU (user + sys) | {cpu:.2f} s | {tcpu:.2f} s | {tcpu / cpu:.1f}x less |",
+        f"| build, peak RSS | {rss:.0f} MiB | {trss:.0f} MiB | |",
         f"| file size | {r['page_bytes'] / 1e6:.2f} MB, {r['page_nodes']:,} nodes "
         f"(all {r['tree_nodes']:,}) | {r.get('svg_bytes', 0) / 1e6:.2f} MB, "
         f"{r.get('svg_frames', 0):,} frames | |",

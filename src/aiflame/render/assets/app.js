@@ -34,7 +34,9 @@
 
       this.view = new A.FlameView($("flame"), {
         onHover: (i, e) => this.showTooltip(this.view, i, e),
-        onClick: (i) => this.zoomTo(i),
+        onClick: (i) => {
+          if (i >= 0) this.zoomTo(i); // a click on the background keeps the zoom
+        },
         onContext: (i, e) => this.openMenu(this.view, i, e),
       });
       this.view.inverted = !!h.inverted;
@@ -52,7 +54,8 @@
       const v = new A.FlameView($(id), {
         onHover: (i, e) => this.showTooltip(v, i, e),
         onClick: (i) => {
-          v.setZoom(i < 0 ? 0 : i);
+          if (i < 0) return;
+          v.setZoom(i);
           v.draw();
         },
         onContext: (i, e) => this.openMenu(v, i, e),

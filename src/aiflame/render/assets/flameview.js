@@ -155,9 +155,11 @@
         const y = top(tree.depth[i]);
         const color = mask && mask[tree.frame[i]] ? A.SEARCH_COLOR : this.colorOf(i);
         if (color !== style) ctx.fillStyle = style = color;
+        ctx.globalAlpha = i < z ? 0.55 : 1; // the zoomed node's callers: context, faded
         ctx.fillRect(left, y, w > 3 ? w - 1 : w, ROW - 1);
         if (w >= 3 * cw + 6) labels.push(i, left, y, w);
       }
+      ctx.globalAlpha = 1;
       ctx.fillStyle = "#111";
       for (let k = 0; k < labels.length; k += 4) {
         const room = Math.floor((labels[k + 3] - 6) / cw);
