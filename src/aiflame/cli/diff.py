@@ -47,6 +47,15 @@ def configure(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="match frames with hex numbers (addresses such as 0x7f3a) replaced by 0x...",
     )
+    p.add_argument(
+        "--level",
+        choices=("auto", "full", "ops"),
+        default="auto",
+        help="'ops' compares GPU traces at the level of Python functions and ops (kernels and "
+        "runtime calls folded into the op that launched them, Python line numbers dropped, "
+        "so runs on other GPUs and library versions line up); 'auto' (default) does so "
+        "when the inputs have GPU frames",
+    )
     p.add_argument("--title", help="page title")
     p.add_argument(
         "--format", dest="input_format", metavar="FMT", help="input format of both profiles"
@@ -120,8 +129,16 @@ def diff_of(args: argparse.Namespace) -> Profile:
     else:
         from aiflame.transforms.diff import diff_profiles
 
+        from aiflame.transforms.cut import GPU_SIDE, cut_at_kinds, has_kinds
+
         base = load(args.base, args.input_format)
         test = load(args.test, args.input_format)
+        level = args.level
+        if level == "auto":
+            level = "ops" if has_kinds(base, GPU_SIDE) or has_kinds(test, GPU_SIDE) else "full"
+        if level == "ops":
+            base = cut_at_kinds(base, python_lines=False)
+            test = cut_at_kinds(test, python_lines=False)
         diff = diff_profiles(
             base, test, metric=args.metric, normalize=args.normalize, strip_hex=args.strip_hex
         )
