@@ -127,9 +127,8 @@ def diff_of(args: argparse.Namespace) -> Profile:
 
         diff = load_diff(args.base, args.test, args.normalize, args.strip_hex)
     else:
-        from aiflame.transforms.diff import diff_profiles
-
         from aiflame.transforms.cut import GPU_SIDE, cut_at_kinds, has_kinds
+        from aiflame.transforms.diff import diff_profiles
 
         base = load(args.base, args.input_format)
         test = load(args.test, args.input_format)

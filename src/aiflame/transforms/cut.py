@@ -28,8 +28,10 @@ GPU_SIDE = frozenset(
 
 
 def has_kinds(profile: Profile, kinds: Iterable[FrameKind]) -> bool:
+    """Whether any stack of ``profile`` has a frame of one of ``kinds``."""
     wanted = {int(k) for k in kinds}
-    return any(k in wanted for k in profile.frames.kind)
+    kind = profile.frames.kind
+    return any(kind[f] in wanted for f in set(profile.stacks.frame))
 
 
 _PY_LINE = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?):\d+\)$")
