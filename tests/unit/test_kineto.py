@@ -282,7 +282,7 @@ def test_python_function_events_give_python_frames_above_the_ops() -> None:
     assert line[:2] == ["<module> (<string>:1)", "spawn_main (multiprocessing/spawn.py:122)"]
     assert "nn.Module: Linear_25" in line
     assert line[-7:-1] == [
-        "forward (torch/nn/modules/linear.py:124)",
+        "Linear > forward (torch/nn/modules/linear.py:124)",  # under nn.Module: Linear_25
         "linear",  # <built-in function linear>
         "aten::linear",
         "aten::addmm",

@@ -33,6 +33,7 @@ from aiflame.sources.kineto_events import Cls, Columns, Event, EventCollector
 from aiflame.sources.kineto_info import describe
 from aiflame.sources.kineto_json import TraceStream
 from aiflame.sources.kineto_names import python_frame, short_kernel_name
+from aiflame.transforms.pynames import module_methods
 from aiflame.sources.kineto_samples import (
     DELIMITER,
     SAMPLE_TYPES,
@@ -202,7 +203,8 @@ def build_profile(
     unlinked = add_gpu_samples(builder, kernels, cols, launch, stack_of, labels)
 
     builder.meta.update(describe(cols, unlinked, warnings, rank, trace_meta, use_call_stacks))
-    return builder.build()
+    profile = builder.build()
+    return module_methods(profile) if python_names == "short" else profile
 
 
 def _ranks(cls: np.ndarray) -> np.ndarray:
