@@ -33,7 +33,6 @@ from aiflame.sources.kineto_events import Cls, Columns, Event, EventCollector
 from aiflame.sources.kineto_info import describe
 from aiflame.sources.kineto_json import TraceStream
 from aiflame.sources.kineto_names import python_frame, short_kernel_name
-from aiflame.transforms.pynames import module_methods
 from aiflame.sources.kineto_samples import (
     DELIMITER,
     SAMPLE_TYPES,
@@ -43,6 +42,7 @@ from aiflame.sources.kineto_samples import (
     add_gpu_samples,
 )
 from aiflame.transforms import correlate
+from aiflame.transforms.pynames import module_methods
 
 FORMAT = "kineto"
 
