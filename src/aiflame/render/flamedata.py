@@ -54,20 +54,20 @@ def level_order(depth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order, bounds
 
 
-def preorder(parent: np.ndarray, depth: np.ndarray, sort_key: np.ndarray) -> np.ndarray:
-    """Node ids in depth-first preorder, siblings ascending by ``sort_key`` (ints >= 0).
+def preorder(parent: np.ndarray, depth: np.ndarray, sort_key: np.ndarray) -> np.ndarray | None:
+    """Node ids in depth-first preorder, siblings ascending by ``sort_key`` (ints >= 0),
+    or None when ids 0..n-1 already are in that order.
 
-    Vectorised per depth level (a Python DFS over millions of nodes would take seconds):
-    subtree sizes bottom-up, then each node's position = its parent's position + 1 + the
-    sizes of the siblings sorted before it. Importers that intern sorted stacks (folded)
-    already number nodes that way; that is checked first, and then nothing moves.
+    Importers that intern sorted stacks (folded) number nodes that way; that is checked
+    first (in linear time), and then nothing moves. Otherwise it is vectorised per depth
+    level (a Python DFS over millions of nodes would take seconds): subtree sizes bottom-up,
+    then each node's position = its parent's position + 1 + the sizes of the siblings
+    sorted before it.
     """
     n = len(parent)
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
+    if n == 0 or is_sorted_preorder(parent, depth, sort_key):
+        return None
     order, bounds = level_order(depth)
-    if is_sorted_preorder(parent, depth, sort_key, order, bounds):
-        return np.arange(n)
     size = np.ones(n, dtype=np.int64)
     for d in range(len(bounds) - 2, 0, -1):
         idx = order[bounds[d] : bounds[d + 1]]
@@ -94,37 +94,37 @@ def preorder(parent: np.ndarray, depth: np.ndarray, sort_key: np.ndarray) -> np.
     return out
 
 
-def is_sorted_preorder(
-    parent: np.ndarray,
-    depth: np.ndarray,
-    sort_key: np.ndarray,
-    order: np.ndarray,
-    bounds: np.ndarray,
-) -> bool:
-    """Whether ids 0..n-1 already are that preorder (``order``/``bounds``: level_order).
+def is_sorted_preorder(parent: np.ndarray, depth: np.ndarray, sort_key: np.ndarray) -> bool:
+    """Whether ids 0..n-1 are a DFS preorder with siblings ascending by ``sort_key``.
 
-    A sequence that goes down at most one level per step, where each node's parent is
-    the last node before it one level up, is a preorder; then two nodes of one level with
-    the same parent and no other node of that level between them are adjacent siblings.
+    Walking the ids in order, each step goes one level down to a first child (whose parent
+    must be the node before it), or comes back up to a next sibling: then the last earlier
+    node at its depth must share its parent and sort before it. ``depth`` must agree with
+    ``parent``.
     """
-    if depth[0] != 0 or np.any(np.diff(depth) > 1):
+    if depth[0] != 0:
         return False
-    for d in range(len(bounds) - 1):
-        here = order[bounds[d] : bounds[d + 1]]  # ascending ids at depth d
-        ph = parent[here]
-        if d == 0:
-            if np.any(ph >= 0):
-                return False
-        else:
-            above = order[bounds[d - 1] : bounds[d]]
-            at = np.searchsorted(above, here) - 1
-            if at[0] < 0 or not np.array_equal(above[at], ph):
-                return False
-        key = sort_key[here]
-        same = ph[1:] == ph[:-1]
-        if np.any(key[1:][same] <= key[:-1][same]):
-            return False
-    return True
+    step = np.diff(depth)
+    if np.any(step > 1):
+        return False
+    down = np.flatnonzero(step == 1) + 1
+    if not np.array_equal(parent[down], down - 1):
+        return False
+    # Nodes grouped by depth, ascending ids within a group: the one before a next sibling
+    # in its group is the last earlier node at its depth, its previous sibling.
+    order, _ = level_order(depth)
+    is_next = np.ones(len(depth), dtype=bool)
+    is_next[down] = False
+    is_next[0] = False
+    at = np.flatnonzero(is_next[order])
+    if len(at) and at[0] == 0:
+        return False
+    nxt, prev = order[at], order[at - 1]
+    return bool(
+        np.array_equal(depth[prev], depth[nxt])
+        and np.array_equal(parent[prev], parent[nxt])
+        and np.all(sort_key[prev] < sort_key[nxt])
+    )
 
 
 # -- encodings ------------------------------------------------------------------------------
@@ -274,9 +274,7 @@ def pack(
     remap, strings, fcols = _frame_table(profile, used_frames)
     frame = remap[frame_old]
     order = preorder(parent, depth, frame)
-    in_order = n_real == 0 or bool(
-        order[-1] == n_real - 1 and np.array_equal(order, np.arange(n_real))
-    )
+    in_order = order is None
 
     root_frame = len(used_frames)  # one past the table: the synthetic "all"
     node_frame = np.empty(n_real + 1, dtype=np.int64)
