@@ -33,6 +33,12 @@
       this.pending = false;
       this.ctx.font = FONT;
       this.charWidth = this.ctx.measureText("MMMMMMMMMM").width / 10 || 7.2;
+      // The hover outline lives on a transparent canvas on top, so moving the pointer
+      // redraws one rectangle, not the graph.
+      this.overlay = document.createElement("canvas");
+      this.overlay.className = "overlay";
+      canvas.after(this.overlay);
+      this.octx = this.overlay.getContext("2d");
       canvas.addEventListener("mousemove", (e) => this._onMove(e));
       canvas.addEventListener("mouseleave", (e) => this._setHover(-1, e));
       canvas.addEventListener("click", (e) => {
@@ -167,15 +173,30 @@
         const text = name.length <= room ? name : name.slice(0, room - 2) + "..";
         ctx.fillText(text, labels[k + 1] + 3, labels[k + 2] + (ROW - 1) / 2 + 0.5);
       }
-      const hr = this.hover >= 0 ? this.rectOf(this.hover) : null;
-      if (hr) {
-        ctx.strokeStyle = "#000";
-        ctx.lineWidth = 1.5;
-        ctx.strokeRect(hr.x + 0.75, hr.y + 0.75, Math.max(hr.w - 2.5, 1), hr.h - 1.5);
+      const ov = this.overlay;
+      if (ov.width !== canvas.width || ov.height !== canvas.height) {
+        ov.width = canvas.width;
+        ov.height = canvas.height;
+        ov.style.width = canvas.style.width;
+        ov.style.height = canvas.style.height;
       }
+      this.drawHover();
     }
 
-    // Coalesce redraws (mouse moves) into one per animation frame.
+    drawHover() {
+      const dpr = window.devicePixelRatio || 1;
+      const ctx = this.octx;
+      ctx.setTransform(1, 0, 0, 1, 0, 0);
+      ctx.clearRect(0, 0, this.overlay.width, this.overlay.height);
+      const r = this.hover >= 0 ? this.rectOf(this.hover) : null;
+      if (!r) return;
+      ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+      ctx.strokeStyle = "#000";
+      ctx.lineWidth = 1.5;
+      ctx.strokeRect(r.x + 0.75, r.y + 0.75, Math.max(r.w - 2.5, 1), r.h - 1.5);
+    }
+
+    // Coalesce redraws (resizes) into one per animation frame.
     requestDraw() {
       if (this.pending) return;
       this.pending = true;
@@ -228,7 +249,7 @@
     _setHover(i, e) {
       if (i !== this.hover) {
         this.hover = i;
-        this.requestDraw();
+        this.drawHover();
       }
       if (this.opts.onHover) this.opts.onHover(i, e);
     }
