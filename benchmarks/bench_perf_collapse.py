@@ -114,7 +114,7 @@ def main() -> None:
         (
             f"aiflame collapser, {os.cpu_count()} processes",
             "libN",
-            f"{env}{py} -c {q(COLLAPSE)} {q(str(src))} 0",
+            f"{env}{py} -c {q(COLLAPSE)} {q(str(src))} {os.cpu_count()}",
         ),
         (
             "aiflame convert -f folded (CLI)",

@@ -25,11 +25,17 @@ MAX_JOBS = 8
 
 
 def default_jobs() -> int:
+    """One process per idle CPU (CPUs minus the load average), up to 8: on a busy machine
+    more processes only add their start-up and merging to the same total CPU time."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
-    return max(1, min(cpus, MAX_JOBS))
+    try:
+        idle = cpus - os.getloadavg()[0]
+    except OSError:
+        idle = cpus
+    return max(1, min(int(idle + 0.5), MAX_JOBS))
 
 
 class _Range:
@@ -90,8 +96,8 @@ def _collapse_range(path: str, start: int, end: int, options: PerfOptions) -> Co
 
 
 def collapse_file(path: str, options: PerfOptions | None = None, jobs: int = 0) -> Collapser:
-    """Collapse a regular file, with ``jobs`` processes (0: one per CPU, up to 8) when it is
-    large enough; the result is what :func:`collapse_stream` gives."""
+    """Collapse a regular file, with ``jobs`` processes (0: :func:`default_jobs`) when it
+    is large enough; the result is what :func:`collapse_stream` gives."""
     options = options or PerfOptions()
     jobs = jobs or default_jobs()
     size = os.path.getsize(path)

@@ -4,7 +4,7 @@ Options (keyword arguments of :func:`load`, ``aiflame`` flags in brackets) are t
 Perl script: ``perf_pid`` [--pid], ``perf_tid`` [--tid], ``perf_kernel`` [--kernel],
 ``perf_jit`` [--jit], ``perf_all`` [--annotate-all], ``perf_addrs`` [--addrs] and
 ``perf_event_filter`` [--event-filter]; ``perf_jobs`` sets the number of processes for
-large files (0: one per CPU). The folded output of a profile loaded with them is what the
+large files (0: one per idle CPU). The folded output of a profile loaded with them is what the
 Perl script prints. Each sample is labelled with its ``comm`` (and ``pid``/``tid`` when the
 root frame includes them).
 """
