@@ -1,23 +1,29 @@
 """What recording costs a CPU PyTorch training loop: aiflame record vs py-spy vs torch.profiler.
 
-    python benchmarks/bench_record_overhead.py [--steps 300] [--repeat 5]
+    python benchmarks/bench_record_overhead.py [--cycles 6] [--interval 10]
 
-The workload (benchmarks/record_workload.py, OMP_NUM_THREADS=1) times its own training loop
-after warm-up, so interpreter start and ``import torch`` are not in the figure; the whole
-process wall time is reported too. Configurations run interleaved (round-robin, ``repeat``
-rounds) so that load from other processes hits them alike; the figure is the median over
-rounds of each run's loop time divided by the baseline's in the same round.
+The machine this was written on is shared (2 cores, load average 5-9 from other sessions),
+so whole-run wall times of separate runs differ by 2-4x from one run to the next and cannot
+resolve a few percent. The benchmark therefore compares neighbours in time, in one process:
 
-* baseline: no profiler
-* aiflame cpu: ``aiflame record --gpu off --native-rate 0`` (Python stacks at 99 Hz)
-* aiflame default CPU side: ``aiflame record --gpu off`` (plus native stacks at 5 Hz)
-* aiflame native N: ``--gpu off --native-rate N``, what native stacks cost per Hz
-* py-spy: ``py-spy record -r 99`` (its defaults: Python stacks, pausing the process)
-* py-spy native: ``py-spy record -r 99 --native``
-* torch.profiler: CPU activity, ``with_stack=True``, around the whole loop
-* aiflame gpu window: ``aiflame record`` with its defaults (``--gpu auto``): the PyTorch
-  profiler runs for the first 5 s after ``import torch``; its start/stop/export seconds as
-  the bootstrap measured them are reported apart.
+* one training process (benchmarks/record_workload.py --serve, OMP_NUM_THREADS=1) logs every
+  step's end time and duration;
+* the samplers attach to it in turn for ``interval`` seconds each (``--pid PID -d
+  interval``), round-robin, with an interval of no profiler at the start of every cycle:
+  off, aiflame (99 Hz Python only), aiflame with its default 5 Hz native stacks, aiflame
+  with 20 Hz native stacks, ``py-spy record -r 99`` (its default: Python stacks, pausing the
+  process), ``py-spy record -r 99 --native``;
+* each interval's figure is the mean step time of the steps that end inside it, leaving out
+  its first ``lead`` seconds (attaching; a native sampler's first sample also loads the
+  symbols of every library) and what follows the sampling (writing the profile); its
+  overhead is that mean over the mean of the two neighbouring "off" intervals, minus one;
+  the table gives the median over cycles and the spread (min..max).
+
+``torch.profiler(with_stack=True)`` cannot attach from outside, so the workload alternates
+it itself (``--torch-alternate``): intervals with and without the profiler, and its start,
+stop and export times. ``aiflame record`` with its PyTorch window (the default ``--gpu
+auto``) runs that same profiler for ``--gpu-window`` seconds: its cost is the in-window
+slowdown plus the one-off start/stop/export seconds, which one launched run reports.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -37,95 +44,166 @@ from aiflame.collectors.pyspy import find_pyspy
 
 HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / "record_workload.py"
+ENV = dict(os.environ, OMP_NUM_THREADS="1")
 
 
-def configs(tmp: str, rate: int) -> dict[str, list[str]]:
-    py = sys.executable
-    aiflame = [py, "-m", "aiflame", "record", "-r", str(rate), "-o", f"{tmp}/a.pb.gz"]
-    pyspy = [find_pyspy(), "record", "-r", str(rate), "-f", "speedscope", "-o", f"{tmp}/p.json"]
-    work = [py, str(WORKLOAD)]
+def samplers(pid: int, seconds: int, tmp: str, rate: int) -> dict[str, list[str] | None]:
+    rec = [sys.executable, "-m", "aiflame", "record", "--pid", str(pid), "-d", str(seconds)]
+    rec += ["-r", str(rate), "-o", f"{tmp}/a.pb.gz"]
+    spy = [find_pyspy(), "record", "--pid", str(pid), "-d", str(seconds), "-r", str(rate)]
+    spy += ["-f", "speedscope", "-o", f"{tmp}/p.json"]
     return {
-        "baseline": work,
-        "aiflame cpu (99 Hz Python)": [*aiflame, "--gpu", "off", "--native-rate", "0", "--", *work],
-        "aiflame default CPU side (+5 Hz native)": [*aiflame, "--gpu", "off", "--", *work],
-        "aiflame native 20 Hz": [*aiflame, "--gpu", "off", "--native-rate", "20", "--", *work],
-        "py-spy record": [*pyspy, "--", *work],
-        "py-spy record --native": [*pyspy, "--native", "--", *work],
-        "torch.profiler(with_stack=True)": [*work, "--torch-profiler", f"{tmp}/t.json"],
-        "aiflame with gpu window (5 s)": [*aiflame, "--", *work],
+        "off": None,
+        "aiflame record, 99 Hz Python only (--native-rate 0)": [*rec, "--native-rate", "0"],
+        "aiflame record, default (99 Hz Python + 5 Hz native)": rec,
+        "aiflame record, 99 Hz Python + 20 Hz native": [*rec, "--native-rate", "20"],
+        "py-spy record -r 99": spy,
+        "py-spy record -r 99 --native": [*spy, "--native"],
     }
 
 
-def run(cmd: list[str], steps: int) -> dict[str, float]:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    t0 = time.perf_counter()
-    proc = subprocess.run(
-        [*cmd, "--steps", str(steps)], capture_output=True, text=True, env=env, timeout=1800
+def attach_cycles(args: argparse.Namespace, tmp: str) -> tuple[dict, list]:
+    log = f"{tmp}/steps.json"
+    target = subprocess.Popen(
+        [sys.executable, str(WORKLOAD), "--serve", log], stdout=subprocess.PIPE, text=True, env=ENV
     )
-    wall = time.perf_counter() - t0
-    if proc.returncode:
-        sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-2000:]}")
-    line = next(ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("{"))
-    out = json.loads(line)
-    out["wall_s"] = wall
-    cost = re.search(r"PyTorch profiler window cost: (.*)", proc.stderr)
-    if cost:
-        for part in cost.group(1).split(", "):
-            name, value, _ = part.split()
-            out[f"window_{name}_s"] = float(value)
+    assert target.stdout is not None and target.stdout.readline().strip() == "ready"
+    time.sleep(2)
+    intervals = []  # (cycle, name, start, end of the measured part)
+    cfg = samplers(target.pid, args.interval, tmp, args.rate)
+    for cycle in range(args.cycles):
+        for name, cmd in cfg.items():
+            t0 = time.monotonic()
+            if cmd is None:
+                time.sleep(args.interval)
+            else:
+                subprocess.run(cmd, check=True, capture_output=True, timeout=600)
+            intervals.append((cycle, name, t0 + args.lead, t0 + args.interval - 0.5))
+            print(f"cycle {cycle + 1}: {name}", file=sys.stderr, flush=True)
+    t0 = time.monotonic()
+    time.sleep(args.interval)  # a closing "off" interval for the last cycle
+    intervals.append((args.cycles, "off", t0 + args.lead, t0 + args.interval - 0.5))
+    target.send_signal(signal.SIGINT)
+    target.wait(timeout=60)
+    steps = json.loads(Path(log).read_text())
+    return steps, intervals
+
+
+def interval_means(steps: dict, intervals: list) -> list[tuple[int, str, float, int]]:
+    out = []
+    for cycle, name, lo, hi in intervals:
+        inside = [d for e, d in zip(steps["end"], steps["duration"], strict=True) if lo <= e <= hi]
+        out.append((cycle, name, statistics.fmean(inside) if inside else float("nan"), len(inside)))
     return out
+
+
+def overheads(means: list[tuple[int, str, float, int]]) -> dict[str, list[float]]:
+    off = {c: m for c, n, m, _ in means if n == "off"}
+    out: dict[str, list[float]] = {}
+    for cycle, name, mean, _ in means:
+        if name == "off":
+            continue
+        ref = statistics.fmean([off[cycle], off[cycle + 1]])
+        out.setdefault(name, []).append(mean / ref - 1)
+    return out
+
+
+def torch_alternate(args: argparse.Namespace, tmp: str) -> dict[str, list[float]]:
+    out = f"{tmp}/torch.json"
+    subprocess.run(
+        [sys.executable, str(WORKLOAD), "--torch-alternate", out, "--cycles", str(args.cycles)]
+        + ["--interval", str(args.interval / 2)],
+        check=True,
+        env=ENV,
+        timeout=1800,
+    )
+    return json.loads(Path(out).read_text())
+
+
+def window_cost(args: argparse.Namespace, tmp: str) -> dict[str, float]:
+    """One launched ``aiflame record`` with its default PyTorch window."""
+    cmd = [sys.executable, "-m", "aiflame", "record", "--gpu-window", str(args.window)]
+    cmd += ["-o", f"{tmp}/w.pb.gz", "--", sys.executable, str(WORKLOAD), "--serve", f"{tmp}/w"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    time.sleep(args.window + 5)
+    child = next(
+        int(p)
+        for p in os.listdir("/proc")
+        if p.isdigit() and _parent(int(p)) == proc.pid and "record_workload" in _cmdline(int(p))
+    )
+    os.kill(child, signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    m = re.search(r"PyTorch profiler window cost: (.*)", err)
+    if not m:
+        return {}
+    return {p.split()[0]: float(p.split()[1]) for p in m.group(1).split(", ")}
+
+
+def _parent(pid: int) -> int:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return -1
+    return int(text[text.rfind(")") + 2 :].split()[1])
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def pct(x: float) -> str:
+    return f"{x * 100:+.1f}%"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--cycles", type=int, default=6)
+    ap.add_argument("--interval", type=int, default=10, help="seconds per sampler interval")
+    ap.add_argument("--lead", type=float, default=3.0, help="seconds left out after attaching")
     ap.add_argument("--rate", type=int, default=99)
-    ap.add_argument("--only", nargs="*", help="configuration names to run (plus baseline)")
+    ap.add_argument("--window", type=float, default=5.0, help="aiflame's --gpu-window")
     args = ap.parse_args()
+    load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = configs(tmp, args.rate)
-        if args.only:
-            cfg = {k: v for k, v in cfg.items() if k == "baseline" or k in args.only}
-        rounds: list[dict[str, dict[str, float]]] = []
-        for r in range(args.repeat):
-            rounds.append({})
-            for name, cmd in cfg.items():
-                rounds[-1][name] = res = run(cmd, args.steps)
-                print(f"round {r + 1} {name}: {json.dumps(res)}", file=sys.stderr, flush=True)
-    report(rounds, args)
-
-
-def report(rounds: list[dict[str, dict[str, float]]], args: argparse.Namespace) -> None:
-    load = os.getloadavg()[0]
-    print(f"\n{args.repeat} rounds, {args.steps} steps, {args.rate} Hz, load average {load:.1f}")
+        steps, intervals = attach_cycles(args, tmp)
+        means = interval_means(steps, intervals)
+        torch_res = torch_alternate(args, tmp)
+        window = window_cost(args, tmp)
+    load1 = os.getloadavg()[0]
+    base = statistics.median(m for _, n, m, _ in means if n == "off")
     print(
-        "| configuration | loop (median) | loop vs baseline | step median vs baseline | "
-        "step p10 vs baseline | process wall vs baseline |"
+        f"\n{args.cycles} cycles of {args.interval} s intervals ({args.lead:g} s lead left out), "
+        f"{args.rate} Hz; median step without profiler {base * 1000:.1f} ms; "
+        f"load average {load0:.1f} -> {load1:.1f}\n"
     )
-    print("|---|---|---|---|---|---|")
-
-    def ratio(name: str, key: str) -> float:
-        return statistics.median(r[name][key] / r["baseline"][key] for r in rounds)
-
-    for name in rounds[0]:
-        loop = statistics.median(r[name]["loop_s"] for r in rounds)
+    print("| configuration | overhead (median) | spread over cycles |")
+    print("|---|---|---|")
+    for name, values in overheads(means).items():
         print(
-            f"| {name} | {loop:.2f} s | {ratio(name, 'loop_s'):.3f} | "
-            f"{ratio(name, 'step_median_s'):.3f} | {ratio(name, 'step_p10_s'):.3f} | "
-            f"{ratio(name, 'wall_s'):.3f} |"
+            f"| {name} | {pct(statistics.median(values))} | {pct(min(values))} .. "
+            f"{pct(max(values))} |"
         )
-    window = [r[n] for r in rounds for n in r if "window_start_s" in r[n]]
+    ratios = [on / off - 1 for on, off in zip(torch_res["on"], torch_res["off"], strict=True)]
+    print(
+        f"| torch.profiler(with_stack=True), CPU activity | {pct(statistics.median(ratios))} | "
+        f"{pct(min(ratios))} .. {pct(max(ratios))} |"
+    )
+    med = {k: statistics.median(torch_res[k]) for k in ("start", "stop", "export")}
+    print(
+        f"\ntorch.profiler one-off costs in the loop process (median): start {med['start']:.2f} s,"
+        f" stop {med['stop']:.2f} s, export {med['export']:.2f} s of a "
+        f"{args.interval / 2:g} s window"
+    )
     if window:
-        parts = [
-            f"{k[7:-2]} {statistics.median(w[k] for w in window):.2f} s"
-            for k in ("window_start_s", "window_stop_s", "window_export_s")
-            if k in window[0]
-        ]
-        print(f"\nPyTorch profiler window (median of {len(window)}): " + ", ".join(parts))
-    exports = [r["torch.profiler(with_stack=True)"].get("export_s") for r in rounds]
-    if exports and exports[0] is not None:
-        print(f"torch.profiler trace export (median): {statistics.median(exports):.2f} s")
+        print(
+            "aiflame record PyTorch window (--gpu-window "
+            f"{args.window:g}, first window of a launched program): "
+            + ", ".join(f"{k} {v:.2f} s" for k, v in window.items())
+        )
 
 
 if __name__ == "__main__":

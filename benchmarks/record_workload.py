@@ -1,76 +1,118 @@
 """The workload of bench_record_overhead.py: a small CPU PyTorch training loop.
 
-    python benchmarks/record_workload.py --steps 200 [--torch-profiler]
+    python benchmarks/record_workload.py --serve LOG       # train until Ctrl-C, log each step
+    python benchmarks/record_workload.py --torch-alternate OUT [--cycles 6] [--interval 5]
 
-A conv net (oneDNN JIT kernels) trained on one random batch. Prints one JSON line: the
-loop's wall time, the median and 10th-percentile step time, and with --torch-profiler the
-export time of a ``torch.profiler`` (CPU activity, ``with_stack=True``) around the loop.
+A conv net (oneDNN JIT kernels) trained on one random batch. ``--serve`` prints ``ready``
+after warm-up, then trains until SIGINT and writes every step's end time
+(``time.monotonic()``, comparable across processes) and duration to LOG as JSON.
+``--torch-alternate`` measures ``torch.profiler`` (CPU activity, ``with_stack=True``) in the
+same way, inside the process: intervals without and with the profiler, alternating, and the
+profiler's start, stop and export times.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import os
+import tempfile
 import time
 
 import torch
 import torch.nn as nn
 
 
-def make_model() -> nn.Module:
-    return nn.Sequential(
-        nn.Conv2d(3, 16, 3, padding=1),
-        nn.ReLU(),
-        nn.Conv2d(16, 16, 3, padding=1),
-        nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Linear(16, 10),
-    )
+class Trainer:
+    def __init__(self) -> None:
+        torch.manual_seed(0)
+        self.model = nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(16, 16, 3, padding=1),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(16, 10),
+        )
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01)
+        self.x, self.y = torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,))
+
+    def step(self) -> None:
+        self.opt.zero_grad()
+        nn.functional.cross_entropy(self.model(self.x), self.y).backward()
+        self.opt.step()
+
+    def run_for(self, seconds: float) -> list[float]:
+        """Step durations of ``seconds`` of training."""
+        out = []
+        end = time.monotonic() + seconds
+        while (t0 := time.monotonic()) < end:
+            self.step()
+            out.append(time.monotonic() - t0)
+        return out
 
 
-def train(steps: int) -> list[float]:
-    torch.manual_seed(0)
-    model = make_model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x, y = torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,))
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        opt.zero_grad()
-        nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-        times.append(time.perf_counter() - t0)
-    return times
+def serve(log: str) -> None:
+    trainer = Trainer()
+    for _ in range(5):
+        trainer.step()  # first-call costs (oneDNN kernel generation) before "ready"
+    print("ready", flush=True)
+    ends, durations = [], []
+    try:
+        while True:
+            t0 = time.monotonic()
+            trainer.step()
+            t1 = time.monotonic()
+            ends.append(t1)
+            durations.append(t1 - t0)
+    except KeyboardInterrupt:
+        pass
+    with open(log, "w") as f:
+        json.dump({"end": ends, "duration": durations}, f)
+
+
+def torch_alternate(out: str, cycles: int, interval: float) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    trainer = Trainer()
+    trainer.run_for(1.0)
+    result: dict[str, list[float]] = {k: [] for k in ("off", "on", "start", "stop", "export")}
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(cycles):
+            result["off"].append(mean(trainer.run_for(interval)))
+            prof = profile(activities=[ProfilerActivity.CPU], with_stack=True)
+            t0 = time.monotonic()
+            prof.start()
+            t1 = time.monotonic()
+            steps = trainer.run_for(interval)
+            t2 = time.monotonic()
+            prof.stop()
+            t3 = time.monotonic()
+            prof.export_chrome_trace(os.path.join(tmp, "trace.json"))
+            t4 = time.monotonic()
+            result["on"].append(mean(steps))
+            result["start"].append(t1 - t0)
+            result["stop"].append(t3 - t2)
+            result["export"].append(t4 - t3)
+    with open(out, "w") as f:
+        json.dump(result, f)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--torch-profiler", metavar="TRACE", help="profile the loop, export here")
+    ap.add_argument("--serve", metavar="LOG")
+    ap.add_argument("--torch-alternate", metavar="OUT")
+    ap.add_argument("--cycles", type=int, default=6)
+    ap.add_argument("--interval", type=float, default=5.0)
     args = ap.parse_args()
-    train(args.warmup)  # first-call costs (oneDNN kernel generation) out of the loop
-    result: dict[str, float] = {}
-    t0 = time.perf_counter()
-    if args.torch_profiler:
-        from torch.profiler import ProfilerActivity, profile
-
-        with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
-            times = train(args.steps)
-        result["loop_s"] = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        prof.export_chrome_trace(args.torch_profiler)
-        result["export_s"] = time.perf_counter() - t1
+    if args.serve:
+        serve(args.serve)
+    elif args.torch_alternate:
+        torch_alternate(args.torch_alternate, args.cycles, args.interval)
     else:
-        times = train(args.steps)
-        result["loop_s"] = time.perf_counter() - t0
-    result["step_median_s"] = statistics.median(times)
-    # The fast tail is what load from other processes disturbs least; a sampler's pauses
-    # land on every step alike (a step is a few sampling intervals long), so they stay in.
-    result["step_p10_s"] = statistics.quantiles(times, n=10)[0]
-    print(json.dumps(result), flush=True)
+        ap.error("give --serve LOG or --torch-alternate OUT")
 
 
 if __name__ == "__main__":

@@ -21,34 +21,32 @@ FAKE_TORCH = {
     "torch/__init__.py": "",
     "torch/autograd/__init__.py": "",
     "torch/autograd/profiler.py": """
-        import threading
+        import json, os, threading
         CALLS = []
+        def _call(what):
+            CALLS.append((what, threading.current_thread().name))
         class profile:
+            def __init__(self, use_kineto=False, with_stack=False, use_cpu=True, use_device=None):
+                if os.environ.get("FAKE_FAIL"):
+                    raise RuntimeError("no profiler here")
+                self.use_device = use_device
+                self.options = {"with_stack": with_stack, "kineto": use_kineto, "cpu": use_cpu}
             def _prepare_trace(self):
-                CALLS.append(("prepare", threading.current_thread().name))
+                _call("prepare")
+            def _start_trace(self):
+                _call("start")
+            def __exit__(self, *exc):
+                _call("stop")
+            def export_chrome_trace(self, path):
+                with open(path, "w") as f:
+                    json.dump({"traceEvents": [], "calls": CALLS, **self.options}, f)
     """,
     "torch/profiler.py": """
-        import json, os, threading
-        from torch.autograd import profiler as _ap
         class ProfilerActivity:
             CPU = "ProfilerActivity.CPU"
             CUDA = "ProfilerActivity.CUDA"
         def supported_activities():
             return {ProfilerActivity.CPU}
-        class profile:
-            def __init__(self, activities=(), with_stack=False):
-                if os.environ.get("FAKE_FAIL"):
-                    raise RuntimeError("no profiler here")
-                self.options = {"activities": sorted(activities), "with_stack": with_stack}
-            def start(self):
-                self.profiler = _ap.profile()
-                self.profiler._prepare_trace()
-                _ap.CALLS.append(("start", threading.current_thread().name))
-            def stop(self):
-                _ap.CALLS.append(("stop", threading.current_thread().name))
-            def export_chrome_trace(self, path):
-                with open(path, "w") as f:
-                    json.dump({"traceEvents": [], "calls": _ap.CALLS, **self.options}, f)
     """,
 }
 
@@ -119,9 +117,9 @@ def test_window_starts_and_stops_on_the_main_thread(tmp_path, fake_torch):
         ["start", "MainThread"],
         ["stop", "MainThread"],
     ]
-    assert t["with_stack"] is True and t["activities"] == ["ProfilerActivity.CPU"]
+    assert t["with_stack"] is True and t["kineto"] is True and t["cpu"] is True
     timings = json.loads(next(out.glob("*.meta.json")).read_text())
-    assert {"start_s", "stop_s", "export_s"} <= set(timings)
+    assert {"start_s", "stop_s", "export_s"} <= set(timings) and timings["activities"] == ["CPU"]
 
 
 def test_program_ending_inside_the_window_still_exports(tmp_path, fake_torch):

@@ -85,6 +85,31 @@ def _without_kineto_lines():
                 os.write(2, b"".join(kept))
 
 
+def _new_profiler():
+    """The profiler behind ``torch.profiler.profile``, with Python stacks.
+
+    ``torch.profiler.profile.start()`` would first evaluate ``hasattr(torch, "_inductor")``,
+    which imports torch._inductor and torch._dynamo into the program: seconds of CPU and
+    modules the program never asked for. Its lower layer records the same trace.
+    """
+    from torch.autograd import profiler as autograd_profiler
+    from torch.profiler import ProfilerActivity, supported_activities
+
+    cuda = getattr(ProfilerActivity, "CUDA", None) in supported_activities()
+    prof = autograd_profiler.profile(
+        use_kineto=True, with_stack=True, use_cpu=True, use_device="cuda" if cuda else None
+    )
+    return prof, ["CPU", "CUDA"] if cuda else ["CPU"]
+
+
+def _cuda_initialized():
+    torch = sys.modules.get("torch")
+    try:
+        return bool(torch.cuda.is_initialized())
+    except Exception:
+        return False
+
+
 class _TorchWindow:
     """Starts and stops one profiler window on the main thread."""
 
@@ -167,17 +192,14 @@ class _TorchWindow:
         if self.state != "waiting":
             return
         try:
-            from torch.profiler import ProfilerActivity, profile, supported_activities
-
-            wanted = {ProfilerActivity.CPU, getattr(ProfilerActivity, "CUDA", None)}
-            acts = [a for a in supported_activities() if a in wanted]
-            self.prof = profile(activities=acts, with_stack=True)
+            self.prof, activities = _new_profiler()
             _write_json(self.directory, f"torch-{self.pid}.pending", {"window": self.window})
             t0 = time.perf_counter()
             with _without_kineto_lines():
-                self.prof.start()
+                self.prof._prepare_trace()
+                self.prof._start_trace()
             self.timings["start_s"] = time.perf_counter() - t0
-            self.timings["activities"] = sorted(str(a).split(".")[-1] for a in acts)
+            self.timings["activities"] = activities
             self.state = "running"
             self._trip_after(self.window)
         except Exception as e:  # profiling must never break the program
@@ -193,8 +215,10 @@ class _TorchWindow:
         path = os.path.join(self.directory, f"torch-{self.pid}.json")
         try:
             t0 = time.perf_counter()
+            if self.prof.use_device == "cuda" and not _cuda_initialized():
+                self.prof.use_device = None  # no torch.cuda.synchronize() in a CPU-only run
             with _without_kineto_lines():
-                self.prof.stop()
+                self.prof.__exit__(None, None, None)
             t1 = time.perf_counter()
             self.prof.export_chrome_trace(path + ".tmp")
             os.replace(path + ".tmp", path)
@@ -226,7 +250,7 @@ class _TorchWindow:
         window = self
 
         def _prepare_trace(prof_self, *args, **kwargs):
-            ours = window.prof is not None and getattr(window.prof, "profiler", None) is prof_self
+            ours = prof_self is window.prof
             if window.state == "running" and not ours:
                 window.finish()
             return original(prof_self, *args, **kwargs)
