@@ -110,9 +110,9 @@ def overheads(means: list[tuple[int, str, float, int]]) -> dict[str, list[float]
 
 def torch_alternate(args: argparse.Namespace, tmp: str) -> dict[str, list[float]]:
     out = f"{tmp}/torch.json"
+    cmd = [sys.executable, str(WORKLOAD), "--torch-alternate", out, "--cycles", str(args.cycles)]
     subprocess.run(
-        [sys.executable, str(WORKLOAD), "--torch-alternate", out, "--cycles", str(args.cycles)]
-        + ["--interval", str(args.interval / 2)],
+        [*cmd, "--interval", str(args.interval / 2)],
         check=True,
         env=ENV,
         timeout=1800,
