@@ -78,26 +78,29 @@ def attach_cycles(args: argparse.Namespace, tmp: str) -> tuple[dict, list]:
                 time.sleep(args.interval)
             else:
                 subprocess.run(cmd, check=True, capture_output=True, timeout=600)
-            intervals.append((cycle, name, t0 + args.lead, t0 + args.interval - 0.5))
+            intervals.append((cycle, name, t0, t0 + args.lead, t0 + args.interval - 0.5))
             print(f"cycle {cycle + 1}: {name}", file=sys.stderr, flush=True)
     t0 = time.monotonic()
     time.sleep(args.interval)  # a closing "off" interval for the last cycle
-    intervals.append((args.cycles, "off", t0 + args.lead, t0 + args.interval - 0.5))
+    intervals.append((args.cycles, "off", t0, t0 + args.lead, t0 + args.interval - 0.5))
     target.send_signal(signal.SIGINT)
     target.wait(timeout=60)
     steps = json.loads(Path(log).read_text())
     return steps, intervals
 
 
-def interval_means(steps: dict, intervals: list) -> list[tuple[int, str, float, int]]:
+def interval_means(steps: dict, intervals: list) -> list[tuple[int, str, float, float]]:
+    """(cycle, name, mean step time after the lead, longest step of the whole interval)."""
     out = []
-    for cycle, name, lo, hi in intervals:
-        inside = [d for e, d in zip(steps["end"], steps["duration"], strict=True) if lo <= e <= hi]
-        out.append((cycle, name, statistics.fmean(inside) if inside else float("nan"), len(inside)))
+    pairs = list(zip(steps["end"], steps["duration"], strict=True))
+    for cycle, name, start, lo, hi in intervals:
+        inside = [d for e, d in pairs if lo <= e <= hi]
+        longest = max((d for e, d in pairs if start <= e <= hi), default=float("nan"))
+        out.append((cycle, name, statistics.fmean(inside) if inside else float("nan"), longest))
     return out
 
 
-def overheads(means: list[tuple[int, str, float, int]]) -> dict[str, list[float]]:
+def overheads(means: list[tuple[int, str, float, float]]) -> dict[str, list[float]]:
     off = {c: m for c, n, m, _ in means if n == "off"}
     out: dict[str, list[float]] = {}
     for cycle, name, mean, _ in means:
@@ -180,13 +183,16 @@ def main() -> None:
         f"{args.rate} Hz; median step without profiler {base * 1000:.1f} ms; "
         f"load average {load0:.1f} -> {load1:.1f}\n"
     )
-    print("| configuration | overhead (median) | spread over cycles |")
-    print("|---|---|---|")
+    print("| configuration | overhead (median) | spread over cycles | longest step (median) |")
+    print("|---|---|---|---|")
     for name, values in overheads(means).items():
+        longest = statistics.median(lg for _, n, _, lg in means if n == name)
         print(
             f"| {name} | {pct(statistics.median(values))} | {pct(min(values))} .. "
-            f"{pct(max(values))} |"
+            f"{pct(max(values))} | {longest * 1000:.0f} ms |"
         )
+    longest_off = statistics.median(lg for _, n, _, lg in means if n == "off")
+    print(f"| off | | | {longest_off * 1000:.0f} ms |")
     ratios = [on / off - 1 for on, off in zip(torch_res["on"], torch_res["off"], strict=True)]
     print(
         f"| torch.profiler(with_stack=True), CPU activity | {pct(statistics.median(ratios))} | "
