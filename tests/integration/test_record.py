@@ -217,6 +217,7 @@ def test_subprocesses_are_followed_with_their_pid(tmp_path):
         (["--", "no-such-python-here", "x.py"], "no-such-python-here: command not found"),
         (["-o", "out.svg", "--", "python", "x.py"], "cannot tell the output format"),
         ([], "nothing to record"),
+        (["-m", "bogus", "--", "python", "x.py"], "--metric bogus: record writes cpu-samples"),
     ],
 )
 def test_errors_are_one_line(tmp_path, args, fragment):

@@ -14,11 +14,13 @@ import sys
 import time
 from pathlib import Path
 
-from aiflame.cli.common import add_metric, check_metric, write_output
+from aiflame.cli.common import add_metric, write_output
 from aiflame.errors import AiflameError
 
 HELP = "record a running or launched Python/PyTorch program (CPU stacks, GPU kernels)"
 DEFAULT_NATIVE_RATE = 5
+# py-spy's two streams, then what the Kineto importer makes of a PyTorch window
+METRICS = ("cpu-samples", "native-samples", "cpu-time", "gpu-time", "kernel-count")
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -104,6 +106,8 @@ def _check(args: argparse.Namespace, cmd: list[str]) -> None:
         raise AiflameError("--gpu-window must be positive and --gpu-delay not negative")
     if args.output:
         _output_format(args.output)  # a bad name must fail before the program runs
+    if args.metric is not None and args.metric not in METRICS:
+        raise AiflameError(f"--metric {args.metric}: record writes {', '.join(METRICS)}")
 
 
 def _output_format(path: str) -> str:
@@ -168,7 +172,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"aiflame: {note}", file=sys.stderr)
         written: list[str] = []
         if result.profile is not None and not result.profile.is_empty():
-            check_metric(result.profile, args.metric)
+            if args.metric and args.metric not in {t.name for t in result.profile.sample_types}:
+                print(f"aiflame: no {args.metric} was recorded; using cpu-samples", file=sys.stderr)
+                args.metric = None
             written = _write(result.profile, args, cmd)
             width = shutil.get_terminal_size((100, 24)).columns
             for line in summary_lines(result.profile, width=width):
