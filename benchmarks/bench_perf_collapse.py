@@ -31,7 +31,7 @@ INPUT = ROOT / "bench-data" / "perf-100M.txt"
 # The collapser alone, as a library call: stream -> sorted folded lines.
 COLLAPSE = """
 import sys
-from aiflame.sources.perf_collapse import collapse_stream, folded_text
+from aiflame.sources.perf_collapse import collapse_stream, write_folded
 from aiflame.sources.perf_parallel import collapse_file
 from aiflame.sources.perf_rules import PerfOptions
 src, jobs = sys.argv[1], int(sys.argv[2])
@@ -39,7 +39,7 @@ if src == "-":
     c = collapse_stream(sys.stdin.buffer, PerfOptions())
 else:
     c = collapse_file(src, PerfOptions(), jobs)
-sys.stdout.buffer.write(folded_text(c.result()).encode("latin-1"))
+write_folded(c.sorted_stacks(), sys.stdout.buffer)
 """
 
 

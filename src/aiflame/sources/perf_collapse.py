@@ -364,14 +364,25 @@ class Collapser:
         self.__dict__.update(state)
         self._name = namer(self.options)
 
+    def sorted_stacks(self) -> list[tuple[str, int]]:
+        """(folded stack, total) in the order stackcollapse-perf.pl prints them."""
+        counts = self.counts
+        if any(";" in pname for pname in counts):
+            # A root frame with ";" in it could spell another root's stack: merge by text.
+            merged: dict[str, int] = {}
+            for pname, by_rest in counts.items():
+                for rest, value in by_rest.items():
+                    key = pname + rest
+                    merged[key] = merged.get(key, 0) + value
+            items = list(merged.items())
+        else:
+            items = [(p + rest, v) for p, by_rest in counts.items() for rest, v in by_rest.items()]
+        items.sort()
+        return items
+
     def result(self) -> dict[str, int]:
         """Folded stack -> total, sorted as stackcollapse-perf.pl prints them."""
-        merged: dict[str, int] = {}
-        for pname, by_rest in self.counts.items():
-            for rest, value in by_rest.items():
-                key = pname + rest
-                merged[key] = merged.get(key, 0) + value
-        return {k: merged[k] for k in sorted(merged)}
+        return dict(self.sorted_stacks())
 
 
 def _chomp(lines: Iterable[str]) -> Iterator[str]:
@@ -418,6 +429,14 @@ def folded_text(counts: dict[str, int]) -> str:
     return "".join(f"{k} {v}\n" for k, v in counts.items())
 
 
+def write_folded(items: Iterable[tuple[str, int]], out: BinaryIO) -> None:
+    """Write (stack, total) pairs as stackcollapse-perf.pl prints them, a batch at a time,
+    as bytes (Latin-1 text is the input's bytes)."""
+    it = iter(items)
+    while batch := list(islice(it, 4096)):
+        out.write("".join(f"{k} {v}\n" for k, v in batch).encode("latin-1"))
+
+
 __all__ = [
     "Collapser",
     "PerfOptions",
@@ -425,4 +444,5 @@ __all__ = [
     "collapse_stream",
     "folded_text",
     "iter_chunks",
+    "write_folded",
 ]
