@@ -29,7 +29,7 @@ from aiflame.errors import AiflameError, InputError
 from aiflame.model import FrameKind, Profile, ProfileBuilder
 from aiflame.model.stacks import EMPTY_STACK
 from aiflame.sources.inputs import Input
-from aiflame.sources.kineto_events import Cls, Columns, Event, EventCollector
+from aiflame.sources.kineto_events import Cls, Columns, EventCollector
 from aiflame.sources.kineto_info import describe
 from aiflame.sources.kineto_json import TraceStream
 from aiflame.sources.kineto_names import python_frame, short_kernel_name
@@ -91,11 +91,14 @@ def load(
     return build_profile(cols, trace_meta, source.path, python_names, kernel_names)
 
 
-def read_columns(source: Input) -> tuple[Columns, dict[str, Any]]:
-    """Stream the trace into columns; the top-level keys other than traceEvents beside."""
-    collector = EventCollector()
+def read_columns(source: Input, shapes: bool = False) -> tuple[Columns, dict[str, Any]]:
+    """Stream the trace into columns; the top-level keys other than traceEvents beside.
+
+    ``shapes``: keep the operators' recorded input shapes and dtypes too (for FLOPs).
+    """
+    collector = EventCollector(shapes)
     with source.open_binary() as f:
-        stream = TraceStream(f, source.path, Event)
+        stream = TraceStream(f, source.path, collector.event_type)
         for batch in stream.batches():
             collector.add(batch)
     cols = collector.freeze()

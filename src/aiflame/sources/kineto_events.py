@@ -90,18 +90,35 @@ class Event(msgspec.Struct, gc=False):
     args: Args | None = None
 
 
-def coerce_event(item: Any) -> Event | None:
+class ShapeArgs(Args, gc=False):
+    """:class:`Args` plus the recorded shapes and dtypes of operator inputs (opt-in)."""
+
+    input_dims: Any = msgspec.field(default=None, name="Input Dims")
+    input_type: Any = msgspec.field(default=None, name="Input type")
+
+
+class ShapeEvent(Event, gc=False):
+    """An event whose operator input shapes are read too (``EventCollector(shapes=True)``)."""
+
+    args: ShapeArgs | None = None
+
+
+def coerce_event(item: Any, shapes: bool = False) -> Event | None:
     """Build an :class:`Event` from a plain decoded item (the slow path for odd events)."""
     if not isinstance(item, dict):
         return None
     raw = item.get("args")
     args = None
     if isinstance(raw, dict):
-        args = Args(
-            raw.get("correlation"), raw.get("stream"), raw.get("device"), raw.get("Call stack")
-        )
+        fields = (raw.get("correlation"), raw.get("stream"), raw.get("device"))
+        if shapes:
+            args = ShapeArgs(
+                *fields, raw.get("Call stack"), raw.get("Input Dims"), raw.get("Input type")
+            )
+        else:
+            args = Args(*fields, raw.get("Call stack"))
     get = item.get
-    return Event(
+    return (ShapeEvent if shapes else Event)(
         get("ph"),
         get("cat"),
         get("name"),
@@ -171,12 +188,22 @@ class Columns:
     base_us: float
     warnings: Counter[str] = field(default_factory=Counter)
     ignored: Counter[str] = field(default_factory=Counter)
+    # With EventCollector(shapes=True): per CPU slice an index into `shapes` (-1: none),
+    # each entry an operator's (Input Dims, Input type) as recorded.
+    cpu_shape: np.ndarray | None = None
+    shapes: list[tuple[Any, Any]] = field(default_factory=list)
 
 
 class EventCollector:
     """Feed batches of :class:`Event` with :meth:`add`; :meth:`freeze` gives :class:`Columns`."""
 
-    def __init__(self) -> None:
+    def __init__(self, shapes: bool = False) -> None:
+        self.shapes = shapes
+        self.event_type: type[Event] = ShapeEvent if shapes else Event
+        self._shape_ids: dict[bytes, int] = {}
+        self._shape_list: list[tuple[Any, Any]] = []
+        self.cpu_shape = array("i")
+
         # Times are kept as written (float microseconds) and converted to integer ns
         # relative to the first event in numpy, once.
         # Ids that index small tables (threads, names, classes) fit in 32 bits.
@@ -230,9 +257,10 @@ class EventCollector:
             for k in ("thread", "ts", "dur", "cls", "name", "corr", "device", "stream")
         )
         base = self.base_us
+        etype, shapes = self.event_type, self.shapes
         for e in events:
-            if type(e) is not Event:
-                e = coerce_event(e)  # plain dicts, from a batch that fell back
+            if type(e) is not etype:
+                e = coerce_event(e, shapes)  # plain dicts, from a batch that fell back
                 if e is None:
                     warn["events that are not JSON objects"] += 1
                     continue
@@ -282,6 +310,8 @@ class EventCollector:
                     if args is not None and args.call_stack:
                         cs = self._intern(self._stacks, str(args.call_stack))
                     c_stack(cs)
+                    if shapes:
+                        self.cpu_shape.append(self._shape(args, cls))
                     c_thread(th)
                     c_ts(ts)
                     c_dur(dur)
@@ -320,6 +350,19 @@ class EventCollector:
                 flows["thread"].append(self._thread(e.pid, e.tid))
                 flows["ts"].append(ts)
                 flows["id"].append(fid)
+
+    def _shape(self, args: Any, cls: int) -> int:
+        """Index of an operator's (Input Dims, Input type), -1 when it has none."""
+        dims = getattr(args, "input_dims", None) if cls == Cls.OP else None
+        if not dims:
+            return -1
+        types = getattr(args, "input_type", None)
+        key = msgspec.json.encode((dims, types))
+        i = self._shape_ids.get(key)
+        if i is None:
+            i = self._shape_ids[key] = len(self._shape_list)
+            self._shape_list.append((dims, types))
+        return i
 
     def freeze(self) -> Columns:
         base = float(self.base_us or 0)
@@ -361,4 +404,6 @@ class EventCollector:
             float(self.base_us or 0),
             self.warnings,
             self.ignored,
+            np_(self.cpu_shape) if self.shapes else None,
+            self._shape_list,
         )

@@ -1,0 +1,132 @@
+"""GEMM efficiency from recorded shapes: FLOPs, bytes moved and achieved TFLOP/s per shape.
+
+The same model as AMD TraceLens (``GEMM.csv``): for ``C = A @ B (+ bias)`` with A M x K
+and B K x N, FLOPs = 2 M N K (+ M N for the bias add) and bytes = (M K + K N + M N
+(+ N for the bias)) x the element size of A; batched GEMMs multiply both by the batch.
+Achieved TFLOP/s of one call = its FLOPs / the busy time of the kernels it launched.
+
+Only the leaf GEMM operators are modelled (``aten::mm``, ``addmm``, ``bmm``, ``baddbmm``):
+``aten::linear`` and ``aten::matmul`` dispatch to those, so counting them too would count
+each GEMM twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from aiflame.analysis.trace import TraceData
+from aiflame.transforms.correlate import busy_time
+
+# op name -> (index of A in the inputs, has bias, batched)
+GEMM_OPS = {
+    "aten::mm": (0, False, False),
+    "aten::addmm": (1, True, False),
+    "aten::bmm": (0, False, True),
+    "aten::baddbmm": (1, True, True),
+}
+_BYTES_PER_ELEMENT = {
+    "double": 8, "long int": 8,
+    "float": 4, "int": 4, "scalar": 4,
+    "c10::half": 2, "c10::bfloat16": 2,
+    "c10::float8_e4m3fnuz": 1, "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1,
+    "c10::float8_e8m0fnu": 1, "unsigned char": 1, "signed char": 1,
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Shape:
+    op: str
+    b: int
+    m: int
+    n: int
+    k: int
+    dtype: str
+    bias: bool
+
+    @property
+    def flops(self) -> int:
+        return self.b * (2 * self.m * self.n * self.k + (self.m * self.n if self.bias else 0))
+
+    @property
+    def bytes(self) -> int | None:
+        bpe = _BYTES_PER_ELEMENT.get(self.dtype.lower())
+        if bpe is None:
+            return None
+        m, n, k = self.m, self.n, self.k
+        return self.b * (m * k + k * n + m * n + (n if self.bias else 0)) * bpe
+
+
+def gemm_shape(op: str, dims: Any, types: Any) -> Shape | None:
+    """The GEMM shape of one operator call from its ``Input Dims``/``Input type``."""
+    spec = GEMM_OPS.get(op)
+    if spec is None or not isinstance(dims, list) or not isinstance(types, list):
+        return None
+    a_at, bias, batched = spec
+    try:
+        a, b = dims[a_at], dims[a_at + 1]
+        dtype = str(types[a_at])
+        if batched:
+            (bb, m, k), (_, _, n) = a, b
+        else:
+            (m, k), (_, n) = a, b
+            bb = 1
+        return Shape(op, int(bb), int(m), int(n), int(k), dtype, bias)
+    except (IndexError, TypeError, ValueError):
+        return None  # shapes not recorded (record_shapes=False) or an unexpected layout
+
+
+@dataclass
+class GemmRow:
+    shape: Shape
+    calls: int = 0
+    kernel_us: list[float] = field(default_factory=list)  # busy kernel time per call
+
+    def to_json(self) -> dict[str, object]:
+        s = self.shape
+        times = np.asarray(self.kernel_us)
+        rates = [s.flops / (u * 1e6) for u in self.kernel_us if u > 0]
+        moved = s.bytes
+        return {
+            "op": s.op, "B": s.b, "M": s.m, "N": s.n, "K": s.k, "dtype": s.dtype,
+            "bias": s.bias, "calls": self.calls,
+            "flops": s.flops, "bytes": moved,
+            "flops_per_byte": s.flops / moved if moved else None,
+            "kernel_time_us": {
+                "sum": float(times.sum()), "mean": float(times.mean()) if times.size else 0.0,
+            },
+            # mean over calls of each call's rate, as TraceLens' TFLOPS/s_mean
+            "tflops_per_s": float(np.mean(rates)) if rates else None,
+            "tb_per_s": (
+                float(np.mean([moved / (u * 1e6) for u in self.kernel_us if u > 0]))
+                if moved and rates else None
+            ),
+        }  # fmt: skip
+
+
+def gemm_table(t: TraceData) -> list[GemmRow]:
+    """One row per (op, shape, dtype), largest total kernel time first."""
+    launched = t.gpu_op >= 0
+    if not t.op_shapes or not np.any(launched):
+        return []
+    ops = t.gpu_op[launched]
+    idx = np.nonzero(launched)[0]
+    order = np.argsort(ops, kind="stable")
+    ops, idx = ops[order], idx[order]
+    starts = np.searchsorted(ops, np.unique(ops))
+    rows: dict[Shape, GemmRow] = {}
+    for lo, hi in zip(starts.tolist(), [*starts[1:].tolist(), ops.size], strict=True):
+        op = int(ops[lo])
+        name = t.names[int(t.cpu_name[op])]
+        if name not in GEMM_OPS or op not in t.op_shapes:
+            continue
+        shape = gemm_shape(name, *t.op_shapes[op])
+        if shape is None:
+            continue
+        mine = idx[lo:hi]
+        row = rows.setdefault(shape, GemmRow(shape))
+        row.calls += 1
+        row.kernel_us.append(busy_time(t.gpu_ts[mine], t.gpu_dur[mine]) / 1e3)
+    return sorted(rows.values(), key=lambda r: -sum(r.kernel_us))
