@@ -29,6 +29,7 @@
       this.visible = new Int32Array(4096);
       this.nVisible = 0;
       this.rows = 1;
+      this.minRows = 1;
       this.cssWidth = 0;
       this.pending = false;
       this.ctx.font = FONT;
@@ -59,6 +60,7 @@
       this.metric = metric;
       this.zoom = 0;
       this.hover = -1;
+      this.minRows = 1;
     }
 
     setZoom(i) {
@@ -92,7 +94,10 @@
       }
       this.nVisible = k;
       this.scale = scale;
-      this.rows = maxDepth + 1;
+      // The canvas only grows while one tree is shown: resizing reallocates its backing
+      // store, which costs more than the whole redraw of a zoom.
+      this.rows = Math.max(maxDepth + 1, this.minRows);
+      this.minRows = this.rows;
     }
 
     // Geometry of node i in css pixels relative to the canvas, or null if not drawn.
@@ -122,11 +127,16 @@
       this.cssWidth = Math.max(1, canvas.parentElement.clientWidth);
       this._layout();
       const cssHeight = this.rows * ROW + 2 * PAD;
+      const ctx = this.ctx;
       if (canvas.width !== Math.round(this.cssWidth * dpr) || canvas.height !== Math.round(cssHeight * dpr)) {
         canvas.width = Math.round(this.cssWidth * dpr);
         canvas.height = Math.round(cssHeight * dpr);
         canvas.style.width = this.cssWidth + "px";
         canvas.style.height = cssHeight + "px";
+        // A resize resets the context's state.
+        ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+        ctx.font = FONT;
+        ctx.textBaseline = "middle";
       }
       // The box scrolls when the graph is taller than the window: keep the root in sight
       // (the bottom of a flame graph, the top of an icicle) when the shape changes.
@@ -136,12 +146,8 @@
         const box = canvas.parentElement;
         box.scrollTop = this.inverted ? 0 : box.scrollHeight;
       }
-      const ctx = this.ctx;
-      ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
       ctx.fillStyle = this.background;
       ctx.fillRect(0, 0, this.cssWidth, cssHeight);
-      ctx.font = FONT;
-      ctx.textBaseline = "middle";
       // Boxes first, then all labels with one fill style: style changes are what cost.
       const tree = this.tree;
       const mask = this.mask;
@@ -179,18 +185,16 @@
         ov.height = canvas.height;
         ov.style.width = canvas.style.width;
         ov.style.height = canvas.style.height;
+        this.octx.setTransform(dpr, 0, 0, dpr, 0, 0);
       }
       this.drawHover();
     }
 
     drawHover() {
-      const dpr = window.devicePixelRatio || 1;
       const ctx = this.octx;
-      ctx.setTransform(1, 0, 0, 1, 0, 0);
-      ctx.clearRect(0, 0, this.overlay.width, this.overlay.height);
+      ctx.clearRect(0, 0, this.cssWidth, this.rows * ROW + 2 * PAD);
       const r = this.hover >= 0 ? this.rectOf(this.hover) : null;
       if (!r) return;
-      ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
       ctx.strokeStyle = "#000";
       ctx.lineWidth = 1.5;
       ctx.strokeRect(r.x + 0.75, r.y + 0.75, Math.max(r.w - 2.5, 1), r.h - 1.5);
