@@ -151,6 +151,8 @@ def test_cli_json_schema(tmp_path, capsys):
     assert rank["time_breakdown"]["busy"] == pytest.approx(309.4377, rel=1e-4)  # TraceLens
     g = rank["gemm"][0]
     assert {"flops", "bytes", "tflops_per_s", "M", "N", "K", "dtype"} <= set(g)
+    f = rank["findings"][0]
+    assert {"rule", "severity", "title", "cost_us", "fix", "evidence"} <= set(f)
 
 
 def test_cli_gpu_only_trace_says_what_is_missing(capsys):

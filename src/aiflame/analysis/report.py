@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from aiflame.analysis import gemm, kernels
+from aiflame.analysis import gemm, insights, kernels
 from aiflame.analysis.timeline import time_breakdown
 from aiflame.analysis.trace import TraceData
 
@@ -43,6 +43,7 @@ def analyze_rank(t: TraceData, top: int = 20) -> dict[str, Any]:
         "top_ops": [r.to_json() for r in kernels.top_ops(t, top)],
         "short_kernels": kernels.short_kernels(t).to_json(),
         "gemm": [r.to_json() for r in gemm.gemm_table(t)],
+        "findings": [f.to_json() for f in insights.find(t)],
         "notes": notes,
     }
 

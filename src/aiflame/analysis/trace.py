@@ -43,3 +43,4 @@ class TraceData:
     names: list[str]
     op_shapes: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # op -> (dims, types)
     device_info: list[dict[str, Any]] = field(default_factory=list)
+    cpu_is_runtime: np.ndarray | None = None  # bool: a runtime/driver call (cudaX, hipX)

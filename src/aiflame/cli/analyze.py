@@ -60,6 +60,11 @@ def render_text(report: dict[str, Any], top: int) -> str:
                 dims = f"{g['B']}x{g['M']}x{g['N']}x{g['K']}"
                 rate = "?" if g["tflops_per_s"] is None else f"{g['tflops_per_s']:.1f}"
                 out.append(f"  {g['op']:<14} {dims:<22} {g['dtype']:<14} {g['calls']:5d} {rate:>9}")
+        for f in r["findings"]:
+            out.append(f"[{f['severity']}] {f['title']} (~{_ms(f['cost_us']).strip()}): {f['fix']}")
+            stacks = f["evidence"].get("top_stacks") or []
+            if stacks and stacks[0]["stack"]:
+                out.append("    from: " + " > ".join(stacks[0]["stack"][-4:]))
         for note in r["notes"]:
             out.append(f"note: {note}")
         out.append("")

@@ -90,4 +90,5 @@ def from_columns(cols: Columns, meta: dict, path: str) -> TraceData:
         names=cols.names,
         op_shapes=shapes,
         device_info=[d for d in devices or [] if isinstance(d, dict)],
+        cpu_is_runtime=cols.cpu_cls == Cls.RUNTIME,
     )
