@@ -169,3 +169,10 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys):
     assert err.count("\n") == 1 and "x.json" in err
     assert main(["analyze", str(tmp_path / "missing.json")]) == 1
     assert "no such file" in capsys.readouterr().err
+
+
+def test_cli_cpu_only_trace_says_there_is_no_gpu_activity(capsys):
+    cpu_only = next((DATA.parent / "hta" / "cpu_only").glob("*.json.gz"))
+    assert main(["analyze", str(cpu_only)]) == 0
+    out = capsys.readouterr().out
+    assert "no GPU activity" in out and "GPU time breakdown" not in out

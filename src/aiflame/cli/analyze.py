@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from typing import Any
 
 from aiflame.analysis.report import analyze
@@ -21,6 +22,18 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top", type=int, default=10, metavar="N", help="rows per table (10)")
 
 
+_BREAKDOWN = (
+    "total",
+    "busy",
+    "idle",
+    "computation",
+    "communication",
+    "memcpy",
+    "exposed_communication",
+    "exposed_memcpy",
+)
+
+
 def _ms(us: float) -> str:
     return f"{us / 1000:10.3f} ms"
 
@@ -33,12 +46,14 @@ def render_text(report: dict[str, Any], top: int) -> str:
     out: list[str] = []
     for r in report["ranks"]:
         rank = f"rank {r['rank']}" if r["rank"] is not None else "rank ?"
-        out.append(f"== {r['path']} ({rank}; {', '.join(map(str, r['devices'])) or 'device ?'})")
+        devices = Counter(map(str, r["devices"]))
+        named = ", ".join(f"{n} x {d}" if n > 1 else d for d, n in devices.items())
+        out.append(f"== {r['path']} ({rank}; {named or 'device ?'})")
         tb = r["time_breakdown"]
         total = tb["total"] or 1.0
-        out.append("GPU time breakdown (TraceLens definitions):")
-        for key in ("total", "busy", "idle", "computation", "communication", "memcpy",
-                    "exposed_communication", "exposed_memcpy"):  # fmt: skip
+        if tb["total"]:
+            out.append("GPU time breakdown (TraceLens definitions):")
+        for key in _BREAKDOWN if tb["total"] else ():
             out.append(f"  {key:<22} {_ms(tb[key])} {100 * tb[key] / total:6.1f}%")
         for title, rows in (("Top kernels", r["top_kernels"]), ("Top ops", r["top_ops"])):
             if rows:
