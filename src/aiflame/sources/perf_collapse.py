@@ -107,33 +107,39 @@ class Collapser:
     def _walk(self, keys: list[str], frs: list[str | None]) -> None:
         """Run the state machine over the lines whose fragment is not known yet.
 
-        The common cases (blank line, accepted event line, non-Java sample) are inline:
-        they run once per sample, which is often enough to matter.
+        The common cases (blank line, usual event line, non-Java sample) are inline, with
+        the sample's state in local variables: they run once per sample, which is often
+        enough to matter. The general cases go through methods, with the state synced.
         """
         start = 0  # first line of the open sample in this chunk (if one is open)
         normalized = self._normalized
         counts = self.counts
+        comms = self.comms
         event_match = EVENT.match
         header_match = HEADER.match
         opts = self.options
+        plain = not (opts.pid or opts.tid)  # the root frame is the comm
+        pname, period, java = self._pname, self._period, self._java
+        event_filter, periods = self.event_filter, self.periods
         # The lines to visit, found at C speed.
         misses = compress(count(), map(is_, frs, repeat(None)))
         for i in misses:
             key = keys[i]
             if not key:  # a blank line ends the sample
-                pname = self._pname
-                if pname is not None:
-                    if self._java or self._pending:
-                        self._flush(self._segment(frs, start, i))
-                        continue
+                if pname is None:
+                    continue
+                if java or self._pending:
+                    self._pname, self._period, self._java = pname, period, java
+                    self._flush(self._segment(frs, start, i))
+                else:
                     fragments = frs[start:i]
                     fragments.reverse()  # lines go leaf first; stacks are written root first
                     rest = "".join(fragments)
                     by_rest = counts.get(pname)
                     if by_rest is None:
                         by_rest = counts[pname] = {}
-                    by_rest[rest] = by_rest.get(rest, 0) + self._period
-                    self._pname = None
+                    by_rest[rest] = by_rest.get(rest, 0) + period
+                pname = None
                 continue
             first = key[0]
             if first == "#":
@@ -142,38 +148,38 @@ class Collapser:
             if first not in WS and (first != "\x01" or not normalized):
                 # Only lines that start with a non-blank can be event lines.
                 line = self._line(i) if normalized and "\x02" in key else key
-                h = header_match(line) if self._pname is None else None
+                h = header_match(line) if pname is None else None
                 if h:  # the usual event line, between samples
-                    frs[i] = ""
-                    comm, pid, tid, period, event = h.groups()
-                    if self.event_filter != event:
-                        if self.event_filter:
+                    comm, pid, tid, per, event = h.groups()
+                    if event != event_filter:
+                        if event_filter:
                             self.filtered += 1
                             continue
-                        self.event_filter = event
+                        event_filter = self.event_filter = event
                     if not tid or tid == "0":  # Perl: "if (not $tid)"
                         tid, pid = pid, "?"
-                    if not period or period == "0":
-                        self._period = 1
+                    if not per or per == "0":
+                        period = 1
                     else:
-                        self._period = int(period)
-                        self.periods = True
-                    pname = root_frame(comm, pid, tid, opts)
-                    self._pname = pname
-                    if pname not in self.comms:
-                        self.comms[pname] = (comm, pid, tid)
-                    self._java = pname.startswith("java")
+                        period = int(per)
+                        periods = True
+                    pname = comm if plain else root_frame(comm, pid, tid, opts)
+                    if pname not in comms:
+                        comms[pname] = (comm, pid, tid)
+                    java = pname.startswith("java")
                     start = i + 1
                     continue
                 m = event_match(line)
                 if m:
                     frs[i] = ""
-                    java = self._java
-                    was_open = self._pname is not None
+                    self._pname, self._period, self._java = pname, period, java
+                    self.event_filter, self.periods = event_filter, periods
                     if self._event(line, m):
-                        if was_open:  # no blank line before: Perl keeps the frames so far
+                        if pname is not None:  # no blank line before: keep the frames so far
                             self._pending.extend(self._segment(frs, start, i, java))
                         start = i + 1
+                    pname, period, java = self._pname, self._period, self._java
+                    event_filter, periods = self.event_filter, self.periods
                     continue
             frag = None
             if normalized and first == "\x01":
@@ -185,7 +191,9 @@ class Collapser:
                 frs[i] = ""
             else:
                 frs[i] = frag
-        if self._pname is not None:
+        self._pname, self._period, self._java = pname, period, java
+        self.event_filter, self.periods = event_filter, periods
+        if pname is not None:
             self._pending.extend(self._segment(frs, start, len(keys)))
 
     def _line(self, i: int) -> str:
