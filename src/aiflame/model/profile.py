@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -84,6 +84,28 @@ class Profile:
         hit = np.bincount(self.sample_stack + 1, minlength=len(self.stacks) + 1) > 0
         ids = np.nonzero(hit)[0]
         return ((int(i) - 1, float(per_stack[i])) for i in ids)
+
+    def with_stacks(
+        self,
+        stacks: StackTable,
+        new_stack_of: np.ndarray,
+        frames: FrameTable | None = None,
+    ) -> Profile:
+        """This profile with samples moved onto another stack table (and frame table).
+
+        ``new_stack_of[s]`` is the new id of old stack ``s``; index -1 (the last entry)
+        maps the empty stack. Values, labels and timestamps are shared, not copied.
+        """
+        return replace(
+            self,
+            strings=frames.strings if frames is not None else self.strings,
+            frames=frames if frames is not None else self.frames,
+            stacks=stacks,
+            sample_stack=new_stack_of[self.sample_stack],
+            sample_types=list(self.sample_types),
+            label_sets=list(self.label_sets),
+            meta=dict(self.meta),
+        )
 
     def is_empty(self) -> bool:
         return len(self) == 0 or not np.any(self.values)

@@ -75,15 +75,4 @@ def cut_at_kinds(
         else:
             new_id[i] = stacks.child(above, frame_map[frame])
     mapping = np.asarray([*new_id, EMPTY_STACK], dtype=np.int64)  # index -1: empty stack
-    return Profile(
-        strings=strings,
-        frames=frames,
-        stacks=stacks,
-        sample_types=list(profile.sample_types),
-        sample_stack=mapping[profile.sample_stack],
-        values=profile.values,
-        sample_labels=profile.sample_labels,
-        label_sets=list(profile.label_sets),
-        timestamps=profile.timestamps,
-        meta=dict(profile.meta),
-    )
+    return profile.with_stacks(stacks, mapping, frames)

@@ -56,15 +56,4 @@ def module_methods(profile: Profile) -> Profile:
                     )
         new_id[i] = stacks.child(above, frame)
     mapping = np.asarray([*new_id, EMPTY_STACK], dtype=np.int64)
-    return Profile(
-        strings=profile.strings,
-        frames=frames,
-        stacks=stacks,
-        sample_types=list(profile.sample_types),
-        sample_stack=mapping[profile.sample_stack],
-        values=profile.values,
-        sample_labels=profile.sample_labels,
-        label_sets=list(profile.label_sets),
-        timestamps=profile.timestamps,
-        meta=dict(profile.meta),
-    )
+    return profile.with_stacks(stacks, mapping)
