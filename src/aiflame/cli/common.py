@@ -154,3 +154,15 @@ def apply_group_by(profile, args: argparse.Namespace):  # type: ignore[no-untype
     from aiflame.transforms.group import group_by
 
     return group_by(profile, key)
+
+
+def load_inputs(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """Load and merge ``args.inputs`` with the format options, group them, check the metric."""
+    from aiflame.sources import load_many
+
+    profile = load_many(
+        args.inputs, args.input_format, **trace_load_options(args), **perf_load_options(args)
+    )
+    profile = apply_group_by(profile, args)
+    check_metric(profile, args.metric)
+    return profile

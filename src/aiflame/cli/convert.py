@@ -9,15 +9,11 @@ from aiflame.cli.common import (
     add_metric,
     add_output,
     add_trace_options,
-    apply_group_by,
-    check_metric,
-    perf_load_options,
-    trace_load_options,
+    load_inputs,
     write_output,
 )
 from aiflame.errors import AiflameError
 from aiflame.render.registry import FORMATS, format_for_path, render
-from aiflame.sources import load_many
 
 HELP = "convert profiles to folded, pprof, speedscope or html"
 
@@ -43,10 +39,6 @@ def run(args: argparse.Namespace) -> int:
         raise AiflameError(
             f"cannot tell the output format from '{args.output}'; give -f {'|'.join(FORMATS)}"
         )
-    profile = load_many(
-        args.inputs, args.input_format, **trace_load_options(args), **perf_load_options(args)
-    )
-    profile = apply_group_by(profile, args)
-    check_metric(profile, args.metric)
+    profile = load_inputs(args)
     write_output(args.output, render(profile, fmt, args.metric, args.title))
     return 0

@@ -10,13 +10,9 @@ from aiflame.cli.common import (
     add_metric,
     add_output,
     add_trace_options,
-    apply_group_by,
-    check_metric,
-    perf_load_options,
-    trace_load_options,
+    load_inputs,
     write_output,
 )
-from aiflame.sources import load_many
 
 HELP = "write an interactive HTML flame graph"
 
@@ -36,11 +32,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from aiflame.render.html import render_html
 
-    profile = load_many(
-        args.inputs, args.input_format, **trace_load_options(args), **perf_load_options(args)
-    )
-    profile = apply_group_by(profile, args)
-    check_metric(profile, args.metric)
+    profile = load_inputs(args)
     html = render_html(
         profile,
         title=args.title,
