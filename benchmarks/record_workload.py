@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import tempfile
 import time
 
@@ -54,6 +55,8 @@ class Trainer:
 
 
 def serve(log: str) -> None:
+    # A job started in the background of a script inherits SIGINT ignored: take it back.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     trainer = Trainer()
     for _ in range(5):
         trainer.step()  # first-call costs (oneDNN kernel generation) before "ready"
