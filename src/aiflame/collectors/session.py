@@ -234,7 +234,11 @@ class Session:
             if len(self._signals) > 2 and target is not None and target.poll() is None:
                 target.kill()  # a third signal: the user really wants out
 
-        old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        # A signal the caller ignores (nohup, a background job) stays ignored.
+        wanted = [
+            s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) != signal.SIG_IGN
+        ]
+        old = {s: signal.signal(s, handler) for s in wanted}
         try:
             yield
         finally:
