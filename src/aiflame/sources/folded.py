@@ -56,6 +56,16 @@ def read_counts(source: Input) -> tuple[dict[str, float], int]:
     get = counts.get
     with source.open_text() as f:
         for line in f:
+            # The usual "stack 123": taken here without parse_line's copies of the line
+            # (a line can be a megabyte); anything else goes through parse_line.
+            stack, sep, count = line.rpartition(" ")
+            count = count.rstrip()
+            if sep and count.isdigit() and count.isascii() and stack.strip():
+                value = float(count)
+                if value < math.inf:
+                    stack = stack.rstrip()
+                    counts[stack] = get(stack, 0.0) + value
+                    continue
             if not line.strip():
                 continue
             parsed = parse_line(line)
