@@ -7,7 +7,7 @@ from aiflame.sources.inputs import Input
 
 LINES = [
     "a;b 12",
-    "a;b 3",  # summed with the line above
+    "a;b 3",  # summed with the line above, and with the next two
     "a;b  4",  # two spaces: the stack is rstripped
     "a;b\t5",  # tab separated
     "a b;c 6",  # a space inside a name
@@ -49,4 +49,4 @@ def test_fast_path_matches_parse_line(tmp_path):
     expected, expected_ignored = reference(text)
     assert counts == expected and list(counts) == list(expected)
     assert ignored == expected_ignored == 5
-    assert counts["a;b"] == 19 and counts["a;e"] == 12
+    assert counts["a;b"] == 12 + 3 + 4 + 5 and counts["a;e"] == 12
