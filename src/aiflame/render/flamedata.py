@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -39,7 +39,6 @@ class Packed:
 
     header: dict[str, object]
     payload: bytes
-    sections: dict[str, bytes] = field(default_factory=dict)  # uncompressed, for tests
 
 
 # -- tree ordering --------------------------------------------------------------------------
@@ -171,14 +170,12 @@ class _Sections:
     def __init__(self) -> None:
         self.parts: list[bytes] = []
         self.index: list[dict[str, object]] = []
-        self.by_name: dict[str, bytes] = {}
         self.offset = 0
 
     def add(self, name: str, data: bytes, enc: str, **extra: object) -> None:
         self.index.append({"name": name, "enc": enc, "offset": self.offset, "length": len(data)})
         self.index[-1].update(extra)
         self.parts.append(data)
-        self.by_name[name] = data
         self.offset += len(data)
 
     def add_uints(self, name: str, values: np.ndarray) -> None:
@@ -324,7 +321,7 @@ def pack(
     if extra:
         header.update(extra)
     payload = zlib.compress(b"".join(sections.parts), ZLIB_LEVEL)
-    return Packed(header, payload, sections.by_name)
+    return Packed(header, payload)
 
 
 # -- reading back (tests and tools) ---------------------------------------------------------
