@@ -20,7 +20,7 @@ from aiflame.errors import InputError
 from aiflame.model import Profile, SampleType
 from aiflame.sources.folded import build_profile
 from aiflame.sources.inputs import GZIP_MAGIC, Input
-from aiflame.sources.perf_collapse import Collapser, collapse_stream
+from aiflame.sources.perf_collapse import Collapser, collapse, collapse_stream
 from aiflame.sources.perf_parallel import collapse_file
 from aiflame.sources.perf_rules import EVENT, WS, PerfOptions
 
@@ -176,4 +176,12 @@ def _label_samples(
     profile.sample_labels = lookup[frame_of[root[profile.sample_stack]]]
 
 
-__all__ = ["FORMAT", "collapse_input", "load", "options_from", "sniff"]
+__all__ = [
+    "FORMAT",
+    "PerfOptions",
+    "collapse",
+    "collapse_input",
+    "load",
+    "options_from",
+    "sniff",
+]
