@@ -10,6 +10,7 @@ from aiflame.cli.common import (
     add_output,
     add_trace_options,
     load_inputs,
+    perf_load_options,
     write_output,
 )
 from aiflame.errors import AiflameError
@@ -39,6 +40,25 @@ def run(args: argparse.Namespace) -> int:
         raise AiflameError(
             f"cannot tell the output format from '{args.output}'; give -f {'|'.join(FORMATS)}"
         )
+    if fmt == "folded" and is_plain_perf_collapse(args):
+        from aiflame.sources.inputs import Input
+        from aiflame.sources.perf_script import folded_bytes
+
+        write_output(args.output, folded_bytes(Input(args.inputs[0]), **perf_load_options(args)))
+        return 0
     profile = load_inputs(args)
     write_output(args.output, render(profile, fmt, args.metric, args.title))
     return 0
+
+
+def is_plain_perf_collapse(args: argparse.Namespace) -> bool:
+    """One ``perf script`` file to folded text, nothing else asked: stackcollapse-perf.pl's
+    job, done straight from the collapsed stacks (same bytes, no Profile built)."""
+    from aiflame.sources.inputs import Input
+    from aiflame.sources.registry import detect
+
+    if len(args.inputs) != 1 or args.inputs[0] == "-" or args.metric or args.group_by:
+        return False
+    if args.input_format:
+        return bool(args.input_format == "perf-script")
+    return bool(detect(Input(args.inputs[0])).FORMAT == "perf-script")

@@ -121,6 +121,17 @@ def load(source: Input, **options: object) -> Profile:
     return profile
 
 
+def folded_bytes(source: Input, **options: object) -> bytes:
+    """The exact bytes stackcollapse-perf.pl prints for ``source``, without building a
+    Profile (the fast path of ``aiflame convert perf.txt -f folded``)."""
+    opts, jobs = options_from(options)
+    c = collapse_input(source, opts, jobs)
+    items = c.sorted_stacks()
+    if not items:
+        raise InputError(source.path, _why_empty(c))
+    return "".join(f"{k} {v}\n" for k, v in items).encode("latin-1")
+
+
 def _why_empty(c: Collapser) -> str:
     if not c.comms and c.filtered:
         return f"no perf samples of event '{c.event_filter}' (only other events)"
