@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from aiflame.cli.common import (
     add_inputs,
@@ -57,7 +58,9 @@ def is_plain_perf_collapse(args: argparse.Namespace) -> bool:
     from aiflame.sources.inputs import Input
     from aiflame.sources.registry import detect
 
-    if len(args.inputs) != 1 or args.inputs[0] == "-" or args.metric or args.group_by:
+    if len(args.inputs) != 1 or not os.path.isfile(args.inputs[0]):
+        return False  # stdin, directories, several inputs: the general path
+    if args.metric or args.group_by:
         return False
     if args.input_format:
         return bool(args.input_format == "perf-script")
