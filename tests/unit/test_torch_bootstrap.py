@@ -18,7 +18,7 @@ import pytest
 from aiflame.collectors.session import BOOTSTRAP_DIR
 
 FAKE_TORCH = {
-    "torch/__init__.py": "",
+    "torch/__init__.py": "from torch import nn",
     "torch/autograd/__init__.py": "",
     "torch/autograd/profiler.py": """
         import json, os, threading
@@ -40,6 +40,24 @@ FAKE_TORCH = {
             def export_chrome_trace(self, path):
                 with open(path, "w") as f:
                     json.dump({"traceEvents": [], "calls": CALLS, **self.options}, f)
+    """,
+    "torch/nn/__init__.py": "from torch.nn.modules.module import Module",
+    "torch/nn/modules/__init__.py": "",
+    "torch/nn/modules/module.py": """
+        _hooks = {}
+        class _Handle:
+            def __init__(self, key):
+                self.key = key
+            def remove(self):
+                _hooks.pop(self.key, None)
+        def register_module_forward_pre_hook(hook):
+            _hooks[id(hook)] = hook
+            return _Handle(id(hook))
+        class Module:
+            def __call__(self, *args):
+                for hook in (*_hooks.values(),):
+                    hook(self, args)
+                return args
     """,
     "torch/profiler.py": """
         class ProfilerActivity:
@@ -100,47 +118,70 @@ def test_program_without_torch_is_unaffected(tmp_path):
     assert info["pid"] > 0 and info["argv"] == ["-c", "arg1"] and info["rank"] == "2"
 
 
-def test_window_starts_and_stops_on_the_main_thread(tmp_path, fake_torch):
-    program = """
-        import time, torch
-        t0 = time.time()
-        while time.time() - t0 < 1.5:
-            sum(range(1000))
-        print("done")
-    """
+BUSY = """
+def busy(seconds):
+    t0 = time.time()
+    while time.time() - t0 < seconds:
+        sum(range(1000))
+"""
+
+
+def test_window_opens_at_the_first_module_call_on_the_main_thread(tmp_path, fake_torch):
+    program = (
+        "import time, torch\nfrom torch.autograd import profiler\n"
+        + BUSY
+        + """
+busy(0.5)                      # imports, building the model: not in the window
+assert profiler.CALLS == [], profiler.CALLS
+torch.nn.Module()(1)           # the first forward opens it
+assert [c[0] for c in profiler.CALLS] == ["prepare", "start"], profiler.CALLS
+busy(1.5)                      # the window (0.3 s) closes in here
+print("done")
+"""
+    )
     proc, out = run(tmp_path, program, [fake_torch], AIFLAME_TORCH_WINDOW="0.3")
     assert proc.returncode == 0 and proc.stdout == "done\n", proc.stderr
     assert files(out) == {"proc-PID.json", "torch-PID.json", "torch-PID.meta.json"}
     t = trace(out)
-    assert t["calls"] == [
-        ["prepare", "MainThread"],
-        ["start", "MainThread"],
-        ["stop", "MainThread"],
-    ]
+    assert t["calls"] == [[call, "MainThread"] for call in ("prepare", "start", "stop")]
     assert t["with_stack"] is True and t["kineto"] is True and t["cpu"] is True
     timings = json.loads(next(out.glob("*.meta.json")).read_text())
     assert {"start_s", "stop_s", "export_s"} <= set(timings) and timings["activities"] == ["CPU"]
 
 
-def test_program_ending_inside_the_window_still_exports(tmp_path, fake_torch):
-    proc, out = run(
-        tmp_path, "import sys, torch; sys.exit(3)", [fake_torch], AIFLAME_TORCH_WINDOW="60"
+def test_a_first_call_off_the_main_thread_still_starts_it_on_the_main_thread(tmp_path, fake_torch):
+    program = (
+        "import threading, time, torch\n"
+        + BUSY
+        + """
+threading.Thread(target=torch.nn.Module(), args=(1,)).start()
+busy(1.5)
+"""
     )
+    proc, out = run(tmp_path, program, [fake_torch], AIFLAME_TORCH_WINDOW="0.3")
+    assert proc.returncode == 0, proc.stderr
+    assert trace(out)["calls"] == [[c, "MainThread"] for c in ("prepare", "start", "stop")]
+
+
+def test_program_ending_inside_the_window_still_exports(tmp_path, fake_torch):
+    program = "import sys, torch\ntorch.nn.Module()(1)\nsys.exit(3)\n"
+    proc, out = run(tmp_path, program, [fake_torch], AIFLAME_TORCH_WINDOW="60")
     assert proc.returncode == 3
     assert [c[0] for c in trace(out)["calls"]] == ["prepare", "start", "stop"]
     assert not list(out.glob("*.pending"))
 
 
-def test_delay_then_window(tmp_path, fake_torch):
-    program = """
-        import time, torch
-        from torch.autograd import profiler
-        time.sleep(0.2)
-        assert profiler.CALLS == [], profiler.CALLS  # not started yet
-        t0 = time.time()
-        while time.time() - t0 < 1.5:
-            sum(range(1000))
-    """
+def test_delay_after_the_first_module_call(tmp_path, fake_torch):
+    program = (
+        "import time, torch\nfrom torch.autograd import profiler\n"
+        + BUSY
+        + """
+torch.nn.Module()(1)
+busy(0.2)
+assert profiler.CALLS == [], profiler.CALLS  # not started yet
+busy(1.5)
+"""
+    )
     proc, out = run(
         tmp_path, program, [fake_torch], AIFLAME_TORCH_WINDOW="0.2", AIFLAME_TORCH_DELAY="0.6"
     )
@@ -148,10 +189,20 @@ def test_delay_then_window(tmp_path, fake_torch):
     assert [c[0] for c in trace(out)["calls"]] == ["prepare", "start", "stop"]
 
 
+def test_a_program_without_module_calls_gets_the_fallback_window(tmp_path, fake_torch):
+    program = "import time, torch\n" + BUSY + "busy(1.5)\n"
+    proc, out = run(
+        tmp_path, program, [fake_torch], AIFLAME_TORCH_WINDOW="0.2", AIFLAME_TORCH_FALLBACK="0.3"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert trace(out)["calls"] == [[c, "MainThread"] for c in ("prepare", "start", "stop")]
+
+
 def test_a_program_starting_its_own_profiler_stops_ours_first(tmp_path, fake_torch):
     program = """
         import torch
         from torch.autograd import profiler
+        torch.nn.Module()(1)
         profiler.profile()._prepare_trace()   # what torch.profiler.profile().start() does
         print(profiler.CALLS)
     """
@@ -162,9 +213,8 @@ def test_a_program_starting_its_own_profiler_stops_ours_first(tmp_path, fake_tor
 
 
 def test_profiler_failure_is_reported_not_raised(tmp_path, fake_torch):
-    proc, out = run(
-        tmp_path, "import torch; print('ok')", [fake_torch], AIFLAME_TORCH_WINDOW="1", FAKE_FAIL="1"
-    )
+    program = "import torch\ntorch.nn.Module()(1)\nprint('ok')\n"
+    proc, out = run(tmp_path, program, [fake_torch], AIFLAME_TORCH_WINDOW="1", FAKE_FAIL="1")
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "ok\n", "")
     [err] = out.glob("torch-*.error")
     assert "start: RuntimeError: no profiler here" in err.read_text()

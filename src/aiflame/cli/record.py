@@ -63,14 +63,15 @@ def configure(p: argparse.ArgumentParser) -> None:
         type=float,
         default=5.0,
         metavar="S",
-        help="seconds the PyTorch profiler runs (default 5)",
+        help="seconds the PyTorch profiler runs (default 5), from the first nn.Module call",
     )
     p.add_argument(
         "--gpu-delay",
         type=float,
         default=0.0,
         metavar="S",
-        help="seconds after 'import torch' before the PyTorch profiler starts (default 0)",
+        help="seconds after the program's first nn.Module call before the PyTorch profiler "
+        "starts (default 0; a program that calls no module gets it 10 s after 'import torch')",
     )
     add_metric(p)
     p.add_argument("--title", help="title of the HTML page")

@@ -6,9 +6,10 @@ startup as ``sitecustomize``. It then:
 1. writes ``proc-<pid>.json`` (pid, parent, argv, torchrun rank) into $AIFLAME_RECORD_DIR,
    which tells the recorder that the interpreter is up and which rank a process is;
 2. only if the program imports ``torch``: runs the PyTorch profiler (CPU, plus CUDA where
-   available, ``with_stack=True``) for $AIFLAME_TORCH_WINDOW seconds, starting
-   $AIFLAME_TORCH_DELAY seconds after the import, and exports its trace to
-   ``torch-<pid>.json``;
+   available, ``with_stack=True``) for $AIFLAME_TORCH_WINDOW seconds, from
+   $AIFLAME_TORCH_DELAY seconds after the program's first ``nn.Module`` call (or
+   $AIFLAME_TORCH_FALLBACK seconds after the import if it calls none), and exports its
+   trace to ``torch-<pid>.json``;
 3. runs the ``sitecustomize`` this one shadows, if there is one.
 
 The profiler must be started and stopped on the same thread (stopping it from another
@@ -111,19 +112,28 @@ def _cuda_initialized():
 
 
 class _TorchWindow:
-    """Starts and stops one profiler window on the main thread."""
+    """Starts and stops one profiler window on the main thread.
 
-    def __init__(self, directory, window, delay):
+    The window opens ``delay`` seconds after the program's first ``nn.Module`` call: what
+    comes before (imports, building the model and optimizer, which imports torch._dynamo and
+    sympy) is rarely what a user wants to see and makes a huge trace. A program that calls
+    no module gets its window ``fallback`` seconds after ``import torch``.
+    """
+
+    def __init__(self, directory, window, delay, fallback):
         self.directory = directory
         self.window = window
         self.delay = delay
+        self.fallback = fallback
         self.pid = os.getpid()
         self.prof = None
         self.state = "waiting"  # -> running -> done
         self.signum = None
+        self.wanted = None  # what the main thread is asked to do: "start" or "stop"
+        self.hook = None
         self.timings = {}
 
-    # -- the import hook --------------------------------------------------------------------
+    # -- triggers -----------------------------------------------------------------------------
     def on_torch_imported(self):
         import threading
 
@@ -136,13 +146,26 @@ class _TorchWindow:
             return
         import atexit
 
+        from torch.nn.modules import module
+
         atexit.register(self.finish)
         self._guard_user_profilers()
         os.register_at_fork(after_in_child=self._forked)
+        self.hook = module.register_module_forward_pre_hook(self._on_first_forward)
+        self._request_after(self.fallback, "start")
+
+    def _on_first_forward(self, module, args):
+        self._remove_hook()
         if self.delay > 0:
-            self._trip_after(self.delay)
+            self._request_after(self.delay, "start")
         else:
-            self.start()
+            self._request("start")
+        return None  # the module's inputs are left as they are
+
+    def _remove_hook(self):
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            hook.remove()
 
     def _install_handler(self):
         import signal
@@ -155,31 +178,42 @@ class _TorchWindow:
                 return signum
         return None
 
-    def _trip_after(self, seconds):
+    def _request_after(self, seconds, action):
         import threading
 
-        timer = threading.Timer(seconds, self._trip)
+        timer = threading.Timer(seconds, self._request, (action,))
         timer.daemon = True
         timer.start()
 
-    def _trip(self):
+    def _request(self, action):
+        """Have the main thread ``start`` or ``stop`` the profiler (at once if we are it)."""
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            self._act(action)
+            return
         import _thread
         import signal
 
         # Only while the handler is still ours: the program may have taken the signal since.
         if self.signum is None or signal.getsignal(self.signum) != self._on_signal:
             return
+        self.wanted = action
         try:
             _thread.interrupt_main(self.signum)
         except TypeError:  # Python < 3.10: a real signal to the main thread
-            import threading
-
             signal.pthread_kill(threading.main_thread().ident, self.signum)
 
     def _on_signal(self, signum, frame):
-        if self.state == "waiting":
+        action, self.wanted = self.wanted, None
+        if action is not None:
+            self._act(action)
+
+    def _act(self, action):
+        if action == "start" and self.state == "waiting":
+            self._remove_hook()
             self.start()
-        elif self.state == "running":
+        elif action == "stop" and self.state == "running":
             self.finish()
 
     def _forked(self):
@@ -201,7 +235,7 @@ class _TorchWindow:
             self.timings["start_s"] = time.perf_counter() - t0
             self.timings["activities"] = activities
             self.state = "running"
-            self._trip_after(self.window)
+            self._request_after(self.window, "stop")
         except Exception as e:  # profiling must never break the program
             self.state = "done"
             self._failed("start", e)
@@ -310,11 +344,12 @@ def _bootstrap():
     try:
         window = float(os.environ.get("AIFLAME_TORCH_WINDOW") or 0)
         delay = float(os.environ.get("AIFLAME_TORCH_DELAY") or 0)
+        fallback = float(os.environ.get("AIFLAME_TORCH_FALLBACK") or 10)
     except ValueError:
         window = 0.0
     if window <= 0:
         return
-    torch_window = _TorchWindow(directory, window, delay)
+    torch_window = _TorchWindow(directory, window, delay, fallback)
 
     def on_imported():
         try:
