@@ -1,29 +1,40 @@
 """What recording costs a CPU PyTorch training loop: aiflame record vs py-spy vs torch.profiler.
 
-    python benchmarks/bench_record_overhead.py [--cycles 6] [--interval 10]
+    python benchmarks/bench_record_overhead.py [--cycles 5] [--interval 24] [--lead 8]
 
-The machine this was written on is shared (2 cores, load average 5-9 from other sessions),
-so whole-run wall times of separate runs differ by 2-4x from one run to the next and cannot
-resolve a few percent. The benchmark therefore compares neighbours in time, in one process:
+The machine this was written on is shared (2 cores, load average 5-9 from other sessions):
+separate runs differ 2-4x in wall time, and even neighbouring seconds of one run differ by
+tens of percent, so wall time alone cannot resolve a few percent. The benchmark therefore
+splits a profiler's cost into parts that other processes' load does not disturb, measured on
+one training process (benchmarks/record_workload.py --serve, OMP_NUM_THREADS=1) that logs,
+for every step, its wall time and its thread's cumulative on-CPU time and run delay
+(``/proc/<pid>/task/<tid>/schedstat``):
 
-* one training process (benchmarks/record_workload.py --serve, OMP_NUM_THREADS=1) logs every
-  step's end time and duration;
-* the samplers attach to it in turn for ``interval`` seconds each (``--pid PID -d
-  interval``), round-robin, with an interval of no profiler at the start of every cycle:
-  off, aiflame (99 Hz Python only), aiflame with its default 5 Hz native stacks, aiflame
-  with 20 Hz native stacks, ``py-spy record -r 99`` (its default: Python stacks, pausing the
-  process), ``py-spy record -r 99 --native``;
-* each interval's figure is the mean step time of the steps that end inside it, leaving out
-  its first ``lead`` seconds (attaching; a native sampler's first sample also loads the
-  symbols of every library) and what follows the sampling (writing the profile); its
-  overhead is that mean over the mean of the two neighbouring "off" intervals, minus one;
-  the table gives the median over cycles and the spread (min..max).
+* **paused**: wall time that is neither on a CPU nor waiting for one. The loop never blocks,
+  so this is the time a sampler kept it stopped (ptrace). Load from other processes is run
+  delay instead, and not counted.
+* **CPU per step**: the thread's own on-CPU time per training step, against the
+  neighbouring intervals without a profiler (what an in-process profiler adds, and the cache
+  and memory traffic a sampler costs).
+* **overhead on a machine with a free core** = (1 + CPU per step) / (1 - paused) - 1; the
+  sampler itself then runs on the free core: its CPU use is given as **sampler CPU** (cores;
+  for aiflame it includes its own start and writing the profile).
+* **wall per step** against the neighbouring "off" intervals, for completeness: on this
+  machine it is dominated by the other sessions' load.
 
-``torch.profiler(with_stack=True)`` cannot attach from outside, so the workload alternates
-it itself (``--torch-alternate``): intervals with and without the profiler, and its start,
-stop and export times. ``aiflame record`` with its PyTorch window (the default ``--gpu
-auto``) runs that same profiler for ``--gpu-window`` seconds: its cost is the in-window
-slowdown plus the one-off start/stop/export seconds, which one launched run reports.
+The samplers attach in turn for ``interval`` seconds each (``--pid PID -d interval``),
+round-robin after an interval with no profiler: aiflame with Python stacks only, aiflame's
+default (plus native stacks at 5 Hz), aiflame with 20 Hz native stacks, ``py-spy record -r
+99`` (its default: Python stacks, pausing the process at each sample) and ``py-spy record -r
+99 --native``. The first ``lead`` seconds of an interval are left out (attaching; a native
+sampler's first sample also loads every library's symbols, reported apart as the longest
+step).
+
+``torch.profiler(with_stack=True)`` cannot attach from outside: the workload alternates it
+itself (``--torch-alternate``): intervals with and without it, the thread's CPU time per
+step, and its start, stop and export times. ``aiflame record``'s PyTorch window (``--gpu
+auto``, the default) is that profiler for ``--gpu-window`` seconds: its cost is the in-window
+slowdown plus the one-off seconds, which one launched run reports.
 """
 
 from __future__ import annotations
@@ -38,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from aiflame.collectors.pyspy import find_pyspy
@@ -62,64 +74,87 @@ def samplers(pid: int, seconds: int, tmp: str, rate: int) -> dict[str, list[str]
     }
 
 
-def attach_cycles(args: argparse.Namespace, tmp: str) -> tuple[dict, list]:
+@dataclass
+class Interval:
+    cycle: int
+    name: str
+    start: float
+    lo: float  # the measured part
+    hi: float
+    sampler_cpu_s: float = 0.0
+    # filled from the step log
+    wall_per_step: float = float("nan")
+    cpu_per_step: float = float("nan")
+    paused: float = float("nan")
+    longest: float = float("nan")
+
+
+def run_sampler(cmd: list[str]) -> float:
+    """CPU seconds (user + sys) of the command and everything it started."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status):
+        sys.exit(f"failed: {' '.join(cmd)}\n{proc.stderr.read().decode()[-2000:]}")
+    return usage.ru_utime + usage.ru_stime
+
+
+def attach_cycles(args: argparse.Namespace, tmp: str) -> list[Interval]:
     log = f"{tmp}/steps.json"
     target = subprocess.Popen(
         [sys.executable, str(WORKLOAD), "--serve", log], stdout=subprocess.PIPE, text=True, env=ENV
     )
     assert target.stdout is not None and target.stdout.readline().strip() == "ready"
     time.sleep(2)
-    intervals = []  # (cycle, name, start, end of the measured part)
+    intervals = []
     cfg = samplers(target.pid, args.interval, tmp, args.rate)
-    for cycle in range(args.cycles):
-        for name, cmd in cfg.items():
-            t0 = time.monotonic()
-            if cmd is None:
-                time.sleep(args.interval)
-            else:
-                subprocess.run(cmd, check=True, capture_output=True, timeout=600)
-            intervals.append((cycle, name, t0, t0 + args.lead, t0 + args.interval - 0.5))
-            print(f"cycle {cycle + 1}: {name}", file=sys.stderr, flush=True)
-    t0 = time.monotonic()
-    time.sleep(args.interval)  # a closing "off" interval for the last cycle
-    intervals.append((args.cycles, "off", t0, t0 + args.lead, t0 + args.interval - 0.5))
+    plan = [(c, n) for c in range(args.cycles) for n in cfg] + [(args.cycles, "off")]
+    for cycle, name in plan:
+        t0 = time.monotonic()
+        iv = Interval(cycle, name, t0, t0 + args.lead, t0 + args.interval - 0.5)
+        if cfg[name] is None:
+            time.sleep(args.interval)
+        else:
+            iv.sampler_cpu_s = run_sampler(cfg[name])  # type: ignore[arg-type]
+        intervals.append(iv)
+        print(f"cycle {cycle + 1}: {name}", file=sys.stderr, flush=True)
     target.send_signal(signal.SIGINT)
-    target.wait(timeout=60)
-    steps = json.loads(Path(log).read_text())
-    return steps, intervals
+    target.wait(timeout=120)
+    rows = json.loads(Path(log).read_text())
+    for iv in intervals:
+        measure(iv, rows)
+    return intervals
 
 
-def interval_means(steps: dict, intervals: list) -> list[tuple[int, str, float, float]]:
-    """(cycle, name, mean step time after the lead, longest step of the whole interval)."""
-    out = []
-    pairs = list(zip(steps["end"], steps["duration"], strict=True))
-    for cycle, name, start, lo, hi in intervals:
-        inside = [d for e, d in pairs if lo <= e <= hi]
-        longest = max((d for e, d in pairs if start <= e <= hi), default=float("nan"))
-        out.append((cycle, name, statistics.fmean(inside) if inside else float("nan"), longest))
-    return out
+def measure(iv: Interval, rows: list[list[float]]) -> None:
+    inside = [r for r in rows if iv.lo <= r[0] <= iv.hi]
+    if len(inside) < 3:
+        return
+    first, last = inside[0], inside[-1]
+    steps = len(inside) - 1
+    wall = last[0] - first[0]
+    cpu = (last[2] - first[2]) / 1e9
+    delay = (last[3] - first[3]) / 1e9
+    iv.wall_per_step = wall / steps
+    iv.cpu_per_step = cpu / steps
+    iv.paused = max(0.0, wall - cpu - delay) / wall
+    iv.longest = max(r[1] for r in rows if iv.start <= r[0] <= iv.hi)
 
 
-def overheads(means: list[tuple[int, str, float, float]]) -> dict[str, list[float]]:
-    off = {c: m for c, n, m, _ in means if n == "off"}
+def relative(intervals: list[Interval], attr: str) -> dict[str, list[float]]:
+    """Each interval's ``attr`` over the mean of the "off" intervals around it, minus one."""
+    off = {iv.cycle: getattr(iv, attr) for iv in intervals if iv.name == "off"}
     out: dict[str, list[float]] = {}
-    for cycle, name, mean, _ in means:
-        if name == "off":
-            continue
-        ref = statistics.fmean([off[cycle], off[cycle + 1]])
-        out.setdefault(name, []).append(mean / ref - 1)
+    for iv in intervals:
+        if iv.name != "off":
+            ref = statistics.fmean([off[iv.cycle], off[iv.cycle + 1]])
+            out.setdefault(iv.name, []).append(getattr(iv, attr) / ref - 1)
     return out
 
 
 def torch_alternate(args: argparse.Namespace, tmp: str) -> dict[str, list[float]]:
     out = f"{tmp}/torch.json"
     cmd = [sys.executable, str(WORKLOAD), "--torch-alternate", out, "--cycles", str(args.cycles)]
-    subprocess.run(
-        [*cmd, "--interval", str(args.interval / 2)],
-        check=True,
-        env=ENV,
-        timeout=1800,
-    )
+    subprocess.run([*cmd, "--interval", str(args.interval / 2)], check=True, env=ENV, timeout=1800)
     return json.loads(Path(out).read_text())
 
 
@@ -162,54 +197,69 @@ def pct(x: float) -> str:
     return f"{x * 100:+.1f}%"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--cycles", type=int, default=6)
-    ap.add_argument("--interval", type=int, default=10, help="seconds per sampler interval")
-    ap.add_argument("--lead", type=float, default=3.0, help="seconds left out after attaching")
-    ap.add_argument("--rate", type=int, default=99)
-    ap.add_argument("--window", type=float, default=5.0, help="aiflame's --gpu-window")
-    args = ap.parse_args()
-    load0 = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory() as tmp:
-        steps, intervals = attach_cycles(args, tmp)
-        means = interval_means(steps, intervals)
-        torch_res = torch_alternate(args, tmp)
-        window = window_cost(args, tmp)
-    load1 = os.getloadavg()[0]
-    base = statistics.median(m for _, n, m, _ in means if n == "off")
+def med_range(xs: list[float]) -> str:
+    return f"{pct(statistics.median(xs))} ({pct(min(xs))} .. {pct(max(xs))})"
+
+
+def report(args: argparse.Namespace, intervals: list[Interval], torch_res: dict, window: dict):
+    off = [iv for iv in intervals if iv.name == "off"]
+    cpu_ms = statistics.median(iv.cpu_per_step for iv in off) * 1000
+    wall_ms = statistics.median(iv.wall_per_step for iv in off) * 1000
     print(
         f"\n{args.cycles} cycles of {args.interval} s intervals ({args.lead:g} s lead left out), "
-        f"{args.rate} Hz; median step without profiler {base * 1000:.1f} ms; "
-        f"load average {load0:.1f} -> {load1:.1f}\n"
+        f"{args.rate} Hz; without a profiler a step is {cpu_ms:.1f} ms on the CPU, "
+        f"{wall_ms:.1f} ms of wall time; paused {pct(statistics.median(iv.paused for iv in off))}\n"
     )
-    print("| configuration | overhead (median) | spread over cycles | longest step (median) |")
-    print("|---|---|---|---|")
-    for name, values in overheads(means).items():
-        longest = statistics.median(lg for _, n, _, lg in means if n == name)
-        print(
-            f"| {name} | {pct(statistics.median(values))} | {pct(min(values))} .. "
-            f"{pct(max(values))} | {longest * 1000:.0f} ms |"
-        )
-    longest_off = statistics.median(lg for _, n, _, lg in means if n == "off")
-    print(f"| off | | | {longest_off * 1000:.0f} ms |")
-    ratios = [on / off - 1 for on, off in zip(torch_res["on"], torch_res["off"], strict=True)]
     print(
-        f"| torch.profiler(with_stack=True), CPU activity | {pct(statistics.median(ratios))} | "
-        f"{pct(min(ratios))} .. {pct(max(ratios))} |"
+        "| configuration | overhead with a free core | paused | CPU per step | sampler CPU | "
+        "wall per step (loaded machine) | longest step |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    cpu_rel = relative(intervals, "cpu_per_step")
+    wall_rel = relative(intervals, "wall_per_step")
+    for name in cpu_rel:
+        ivs = [iv for iv in intervals if iv.name == name]
+        paused = [iv.paused for iv in ivs]
+        est = [(1 + c) / (1 - p) - 1 for c, p in zip(cpu_rel[name], paused, strict=True)]
+        cores = statistics.median(iv.sampler_cpu_s / args.interval for iv in ivs)
+        longest = statistics.median(iv.longest for iv in ivs)
+        print(
+            f"| {name} | {med_range(est)} | {pct(statistics.median(paused))} | "
+            f"{med_range(cpu_rel[name])} | {cores:.2f} cores | {med_range(wall_rel[name])} | "
+            f"{longest * 1000:.0f} ms |"
+        )
+    cpu = [on / off - 1 for on, off in zip(torch_res["on_cpu"], torch_res["off_cpu"], strict=True)]
+    wall = [on / off - 1 for on, off in zip(torch_res["on"], torch_res["off"], strict=True)]
+    print(
+        f"| torch.profiler(with_stack=True), CPU activity, in-process | {med_range(cpu)} | - | "
+        f"{med_range(cpu)} | - | {med_range(wall)} | - |"
     )
     med = {k: statistics.median(torch_res[k]) for k in ("start", "stop", "export")}
     print(
-        f"\ntorch.profiler one-off costs in the loop process (median): start {med['start']:.2f} s,"
-        f" stop {med['stop']:.2f} s, export {med['export']:.2f} s of a "
-        f"{args.interval / 2:g} s window"
+        f"\ntorch.profiler one-off costs (median over cycles): start {med['start']:.2f} s, "
+        f"stop {med['stop']:.2f} s, export {med['export']:.2f} s for {args.interval / 2:g} s"
     )
     if window:
         print(
-            "aiflame record PyTorch window (--gpu-window "
-            f"{args.window:g}, first window of a launched program): "
+            f"aiflame record's PyTorch window (--gpu-window {args.window:g}, launched program): "
             + ", ".join(f"{k} {v:.2f} s" for k, v in window.items())
         )
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cycles", type=int, default=5)
+    ap.add_argument("--interval", type=int, default=24, help="seconds per sampler interval")
+    ap.add_argument("--lead", type=float, default=8.0, help="seconds left out after attaching")
+    ap.add_argument("--rate", type=int, default=99)
+    ap.add_argument("--window", type=float, default=5.0, help="aiflame's --gpu-window")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        intervals = attach_cycles(args, tmp)
+        torch_res = torch_alternate(args, tmp)
+        window = window_cost(args, tmp)
+    report(args, intervals, torch_res, window)
 
 
 if __name__ == "__main__":

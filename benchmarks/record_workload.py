@@ -4,8 +4,9 @@
     python benchmarks/record_workload.py --torch-alternate OUT [--cycles 6] [--interval 5]
 
 A conv net (oneDNN JIT kernels) trained on one random batch. ``--serve`` prints ``ready``
-after warm-up, then trains until SIGINT and writes every step's end time
-(``time.monotonic()``, comparable across processes) and duration to LOG as JSON.
+after warm-up, then trains until SIGINT and writes, for every step, its end time
+(``time.monotonic()``, comparable across processes), its duration and the thread's
+cumulative on-CPU and run-delay nanoseconds (/proc schedstat) to LOG as JSON.
 ``--torch-alternate`` measures ``torch.profiler`` (CPU activity, ``with_stack=True``) in the
 same way, inside the process: intervals without and with the profiler, alternating, and the
 profiler's start, stop and export times.
@@ -18,6 +19,7 @@ import json
 import os
 import signal
 import tempfile
+import threading
 import time
 
 import torch
@@ -54,25 +56,40 @@ class Trainer:
         return out
 
 
+class SchedStat:
+    """This thread's time on a CPU and time waiting for one (run delay), in ns.
+
+    What is neither, for a loop that never blocks, is time the thread was stopped: by a
+    sampler's ptrace pause. Other processes' load shows up as run delay instead.
+    """
+
+    def __init__(self) -> None:
+        self.fd = os.open(f"/proc/self/task/{threading.get_native_id()}/schedstat", os.O_RDONLY)
+
+    def read(self) -> tuple[int, int]:
+        on_cpu, delay, _ = os.pread(self.fd, 128, 0).split()
+        return int(on_cpu), int(delay)
+
+
 def serve(log: str) -> None:
     # A job started in the background of a script inherits SIGINT ignored: take it back.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     trainer = Trainer()
     for _ in range(5):
         trainer.step()  # first-call costs (oneDNN kernel generation) before "ready"
+    sched = SchedStat()
     print("ready", flush=True)
-    ends, durations = [], []
+    rows = []  # (end time, step duration, cumulative on-CPU ns, cumulative run delay ns)
     try:
         while True:
             t0 = time.monotonic()
             trainer.step()
             t1 = time.monotonic()
-            ends.append(t1)
-            durations.append(t1 - t0)
+            rows.append((t1, t1 - t0, *sched.read()))
     except KeyboardInterrupt:
         pass
     with open(log, "w") as f:
-        json.dump({"end": ends, "duration": durations}, f)
+        json.dump(rows, f)
 
 
 def torch_alternate(out: str, cycles: int, interval: float) -> None:
@@ -80,22 +97,28 @@ def torch_alternate(out: str, cycles: int, interval: float) -> None:
 
     trainer = Trainer()
     trainer.run_for(1.0)
-    result: dict[str, list[float]] = {k: [] for k in ("off", "on", "start", "stop", "export")}
-    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    keys = ("off", "on", "off_cpu", "on_cpu", "start", "stop", "export")
+    result: dict[str, list[float]] = {k: [] for k in keys}
+
+    def measure(key: str) -> None:
+        c0 = time.thread_time()
+        steps = trainer.run_for(interval)
+        result[key].append(sum(steps) / len(steps))
+        result[key + "_cpu"].append((time.thread_time() - c0) / len(steps))
+
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(cycles):
-            result["off"].append(mean(trainer.run_for(interval)))
+            measure("off")
             prof = profile(activities=[ProfilerActivity.CPU], with_stack=True)
             t0 = time.monotonic()
             prof.start()
             t1 = time.monotonic()
-            steps = trainer.run_for(interval)
+            measure("on")
             t2 = time.monotonic()
             prof.stop()
             t3 = time.monotonic()
             prof.export_chrome_trace(os.path.join(tmp, "trace.json"))
             t4 = time.monotonic()
-            result["on"].append(mean(steps))
             result["start"].append(t1 - t0)
             result["stop"].append(t3 - t2)
             result["export"].append(t4 - t3)
