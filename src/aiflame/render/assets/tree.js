@@ -257,7 +257,7 @@
 
   // -- derived views ------------------------------------------------------------------
 
-  // Frames whose name is in `names` (a Set of name ids) as a per-frame 0/1 mask.
+  // A per-frame 0/1 mask of the frames for which test(frame id) is true.
   function frameMask(frames, test) {
     const mask = new Uint8Array(frames.count + 1);
     for (let f = 0; f < frames.count; f++) if (test(f)) mask[f] = 1;
