@@ -23,8 +23,8 @@ for every step, its wall time and its thread's cumulative on-CPU time and run de
   machine it is dominated by the other sessions' load.
 
 The samplers attach in turn for ``interval`` seconds each (``--pid PID -d interval``),
-round-robin after an interval with no profiler: aiflame with Python stacks only, aiflame's
-default (plus native stacks at 5 Hz), aiflame with 20 Hz native stacks, ``py-spy record -r
+round-robin after an interval with no profiler: aiflame with Python stacks only, aiflame
+with native stacks at 5 Hz and at 20 Hz besides (its default is 2 Hz), ``py-spy record -r
 99`` (its default: Python stacks, pausing the process at each sample) and ``py-spy record -r
 99 --native``. The first ``lead`` seconds of an interval are left out (attaching; a native
 sampler's first sample also loads every library's symbols, reported apart as the longest
@@ -67,7 +67,7 @@ def samplers(pid: int, seconds: int, tmp: str, rate: int) -> dict[str, list[str]
     return {
         "off": None,
         "aiflame record, 99 Hz Python only (--native-rate 0)": [*rec, "--native-rate", "0"],
-        "aiflame record, default (99 Hz Python + 5 Hz native)": rec,
+        "aiflame record, 99 Hz Python + 5 Hz native": [*rec, "--native-rate", "5"],
         "aiflame record, 99 Hz Python + 20 Hz native": [*rec, "--native-rate", "20"],
         "py-spy record -r 99": spy,
         "py-spy record -r 99 --native": [*spy, "--native"],

@@ -18,7 +18,7 @@ from aiflame.cli.common import add_metric, write_output
 from aiflame.errors import AiflameError
 
 HELP = "record a running or launched Python/PyTorch program (CPU stacks, GPU kernels)"
-DEFAULT_NATIVE_RATE = 5
+DEFAULT_NATIVE_RATE = 2  # about 1% of wall time per Hz: docs/benchmarks.md "record overhead"
 # py-spy's two streams, then what the Kineto importer makes of a PyTorch window
 METRICS = ("cpu-samples", "native-samples", "cpu-time", "gpu-time", "kernel-count")
 
