@@ -70,7 +70,7 @@ def test_pure_python_program_same_output_and_default_files(tmp_path):
         BUSY
         + """
 print("result", sum(range(10)), sys.argv[1:])
-busy_function(1.5)
+busy_function(1.0)
 print("done")
 """,
     )
@@ -121,7 +121,7 @@ def test_live_status_line_on_a_terminal(tmp_path):
 
 
 def test_exit_code_passes_through_after_writing_the_profile(tmp_path):
-    prog = script(tmp_path, "three.py", BUSY + "busy_function(1.5)\nsys.exit(3)\n")
+    prog = script(tmp_path, "three.py", BUSY + "busy_function(1.0)\nsys.exit(3)\n")
     out = tmp_path / "three.folded"
     rec = aiflame("-o", str(out), "--", sys.executable, str(prog))
     assert rec.returncode == 3, rec.stderr
@@ -130,7 +130,7 @@ def test_exit_code_passes_through_after_writing_the_profile(tmp_path):
 
 def test_killed_program_still_yields_a_profile(tmp_path):
     prog = script(
-        tmp_path, "killed.py", BUSY + "import os\nbusy_function(1.5)\nos.kill(os.getpid(), 9)\n"
+        tmp_path, "killed.py", BUSY + "import os\nbusy_function(1.0)\nos.kill(os.getpid(), 9)\n"
     )
     out = tmp_path / "killed.folded"
     rec = aiflame("-o", str(out), "--", sys.executable, str(prog))
@@ -158,7 +158,7 @@ def test_ctrl_c_writes_the_profile(tmp_path):
         text=True,
         start_new_session=True,  # its own process group, as in a terminal
     )
-    time.sleep(4)
+    time.sleep(3)
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err

@@ -135,7 +135,7 @@ busy(0.5)                      # imports, building the model: not in the window
 assert profiler.CALLS == [], profiler.CALLS
 torch.nn.Module()(1)           # the first forward opens it
 assert [c[0] for c in profiler.CALLS] == ["prepare", "start"], profiler.CALLS
-busy(1.5)                      # the window (0.3 s) closes in here
+busy(1.0)                      # the window (0.3 s) closes in here
 print("done")
 """
     )
@@ -155,7 +155,7 @@ def test_a_first_call_off_the_main_thread_still_starts_it_on_the_main_thread(tmp
         + BUSY
         + """
 threading.Thread(target=torch.nn.Module(), args=(1,)).start()
-busy(1.5)
+busy(1.0)
 """
     )
     proc, out = run(tmp_path, program, [fake_torch], AIFLAME_TORCH_WINDOW="0.3")
@@ -179,7 +179,7 @@ def test_delay_after_the_first_module_call(tmp_path, fake_torch):
 torch.nn.Module()(1)
 busy(0.2)
 assert profiler.CALLS == [], profiler.CALLS  # not started yet
-busy(1.5)
+busy(1.0)
 """
     )
     proc, out = run(
@@ -190,7 +190,7 @@ busy(1.5)
 
 
 def test_a_program_without_module_calls_gets_the_fallback_window(tmp_path, fake_torch):
-    program = "import time, torch\n" + BUSY + "busy(1.5)\n"
+    program = "import time, torch\n" + BUSY + "busy(1.0)\n"
     proc, out = run(
         tmp_path, program, [fake_torch], AIFLAME_TORCH_WINDOW="0.2", AIFLAME_TORCH_FALLBACK="0.3"
     )
