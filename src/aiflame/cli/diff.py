@@ -106,13 +106,8 @@ def run(args: argparse.Namespace) -> int:
 
         write_output(args.output, render_diff_folded(diff_of(args)))
     else:
-        try:
-            from aiflame.render.html import render_html
-        except ModuleNotFoundError as e:
-            if e.name != "aiflame.render.html":
-                raise
-            msg = "HTML output is not available in this build; use -o x.folded"
-            raise AiflameError(msg) from None
+        from aiflame.render.html import render_html
+
         names = f"{Path(args.base).name} → {Path(args.test).name}"
         title = args.title or f"Differential flame graph: {names}"
         write_output(args.output, render_html(diff_of(args), title=title))
