@@ -463,12 +463,16 @@ class BpfObject:
         symbol: str | None = None,
         pid: int = -1,
         retprobe: bool = False,
+        cookie: int = 0,
     ) -> int:
         """A uprobe (or uretprobe) at ``symbol`` + ``offset`` (file offset without a symbol).
 
-        ``pid`` -1 fires in every process that maps ``binary``.
+        ``pid`` -1 fires in every process that maps ``binary``. ``cookie`` is what the
+        program reads with ``bpf_get_attach_cookie()`` (one program, many functions).
         """
-        opts = _UprobeOpts(ctypes.sizeof(_UprobeOpts), 0, 0, retprobe, symbol and symbol.encode())
+        opts = _UprobeOpts(
+            ctypes.sizeof(_UprobeOpts), 0, cookie, retprobe, symbol and symbol.encode()
+        )
         ptr = self._lib.bpf_program__attach_uprobe_opts(
             self._prog_ptr(program), pid, binary.encode(), offset, ctypes.byref(opts)
         )
