@@ -18,8 +18,9 @@ from aiflame import __version__
 from aiflame.model import Profile
 from aiflame.render.flamedata import pack
 
-# Load order matters: app.js starts the page and uses everything defined before it.
-SCRIPTS = ("decode.js", "tree.js", "format.js", "flameview.js", "app.js")
+# Load order matters: app.js starts the page and uses everything defined before it;
+# fragment.js (deep links) waits for it.
+SCRIPTS = ("decode.js", "tree.js", "format.js", "flameview.js", "app.js", "fragment.js")
 
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 

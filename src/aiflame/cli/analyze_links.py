@@ -1,0 +1,185 @@
+"""Links from the findings of ``aiflame analyze`` into the full-stack flame graph.
+
+The report's flame graph page is built from the same traces (one root frame per trace when
+there are several). A finding's evidence names stacks as the trace wrote them (raw Python
+frames like ``path/file.py(12): fn``, operators, runtime calls, innermost last, possibly cut
+at the top); each is found in the flame graph's call tree and becomes a URL fragment
+(``render/assets/fragment.js``) that zooms to it, with the metric and search that show
+the pattern (e.g. the CPU time of the synchronize calls under it).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+import numpy as np
+
+from aiflame.model import CallTree, FrameKind, Profile, ProfileBuilder, SampleType
+from aiflame.model.stacks import EMPTY_STACK
+from aiflame.render.analyze_format import evidence_stacks
+from aiflame.sources.kineto_names import python_frame
+
+
+@dataclass(frozen=True)
+class Hint:
+    """How to show one rule's pattern: the metric, and a search for the calls it is about."""
+
+    metric: str | None = None
+    search: Callable[[dict[str, Any]], str | None] | None = None
+
+
+def _calls_regex(evidence: dict[str, Any]) -> str | None:
+    calls = evidence.get("calls")
+    if isinstance(calls, dict) and calls:
+        return "^(" + "|".join(re.escape(str(c)) for c in calls) + ")$"
+    return None
+
+
+HINTS: dict[str, Hint] = {
+    "sync_stalls": Hint("cpu-time", _calls_regex),
+    "launch_bound": Hint("cpu-time", lambda e: r"^(cuda|hip)(Graph)?Launch|^cuLaunch"),
+    "pageable_copies": Hint("gpu-time", lambda e: "Pageable"),
+}
+
+
+# -- one flame graph of several traces -------------------------------------------------
+
+
+def combine(profiles: Sequence[Profile], roots: Sequence[str | None]) -> Profile:
+    """The profiles in one, each under its root frame (None: no root frame)."""
+    if len(profiles) == 1 and roots[0] is None:
+        return profiles[0]
+    types: list[SampleType] = []
+    for p in profiles:
+        types += [t for t in p.sample_types if t.name not in {x.name for x in types}]
+    builder = ProfileBuilder(types)
+    column = {t.name: i for i, t in enumerate(types)}
+    for profile, root in zip(profiles, roots, strict=True):
+        base = EMPTY_STACK
+        if root is not None:
+            base = builder.stacks.child(EMPTY_STACK, builder.frame(root, FrameKind.LABEL))
+        frame_map = [
+            builder.frames.intern_frame(profile.frames.get(f)) for f in range(len(profile.frames))
+        ]
+        stack_map = np.full(len(profile.stacks) + 1, base, dtype=np.int64)
+        parents, frames = profile.stacks.parent, profile.stacks.frame
+        for s in range(len(profile.stacks)):  # parents come before children
+            stack_map[s + 1] = builder.stacks.child(
+                int(stack_map[parents[s] + 1]), frame_map[frames[s]]
+            )
+        values = np.zeros((len(profile), len(types)))
+        for t, st in enumerate(profile.sample_types):
+            values[:, column[st.name]] = profile.values[:, t]
+        labels = np.asarray([builder.labels(dict(ls)) for ls in profile.label_sets], dtype=np.int64)
+        builder.add_many(
+            stack_map[profile.sample_stack + 1],
+            values,
+            labels[profile.sample_labels] if len(labels) else profile.sample_labels,
+            profile.timestamps,
+        )
+    merged = builder.build()
+    merged.meta["default_type"] = 0
+    return merged
+
+
+# -- finding a trace's stack in the flame graph ------------------------------------------
+
+
+def _matches(flame_name: str, raw: str) -> bool:
+    if flame_name == raw:
+        return True
+    short = python_frame(raw).name
+    return flame_name == short or flame_name.endswith(" > " + short)
+
+
+class StackFinder:
+    """Finds the flame graph node of a stack named innermost-last, maybe cut at the top."""
+
+    def __init__(self, profile: Profile) -> None:
+        self.profile = profile
+        stacks = profile.stacks
+        self.parent = stacks.parents_array()
+        frame_names = profile.frames.name
+        strings = profile.strings.strings
+        self.names = [strings[frame_names[f]] for f in stacks.frames_array().tolist()]
+        self._by_name: dict[str, list[int]] = {}
+        for node, name in enumerate(self.names):
+            self._by_name.setdefault(name, []).append(node)
+        self._weight = self._node_weights()
+
+    def _node_weights(self) -> np.ndarray:
+        """Total value of every node summed over the metrics (each as a share), for ties."""
+        totals = CallTree.from_profile(self.profile).total_value
+        scale = totals.sum(axis=0)
+        scale[scale == 0] = 1.0
+        return (totals / scale).sum(axis=1)
+
+    def _candidates(self, raw: str) -> list[int]:
+        exact = self._by_name.get(raw)
+        if exact:
+            return exact
+        return [n for n, name in enumerate(self.names) if _matches(name, raw)]
+
+    def find(self, stack: Sequence[str], within: str | None = None) -> list[str] | None:
+        """Names from the root to the node best matching ``stack``, or None.
+
+        The innermost name must match; the others are matched in order up the ancestors,
+        which may hold frames the stack does not (native frames of a backtrace). ``within``:
+        the root frame the node must be under (the trace's, in a combined graph).
+        """
+        if not stack:
+            return None
+        best: tuple[int, float, int] | None = None
+        for node in self._candidates(stack[-1]):
+            matched, j, up = 1, len(stack) - 2, int(self.parent[node])
+            root = node
+            while up >= 0:
+                if j >= 0 and _matches(self.names[up], stack[j]):
+                    matched += 1
+                    j -= 1
+                root = up
+                up = int(self.parent[up])
+            if within is not None and self.names[root] != within:
+                continue
+            key = (matched, float(self._weight[node]), -node)
+            if best is None or key > best:
+                best = key
+        if best is None:
+            return None
+        return self.path(-best[2])
+
+    def path(self, node: int) -> list[str]:
+        out = []
+        while node >= 0:
+            out.append(self.names[node])
+            node = int(self.parent[node])
+        return out[::-1]
+
+
+def fragment(
+    finding: dict[str, Any],
+    finder: StackFinder,
+    metrics: set[str],
+    root: str | None,
+) -> tuple[str | None, list[str | None]]:
+    """The URL fragment of a finding and of each of its evidence stacks (None: no link)."""
+    evidence = finding.get("evidence") or {}
+    hint = HINTS.get(str(finding.get("rule")), Hint())
+    params: list[tuple[str, str]] = []
+    if hint.metric in metrics:
+        params.append(("metric", hint.metric))
+    search = hint.search(evidence) if hint.search else None
+    if search:
+        params.append(("search", search))
+    per_stack: list[str | None] = []
+    for s in evidence_stacks(evidence):
+        path = finder.find([str(x) for x in s.get("stack") or []], root)
+        per_stack.append(urlencode(params + [("path", p) for p in path]) if path else None)
+    main = next((f for f in per_stack if f), None)
+    if main is None and (params or root):
+        main = urlencode(params + ([("path", root)] if root else []))
+    return main, per_stack
