@@ -25,7 +25,7 @@ def test_shapes_are_opt_in_and_match_the_events():
     with gzip.open(BERT, "rt", encoding="utf-8") as f:
         events = json.load(f)["traceEvents"]
     addmm = [
-        (e["args"]["Input Dims"], e["args"]["Input type"])
+        (e["args"]["Input Dims"], e["args"]["Input type"], e["args"]["Concrete Inputs"])
         for e in events
         if e.get("name") == "aten::addmm" and e.get("cat") == "cpu_op"
     ]
@@ -33,6 +33,12 @@ def test_shapes_are_opt_in_and_match_the_events():
     got = [cols.shapes[i] for i in cols.cpu_shape[names == "aten::addmm"].tolist()]
     assert len(got) == len(addmm) == 26
     assert sorted(map(repr, got)) == sorted(map(repr, addmm))
+    # bytes of the one memcpy (1 byte, the .item() result); kernels record none
+    assert cols.gpu_bytes is not None and plain.gpu_bytes is None
+    copies = [e for e in events if e.get("cat") == "gpu_memcpy"]
+    assert sorted(cols.gpu_bytes[cols.gpu_bytes >= 0].tolist()) == [1] == [
+        e["args"]["bytes"] for e in copies
+    ]
 
 
 def test_shapes_survive_a_batch_that_falls_back_to_plain_dicts(tmp_path):
@@ -46,5 +52,5 @@ def test_shapes_survive_a_batch_that_falls_back_to_plain_dicts(tmp_path):
     path.write_text(json.dumps({"traceEvents": events}))
     cols, _ = kineto.read_columns(Input(str(path)), shapes=True)
     assert cols.cpu_shape is not None
-    assert cols.shapes[int(cols.cpu_shape[0])] == ([[2, 3], [3, 4]], ["float", "float"])
+    assert cols.shapes[int(cols.cpu_shape[0])] == ([[2, 3], [3, 4]], ["float", "float"], None)
     assert int(cols.cpu_shape[1]) == -1

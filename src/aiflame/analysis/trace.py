@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -44,3 +44,27 @@ class TraceData:
     op_shapes: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # op -> (dims, types)
     device_info: list[dict[str, Any]] = field(default_factory=list)
     cpu_is_runtime: np.ndarray | None = None  # bool: a runtime/driver call (cudaX, hipX)
+    # Optional columns (None where the reader does not have them):
+    cpu_thread: np.ndarray | None = None  # thread id of each CPU slice
+    cpu_is_annotation: np.ndarray | None = None  # bool: user annotation (ProfilerStep#N...)
+    gpu_stream: np.ndarray | None = None  # index into names
+    gpu_bytes: np.ndarray | None = None  # bytes a memcpy/memset moved, -1: not recorded
+    op_concrete: dict[int, Any] = field(default_factory=dict)  # op -> Concrete Inputs
+
+    def select_gpu(self, keep: np.ndarray) -> TraceData:
+        """The same trace with only the GPU activities where ``keep`` is true."""
+        opt = {
+            k: (None if getattr(self, k) is None else getattr(self, k)[keep])
+            for k in ("gpu_stream", "gpu_bytes")
+        }
+        return replace(
+            self,
+            gpu_ts=self.gpu_ts[keep],
+            gpu_dur=self.gpu_dur[keep],
+            gpu_kind=self.gpu_kind[keep],
+            gpu_name=self.gpu_name[keep],
+            gpu_device=self.gpu_device[keep],
+            gpu_launch=self.gpu_launch[keep],
+            gpu_op=self.gpu_op[keep],
+            **opt,
+        )

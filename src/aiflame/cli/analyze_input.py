@@ -68,10 +68,13 @@ def from_columns(cols: Columns, meta: dict, path: str) -> TraceData:
     devices = meta.get("deviceProperties")
     if not isinstance(devices, list):
         devices = []
-    shapes = {}
+    shapes, concrete = {}, {}
     if cols.cpu_shape is not None:
         for i in np.nonzero(cols.cpu_shape >= 0)[0].tolist():
-            shapes[i] = cols.shapes[int(cols.cpu_shape[i])]
+            dims, types, given = cols.shapes[int(cols.cpu_shape[i])]
+            shapes[i] = (dims, types)
+            if given is not None:
+                concrete[i] = given
     return TraceData(
         path=path,
         rank=kineto._rank_of(meta),
@@ -91,4 +94,9 @@ def from_columns(cols: Columns, meta: dict, path: str) -> TraceData:
         op_shapes=shapes,
         device_info=[d for d in devices or [] if isinstance(d, dict)],
         cpu_is_runtime=cols.cpu_cls == Cls.RUNTIME,
+        cpu_thread=cols.cpu_thread,
+        cpu_is_annotation=cols.cpu_cls == Cls.ANNOTATION,
+        gpu_stream=cols.gpu_stream,
+        gpu_bytes=cols.gpu_bytes,
+        op_concrete=concrete,
     )

@@ -95,6 +95,8 @@ class ShapeArgs(Args, gc=False):
 
     input_dims: Any = msgspec.field(default=None, name="Input Dims")
     input_type: Any = msgspec.field(default=None, name="Input type")
+    concrete_inputs: Any = msgspec.field(default=None, name="Concrete Inputs")
+    bytes: Any = None  # of a memcpy/memset
 
 
 class ShapeEvent(Event, gc=False):
@@ -113,7 +115,12 @@ def coerce_event(item: Any, shapes: bool = False) -> Event | None:
         fields = (raw.get("correlation"), raw.get("stream"), raw.get("device"))
         if shapes:
             args = ShapeArgs(
-                *fields, raw.get("Call stack"), raw.get("Input Dims"), raw.get("Input type")
+                *fields,
+                raw.get("Call stack"),
+                raw.get("Input Dims"),
+                raw.get("Input type"),
+                raw.get("Concrete Inputs"),
+                raw.get("bytes"),
             )
         else:
             args = Args(*fields, raw.get("Call stack"))
@@ -189,9 +196,11 @@ class Columns:
     warnings: Counter[str] = field(default_factory=Counter)
     ignored: Counter[str] = field(default_factory=Counter)
     # With EventCollector(shapes=True): per CPU slice an index into `shapes` (-1: none),
-    # each entry an operator's (Input Dims, Input type) as recorded.
+    # each entry an operator's (Input Dims, Input type, Concrete Inputs) as recorded; per
+    # GPU activity the bytes it copied or set (-1: not recorded).
     cpu_shape: np.ndarray | None = None
-    shapes: list[tuple[Any, Any]] = field(default_factory=list)
+    shapes: list[tuple[Any, Any, Any]] = field(default_factory=list)
+    gpu_bytes: np.ndarray | None = None
 
 
 class EventCollector:
@@ -201,8 +210,9 @@ class EventCollector:
         self.shapes = shapes
         self.event_type: type[Event] = ShapeEvent if shapes else Event
         self._shape_ids: dict[bytes, int] = {}
-        self._shape_list: list[tuple[Any, Any]] = []
+        self._shape_list: list[tuple[Any, Any, Any]] = []
         self.cpu_shape = array("i")
+        self.gpu_bytes = array("q")
 
         # Times are kept as written (float microseconds) and converted to integer ns
         # relative to the first event in numpy, once.
@@ -322,6 +332,8 @@ class EventCollector:
                     dev = stream = None
                     if args is not None:
                         dev, stream = args.device, args.stream
+                    if shapes:
+                        self.gpu_bytes.append(_int_or(getattr(args, "bytes", None)))
                     g_device(self._intern(names, str(_ident(e.pid if dev is None else dev))))
                     g_stream(self._intern(names, str(_ident(e.tid if stream is None else stream))))
                     g_thread(th)
@@ -357,11 +369,12 @@ class EventCollector:
         if not dims:
             return -1
         types = getattr(args, "input_type", None)
-        key = msgspec.json.encode((dims, types))
+        concrete = getattr(args, "concrete_inputs", None)
+        key = msgspec.json.encode((dims, types, concrete))
         i = self._shape_ids.get(key)
         if i is None:
             i = self._shape_ids[key] = len(self._shape_list)
-            self._shape_list.append((dims, types))
+            self._shape_list.append((dims, types, concrete))
         return i
 
     def freeze(self) -> Columns:
@@ -406,4 +419,5 @@ class EventCollector:
             self.ignored,
             np_(self.cpu_shape) if self.shapes else None,
             self._shape_list,
+            np_(self.gpu_bytes) if self.shapes else None,
         )
