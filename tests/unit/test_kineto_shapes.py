@@ -36,9 +36,11 @@ def test_shapes_are_opt_in_and_match_the_events():
     # bytes of the one memcpy (1 byte, the .item() result); kernels record none
     assert cols.gpu_bytes is not None and plain.gpu_bytes is None
     copies = [e for e in events if e.get("cat") == "gpu_memcpy"]
-    assert sorted(cols.gpu_bytes[cols.gpu_bytes >= 0].tolist()) == [1] == [
-        e["args"]["bytes"] for e in copies
-    ]
+    assert (
+        sorted(cols.gpu_bytes[cols.gpu_bytes >= 0].tolist())
+        == [1]
+        == [e["args"]["bytes"] for e in copies]
+    )
 
 
 def test_shapes_survive_a_batch_that_falls_back_to_plain_dicts(tmp_path):
