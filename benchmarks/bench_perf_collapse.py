@@ -106,7 +106,7 @@ def main() -> None:
     q = shlex.quote
     py = q(sys.executable)
     out_dir = Path(tempfile.mkdtemp(prefix="bench-perf-"))
-    outs = {name: out_dir / f"{name}.txt" for name in ("perl", "lib1", "libN", "cli")}
+    outs = {name: out_dir / f"{name}.txt" for name in ("perl", "lib1", "libN", "cli", "cliN")}
     env = f"PYTHONPATH={q(str(ROOT / 'src'))} "
     commands = [
         ("stackcollapse-perf.pl", "perl", f"perl {q(str(script))} {q(str(src))} 2>/dev/null"),
@@ -121,17 +121,23 @@ def main() -> None:
             "cli",
             f"{env}{py} -m aiflame convert {q(str(src))} -f folded -o {q(str(outs['cli']))}",
         ),
+        (
+            f"aiflame convert -f folded --jobs {os.cpu_count()} (CLI)",
+            "cliN",
+            f"{env}{py} -m aiflame convert {q(str(src))} -f folded --jobs {os.cpu_count()} "
+            f"-o {q(str(outs['cliN']))}",
+        ),
     ]
     print(f"input: {src} ({mb:.1f} MB), repeat {args.repeat}, cpus {os.cpu_count()}")
     print(f"load average before: {os.getloadavg()[0]:.1f}")
     results = {}
     for label, key, cmd in commands:
-        full = cmd if key == "cli" else f"{cmd} > {q(str(outs[key]))}"
+        full = cmd if key.startswith("cli") else f"{cmd} > {q(str(outs[key]))}"
         results[key] = measure(full, args.repeat)
         wall, cpu, rss = results[key]
         print(f"  {label:36} wall {wall:6.2f} s  CPU {cpu:6.2f} s  peak RSS {rss:6.0f} MiB")
     expected = outs["perl"].read_bytes()
-    for key in ("lib1", "libN", "cli"):
+    for key in ("lib1", "libN", "cli", "cliN"):
         same = outs[key].read_bytes() == expected
         print(f"  output of {key}: {'identical to' if same else 'DIFFERENT FROM'} the Perl one")
     print()

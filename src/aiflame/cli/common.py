@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from aiflame.errors import AiflameError
@@ -53,6 +54,23 @@ def add_perf_options(p: argparse.ArgumentParser) -> None:
         metavar="EVENT",
         help="keep samples of this event (default: the first event type in the input)",
     )
+    flag(
+        "--jobs",
+        dest="perf_jobs",
+        type=_jobs,
+        metavar="N",
+        help="processes for a large perf script file (default: one per idle CPU, up to 8)",
+    )
+
+
+def _jobs(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of processes, got '{text}'")
+    return n
 
 
 def perf_load_options(args: argparse.Namespace) -> dict[str, object]:
@@ -61,6 +79,8 @@ def perf_load_options(args: argparse.Namespace) -> dict[str, object]:
     out: dict[str, object] = {k: True for k in names if getattr(args, k, False)}
     if getattr(args, "perf_event_filter", None):
         out["perf_event_filter"] = args.perf_event_filter
+    if getattr(args, "perf_jobs", None):
+        out["perf_jobs"] = args.perf_jobs
     return out
 
 
@@ -77,9 +97,15 @@ def add_output(p: argparse.ArgumentParser, required: bool = True, help: str = ""
     p.add_argument("-o", "--output", required=required, metavar="OUT", help=help or "output file")
 
 
-def write_output(path: str, data: str | bytes) -> None:
-    """Write ``data`` to ``path`` atomically ('-' is stdout)."""
+def write_output(path: str, data: str | bytes | Iterable[bytes]) -> None:
+    """Write ``data`` (text, bytes, or chunks of bytes) to ``path`` atomically ('-' is
+    stdout)."""
     if path == "-":
+        if not isinstance(data, str | bytes):
+            for chunk in data:
+                sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+            return
         if isinstance(data, str):
             sys.stdout.write(data)
             sys.stdout.flush()
@@ -93,11 +119,14 @@ def write_output(path: str, data: str | bytes) -> None:
     directory = target.parent if str(target.parent) else Path(".")
     if not directory.is_dir():
         raise AiflameError(f"{path}: directory {directory} does not exist")
-    payload = data.encode("utf-8") if isinstance(data, str) else data
+    chunks = [data.encode("utf-8")] if isinstance(data, str) else data
+    if isinstance(chunks, bytes):
+        chunks = [chunks]
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(payload)
+            for chunk in chunks:
+                f.write(chunk)
         os.chmod(tmp, 0o644)
         os.replace(tmp, target)
     except BaseException:

@@ -43,9 +43,9 @@ def run(args: argparse.Namespace) -> int:
         )
     if fmt == "folded" and is_plain_perf_collapse(args):
         from aiflame.sources.inputs import Input
-        from aiflame.sources.perf_script import folded_bytes
+        from aiflame.sources.perf_script import folded_chunks
 
-        write_output(args.output, folded_bytes(Input(args.inputs[0]), **perf_load_options(args)))
+        write_output(args.output, folded_chunks(Input(args.inputs[0]), **perf_load_options(args)))
         return 0
     profile = load_inputs(args)
     write_output(args.output, render(profile, fmt, args.metric, args.title))
@@ -56,7 +56,7 @@ def is_plain_perf_collapse(args: argparse.Namespace) -> bool:
     """One ``perf script`` file to folded text, nothing else asked: stackcollapse-perf.pl's
     job, done straight from the collapsed stacks (same bytes, no Profile built)."""
     from aiflame.sources.inputs import Input
-    from aiflame.sources.registry import detect
+    from aiflame.sources.perf_script import sniff
 
     if len(args.inputs) != 1 or not os.path.isfile(args.inputs[0]):
         return False  # stdin, directories, several inputs: the general path
@@ -64,4 +64,12 @@ def is_plain_perf_collapse(args: argparse.Namespace) -> bool:
         return False
     if args.input_format:
         return bool(args.input_format == "perf-script")
-    return bool(detect(Input(args.inputs[0])).FORMAT == "perf-script")
+    # perf script text, sniffed without importing every importer (the registry checks
+    # binary and JSON formats first; none of them starts like this).
+    path = args.inputs[0]
+    head = Input(path).head()
+    return not head.startswith(_NOT_TEXT) and sniff(head, path)
+
+
+# Starts of the formats the registry tries before perf script: pickle, gzip, JSON, SQLite.
+_NOT_TEXT = (b"\x80", b"\x1f\x8b", b"{", b"[", b"SQLite format 3")

@@ -16,7 +16,9 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every subcommand, or, with ``only``, of that one alone: the others
+    are named but not imported, so that a command loads only what it uses."""
     parser = argparse.ArgumentParser(
         prog="aiflame",
         description="Full-stack flame graphs for AI workloads: CPU, GPU time, GPU memory.",
@@ -24,6 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"aiflame {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
+        if only is not None and name != only:
+            sub.add_parser(name)
+            continue
         module = importlib.import_module(f"aiflame.cli.{name}")
         p = sub.add_parser(name, help=module.HELP, description=module.__doc__)
         module.configure(p)
@@ -31,8 +36,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def chosen_command(argv: Sequence[str]) -> str | None:
+    """The subcommand named on the command line (its first word), if any."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return first if first in SUBCOMMANDS else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(chosen_command(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):
         parser.print_help(sys.stderr)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from aiflame.errors import AiflameError
-from aiflame.model import Profile
+
+if TYPE_CHECKING:  # the model (and numpy) load with a renderer, not with the format names
+    from aiflame.model import Profile
 
 FORMATS = ("folded", "pprof", "speedscope", "html")
 

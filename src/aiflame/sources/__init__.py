@@ -1,5 +1,19 @@
-"""Importers: one module per input format, plus detection in :mod:`registry`."""
+"""Importers: one module per input format, plus detection in :mod:`registry`.
 
-from aiflame.sources.registry import detect, formats, load, load_many
+The registry (and with it every importer, numpy and the model) is imported on first use
+only, so that a light path such as collapsing ``perf script`` text starts fast.
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["detect", "formats", "load", "load_many"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from aiflame.sources import registry
+
+        return getattr(registry, name)
+    raise AttributeError(f"module 'aiflame.sources' has no attribute '{name}'")

@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import os
 import re
-
-import numpy as np
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from aiflame.errors import InputError
-from aiflame.model import Profile, SampleType
-from aiflame.sources.folded import build_profile
 from aiflame.sources.inputs import GZIP_MAGIC, Input
 from aiflame.sources.perf_collapse import Collapser, collapse, collapse_stream
 from aiflame.sources.perf_parallel import collapse_file
 from aiflame.sources.perf_rules import EVENT, WS, PerfOptions
+
+if TYPE_CHECKING:
+    from aiflame.model import Profile, SampleType
 
 FORMAT = "perf-script"
 
@@ -97,6 +98,10 @@ def _text(s: str) -> str:
 
 
 def load(source: Input, **options: object) -> Profile:
+    # The model and numpy are imported here, not above: ``folded_bytes`` (aiflame convert's
+    # fast path) needs neither, and starts faster without them.
+    from aiflame.sources.folded import build_profile
+
     opts, jobs = options_from(options)
     c = collapse_input(source, opts, jobs)
     counts: dict[str, float] = {}
@@ -123,13 +128,25 @@ def load(source: Input, **options: object) -> Profile:
 
 def folded_bytes(source: Input, **options: object) -> bytes:
     """The exact bytes stackcollapse-perf.pl prints for ``source``, without building a
-    Profile (the fast path of ``aiflame convert perf.txt -f folded``)."""
+    Profile."""
+    return b"".join(folded_chunks(source, **options))
+
+
+def folded_chunks(source: Input, **options: object) -> Iterator[bytes]:
+    """:func:`folded_bytes` a few thousand lines at a time (the fast path of ``aiflame
+    convert perf.txt -f folded``, which streams them to the output). The input is collapsed,
+    and a bad one refused, before this returns."""
     opts, jobs = options_from(options)
     c = collapse_input(source, opts, jobs)
     items = c.sorted_stacks()
     if not items:
         raise InputError(source.path, _why_empty(c))
-    return "".join(f"{k} {v}\n" for k, v in items).encode("latin-1")
+    return _batches(items)
+
+
+def _batches(items: list[tuple[str, int]]) -> Iterator[bytes]:
+    for i in range(0, len(items), 4096):
+        yield "".join([f"{k} {v}\n" for k, v in items[i : i + 4096]]).encode("latin-1")
 
 
 def _why_empty(c: Collapser) -> str:
@@ -149,6 +166,8 @@ def _why_empty(c: Collapser) -> str:
 
 
 def _sample_type(event: str, periods: bool) -> SampleType:
+    from aiflame.model import SampleType
+
     if not periods:
         return SampleType("samples", "count")
     name = event.split(":")[0] or "samples"
@@ -159,6 +178,8 @@ def _label_samples(
     profile: Profile, c: Collapser, roots: dict[str, str], opts: PerfOptions
 ) -> None:
     """Label each sample with what its root frame says: comm, and pid/tid if included."""
+    import numpy as np
+
     parent = profile.stacks.parents_array()
     root = np.where(parent >= 0, parent, np.arange(len(parent), dtype=np.int64))
     while True:  # pointer jumping: each round doubles the distance covered; roots stay
