@@ -73,6 +73,12 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="seconds after the program's first nn.Module call before the PyTorch profiler "
         "starts (default 0; a program that calls no module gets it 10 s after 'import torch')",
     )
+    p.add_argument(
+        "--memory",
+        action="store_true",
+        help="live GPU memory by allocation stack instead (eBPF probes on the CUDA/HIP "
+        "allocation functions; root): metrics peak-bytes, alloc-bytes, alloc-count",
+    )
     add_metric(p)
     p.add_argument("--title", help="title of the HTML page")
     p.add_argument(
@@ -107,7 +113,11 @@ def _check(args: argparse.Namespace, cmd: list[str]) -> None:
         raise AiflameError("--gpu-window must be positive and --gpu-delay not negative")
     if args.output:
         _output_format(args.output)  # a bad name must fail before the program runs
-    if args.metric is not None and args.metric not in METRICS:
+    if getattr(args, "memory", False):
+        from aiflame.cli import record_memory
+
+        record_memory.check(args)
+    elif args.metric is not None and args.metric not in METRICS:
         raise AiflameError(f"--metric {args.metric}: record writes {', '.join(METRICS)}")
 
 
@@ -132,6 +142,14 @@ def _default_base(cmd: list[str], pid: int | None) -> str:
     return f"aiflame-{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def _targets(args: argparse.Namespace, cmd: list[str]) -> list[tuple[str, str]]:
+    """(path, format) of the files to write: ``-o``, else an HTML page and a pprof file."""
+    if args.output:
+        return [(args.output, _output_format(args.output))]
+    base = _default_base(cmd, args.pid)
+    return [(base + ".html", "html"), (base + ".pb.gz", "pprof")]
+
+
 def _write(profile, args: argparse.Namespace, cmd: list[str]) -> list[str]:  # type: ignore[no-untyped-def]
     from aiflame.render.registry import render
 
@@ -152,6 +170,10 @@ def run(args: argparse.Namespace) -> int:
 
     cmd = _command(args)
     _check(args, cmd)
+    if getattr(args, "memory", False):
+        from aiflame.cli import record_memory
+
+        return record_memory.run(args, cmd, _targets(args, cmd))
     live = sys.stderr.isatty()
     options = RecordOptions(
         rate=args.rate,

@@ -1,0 +1,306 @@
+// SPDX-License-Identifier: (BSD-2-Clause OR GPL-2.0-only)
+/* CUDA runtime/driver and HIP API calls: launches, allocations and frees, copies,
+ * synchronisation, and kernel names at module load.
+ *
+ * One generic pair of programs serves every probed function; the probe's BPF cookie says
+ * which function it is (see collectors/ebpf/cuda_apis.py: cookie()). At entry the first
+ * seven integer arguments and the caller's return address are taken. Functions without
+ * a return probe emit their event at once, with the user stack; the others store the
+ * call per thread and emit at return, with the time spent, the return value, the word an
+ * out-parameter points to (the allocated address, the new handle) and the user stack of
+ * the call site (at return the instruction pointer is back in the caller).
+ *
+ * Overhead is bounded by a per-second budget of events per class (launch, memory, copy,
+ * sync); calls over the budget are counted, never silently lost. Calls made from inside a
+ * probed library (cudaMalloc calling cuMemAlloc_v2) are counted as nested and skipped, so
+ * one user call is one event. */
+#include "aiflame_core.h"
+
+static __u64 (*bpf_get_attach_cookie)(void *ctx) = (void *)174;
+
+#define N_CLASSES 5
+#define CLASS_NAMING 4
+#define N_ARGS 7
+#define NO_ARG 15
+#define MAX_FRAMES 127 /* the kernel's default perf_event_max_stack */
+#define NAME_BYTES 1024
+#define MAX_LIB_RANGES 8
+
+/* stats: per-CPU counters read by user space */
+#define STAT_EMITTED 0
+#define STAT_LOST 1     /* ring buffer full */
+#define STAT_NESTED 2   /* called from inside a probed library */
+#define STAT_INFLIGHT 3 /* no room to remember a call until its return */
+#define STAT_STACK 4    /* bpf_get_stack failed */
+#define STAT_CAPPED 8   /* + class: over the per-second budget */
+#define N_STATS 16
+
+/* per-second budget of events per class; 0: unlimited */
+const volatile __u64 caps[N_CLASSES] = {};
+
+struct call {
+	__u64 ts;       /* entry, ns (CLOCK_MONOTONIC) */
+	__u64 duration; /* ns from entry to return; 0 without a return probe */
+	__u64 args[N_ARGS];
+	__u64 caller; /* return address at entry */
+	__u64 result; /* the word the out-parameter points to, at return */
+	__s64 ret;    /* return value (cudaError_t, CUresult, hipError_t) */
+	__u32 pid;
+	__u32 tid;
+	__u16 api;
+	__u8 type; /* EV_CALL or EV_NAME */
+	__u8 flags;
+	__u32 payload; /* bytes that follow: the stack (EV_CALL), a name (EV_NAME) */
+};
+#define EV_CALL 0
+#define EV_NAME 1
+#define F_RETURNED 1 /* emitted at return: duration, ret and result are valid */
+#define F_NAME_FAULT 2
+
+struct record {
+	struct call hdr;
+	union {
+		__u64 stack[MAX_FRAMES];
+		char name[NAME_BYTES];
+	};
+};
+
+struct entry {
+	__u64 ts;
+	__u64 args[N_ARGS];
+	__u64 caller;
+};
+
+struct inflight_key {
+	__u64 pid_tgid;
+	__u32 api;
+	__u32 pad;
+};
+
+struct rate {
+	__u64 second;
+	__u64 count;
+};
+
+struct lib_ranges {
+	__u64 lo[MAX_LIB_RANGES];
+	__u64 hi[MAX_LIB_RANGES];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 << 20);
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH); /* a call whose return never comes ages out */
+	__uint(max_entries, 16384);
+	__type(key, struct inflight_key);
+	__type(value, struct entry);
+} inflight SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct record);
+} scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, N_CLASSES);
+	__type(key, __u32);
+	__type(value, struct rate);
+} rates SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, N_STATS);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+/* tgid -> executable ranges of the probed libraries in that process */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct lib_ranges);
+} libs SEC(".maps");
+
+static __always_inline void stat(__u32 i)
+{
+	STAT_ADD(stats, i, 1);
+}
+
+static __always_inline int over_budget(__u32 cls)
+{
+	if (cls >= N_CLASSES || cls == CLASS_NAMING)
+		return 0;
+	__u64 cap = caps[cls];
+	if (!cap)
+		return 0;
+	struct rate *r = bpf_map_lookup_elem(&rates, &cls);
+	if (!r)
+		return 0;
+	__u64 second = bpf_ktime_get_ns() / 1000000000ULL;
+	if (r->second != second) { /* a racing CPU may reset it too: the cap is approximate */
+		r->second = second;
+		r->count = 0;
+	}
+	return __sync_fetch_and_add(&r->count, 1) >= cap;
+}
+
+static __always_inline int from_probed_library(__u32 tgid, __u64 caller)
+{
+	struct lib_ranges *l = bpf_map_lookup_elem(&libs, &tgid);
+	if (!l)
+		return 0;
+#pragma unroll
+	for (int i = 0; i < MAX_LIB_RANGES; i++) {
+		if (caller >= l->lo[i] && caller < l->hi[i])
+			return 1;
+	}
+	return 0;
+}
+
+static __always_inline void read_args(struct pt_regs *ctx, __u64 *args, __u64 *caller,
+				      int stack_arg)
+{
+	args[0] = PT_REGS_PARM1(ctx);
+	args[1] = PT_REGS_PARM2(ctx);
+	args[2] = PT_REGS_PARM3(ctx);
+	args[3] = PT_REGS_PARM4(ctx);
+	args[4] = PT_REGS_PARM5(ctx);
+	args[5] = PT_REGS_PARM6(ctx);
+	args[6] = 0;
+#if defined(__TARGET_ARCH_x86)
+	/* at entry [sp] is the return address and [sp + 8] the 7th integer argument */
+	bpf_probe_read_user(caller, sizeof(*caller), (void *)PT_REGS_SP(ctx));
+	if (stack_arg)
+		bpf_probe_read_user(&args[6], sizeof(args[6]), (void *)(PT_REGS_SP(ctx) + 8));
+#else
+	*caller = ctx->user_regs.regs[30]; /* the link register */
+	args[6] = ctx->user_regs.regs[6];
+#endif
+}
+
+static __always_inline struct record *scratch_record(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&scratch, &zero);
+}
+
+static __always_inline void emit_stack(void *ctx, struct record *r, __u64 skip)
+{
+	long n = bpf_get_stack(ctx, r->stack, sizeof(r->stack), BPF_F_USER_STACK | skip);
+	if (n < 0) {
+		stat(STAT_STACK);
+		n = 0;
+	}
+	if (n > (long)sizeof(r->stack))
+		n = sizeof(r->stack);
+	r->hdr.payload = n;
+	if (bpf_ringbuf_output(&events, r, sizeof(r->hdr) + n, 0))
+		stat(STAT_LOST);
+	else
+		stat(STAT_EMITTED);
+}
+
+/* cookie: bits 0-15 api, 16-19 class, 20-23 out arg, 24-27 name arg, 28 has return
+ * probe, 29 reads the 7th argument */
+SEC("uprobe")
+int cuda_entry(struct pt_regs *ctx)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u32 cls = (cookie >> 16) & 0xF;
+	__u64 id = bpf_get_current_pid_tgid();
+	struct entry e = {};
+	read_args(ctx, e.args, &e.caller, (cookie >> 29) & 1);
+	if (cls != CLASS_NAMING && from_probed_library(id >> 32, e.caller)) {
+		stat(STAT_NESTED);
+		return 0;
+	}
+	if (over_budget(cls)) {
+		stat(STAT_CAPPED + cls);
+		return 0;
+	}
+	e.ts = bpf_ktime_get_ns();
+	if ((cookie >> 28) & 1) {
+		struct inflight_key k = {id, cookie & 0xFFFF, 0};
+		if (bpf_map_update_elem(&inflight, &k, &e, BPF_ANY))
+			stat(STAT_INFLIGHT);
+		return 0;
+	}
+	struct record *r = scratch_record();
+	if (!r)
+		return 0;
+	r->hdr.ts = e.ts;
+	r->hdr.duration = 0;
+	__builtin_memcpy(r->hdr.args, e.args, sizeof(e.args));
+	r->hdr.caller = e.caller;
+	r->hdr.result = 0;
+	r->hdr.ret = 0;
+	r->hdr.pid = id >> 32;
+	r->hdr.tid = (__u32)id;
+	r->hdr.api = cookie & 0xFFFF;
+	r->hdr.type = EV_CALL;
+	r->hdr.flags = 0;
+	emit_stack(ctx, r, 1); /* skip the probed function's own address */
+	return 0;
+}
+
+SEC("uretprobe")
+int cuda_return(struct pt_regs *ctx)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u64 id = bpf_get_current_pid_tgid();
+	struct inflight_key k = {id, cookie & 0xFFFF, 0};
+	struct entry *e = bpf_map_lookup_elem(&inflight, &k);
+	if (!e)
+		return 0; /* nested, over budget, or attached while the call was running */
+	struct record *r = scratch_record();
+	if (!r) {
+		bpf_map_delete_elem(&inflight, &k);
+		return 0;
+	}
+	r->hdr.ts = e->ts;
+	r->hdr.duration = now - e->ts;
+	__builtin_memcpy(r->hdr.args, e->args, sizeof(e->args));
+	r->hdr.caller = e->caller;
+	bpf_map_delete_elem(&inflight, &k);
+	r->hdr.ret = (__s32)PT_REGS_RC(ctx);
+	r->hdr.result = 0;
+	r->hdr.pid = id >> 32;
+	r->hdr.tid = (__u32)id;
+	r->hdr.api = cookie & 0xFFFF;
+	r->hdr.flags = F_RETURNED;
+	__u32 out = (cookie >> 20) & 0xF;
+	if (out < N_ARGS && r->hdr.ret == 0)
+		bpf_probe_read_user(&r->hdr.result, sizeof(r->hdr.result), (void *)r->hdr.args[out]);
+	__u32 name = (cookie >> 24) & 0xF;
+	if (name < N_ARGS) {
+		r->hdr.type = EV_NAME;
+		long n = 0;
+		if (r->hdr.ret == 0)
+			n = bpf_probe_read_user_str(r->name, sizeof(r->name), (void *)r->hdr.args[name]);
+		if (n < 0) {
+			r->hdr.flags |= F_NAME_FAULT;
+			n = 0;
+		}
+		if (n > (long)sizeof(r->name))
+			n = sizeof(r->name);
+		r->hdr.payload = n;
+		if (bpf_ringbuf_output(&events, r, sizeof(r->hdr) + n, 0))
+			stat(STAT_LOST);
+		else
+			stat(STAT_EMITTED);
+		return 0;
+	}
+	r->hdr.type = EV_CALL;
+	emit_stack(ctx, r, 0); /* at return the stack starts at the call site */
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

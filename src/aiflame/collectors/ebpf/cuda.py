@@ -1,0 +1,273 @@
+"""CUDA/HIP API probes on live processes: attach, read events, detach, build profiles.
+
+::
+
+    with CudaProbes(CudaOptions()) as probes:
+        probes.watch(pid)               # attaches once the process maps a CUDA/HIP library
+        while running:
+            probes.scan()               # new libraries / processes -> new probes
+            probes.poll(100)            # events -> probes.log
+    profile = probes.calls_profile()    # launch-count, sync-time, copy-bytes, alloc-...
+    memory = probes.memory_profile()    # peak-bytes by allocation stack (--memory)
+
+Probes are per process (a uprobe perf event filtered by the process's address space), on
+the functions the mapped libraries really define (:mod:`.cuda_libs`); one generic BPF
+program pair serves them all, told apart by the probe's cookie (:func:`.cuda_apis.cookie`).
+Before a process's probes are attached its libraries' code ranges go into the ``libs`` map,
+so calls between probed libraries (cudaMalloc -> cuMemAlloc_v2) count once.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from aiflame.collectors import procs
+from aiflame.collectors.ebpf import object_bytes
+from aiflame.collectors.ebpf.cuda_apis import ALL_ROLES, APIS, MEMORY_ROLES, N_CLASSES, ApiClass
+from aiflame.collectors.ebpf.cuda_apis import cookie as probe_cookie
+from aiflame.collectors.ebpf.cuda_events import EventLog
+from aiflame.collectors.ebpf.cuda_libs import ElfError, GpuLibrary, gpu_libraries, probe_targets
+from aiflame.collectors.ebpf.cuda_memory import memory_profile
+from aiflame.collectors.ebpf.cuda_profile import (
+    MapsSnapshots,
+    Symbolizer,
+    calls_profile,
+    comm_of,
+    resolver_symbolizer,
+    user_stack_interner,
+)
+from aiflame.collectors.ebpf.libbpf import BpfError, BpfObject
+from aiflame.model import Profile
+
+# Default per-second budgets (events per class); memory is unlimited: pairing frees with
+# allocations needs every one, and allocators call far less often than launches.
+DEFAULT_CAPS = {
+    ApiClass.LAUNCH: 20_000,
+    ApiClass.MEMORY: 0,
+    ApiClass.COPY: 20_000,
+    ApiClass.SYNC: 20_000,
+    ApiClass.NAMING: 0,
+}
+MAX_LIB_RANGES = 8
+
+# indices of the BPF program's per-CPU ``stats`` array
+STAT_EMITTED, STAT_LOST, STAT_NESTED, STAT_INFLIGHT, STAT_STACK, STAT_CAPPED = 0, 1, 2, 3, 4, 8
+N_STATS = 16
+
+
+@dataclass
+class CudaOptions:
+    roles: set[str] = field(default_factory=lambda: set(ALL_ROLES))
+    caps: dict[ApiClass, int] = field(default_factory=lambda: dict(DEFAULT_CAPS))
+    ring_buffer_bytes: int = 8 << 20
+
+    @classmethod
+    def memory_only(cls) -> CudaOptions:
+        return cls(roles=set(MEMORY_ROLES))
+
+
+@dataclass
+class Attached:
+    """What was probed in one process."""
+
+    pid: int
+    libraries: list[GpuLibrary] = field(default_factory=list)
+    functions: list[str] = field(default_factory=list)
+    links: int = 0
+
+
+class CudaProbes:
+    def __init__(self, options: CudaOptions | None = None, obj: BpfObject | None = None) -> None:
+        self.options = options or CudaOptions()
+        self.log = EventLog()
+        self.maps = MapsSnapshots()
+        self.attached: dict[int, Attached] = {}
+        self.failures: list[str] = []
+        self.comm: dict[int, str] = {}
+        self._watched: set[int] = set()
+        self._seen_libs: dict[int, set[tuple[str, int]]] = {}
+        self._stacks_checked = 0
+        self._final_stats: dict[str, int] | None = None
+        self._obj = obj or BpfObject(object_bytes("cuda"), name="aiflame-cuda")
+        try:
+            caps = [int(self.options.caps.get(ApiClass(c), 0)) for c in range(N_CLASSES)]
+            self._obj.set_rodata(caps=struct.pack(f"<{N_CLASSES}Q", *caps))
+            self._obj.set_max_entries("events", _power_of_two(self.options.ring_buffer_bytes))
+            self._obj.load()
+            self._rb = self._obj.ring_buffer("events", self.log)
+        except BaseException:
+            self._obj.close()
+            raise
+
+    # -- targets ----------------------------------------------------------------------------
+    def watch(self, pid: int) -> None:
+        """Probe ``pid`` now if it maps CUDA/HIP libraries, or at a later :meth:`scan`."""
+        self._watched.add(pid)
+        self._scan_one(pid)
+
+    def scan(self, children: bool = False) -> None:
+        """Attach to libraries mapped since the last scan (and to new child processes)."""
+        pids = set(self._watched)
+        if children:
+            for p in list(self._watched):
+                pids.update(procs.tree(p))
+        for pid in sorted(pids):
+            if procs.alive(pid):
+                self._scan_one(pid)
+
+    def _scan_one(self, pid: int) -> None:
+        libs = gpu_libraries(pid)
+        seen = self._seen_libs.setdefault(pid, set())
+        new = [lib for lib in libs if (lib.dev, lib.inode) not in seen]
+        if not new:
+            return
+        self.maps.refresh(pid)
+        self.comm.setdefault(pid, comm_of(pid))
+        att = self.attached.setdefault(pid, Attached(pid))
+        self._set_ranges(pid, libs)  # before the probes: nested calls must already be known
+        for lib in new:
+            seen.add((lib.dev, lib.inode))
+            att.libraries.append(lib)
+            self._attach_library(att, lib)
+
+    def _set_ranges(self, pid: int, libs: list[GpuLibrary]) -> None:
+        ranges = [r for lib in libs for r in lib.text][:MAX_LIB_RANGES]
+        lo = [a for a, _ in ranges] + [0] * (MAX_LIB_RANGES - len(ranges))
+        hi = [b for _, b in ranges] + [0] * (MAX_LIB_RANGES - len(ranges))
+        value = struct.pack(f"<{2 * MAX_LIB_RANGES}Q", *lo, *hi)
+        self._obj.map("libs").update(struct.pack("<I", pid), value)
+
+    def _attach_library(self, att: Attached, lib: GpuLibrary) -> None:
+        try:
+            targets = probe_targets(lib, self.options.roles)
+        except (OSError, ElfError) as e:
+            self.failures.append(f"{lib.path}: {e}")
+            return
+        for api_id, offset in targets:
+            api = APIS[api_id]
+            ck = probe_cookie(api_id, api)
+            try:
+                self._obj.attach_uprobe(
+                    "cuda_entry", lib.host_path, offset=offset, pid=att.pid, cookie=ck
+                )
+                att.links += 1
+                if api.needs_return:
+                    self._obj.attach_uprobe(
+                        "cuda_return",
+                        lib.host_path,
+                        offset=offset,
+                        pid=att.pid,
+                        retprobe=True,
+                        cookie=ck,
+                    )
+                    att.links += 1
+            except BpfError as e:
+                self.failures.append(f"PID {att.pid} {api.name}: {e}")
+                continue
+            att.functions.append(api.name)
+
+    # -- events -----------------------------------------------------------------------------
+    def poll(self, timeout_ms: int = 100) -> int:
+        n = self._rb.poll(timeout_ms)
+        self._check_new_stacks()
+        return n
+
+    def drain(self) -> int:
+        n = self._rb.consume()
+        self._check_new_stacks()
+        return n
+
+    def _check_new_stacks(self) -> None:
+        """New stacks with addresses outside a process's maps snapshot mean it loaded a
+        library since: read its maps again while it (probably) still runs."""
+        stacks = self.log.stacks
+        if self._stacks_checked == len(stacks):
+            return
+        self._stacks_checked = len(stacks)
+        for pid in self.log.pids:
+            if pid in self.attached:
+                self.maps.ensure(pid, [a for s in stacks[-64:] for a in s[:4]])
+
+    def stats(self) -> dict[str, int]:
+        """Counters of the BPF program, summed over CPUs (as they were at close)."""
+        if self._final_stats is not None:
+            return dict(self._final_stats)
+        m = self._obj.map("stats")
+        totals = []
+        for i in range(N_STATS):
+            per_cpu = m.lookup_percpu(struct.pack("<I", i)) or []
+            totals.append(sum(struct.unpack("<Q", v)[0] for v in per_cpu))
+        out = {
+            "events": totals[STAT_EMITTED],
+            "lost (ring buffer full)": totals[STAT_LOST],
+            "nested calls skipped": totals[STAT_NESTED],
+            "calls not tracked (table full)": totals[STAT_INFLIGHT],
+            "stacks not read": totals[STAT_STACK],
+        }
+        for c in range(N_CLASSES):
+            out[f"over the {ApiClass(c).name.lower()} cap"] = totals[STAT_CAPPED + c]
+        return out
+
+    def notes(self) -> list[str]:
+        """One line per problem worth telling: drops, failures to attach."""
+        lines = []
+        s = self.stats()
+        dropped = {k: v for k, v in s.items() if v and k.startswith("over the")}
+        for what, n in dropped.items():
+            cls = what.removeprefix("over the ").removesuffix(" cap")
+            cap = self.options.caps.get(ApiClass[cls.upper()], 0)
+            lines.append(f"{n:,} {cls} calls not recorded: {what} of {cap:,}/s")
+        for what in ("lost (ring buffer full)", "calls not tracked (table full)"):
+            if s[what]:
+                lines.append(f"{s[what]:,} CUDA API events {what}")
+        lines.extend(self.failures[:5])
+        if len(self.failures) > 5:
+            lines.append(f"... and {len(self.failures) - 5} more attach failures")
+        return lines
+
+    # -- results ----------------------------------------------------------------------------
+    def symbolizer(self) -> Symbolizer:
+        return resolver_symbolizer(self.maps)
+
+    def calls_profile(self, symbolize: Symbolizer | None = None) -> Profile:
+        return calls_profile(
+            self.log, symbolize or self.symbolizer(), comm=self.comm, meta=self._meta()
+        )
+
+    def memory_profile(self, symbolize: Symbolizer | None = None) -> Profile:
+        intern = user_stack_interner(self.log, symbolize or self.symbolizer())
+        return memory_profile(self.log.memory_events(), intern, meta=self._meta())
+
+    def _meta(self) -> dict[str, object]:
+        meta: dict[str, object] = {"source": "ebpf cuda probes", "cuda_stats": self.stats()}
+        for att in self.attached.values():
+            libs = ", ".join(lib.path for lib in att.libraries)
+            meta[f"info:probed PID {att.pid}"] = f"{len(att.functions)} functions in {libs}"
+        for i, line in enumerate(self.notes()):
+            meta[f"info:cuda note {i + 1}"] = line
+        return meta
+
+    # -- teardown ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Detach every probe and free the BPF object (idempotent); events and counters
+        stay readable."""
+        if self._final_stats is None and self._obj.loaded and self._obj.ptr is not None:
+            try:
+                self._final_stats = self.stats()
+            except BpfError:
+                self._final_stats = {}
+        self._obj.close()
+
+    def __enter__(self) -> CudaProbes:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _power_of_two(n: int) -> int:
+    size = 4096
+    while size < n:
+        size *= 2
+    return size

@@ -1,0 +1,309 @@
+"""Live GPU memory by allocation stack, from the probes on the CUDA/HIP alloc/free calls.
+
+Every allocation the program asks of the runtime or the driver is seen here: PyTorch's
+caching allocator (its segments, not the tensors inside them), NCCL's buffers, cuBLAS
+workspaces, other frameworks. The rules of the replay:
+
+* an allocation is live from the return of a successful call (return value 0, the
+  address read from the out-parameter at return) until the entry of the free of the same
+  address in the same process; a free ends the latest live allocation at its address;
+* a call that failed (an out-of-memory, or no GPU at all) allocates nothing: it is kept as
+  ``failed-alloc-count``/``failed-alloc-bytes`` at its stack, never as live bytes;
+* a failed free frees nothing; ``free(NULL)`` is a no-op; a free of an address allocated
+  before recording started is counted (its size was never seen);
+* a successful allocation at an address that is still live means its free was not seen
+  (a free function not probed, or an event over the rate cap): the older one is ended
+  there and counted;
+* device and managed memory make the GPU memory timeline and its peak (per process, the
+  first moment its live total is highest); pinned host memory (``cudaMallocHost``...)
+  is in ``alloc-bytes`` with label ``memory=host`` but not in the GPU peak.
+
+The profile has the metrics of the snapshot importer (:mod:`aiflame.sources.torch_memory`):
+``peak-bytes`` (live at the peak of the allocation's process), ``alloc-bytes``,
+``alloc-count``, plus ``failed-alloc-count`` and ``failed-alloc-bytes``; one sample per
+call, timestamped at its allocation, ``meta["free_time_ns"]`` its free (-1: still live),
+and ``meta["memory_timeline"]`` the series of the process with the highest peak.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from aiflame.collectors.ebpf.cuda_apis import ALLOC, APIS, FREE
+from aiflame.collectors.ebpf.cuda_events import call_size
+from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
+from aiflame.sources.torch_memory_replay import decimate
+
+SAMPLE_TYPES = (
+    SampleType("peak-bytes", "bytes"),
+    SampleType("alloc-bytes", "bytes"),
+    SampleType("alloc-count", "count"),
+    SampleType("failed-alloc-count", "count"),
+    SampleType("failed-alloc-bytes", "bytes"),
+)
+PEAK, ALLOC_BYTES, ALLOC_COUNT, FAILED_COUNT, FAILED_BYTES = range(5)
+GPU_MEMORY = ("device", "managed")
+TIMELINE_POINTS = 4096
+LEGEND = (
+    "Width is bytes of GPU memory allocated through the CUDA/HIP runtime or driver (for"
+    " PyTorch: the caching allocator's segments). The widest leaf is the call site holding"
+    " the most; a wide bar with no self bytes is a path to such sites."
+)
+
+
+@dataclass
+class Allocations:
+    """The replay's result: successful allocations as columns, and what did not pair."""
+
+    event: np.ndarray  # index of the allocation in the memory events
+    pid: np.ndarray
+    addr: np.ndarray
+    size: np.ndarray
+    alloc_ns: np.ndarray  # when it became live
+    free_ns: np.ndarray  # when it was freed, -1 if live at the end
+    gpu: np.ndarray  # bool: device or managed memory
+    failed: np.ndarray  # indices of failed allocation calls
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.event)
+
+
+def replay(events: np.ndarray) -> Allocations:
+    """Pair allocations and frees of :meth:`EventLog.memory_events` (see the module doc)."""
+    n = len(events)
+    roles = [APIS[int(a)].role for a in events["api"].tolist()]
+    ts, dur = events["ts"].astype(np.int64), events["duration"].astype(np.int64)
+    when = np.array(
+        [
+            t + d if r == ALLOC else t
+            for r, t, d in zip(roles, ts.tolist(), dur.tolist(), strict=True)
+        ],
+        dtype=np.int64,
+    )
+    order = np.argsort(when, kind="stable")
+    counts = dict.fromkeys(
+        ("frees", "failed_frees", "null_frees", "unmatched_frees", "unseen_frees"), 0
+    )
+    live: dict[tuple[int, int], int] = {}  # (pid, address) -> allocation row
+    rows: list[list[int]] = []  # event, pid, addr, size, alloc_ns, free_ns, gpu
+    failed: list[int] = []
+    for i in order.tolist():
+        api = APIS[int(events["api"][i])]
+        ev = events[i]
+        pid, ret = int(ev["pid"]), int(ev["ret"])
+        if api.role == ALLOC:
+            addr = int(ev["result"])
+            if ret != 0 or addr == 0:
+                failed.append(i)
+                continue
+            prev = live.pop((pid, addr), None)
+            if prev is not None:  # its free was not seen
+                rows[prev][5] = int(when[i])
+                counts["unseen_frees"] += 1
+            live[(pid, addr)] = len(rows)
+            gpu = int(api.memory in GPU_MEMORY)
+            rows.append([i, pid, addr, call_size(api, ev["args"]), int(when[i]), -1, gpu])
+        elif api.role == FREE:
+            ptr = int(ev["args"][api.ptr_arg])
+            if ptr == 0:
+                counts["null_frees"] += 1
+            elif ret != 0:
+                counts["failed_frees"] += 1
+            else:
+                row = live.pop((pid, ptr), None)
+                if row is None:
+                    counts["unmatched_frees"] += 1
+                else:
+                    rows[row][5] = int(when[i])
+                    counts["frees"] += 1
+    cols = np.array(rows, dtype=np.int64).reshape(-1, 7)
+    counts["failed_allocs"] = len(failed)
+    counts["events"] = n
+    return Allocations(
+        event=cols[:, 0],
+        pid=cols[:, 1],
+        addr=cols[:, 2],
+        size=cols[:, 3],
+        alloc_ns=cols[:, 4],
+        free_ns=cols[:, 5],
+        gpu=cols[:, 6].astype(bool),
+        failed=np.array(failed, dtype=np.int64),
+        counts=counts,
+    )
+
+
+@dataclass
+class Timeline:
+    """GPU memory of one process over its memory events: point k is after event k."""
+
+    time_ns: np.ndarray
+    live: np.ndarray
+    alloc_point: np.ndarray  # per allocation of the process (GPU ones), its point
+    free_point: np.ndarray  # -1: never freed
+    rows: np.ndarray  # the allocations (indices into Allocations) in this order
+    size: np.ndarray  # their sizes
+    peak_point: int = -1
+
+    @property
+    def peak_bytes(self) -> int:
+        return int(self.live[self.peak_point]) if self.peak_point >= 0 else 0
+
+    def live_at_peak(self) -> np.ndarray:
+        p = self.peak_point
+        if p < 0:
+            return np.zeros(len(self.rows), dtype=bool)
+        return (self.alloc_point <= p) & ((self.free_point < 0) | (self.free_point > p))
+
+
+def timeline(allocs: Allocations, pid: int) -> Timeline:
+    rows = np.nonzero((allocs.pid == pid) & allocs.gpu)[0]
+    a_ns, f_ns = allocs.alloc_ns[rows], allocs.free_ns[rows]
+    size = allocs.size[rows]
+    freed = f_ns >= 0
+    # points: every allocation, then every free, in time order (allocs first at a tie)
+    t = np.concatenate([a_ns, f_ns[freed]])
+    delta = np.concatenate([size, -size[freed]])
+    which = np.concatenate([np.arange(len(rows)), -1 - np.nonzero(freed)[0]])
+    order = np.lexsort((np.arange(len(t)), t))
+    t, delta, which = t[order], delta[order], which[order]
+    point_of = np.empty(len(t), dtype=np.int64)
+    point_of[order] = np.arange(len(t))
+    alloc_point = point_of[: len(rows)]
+    free_point = np.full(len(rows), -1, dtype=np.int64)
+    free_point[freed] = point_of[len(rows) :]
+    live = np.cumsum(delta)
+    peak = int(np.argmax(live)) if len(live) else -1
+    return Timeline(t, live, alloc_point, free_point, rows, size, peak)
+
+
+def memory_profile(
+    events: np.ndarray,
+    user_stack: Callable[[ProfileBuilder, int, int], int],
+    meta: dict[str, object] | None = None,
+) -> Profile:
+    """The memory profile of the events; ``user_stack(builder, pid, stack)`` interns the
+    call site's frames in ``builder`` and returns the stack id (see :mod:`.cuda_profile`)."""
+    allocs = replay(events)
+    b = ProfileBuilder(SAMPLE_TYPES)
+    lines = {p: timeline(allocs, p) for p in sorted(set(allocs.pid[allocs.gpu].tolist()))}
+    main = max(lines, key=lambda p: lines[p].peak_bytes) if lines else None
+    at_peak = np.zeros(len(allocs), dtype=bool)
+    for tl in lines.values():
+        at_peak[tl.rows] = tl.live_at_peak()
+    # The main process's GPU allocations first, in one run of samples (the page's chart
+    # finds them by position), then the other allocations, then the failed calls.
+    main_rows = lines[main].rows if main is not None else np.zeros(0, dtype=np.int64)
+    rest = np.setdiff1d(np.arange(len(allocs)), main_rows, assume_unique=True)
+    api_frames: dict[int, int] = {}
+    free_ns: list[int] = []
+
+    def add(ev_index: int, values: list[float], ts: int, extra: dict[str, object]) -> None:
+        ev = events[ev_index]
+        api_id = int(ev["api"])
+        fid = api_frames.get(api_id)
+        if fid is None:
+            fid = api_frames[api_id] = b.frame(APIS[api_id].name, FrameKind.RUNTIME)
+        parent = user_stack(b, int(ev["pid"]), int(ev["stack"]))
+        labels = {"pid": int(ev["pid"]), "tid": int(ev["tid"]), **extra}
+        b.add(b.stack([fid], parent), values, b.labels(labels), ts)
+
+    for r in [*main_rows.tolist(), *rest.tolist()]:
+        api = APIS[int(events["api"][allocs.event[r]])]
+        size = float(allocs.size[r])
+        add(
+            int(allocs.event[r]),
+            [size if at_peak[r] else 0.0, size, 1.0, 0.0, 0.0],
+            int(allocs.alloc_ns[r]),
+            {"memory": api.memory},
+        )
+        free_ns.append(int(allocs.free_ns[r]))
+    for i in allocs.failed.tolist():
+        ev = events[i]
+        api = APIS[int(ev["api"])]
+        size = float(call_size(api, ev["args"]))
+        t = int(ev["ts"]) + int(ev["duration"])
+        add(i, [0.0, 0.0, 0.0, 1.0, size], t, {"memory": api.memory, "error": int(ev["ret"])})
+        free_ns.append(-1)
+    b.meta.update(meta or {})
+    b.meta.update(_meta(allocs, lines, main))
+    b.meta["free_time_ns"] = free_ns
+    return b.build()
+
+
+def _meta(allocs: Allocations, lines: dict[int, Timeline], main: int | None) -> dict[str, object]:
+    meta: dict[str, object] = {"default_type": PEAK, "legend": LEGEND}
+    c = allocs.counts
+    gpu = allocs.gpu
+    meta["allocated_bytes"] = int(allocs.size[gpu].sum())
+    meta["allocations"] = int(gpu.sum())
+    meta["memory_counts"] = dict(c)
+    if main is not None:
+        tl = lines[main]
+        meta["peak_pid"] = main
+        meta["peak_bytes"] = tl.peak_bytes
+        meta["peak_time"] = int(tl.time_ns[tl.peak_point]) if tl.peak_point >= 0 else None
+        meta["peak_time_unit"] = "ns"
+        meta["memory_timeline"] = _timeline_meta(tl, main)
+        meta["time_range_ns"] = (int(tl.time_ns[0]), int(tl.time_ns[-1]))
+        when = (tl.time_ns[tl.peak_point] - tl.time_ns[0]) / 1e6
+        meta["info:peak bytes"] = f"{fmt_bytes(tl.peak_bytes)} at +{when:.3f} ms (PID {main})"
+        if len(lines) > 1:
+            others = ", ".join(f"PID {p} {fmt_bytes(t.peak_bytes)}" for p, t in lines.items())
+            meta["info:peaks by process"] = others
+    live_end = int(allocs.size[gpu & (allocs.free_ns < 0)].sum())
+    meta["info:allocated"] = (
+        f"{fmt_bytes(meta['allocated_bytes'])} in {meta['allocations']:,} GPU allocations"
+        f"; {fmt_bytes(live_end)} still allocated at the end"
+    )
+    host = ~gpu
+    if host.any():
+        meta["info:pinned host memory"] = (
+            f"{fmt_bytes(int(allocs.size[host].sum()))} in {int(host.sum()):,} allocations"
+        )
+    notes = []
+    if c.get("failed_allocs"):
+        notes.append(f"{c['failed_allocs']:,} failed allocation calls (failed-alloc-count)")
+    if c.get("failed_frees"):
+        notes.append(f"{c['failed_frees']:,} failed frees")
+    if c.get("unmatched_frees"):
+        notes.append(f"{c['unmatched_frees']:,} frees of memory allocated before recording")
+    if c.get("unseen_frees"):
+        notes.append(f"{c['unseen_frees']:,} addresses reallocated without a free seen")
+    if notes:
+        meta["info:memory calls"] = "; ".join(notes)
+    return meta
+
+
+def _timeline_meta(tl: Timeline, pid: int) -> dict[str, object]:
+    n = len(tl.live)
+    keep = decimate(n, tl.live, tl.peak_point, TIMELINE_POINTS)
+    t0 = int(tl.time_ns[0])
+    m = len(keep)
+    alloc = np.searchsorted(keep, tl.alloc_point)
+    free = np.where(tl.free_point >= 0, np.searchsorted(keep, tl.free_point), m)
+    return {
+        "device": f"PID {pid}",
+        "unit": "us",
+        "start_us": t0 // 1000,
+        "time_us": ((tl.time_ns[keep] - t0) // 1000).tolist(),
+        "live_bytes": tl.live[keep].tolist(),
+        "peak_index": int(np.searchsorted(keep, tl.peak_point)),
+        "points": n,
+        "blocks": {
+            "first_sample": 0,  # the main process's GPU allocations are the first samples
+            "alloc": alloc.tolist(),
+            "free": free.tolist(),
+            "size": tl.size.tolist(),
+        },
+    }
+
+
+def fmt_bytes(v: float) -> str:
+    for scale, suffix in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if abs(v) >= scale:
+            return f"{v / scale:.2f} {suffix} ({int(v):,} bytes)"
+    return f"{int(v):,} bytes"
