@@ -35,14 +35,16 @@ class Hint:
 def _calls_regex(evidence: dict[str, Any]) -> str | None:
     calls = evidence.get("calls")
     if isinstance(calls, dict) and calls:
-        return "^(" + "|".join(re.escape(str(c)) for c in calls) + ")$"
+        # nsys names API calls with their version (cudaMemcpy_v3020)
+        return "^(" + "|".join(re.escape(str(c)) for c in calls) + r")(_v\d+)?$"
     return None
 
 
 HINTS: dict[str, Hint] = {
     "sync_stalls": Hint("cpu-time", _calls_regex),
     "launch_bound": Hint("cpu-time", lambda e: r"^(cuda|hip)(Graph)?Launch|^cuLaunch"),
-    "pageable_copies": Hint("gpu-time", lambda e: "Pageable"),
+    # Kineto names the copy's memory kinds; nsys' flame graph only its direction.
+    "pageable_copies": Hint("gpu-time", lambda e: r"Pageable|^\[memcpy HtoD\]$"),
 }
 
 
@@ -89,8 +91,11 @@ def combine(profiles: Sequence[Profile], roots: Sequence[str | None]) -> Profile
 # -- finding a trace's stack in the flame graph ------------------------------------------
 
 
+_VERSION = re.compile(r"_v\d+$")
+
+
 def _matches(flame_name: str, raw: str) -> bool:
-    if flame_name == raw:
+    if flame_name == raw or _VERSION.sub("", flame_name) == raw:
         return True
     short = python_frame(raw).name
     return flame_name == short or flame_name.endswith(" > " + short)
@@ -128,29 +133,32 @@ class StackFinder:
         """Names from the root to the node best matching ``stack``, or None.
 
         The innermost name must match; the others are matched in order up the ancestors,
-        which may hold frames the stack does not (native frames of a backtrace). ``within``:
+        which may hold frames the stack does not; the node matching most names with the
+        fewest frames in between wins, then the one with the most time. ``within``:
         the root frame the node must be under (the trace's, in a combined graph).
         """
         if not stack:
             return None
-        best: tuple[int, float, int] | None = None
+        best: tuple[int, int, float, int] | None = None
         for node in self._candidates(stack[-1]):
-            matched, j, up = 1, len(stack) - 2, int(self.parent[node])
+            matched, skipped, j, up = 1, 0, len(stack) - 2, int(self.parent[node])
             root = node
             while up >= 0:
                 if j >= 0 and _matches(self.names[up], stack[j]):
                     matched += 1
                     j -= 1
+                elif j >= 0:
+                    skipped += 1  # a frame between two of the stack's: a looser match
                 root = up
                 up = int(self.parent[up])
             if within is not None and self.names[root] != within:
                 continue
-            key = (matched, float(self._weight[node]), -node)
+            key = (matched, -skipped, float(self._weight[node]), -node)
             if best is None or key > best:
                 best = key
         if best is None:
             return None
-        return self.path(-best[2])
+        return self.path(-best[3])
 
     def path(self, node: int) -> list[str]:
         out = []

@@ -79,6 +79,10 @@ def _root_names(inputs: list[Loaded], report: dict[str, Any]) -> list[str | None
     names: list[str | None] = []
     for i, r in zip(inputs, report["ranks"], strict=True):
         name = f"rank {r['rank']}" if r.get("rank") is not None else os.path.basename(i.path)
+        if name in names:  # the same rank or file name twice: tell them apart by folder
+            name = "/".join(Path(i.path).parts[-2:]) + (
+                f" (rank {r['rank']})" if r.get("rank") else ""
+            )
         while name in names:
             name += "'"
         names.append(name)

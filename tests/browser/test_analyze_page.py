@@ -1,0 +1,264 @@
+"""The HTML report of aiflame analyze in headless Chromium: charts drawn from a real trace,
+the numbers shown equal the JSON, a finding's link lands on the flame graph zoomed to its
+stack, no network request, and hostile names stay text."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from aiflame.cli.main import main
+from aiflame.sources.kineto_names import python_frame
+
+try:
+    from selenium.webdriver.common.by import By
+except ImportError:  # no selenium: the driver fixture skips, or fails when it is required
+    By = None  # type: ignore[assignment, misc]
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+H100 = DATA / "kineto/tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz"
+MI300 = DATA / "kineto/tracelens/mi300/gaunernst_bert-small-uncased__1016001.json.gz"
+SAXPY = DATA / "nsys/saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
+HOSTILE = '</script><img src=x onerror="alert(1)"><b>bold</b>'
+UNITS = {"s": 1e6, "ms": 1e3, "us": 1.0, "ns": 1e-3}
+
+
+def us_of(text: str) -> float:
+    """'307.20 us' -> 307.2 (microseconds), as the page formats times."""
+    if text == "0":
+        return 0.0
+    value, unit = text.split()
+    return float(value) * UNITS[unit]
+
+
+def rounding(text: str) -> float:
+    """Half a unit of the last digit shown, in microseconds."""
+    if text == "0":
+        return 0.0
+    value, unit = text.split()
+    decimals = len(value.partition(".")[2])
+    return 0.5 * 10**-decimals * UNITS[unit]
+
+
+class ReportPage:
+    def __init__(self, driver, html: Path) -> None:
+        self.driver = driver
+        self.url = html.resolve().as_uri()
+        driver.get_log("performance")  # drop events of earlier pages
+        driver.get_log("browser")
+        driver.get(self.url)
+        assert driver.execute_script("return window.aiflameReport && window.aiflameReport.ready")
+
+    def js(self, script: str, *args):
+        return self.driver.execute_script(script, *args)
+
+    def all(self, css: str):
+        return self.driver.find_elements(By.CSS_SELECTOR, css)
+
+    def requests(self) -> list[str]:
+        urls = []
+        for entry in self.driver.get_log("performance"):
+            msg = json.loads(entry["message"])["message"]
+            if msg["method"] == "Network.requestWillBeSent":
+                urls.append(msg["params"]["request"]["url"])
+        return urls
+
+    def console_errors(self) -> list[str]:
+        return [e["message"] for e in self.driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+@pytest.fixture
+def report(tmp_path, capsys):
+    def make(*inputs: Path, name: str = "report.html") -> tuple[Path, dict]:
+        out, js = tmp_path / name, tmp_path / (name + ".json")
+        assert main(["analyze", *map(str, inputs), "-o", str(out), "--json", str(js)]) == 0
+        capsys.readouterr()
+        return out, json.loads(js.read_text())
+
+    return make
+
+
+def test_real_trace_renders_charts_offline(driver, report):
+    html, data = report(H100)
+    page = ReportPage(driver, html)
+    rank = data["ranks"][0]
+    # Breakdown bar: one part per bucket, widths proportional to the JSON.
+    tb = rank["time_breakdown"]
+    widths = page.js(
+        "return [...document.querySelectorAll('#breakdown-bars .bar > span')]"
+        ".map(s => [s.dataset.field, s.getBoundingClientRect().width]);"
+    )
+    bar = sum(w for _, w in widths)
+    for field, w in widths:
+        assert w == pytest.approx(bar * tb[field] / tb["total"], abs=1.0)
+    # Timeline: layers drawn as paths, the idle gaps marked.
+    assert page.all("svg.timeline path.layer.computation")
+    assert len(page.all("svg.timeline rect.gap")) == 50  # the longest 50 of 60 gaps
+    # Short-kernel histogram and roofline: one point per GEMM shape.
+    assert page.all("svg.histogram rect")
+    assert len(page.all("svg.roofline circle.pt")) == len(rank["gemm"])
+    assert "peak compute and memory bandwidth are not in the analysis" in page.js(
+        "return document.querySelector('.roofline-box').textContent;"
+    )
+    assert page.requests() == [page.url]
+    assert page.console_errors() == []
+
+
+def test_numbers_shown_equal_the_json(driver, report):
+    html, data = report(H100)
+    page = ReportPage(driver, html)
+    rank = data["ranks"][0]
+    cells = page.js(
+        "return [...document.querySelectorAll('#breakdown-table td[data-field]')]"
+        ".map(td => [td.dataset.field, td.textContent]);"
+    )
+    assert {f for f, _ in cells} >= {"total", "busy", "idle", "computation", "exposed_memcpy"}
+    for field, text in cells:
+        assert us_of(text) == pytest.approx(rank["time_breakdown"][field], abs=rounding(text))
+    rows = page.js(
+        "return [...document.querySelectorAll('table[data-table=kernels] tbody tr')]"
+        ".map(tr => [...tr.children].map(td => td.textContent));"
+    )
+    assert len(rows) == len(rank["top_kernels"])
+    for (name, total, count, _, share), k in zip(rows, rank["top_kernels"], strict=True):
+        assert name == k["name"] and int(count.replace(",", "")) == k["count"]
+        assert us_of(total) == pytest.approx(k["total_us"], abs=rounding(total))
+        assert float(share.rstrip("%")) == pytest.approx(100 * k["share"], abs=0.05)
+    gemm = page.js(
+        "return [...document.querySelectorAll('table[data-table=gemm] tbody tr')]"
+        ".map(tr => [tr.children[1].textContent, tr.children[7].textContent]);"
+    )
+    for (dims, rate), g in zip(gemm, rank["gemm"], strict=True):
+        assert dims == f"{g['B']}x{g['M']}x{g['N']}x{g['K']}"
+        assert float(rate) == pytest.approx(g["tflops_per_s"], abs=0.05)
+    costs = page.js(
+        "return [...document.querySelectorAll('.finding')].map(f => "
+        "[f.dataset.rule, f.querySelector('.cost').textContent]);"
+    )
+    by_rule = {f["rule"]: f for f in rank["findings"]}
+    assert {r for r, _ in costs} == set(by_rule)
+    for rule, text in costs:
+        shown = re.match(r"~([\d.]+ \w+)", text).group(1)
+        assert us_of(shown) == pytest.approx(by_rule[rule]["cost_us"], abs=rounding(shown))
+
+
+def test_finding_link_opens_the_flame_graph_zoomed_to_its_stack(driver, report):
+    html, data = report(H100)
+    page = ReportPage(driver, html)
+    sync = next(f for f in data["ranks"][0]["findings"] if f["rule"] == "sync_stalls")
+    link = driver.find_element(By.CSS_SELECTOR, '.finding[data-rule="sync_stalls"] a.flame-link')
+    link.click()
+    assert driver.current_url.startswith((html.parent / "report.flame.html").as_uri() + "#")
+    state = driver.execute_async_script(
+        "const done = arguments[0];"
+        "aiflame.fragmentApplied.then(s => done({s, zoom: aiflame.app.view.zoom,"
+        " path: aiflame.app.tree.pathTo(aiflame.app.view.zoom)"
+        "   .map(i => aiflame.app.tree.nameOf(i)),"
+        " metric: aiflame.app.types[aiflame.app.metric].name,"
+        " search: document.getElementById('search').value,"
+        " crumbs: [...document.querySelectorAll('#crumbs .crumb')].map(b => b.textContent)}),"
+        " e => done(String(e)));"
+    )
+    stack = sync["evidence"]["top_stacks"][0]["stack"]
+    assert state["zoom"] > 0 and state["s"]["matched"] == len(state["s"]["path"])
+    assert state["path"][-1] == stack[-1] == "aten::_local_scalar_dense"
+    assert state["path"][-3:-1] == ["aten::is_nonzero", "aten::item"]
+    assert state["crumbs"][-1] == "aten::_local_scalar_dense"
+    assert state["metric"] == "cpu-time" and "cudaStreamSynchronize" in state["search"]
+    # The zoomed node fills the canvas, and the synchronize call under it is highlighted.
+    matched = driver.find_element(By.ID, "matched").text
+    assert matched.startswith("matched:") and "0.0%" not in matched
+    assert ReportPage.console_errors(page) == []
+
+
+def test_stack_links_and_hashchange_move_the_zoom(driver, report):
+    html, data = report(H100)
+    ReportPage(driver, html)
+    links = driver.find_elements(By.CSS_SELECTOR, '.finding[data-rule="sync_stalls"] a.stack')
+    hrefs = [a.get_attribute("href") for a in links]
+    assert len(hrefs) >= 2 and len(set(hrefs)) == len(hrefs)
+    driver.get(hrefs[1])
+    first = driver.execute_async_script(
+        "const done = arguments[0]; aiflame.fragmentApplied.then(() => "
+        "done(aiflame.app.tree.nameOf(aiflame.app.view.zoom)));"
+    )
+    stacks = data["ranks"][0]["findings"][1]["evidence"]["top_stacks"]
+    assert first == python_frame(stacks[1]["stack"][-1]).name
+    # Another fragment on the open page (the report's next link) applies without a reload.
+    frag = hrefs[0].split("#", 1)[1]
+    second = driver.execute_async_script(
+        "const done = arguments[1]; location.hash = arguments[0];"
+        "setTimeout(() => done(aiflame.app.tree.nameOf(aiflame.app.view.zoom)), 200);",
+        frag,
+    )
+    assert second == python_frame(stacks[0]["stack"][-1]).name
+
+
+def test_two_ranks_link_into_their_own_root(driver, report):
+    html, data = report(H100, MI300, name="two.html")
+    page = ReportPage(driver, html)
+    assert len(page.all("#breakdown-bars .bar-row")) == 2
+    assert len(page.all("#timeline-rows .tl-row")) == 2
+    mi300 = [f for f in data["ranks"][1]["findings"] if f["evidence"].get("top_stacks")]
+    assert mi300, "the MI300 trace has a finding with stacks"
+    link = driver.find_element(
+        By.CSS_SELECTOR, f'.finding[data-rank="1"][data-rule="{mi300[0]["rule"]}"] a.flame-link'
+    )
+    link.click()
+    path = driver.execute_async_script(
+        "const done = arguments[0]; aiflame.fragmentApplied.then(() => done("
+        "aiflame.app.tree.pathTo(aiflame.app.view.zoom).map(i => aiflame.app.tree.nameOf(i))));"
+    )
+    # Same file name in both folders: the second trace's root names its folder.
+    assert path[1] == "mi300/gaunernst_bert-small-uncased__1016001.json.gz"
+    # '<built-in function _cuda_synchronize>' is '_cuda_synchronize' in the flame graph
+    assert path[-1] == python_frame(mi300[0]["evidence"]["top_stacks"][0]["stack"][-1]).name
+
+
+def test_nsys_report_links_to_the_backtrace(driver, report):
+    html, _ = report(SAXPY)
+    page = ReportPage(driver, html)
+    text = page.js("return document.querySelector('.roofline-box').textContent;")
+    assert "record_shapes=True" in text  # nothing to plot, and it says why
+    notes = page.js("return [...document.querySelectorAll('.note')].map(n => n.textContent);")
+    assert any("Nsight Systems export" in n for n in notes)
+    driver.find_element(By.CSS_SELECTOR, '.finding[data-rule="sync_stalls"] a.flame-link').click()
+    state = driver.execute_async_script(
+        "const done = arguments[0]; aiflame.fragmentApplied.then(() => done({"
+        "path: aiflame.app.tree.pathTo(aiflame.app.view.zoom).map(i => aiflame.app.tree.nameOf(i)),"
+        "matched: document.getElementById('matched').textContent}));"
+    )
+    assert state["path"] == ["all", "_start", "__libc_start_main", "main"]
+    assert state["matched"].startswith("matched:")  # cudaMemcpy_v3020 highlighted
+
+
+def test_hostile_kernel_name_stays_text(driver, report, tmp_path):
+    trace = json.loads(gzip.decompress(H100.read_bytes()))
+    first = next(e["name"] for e in trace["traceEvents"] if e.get("cat") == "kernel")
+    for e in trace["traceEvents"]:
+        if e.get("name") == first:
+            e["name"] = HOSTILE
+    src = tmp_path / "hostile.json"
+    src.write_text(json.dumps(trace))
+    html, _ = report(src)
+    page = ReportPage(driver, html)
+    names = page.js(
+        "return [...document.querySelectorAll('table[data-table=kernels] td.name')]"
+        ".map(td => td.textContent);"
+    )
+    assert HOSTILE in names
+    assert page.all("img") == [] and page.all("#ranks b") == []
+    assert page.js("return window.__alerts;") == []
+    driver.get((tmp_path / "report.flame.html").as_uri() + "#search=onerror")
+    matched = driver.execute_async_script(
+        "const done = arguments[0];"
+        "aiflame.fragmentApplied.then(() => done(document.getElementById('matched').textContent));"
+    )
+    assert matched.startswith("matched:") and "0.0%" not in matched
+    assert driver.execute_script("return aiflame.app.tree.find(arguments[0]);", HOSTILE) > 0
+    assert driver.find_elements(By.TAG_NAME, "img") == []
+    assert driver.execute_script("return window.__alerts;") == []

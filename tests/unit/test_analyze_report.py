@@ -1,0 +1,172 @@
+"""The outputs of aiflame analyze: terminal report, HTML report, flame graph links, timeline."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import re
+from pathlib import Path
+from urllib.parse import parse_qs
+
+import pytest
+from rich.console import Console
+
+from aiflame.analysis.busy_timeline import busy_timeline
+from aiflame.analysis.report import analyze
+from aiflame.analysis.timeline import time_breakdown
+from aiflame.cli.analyze_links import StackFinder, fragment
+from aiflame.cli.analyze_output import load_input
+from aiflame.cli.main import main
+from aiflame.render.analyze_html import roofline_data
+from aiflame.render.analyze_terminal import render_terminal, render_text
+from aiflame.render.html import extract_data
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "kineto" / "tracelens"
+H100 = DATA / "h100" / "gaunernst_bert-small-uncased__1016001.json.gz"
+TRITON = DATA / "torch_compile_triton" / "trace.json.gz"
+HOSTILE = '</script><img src=x onerror="alert(1)">[bold red]k[/]&amp;'
+
+
+def report_data(page: str) -> dict:
+    m = re.search(r'<script id="aiflame-report" type="application/json">(.*?)</script>', page, re.S)
+    assert m, "no report data in the page"
+    return json.loads(m.group(1))
+
+
+def hostile_trace(tmp_path: Path) -> Path:
+    """The H100 trace with its first kernel (and launches of it) renamed to HOSTILE."""
+    trace = json.loads(gzip.decompress(H100.read_bytes()))
+    first = next(e["name"] for e in trace["traceEvents"] if e.get("cat") == "kernel")
+    for e in trace["traceEvents"]:
+        if e.get("name") == first:
+            e["name"] = HOSTILE
+    out = tmp_path / "hostile.json"
+    out.write_text(json.dumps(trace))
+    return out
+
+
+# -- terminal -----------------------------------------------------------------------------
+
+
+def test_piped_report_is_plain_and_fits_100_columns(capsys):
+    assert main(["analyze", str(H100)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b[" not in out
+    assert max(len(line) for line in out.splitlines()) <= 100
+    assert all(line == line.rstrip() for line in out.splitlines())
+    # The numbers are the JSON's: computation 307.197 us, two high findings.
+    assert re.search(r"^computation\s+307\.20 us\s+7\.9%", out, re.M)
+    assert out.count("[high]") == 2 and "fix:" in out and "from:" in out
+
+
+def test_terminal_report_has_colour_on_a_terminal_and_keeps_its_width():
+    loaded = load_input(str(H100))
+    report = analyze([loaded.trace])
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, color_system="standard", width=72)
+    render_terminal(report, 5, console)
+    text = buf.getvalue()
+    assert "\x1b[" in text
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    assert max(len(line) for line in plain.splitlines()) <= 72
+
+
+def test_trace_names_are_text_not_markup(tmp_path):
+    report = analyze([load_input(str(hostile_trace(tmp_path))).trace])
+    text = render_text(report, 20)
+    assert "[bold red]k[/]" in text  # printed as written, not interpreted by rich
+
+
+# -- HTML -------------------------------------------------------------------------------
+
+
+def test_html_report_embeds_the_json_and_writes_the_flame_graph(tmp_path, capsys):
+    out, js = tmp_path / "r.html", tmp_path / "r.json"
+    assert main(["analyze", str(H100), "-o", str(out), "--json", str(js)]) == 0
+    page = out.read_text(encoding="utf-8")
+    data = report_data(page)
+    assert data["report"] == json.loads(js.read_text())
+    assert data["flame"] == "r.flame.html"
+    flame = (tmp_path / "r.flame.html").read_text(encoding="utf-8")
+    header, _ = extract_data(flame)
+    assert header["types"][0]["name"] == "gpu-time"
+    # Offline: no URL to fetch anything from.
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page + flame)
+    (timeline,) = data["timelines"][0].values()
+    assert timeline["bins"] > 0 and len(timeline["computation"]) == timeline["bins"]
+
+
+def test_html_report_needs_a_file(capsys):
+    assert main(["analyze", str(H100), "-o", "-"]) == 1
+    assert "-o needs a file name" in capsys.readouterr().err
+
+
+def test_hostile_names_stay_data(tmp_path, capsys):
+    out = tmp_path / "r.html"
+    assert main(["analyze", str(hostile_trace(tmp_path)), "-o", str(out)]) == 0
+    for page in (out.read_text(encoding="utf-8"), (tmp_path / "r.flame.html").read_text()):
+        assert "<img" not in page and "</script><" not in page
+    data = report_data(out.read_text(encoding="utf-8"))
+    names = [k["name"] for k in data["report"]["ranks"][0]["top_kernels"]]
+    assert HOSTILE in names
+
+
+# -- links into the flame graph -------------------------------------------------------------
+
+
+def test_sync_stall_link_zooms_to_the_stack_that_blocks():
+    loaded = load_input(str(H100))
+    report = analyze([loaded.trace])
+    flame = loaded.profile()
+    finder = StackFinder(flame)
+    sync = next(f for f in report["ranks"][0]["findings"] if f["rule"] == "sync_stalls")
+    main_frag, per_stack = fragment(sync, finder, {"gpu-time", "cpu-time"}, None)
+    q = parse_qs(main_frag)
+    assert q["metric"] == ["cpu-time"]
+    assert re.match(q["search"][0], "cudaStreamSynchronize")
+    path = q["path"]
+    # The evidence stack is cut at 12 frames; the link has the full path from the root.
+    stack = sync["evidence"]["top_stacks"][0]["stack"]
+    assert len(path) > len(stack) and path[-1] == stack[-1] == "aten::_local_scalar_dense"
+    mask_fn = "_prepare_4d_attention_mask_for_sdpa (transformers/modeling_attn_mask_utils.py:429)"
+    assert path[-4:-1] == [mask_fn, "aten::is_nonzero", "aten::item"]
+    assert len(per_stack) == len(sync["evidence"]["top_stacks"]) and per_stack[0] == main_frag
+
+
+def test_stack_finder_returns_none_for_a_stack_not_in_the_graph():
+    finder = StackFinder(load_input(str(H100)).profile())
+    assert finder.find(["no such frame"]) is None
+    assert finder.find([]) is None
+
+
+# -- timeline and roofline data ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", [H100, TRITON])
+def test_busy_timeline_adds_up_to_the_breakdown(path):
+    t = load_input(str(path)).trace
+    for dev, tl in busy_timeline(t).items():
+        m = t.gpu_device == t.names.index(dev)
+        tb = time_breakdown(t.gpu_ts[m], t.gpu_dur[m], t.gpu_kind[m]).to_json_us()
+        width = tl["total_us"] / tl["bins"]
+        for key in ("computation", "exposed_communication", "exposed_memcpy"):
+            # fractions are rounded to 4 decimals per bin
+            assert sum(tl[key]) * width == pytest.approx(tb[key], abs=tl["bins"] * width * 1e-4)
+        assert tl["total_us"] == pytest.approx(tb["total"])
+        longest = max(d for _, d in tl["idle_gaps"])
+        assert longest <= tb["idle"] and tl["idle_gap_count"] >= len(tl["idle_gaps"])
+
+
+def test_roofline_points_are_the_gemm_rows_and_roofs_need_peaks():
+    rank = analyze([load_input(str(H100)).trace])["ranks"][0]
+    rf = roofline_data(rank)
+    assert [(p["ai"], p["tflops"]) for p in rf["points"]] == [
+        (g["flops_per_byte"], g["tflops_per_s"]) for g in rank["gemm"]
+    ]
+    assert rf["peak_tflops"] is None and any("peak" in m for m in rf["missing"])
+    with_peaks = dict(rank, efficiency={"device": {"peak_tflops": 989.0, "peak_tb_per_s": 3.35}})
+    rf = roofline_data(with_peaks)
+    assert (rf["peak_tflops"], rf["peak_tb_per_s"], rf["missing"]) == (989.0, 3.35, [])
+    rf = roofline_data(dict(rank, gemm=[]))
+    assert rf["points"] == [] and "record_shapes=True" in rf["missing"][0]
