@@ -20,6 +20,7 @@ from aiflame.collectors import threadstate
 from aiflame.errors import AiflameError, InputError
 from aiflame.model import Frame, FrameKind, ProfileBuilder
 from aiflame.symbolize.perfmap import PerfMap, clean_name
+from aiflame.symbolize.pyframes import PythonNaming
 
 _PY_EXT = (".py", ".pyw", ".pyx", ".pxd", ".pxi")
 _NATIVE_SRC = re.compile(r"\.(?:c|cc|cpp|cxx|h|hh|hpp|hxx|inl|s|S|rs|cu|cuh|f90|f)$")
@@ -112,8 +113,11 @@ def native_kind(name: str) -> FrameKind:
     )
 
 
-def convert_frame(raw: Mapping, perf_map: PerfMap | None = None) -> Frame:
-    """A py-spy frame as a model frame, its kind from where py-spy found it."""
+def convert_frame(
+    raw: Mapping, perf_map: PerfMap | None = None, naming: PythonNaming | None = None
+) -> Frame:
+    """A py-spy frame as a model frame, its kind from where py-spy found it; Python frames
+    named per function by ``naming`` when given (as the PyTorch profiler's are)."""
     name = str(raw.get("name") or "?")
     file = str(raw.get("file") or "")
     line = int(raw.get("line") or 0)
@@ -128,7 +132,7 @@ def convert_frame(raw: Mapping, perf_map: PerfMap | None = None) -> Frame:
             return Frame(clean_name(sym.name), sym.kind, module="[jit]")
         return Frame("[unknown]", FrameKind.NATIVE)
     if file.endswith(_PY_EXT) or file.startswith("<"):
-        return Frame(name, FrameKind.PYTHON, file, line)
+        return _python(name, file, line, naming)
     if line == 0 or _NATIVE_SRC.search(file) or _SHARED_OBJECT.search(file):
         if line == 0:  # py-spy puts the binary's path where a source file would be
             module, file = os.path.basename(file), ""
@@ -137,7 +141,14 @@ def convert_frame(raw: Mapping, perf_map: PerfMap | None = None) -> Frame:
         if _address(name) is not None:  # in a binary without a symbol for it
             return Frame(f"[{module or '?'}]", FrameKind.NATIVE, module=module)
         return Frame(name, native_kind(name), file, line, module)
-    return Frame(name, FrameKind.PYTHON, file, line)
+    return _python(name, file, line, naming)
+
+
+def _python(name: str, file: str, line: int, naming: PythonNaming | None) -> Frame:
+    if naming is None:
+        return Frame(name, FrameKind.PYTHON, file, line)
+    named = naming.sampled(name, file, line)
+    return Frame(named.name, FrameKind.PYTHON, named.file, named.line)
 
 
 def _address(name: str) -> int | None:
@@ -160,6 +171,7 @@ class StreamSpec:
     process_labels: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
     # Thread state by (tid, Python frames), filled by a native stream, read by a CPU stream.
     states: dict[tuple[str, tuple[Frame, ...]], set[str]] = field(default_factory=dict)
+    naming: PythonNaming | None = None  # Python frames per function, as the profiler's
 
 
 def add_samples(builder: ProfileBuilder, profile: SpeedscopeProfile, spec: StreamSpec) -> int:
@@ -173,7 +185,9 @@ def add_samples(builder: ProfileBuilder, profile: SpeedscopeProfile, spec: Strea
         def frame(idx: int, pid: int | None = pid, perf_map: PerfMap | None = perf_map) -> Frame:
             f = converted.get((pid, idx))
             if f is None:
-                f = converted[(pid, idx)] = convert_frame(profile.frames[idx], perf_map)
+                f = converted[(pid, idx)] = convert_frame(
+                    profile.frames[idx], perf_map, spec.naming
+                )
             return f
 
         base: dict[str, object] = {"tid": thread.tid}

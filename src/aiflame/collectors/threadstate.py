@@ -109,7 +109,8 @@ def classify(frames: Sequence[Frame]) -> str:
     leaf = frames[-1]
     if leaf.kind == FrameKind.PYTHON:
         base = leaf.file.rsplit("/", 1)[-1]
-        short = leaf.name.rsplit(".", 1)[-1]
+        # "Condition > wait (threading.py:320)", "Condition.wait" or "wait": the function.
+        short = leaf.name.split(" (", 1)[0].rsplit(" > ", 1)[-1].rsplit(".", 1)[-1]
         return IDLE if (short, base) in _PY_WAITS else ACTIVE
     # The system-library suffix of the stack (what libc runs on the caller's behalf).
     i = len(frames)

@@ -27,10 +27,28 @@ def add_labels(profile: Profile, labels: Mapping[str, str]) -> None:
     profile.label_sets = new_sets
 
 
+def traced_sys_path(directory: str) -> list[str] | None:
+    """The ``sys.path`` of the first traced process (its profiler names files relative to
+    it), or None when no PyTorch window was recorded."""
+    for meta in sorted(Path(directory).glob("torch-*.meta.json")):
+        try:
+            paths = json.loads(meta.read_text()).get("sys_path")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(paths, list) and all(isinstance(p, str) for p in paths):
+            return paths
+    return None
+
+
 def load_torch_traces(
-    directory: str, process_labels: Mapping[int, Mapping[str, str]], notes: list[str]
+    directory: str,
+    process_labels: Mapping[int, Mapping[str, str]],
+    notes: list[str],
+    python_roots: list[str] | None = None,
 ) -> list[Profile]:
-    """One profile per exported trace; problems become ``notes`` rather than errors."""
+    """One profile per exported trace; problems become ``notes`` rather than errors.
+    ``python_roots``: see :func:`traced_sys_path` (Python frames then named per function,
+    as py-spy's are in the same recording)."""
     from aiflame.sources import load
 
     out = []
@@ -39,7 +57,7 @@ def load_torch_traces(
             continue
         pid = _pid_of(path)
         try:
-            profile = load(str(path), "kineto")
+            profile = load(str(path), "kineto", python_roots=python_roots)
         except AiflameError as e:
             notes.append(f"torch trace of process {pid} could not be read: {e}")
             continue

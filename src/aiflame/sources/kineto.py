@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,7 @@ from aiflame.sources.kineto_samples import (
     add_cpu_samples,
     add_gpu_samples,
 )
+from aiflame.symbolize.pyframes import PythonNaming
 from aiflame.transforms import correlate
 from aiflame.transforms.pynames import module_methods
 
@@ -81,14 +83,22 @@ def sniff(head: bytes, path: str) -> bool:
 
 
 def load(
-    source: Input, python_names: str = "short", kernel_names: str = "full", **_: object
+    source: Input,
+    python_names: str = "short",
+    kernel_names: str = "full",
+    python_roots: Sequence[str] | None = None,
+    **_: object,
 ) -> Profile:
+    """``python_roots``: the traced interpreter's ``sys.path``, when known (``aiflame
+    record``): Python frames are then named per function as py-spy's samples are (see
+    :mod:`aiflame.symbolize.pyframes`), with classes read from the source files."""
     if python_names not in ("short", "raw"):
         raise AiflameError(f"python_names must be 'short' or 'raw', not '{python_names}'")
     if kernel_names not in ("full", "short"):
         raise AiflameError(f"kernel_names must be 'full' or 'short', not '{kernel_names}'")
     cols, trace_meta = read_columns(source)
-    return build_profile(cols, trace_meta, source.path, python_names, kernel_names)
+    naming = PythonNaming(python_roots) if python_roots is not None else None
+    return build_profile(cols, trace_meta, source.path, python_names, kernel_names, naming)
 
 
 def read_columns(source: Input, shapes: bool = False) -> tuple[Columns, dict[str, Any]]:
@@ -123,14 +133,24 @@ def _rank_of(meta: dict[str, Any]) -> str | None:
 class _Frames:
     """Frame ids by (class, name id), created on first use with the chosen naming."""
 
-    def __init__(self, builder: ProfileBuilder, cols: Columns, py: str, kernel: str) -> None:
+    def __init__(
+        self,
+        builder: ProfileBuilder,
+        cols: Columns,
+        py: str,
+        kernel: str,
+        naming: PythonNaming | None = None,
+    ) -> None:
         self.b, self.names, self.py, self.kernel = builder, cols.names, py, kernel
+        self.naming = naming if py == "short" else None
         self._ids: dict[tuple[int, int], int] = {}
         self._stacks: dict[int, list[int]] = {}
         self.call_stacks = cols.call_stacks
 
     def python(self, raw: str) -> int:
         f = python_frame(raw, self.py)
+        if self.naming is not None and f.func:
+            f = self.naming.traced(f.func, f.file, f.line)
         return self.b.frame(f.name, FrameKind.PYTHON, f.file, f.line)
 
     def get(self, cls: int, name_id: int) -> int:
@@ -172,10 +192,15 @@ class _Frames:
 
 
 def build_profile(
-    cols: Columns, trace_meta: dict[str, Any], path: str, python_names: str, kernel_names: str
+    cols: Columns,
+    trace_meta: dict[str, Any],
+    path: str,
+    python_names: str,
+    kernel_names: str,
+    naming: PythonNaming | None = None,
 ) -> Profile:
     builder = ProfileBuilder(SAMPLE_TYPES)
-    frames = _Frames(builder, cols, python_names, kernel_names)
+    frames = _Frames(builder, cols, python_names, kernel_names, naming)
     warnings = Counter(cols.warnings)
     rank = _rank_of(trace_meta)
 

@@ -27,6 +27,7 @@ class PyFrame(NamedTuple):
     name: str
     file: str
     line: int
+    func: str = ""  # the bare function name, for a "file(line): function" frame
 
 
 def python_frame(raw: str, style: str = "short") -> PyFrame:
@@ -35,8 +36,8 @@ def python_frame(raw: str, style: str = "short") -> PyFrame:
     if m:
         file, line, func = m.group("file"), int(m.group("line")), m.group("func")
         if style == "raw":
-            return PyFrame(raw, file, line)
-        return PyFrame(f"{func} ({_SITE.sub('', file)}:{line})", file, line)
+            return PyFrame(raw, file, line, func)
+        return PyFrame(f"{func} ({_SITE.sub('', file)}:{line})", file, line, func)
     if style == "raw":
         return PyFrame(raw, "", 0)
     m = _BUILTIN_METHOD.match(raw)

@@ -46,6 +46,8 @@ def module_methods(profile: Profile) -> Profile:
         elif cls is not None and frames.kind[f] == FrameKind.PYTHON:
             if _GLUE.match(names[frames.name[f]]):
                 pending[i] = cls  # still on the way to the method
+            elif " > " in names[frames.name[f]]:
+                pass  # already named with its class (from the source, or a built-in's owner)
             else:
                 key = (f, cls)
                 frame = renamed.get(key, -1)

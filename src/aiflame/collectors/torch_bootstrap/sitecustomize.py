@@ -86,6 +86,17 @@ def _without_kineto_lines():
                 os.write(2, b"".join(kept))
 
 
+def _path_prefixes():
+    """The directories the profiler strips from file names (its ``sys.path``), so that
+    aiflame can name py-spy's frames the same way and find the sources."""
+    try:
+        from torch.profiler.python_tracer import _prefix_regex
+
+        return [p.rstrip(os.sep) for p in _prefix_regex()]
+    except Exception:
+        return [os.path.abspath(p) for p in sys.path if isinstance(p, str)]
+
+
 def _new_profiler():
     """The profiler behind ``torch.profiler.profile``, with Python stacks.
 
@@ -258,6 +269,7 @@ class _TorchWindow:
             os.replace(path + ".tmp", path)
             self.timings["stop_s"] = t1 - t0
             self.timings["export_s"] = time.perf_counter() - t1
+            self.timings["sys_path"] = _path_prefixes()
             _write_json(self.directory, f"torch-{self.pid}.meta.json", self.timings)
         except Exception as e:
             self._failed("stop", e)
