@@ -1,0 +1,81 @@
+"""C++ demangling in process, through ``__cxa_demangle`` of the system's libstdc++.
+
+libstdc++'s demangler is GCC's own (the code ``c++filt`` and ``addr2line -C`` are built
+from), called here through ctypes: about as fast per name as one batched ``c++filt`` run,
+without a process, and it abbreviates ``std::basic_ostream<char, ...>`` to ``std::ostream``
+as ``addr2line -C`` does (``c++filt`` spells them out). Where libstdc++ cannot be loaded,
+names go through :func:`aiflame.symbolize.demangle.demangle_many` (``c++filt``) instead.
+Results are cached: a profile names the same functions over and over.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from collections.abc import Callable, Iterable
+
+from aiflame.symbolize.demangle import demangle_many
+
+_Raw = Callable[[bytes], "str | None"]
+
+
+def _load_cxa() -> _Raw | None:
+    try:
+        lib = ctypes.CDLL(ctypes.util.find_library("stdc++") or "libstdc++.so.6")
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        fn = lib.__cxa_demangle
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_void_p
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    free = libc.free
+    free.argtypes = [ctypes.c_void_p]
+    free.restype = None
+    string_at = ctypes.string_at
+
+    def raw(mangled: bytes) -> str | None:
+        # No status out-parameter: a null result says enough, and nothing is shared between
+        # threads (ctypes lets go of the GIL during the call).
+        p = fn(mangled, None, None, None)
+        if not p:
+            return None
+        try:
+            return string_at(p).decode("utf-8", "replace")
+        finally:
+            free(p)
+
+    return raw
+
+
+class Demangler:
+    """``demangler(name)`` -> readable name; names that are not C++ come back unchanged."""
+
+    def __init__(self, use_cxa: bool = True) -> None:
+        self._raw = _load_cxa() if use_cxa else None
+        self._cache: dict[str, str] = {}
+
+    @property
+    def in_process(self) -> bool:
+        return self._raw is not None
+
+    def __call__(self, name: str) -> str:
+        done = self._cache.get(name)
+        if done is not None:
+            return done
+        if not name.startswith("_Z"):
+            return name
+        if self._raw is None:
+            return self.many([name])[0]
+        out = self._raw(name.encode("utf-8", "surrogateescape")) or name
+        self._cache[name] = out
+        return out
+
+    def many(self, names: list[str]) -> list[str]:
+        """:meth:`__call__` for many names (one ``c++filt`` run when there is no libstdc++)."""
+        if self._raw is None:
+            todo = [n for n in names if n.startswith("_Z") and n not in self._cache]
+            if todo:
+                found = demangle_many(todo)
+                for n in todo:
+                    self._cache[n] = found.get(n, n)
+        return [self(n) for n in names]

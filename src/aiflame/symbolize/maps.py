@@ -1,0 +1,82 @@
+"""``/proc/PID/maps``: which file (and which offset of it) backs each address of a process."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+DELETED = " (deleted)"
+
+
+@dataclass(frozen=True, slots=True)
+class Mapping:
+    start: int
+    end: int
+    perms: str
+    offset: int
+    dev: str  # "major:minor" in hex, as the kernel writes it
+    inode: int
+    path: str  # as the process sees it, without the " (deleted)" mark; "" if anonymous
+    deleted: bool = False
+
+    @property
+    def executable(self) -> bool:
+        return "x" in self.perms
+
+    @property
+    def is_file(self) -> bool:
+        """Backed by a file with a path (not anonymous, not ``[heap]``/``[vdso]``/...)."""
+        return self.path.startswith("/")
+
+    def file_offset(self, address: int) -> int:
+        return address - self.start + self.offset
+
+
+def parse_line(line: str) -> Mapping | None:
+    """One line of a maps file; None for anything that is not one."""
+    parts = line.split(None, 5)
+    if len(parts) < 5:
+        return None
+    try:
+        lo, hi = parts[0].split("-", 1)
+        start, end = int(lo, 16), int(hi, 16)
+        offset, inode = int(parts[2], 16), int(parts[4])
+    except ValueError:
+        return None
+    path = parts[5].rstrip("\n") if len(parts) > 5 else ""
+    deleted = path.endswith(DELETED)
+    if deleted:
+        path = path[: -len(DELETED)]
+    if end <= start:
+        return None
+    return Mapping(start, end, parts[1], offset, parts[3], inode, path, deleted)
+
+
+class Maps:
+    """The mappings of one process, sorted by address, for vectorised lookups."""
+
+    def __init__(self, mappings: Sequence[Mapping]) -> None:
+        self.mappings = sorted(mappings, key=lambda m: m.start)
+        self._starts = np.array([m.start for m in self.mappings], dtype=np.uint64)
+        self._ends = np.array([m.end for m in self.mappings], dtype=np.uint64)
+
+    @classmethod
+    def parse(cls, text: str) -> Maps:
+        return cls([m for m in map(parse_line, text.splitlines()) if m is not None])
+
+    def find(self, addrs: np.ndarray) -> np.ndarray:
+        """Index of the mapping holding each address, -1 where none does."""
+        addrs = np.asarray(addrs, dtype=np.uint64)
+        if not self.mappings:
+            return np.full(addrs.shape, -1, dtype=np.int64)
+        i = np.searchsorted(self._starts, addrs, side="right").astype(np.int64) - 1
+        j = np.maximum(i, 0)
+        return np.where((i >= 0) & (addrs < self._ends[j]), j, -1)
+
+    def __len__(self) -> int:
+        return len(self.mappings)
+
+    def __getitem__(self, i: int) -> Mapping:
+        return self.mappings[i]

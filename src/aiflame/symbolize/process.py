@@ -1,0 +1,480 @@
+"""Native symbolization of running (or recently exited) processes and of the kernel.
+
+A :class:`SymbolResolver` lives as long as a collector: it caches every ELF file it has read
+(keyed by the file's identity, then by build-id, so a library shared by a thousand processes
+or containers is read once), the kernel's symbols and demangled names. Per process,
+:meth:`SymbolResolver.process` takes a snapshot of ``/proc/PID/maps`` (or an earlier one, for a
+process that has exited) and returns a :class:`ProcessSymbols` that turns addresses into
+:class:`Symbol` objects::
+
+    resolver = SymbolResolver()
+    syms = resolver.process(pid).symbolize(addresses)
+    ksyms = resolver.kernel().symbolize(kernel_addresses)
+
+An address inside a mapped ELF file becomes a file offset (through the mapping's offset),
+then a virtual address of that file (through its ``PT_LOAD`` segments), then a symbol of its
+``.symtab`` (the file's own, or a separate debug file's) or ``.dynsym``. Files are opened as
+the target sees them, through ``/proc/PID/root`` (containers) or ``/proc/PID/map_files`` (files
+deleted or replaced since they were mapped), then by their plain path. Nothing raises: an
+address no symbol covers is named ``module+0xOFFSET``, one outside every mapping
+``[unknown]``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from aiflame.model.frames import FrameKind
+from aiflame.symbolize import debuginfo
+from aiflame.symbolize.cxa import Demangler
+from aiflame.symbolize.elf import (
+    SHT_DYNSYM,
+    SHT_SYMTAB,
+    ElfError,
+    ElfImage,
+    SymbolTable,
+    function_symbols,
+    open_image,
+)
+from aiflame.symbolize.kallsyms import KernelSymbolTable
+from aiflame.symbolize.kinds import KindGuesser
+from aiflame.symbolize.maps import Mapping, Maps
+from aiflame.symbolize.perfmap import PerfMap, clean_name
+
+KERNEL_MODULE = "[kernel]"
+UNKNOWN_NAME = "[unknown]"
+VDSO = "[vdso]"
+
+# CUDA / HIP runtime and driver libraries, also as vendored into wheels (libcudart-1a2b3c.so).
+_RUNTIME_LIB = re.compile(
+    r"^lib(?:cudart|cuda|cupti|nvrtc|nvJitLink|amdhip64|hiprtc|hsa-runtime64|nccl|rccl)(?:[-.]|$)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Symbol:
+    """A resolved address: demangled ``name``, the ``module`` (file path as the process sees
+    it, ``[kernel]``, or "" when there is none) and its kind."""
+
+    name: str
+    module: str
+    kind: FrameKind
+
+
+UNKNOWN = Symbol(UNKNOWN_NAME, "", FrameKind.UNKNOWN)
+
+
+def _as_addresses(addrs: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Addresses as uint64; signed values (kernel addresses in an int64 array) wrap."""
+    arr = np.asarray(addrs)
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.uint64, copy=False).ravel()
+    return np.array([int(a) & 0xFFFFFFFFFFFFFFFF for a in arr.ravel().tolist()], dtype=np.uint64)
+
+
+def unique_inverse(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(a, return_inverse=True)`` by one sort (numpy 2's hashing unique is slower
+    on large integer arrays)."""
+    order = np.argsort(a, kind="stable")
+    s = a[order]
+    first = np.ones(len(s), dtype=bool)
+    first[1:] = s[1:] != s[:-1]
+    inverse = np.empty(len(a), dtype=np.int64)
+    inverse[order] = np.cumsum(first) - 1
+    return s[first], inverse
+
+
+class ModuleSymbols:
+    """One ELF file's address layout (its segments) and function symbols (maybe from a
+    separate debug file); shared by every process that maps the file."""
+
+    def __init__(self, image: ElfImage, table: SymbolTable | None, source: str) -> None:
+        self.image = image
+        self.table = table
+        self.source = source  # "symtab", "debug-file", "minidebuginfo", "dynsym" or "none"
+        self._names: dict[int, str] = {}
+        self._cpp: set[int] = set()  # symbols whose names were C++ manglings
+
+    def lookup(self, offsets: np.ndarray) -> np.ndarray:
+        """Symbol index for each file offset, -1 where no symbol covers it."""
+        if self.table is None:
+            return np.full(offsets.shape, -1, dtype=np.int64)
+        vaddrs, ok = self.image.offsets_to_vaddrs(offsets)
+        found = self.table.lookup(vaddrs)
+        return np.where(ok, found, -1)
+
+    def names(self, indices: list[int], demangle: Demangler) -> list[str]:
+        """Demangled names of symbols ``indices``."""
+        assert self.table is not None
+        todo = [i for i in indices if i not in self._names]
+        if todo:
+            raw = [self.table.name(i) for i in todo]
+            for i, r, name in zip(todo, raw, demangle.many(raw), strict=True):
+                self._names[i] = name
+                if name != r:
+                    self._cpp.add(i)
+        return [self._names[i] for i in indices]
+
+    def mangled(self, i: int) -> bool:
+        """Whether symbol ``i`` (named by :meth:`names`) had a C++ mangled name."""
+        return i in self._cpp
+
+
+class SymbolResolver:
+    """Caches shared by all processes: ELF files, kernel symbols, demangled names."""
+
+    def __init__(
+        self,
+        debug_dirs: Sequence[str] = debuginfo.DEBUG_DIRS,
+        perf_map_dir: str = "/tmp",
+        kallsyms_path: str = "/proc/kallsyms",
+        proc: str = "/proc",
+    ) -> None:
+        self.debug_dirs = tuple(debug_dirs)
+        self.perf_map_dir = perf_map_dir
+        self.kallsyms_path = kallsyms_path
+        self.proc = proc
+        self.demangle = Demangler()
+        self.kind_of = KindGuesser()
+        self._by_file: dict[tuple[int, int, int, int], ModuleSymbols | None] = {}
+        self._by_build_id: dict[bytes, ModuleSymbols] = {}
+        self._vdso: dict[bytes, ModuleSymbols | None] = {}
+        self._kernel: KernelSymbols | None = None
+
+    def process(self, pid: int, maps_text: str | None = None) -> ProcessSymbols:
+        """Symbols of process ``pid``, with its mappings from ``maps_text`` (a snapshot of
+        ``/proc/PID/maps``) or read now; a process that is gone has no mappings."""
+        if maps_text is None:
+            try:
+                with open(
+                    f"{self.proc}/{pid}/maps", encoding="utf-8", errors="surrogateescape"
+                ) as f:
+                    maps_text = f.read()
+            except OSError:
+                maps_text = ""
+        return ProcessSymbols(self, pid, Maps.parse(maps_text))
+
+    def kernel(self) -> KernelSymbols:
+        if self._kernel is None:
+            self._kernel = KernelSymbols(KernelSymbolTable.read(self.kallsyms_path))
+        return self._kernel
+
+    # -- ELF files -------------------------------------------------------------------------
+
+    def module(
+        self, path: str, target_path: str = "", roots: Sequence[str] = ("",)
+    ) -> ModuleSymbols | None:
+        """Symbols of the file at ``path`` (here); ``target_path`` is its path as the target
+        process sees it and ``roots`` the prefixes under which to look for its debug file.
+        None if it cannot be read as ELF."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        if key in self._by_file:
+            return self._by_file[key]
+        try:
+            mod = self._load(path, target_path or path, roots)
+        # A parser of arbitrary files must never take the collector down: whatever goes
+        # wrong, the file's addresses fall back to module+offset.
+        except Exception:
+            mod = None
+        self._by_file[key] = mod
+        return mod
+
+    def _load(self, path: str, target_path: str, roots: Sequence[str]) -> ModuleSymbols | None:
+        try:
+            image, _ = open_image(path)
+        except (OSError, ElfError, ValueError):
+            return None
+        build_id = image.build_id()
+        if build_id and build_id in self._by_build_id:
+            return self._by_build_id[build_id]
+        mod = self._symbols_of(image, target_path, roots)
+        if build_id:
+            self._by_build_id[build_id] = mod
+        return mod
+
+    def _symbols_of(self, image: ElfImage, target_path: str, roots: Sequence[str]) -> ModuleSymbols:
+        table = function_symbols(image, SHT_SYMTAB)
+        if table is not None:
+            return ModuleSymbols(image, table, "symtab")
+        debug = debuginfo.find_debug_image(image, target_path, roots, self.debug_dirs)
+        if debug is not None:
+            table = function_symbols(debug, SHT_SYMTAB)
+            if table is not None:
+                return ModuleSymbols(image, table, "debug-file")
+        mini = debuginfo.mini_debuginfo(image)
+        if mini is not None:
+            table = function_symbols(mini, SHT_SYMTAB)
+            if table is not None:
+                return ModuleSymbols(image, table, "minidebuginfo")
+        table = function_symbols(image, SHT_DYNSYM)
+        return ModuleSymbols(image, table, "dynsym" if table is not None else "none")
+
+    def vdso(self, pid: int, mapping: Mapping) -> ModuleSymbols | None:
+        """The vDSO, read from the target's memory (else from this process: same kernel)."""
+        data = _read_memory(f"{self.proc}/{pid}/mem", mapping.start, mapping.end - mapping.start)
+        if data is None:
+            data = _own_vdso(self.proc)
+        if data is None:
+            return None
+        if data not in self._vdso:
+            try:
+                image = ElfImage(data, VDSO)
+                self._vdso[data] = ModuleSymbols(
+                    image, function_symbols(image, SHT_DYNSYM), "dynsym"
+                )
+            except Exception:
+                self._vdso[data] = None
+        return self._vdso[data]
+
+    def runtime_module(self, module: str) -> bool:
+        return bool(_RUNTIME_LIB.match(os.path.basename(module)))
+
+
+def _read_memory(mem_path: str, start: int, size: int) -> bytes | None:
+    try:
+        with open(mem_path, "rb", buffering=0) as f:
+            f.seek(start)
+            data = f.read(size)
+    except (OSError, OverflowError, ValueError):
+        return None
+    return data if len(data) == size else None
+
+
+def _own_vdso(proc: str) -> bytes | None:
+    try:
+        with open(f"{proc}/self/maps", encoding="utf-8") as f:
+            for m in Maps.parse(f.read()).mappings:
+                if m.path == VDSO:
+                    return _read_memory(f"{proc}/self/mem", m.start, m.end - m.start)
+    except OSError:
+        pass
+    return None
+
+
+class ProcessSymbols:
+    """Address -> :class:`Symbol` for one process; see the module docstring."""
+
+    def __init__(self, resolver: SymbolResolver, pid: int, maps: Maps) -> None:
+        self.resolver = resolver
+        self.pid = pid
+        self.maps = maps
+        self.root = f"{resolver.proc}/{pid}/root"
+        self._modules: dict[int, ModuleSymbols | None] = {}
+        self._symbols: dict[tuple[str, int], Symbol] = {}
+        self._perf_map: PerfMap | None = None
+        self._perf_map_state: tuple[str, int, int] | None = None
+
+    def symbolize(self, addrs: Sequence[int] | np.ndarray) -> list[Symbol]:
+        """One :class:`Symbol` per address, in order."""
+        arr = _as_addresses(addrs)
+        if not len(arr):
+            return []
+        uniq, inverse = unique_inverse(arr)
+        found: list[Symbol] = [UNKNOWN] * len(uniq)
+        which = self.maps.find(uniq)
+        order = np.argsort(which, kind="stable")
+        groups, first = np.unique(which[order], return_index=True)
+        bounds = [*first.tolist(), len(order)]
+        for g, m in enumerate(groups.tolist()):
+            sel = order[bounds[g] : bounds[g + 1]]
+            try:
+                self._resolve_group(m, uniq[sel], sel, found)
+            except Exception:
+                continue
+        return [found[i] for i in inverse.ravel().tolist()]
+
+    def _resolve_group(
+        self, m: int, addrs: np.ndarray, slots: np.ndarray, found: list[Symbol]
+    ) -> None:
+        if m < 0:
+            self._name_jit(addrs, slots, found)
+            return
+        mapping = self.maps[m]
+        mod = self._module(m, mapping)
+        offsets = addrs - np.uint64(mapping.start) + np.uint64(mapping.offset)
+        if mod is None:
+            # Anonymous memory, or a file not readable as ELF (memfd JIT code, a vanished
+            # file): module+offset, unless a perf map names the code.
+            self._fallback(mapping, addrs, offsets, slots, found)
+            self._name_jit(addrs, slots, found)
+            return
+        idx = mod.lookup(offsets)
+        module = mapping.path
+        runtime = self.resolver.runtime_module(module)
+        hit = idx >= 0
+        if hit.any():
+            uniq, pos = unique_inverse(idx[hit])
+            syms = self._symbols_of(mod, module, uniq.tolist(), runtime)
+            for slot, p in zip(slots[hit].tolist(), pos.tolist(), strict=True):
+                found[slot] = syms[p]
+        miss = ~hit
+        for slot, off, addr in zip(
+            slots[miss].tolist(), offsets[miss].tolist(), addrs[miss].tolist(), strict=True
+        ):
+            found[slot] = self._fallback_one(mapping, addr, off, runtime)
+
+    def _symbols_of(
+        self, mod: ModuleSymbols, module: str, indices: list[int], runtime: bool
+    ) -> list[Symbol]:
+        todo = [i for i in indices if (module, i) not in self._symbols]
+        if todo:
+            names = mod.names(todo, self.resolver.demangle)
+            for i, name in zip(todo, names, strict=True):
+                self._symbols[(module, i)] = Symbol(name, module, self._kind(name, mod, i, runtime))
+        return [self._symbols[(module, i)] for i in indices]
+
+    def _kind(self, name: str, mod: ModuleSymbols, i: int, runtime: bool) -> FrameKind:
+        if runtime:
+            return FrameKind.RUNTIME
+        # A name that demangled is C++; the name rules (slow on long template names) are
+        # for the rest: C, Python's C API, JIT stubs.
+        if mod.mangled(i):
+            return FrameKind.CPP
+        return self.resolver.kind_of(name)
+
+    def _module(self, m: int, mapping: Mapping) -> ModuleSymbols | None:
+        if m in self._modules:
+            return self._modules[m]
+        mod = None
+        if mapping.path == VDSO:
+            mod = self.resolver.vdso(self.pid, mapping)
+        elif mapping.is_file:
+            mod = self._file_module(mapping)
+        self._modules[m] = mod
+        return mod
+
+    def _file_module(self, mapping: Mapping) -> ModuleSymbols | None:
+        """Open the mapped file as the process sees it.
+
+        The path through ``/proc/PID/root`` is the container's own file; it is trusted when its
+        inode is the mapped one. ``map_files`` is the mapped file itself, even if deleted or
+        replaced since. Last, the host's path, and (overlayfs reports other inode numbers in
+        maps than stat does) any path that exists, unless the mapping is marked deleted.
+        """
+        rooted = self.root + mapping.path
+        mapped = f"{self.resolver.proc}/{self.pid}/map_files/{mapping.start:x}-{mapping.end:x}"
+        roots = (self.root, "") if os.path.isdir(self.root) else ("",)
+        plain = [] if mapping.deleted else [rooted, mapping.path]
+        for path in plain[:1]:
+            if _inode(path) == mapping.inode:
+                return self.resolver.module(path, mapping.path, roots)
+        if _inode(mapped) is not None:
+            return self.resolver.module(mapped, mapping.path, roots)
+        for path in plain[1:]:
+            if _inode(path) == mapping.inode:
+                return self.resolver.module(path, mapping.path, roots)
+        for path in plain:
+            if _inode(path) is not None:
+                return self.resolver.module(path, mapping.path, roots)
+        return None
+
+    def _fallback_one(self, mapping: Mapping, addr: int, offset: int, runtime: bool) -> Symbol:
+        if mapping.is_file:
+            name = f"{os.path.basename(mapping.path)}+0x{offset:x}"
+            kind = FrameKind.RUNTIME if runtime else FrameKind.NATIVE
+            return Symbol(name, mapping.path, kind)
+        label = mapping.path or "[anon]"
+        return Symbol(f"{label}+0x{addr - mapping.start:x}", mapping.path, FrameKind.NATIVE)
+
+    def _fallback(
+        self,
+        mapping: Mapping,
+        addrs: np.ndarray,
+        offsets: np.ndarray,
+        slots: np.ndarray,
+        found: list[Symbol],
+    ) -> None:
+        runtime = mapping.is_file and self.resolver.runtime_module(mapping.path)
+        for slot, off, addr in zip(slots.tolist(), offsets.tolist(), addrs.tolist(), strict=True):
+            found[slot] = self._fallback_one(mapping, addr, off, runtime)
+
+    # -- JIT code ----------------------------------------------------------------------------
+
+    def _name_jit(self, addrs: np.ndarray, slots: np.ndarray, found: list[Symbol]) -> None:
+        """Name addresses that a perf map covers (JIT code lives in anonymous memory)."""
+        pm, path = self._perf_map_now()
+        if not pm:
+            return
+        for slot, addr in zip(slots.tolist(), addrs.tolist(), strict=True):
+            jit = pm.lookup(addr)
+            if jit is not None:
+                found[slot] = Symbol(clean_name(jit.name), path, jit.kind)
+
+    def _perf_map_now(self) -> tuple[PerfMap | None, str]:
+        """The process's perf map, read again whenever the runtime has written to it."""
+        for here, theirs in self._perf_map_paths():
+            try:
+                st = os.stat(here)
+            except OSError:
+                continue
+            state = (here, st.st_size, st.st_mtime_ns)
+            if state != self._perf_map_state:
+                self._perf_map = PerfMap.read(here)
+                self._perf_map_state = state
+            return self._perf_map, theirs
+        return None, ""
+
+    def _perf_map_paths(self) -> list[tuple[str, str]]:
+        """``(path here, path as the target sees it)``: inside the target's root with its own
+        (namespaced) pid first, then the host's ``/tmp/perf-PID.map``."""
+        out = []
+        nspid = _namespace_pid(f"{self.resolver.proc}/{self.pid}/status")
+        if nspid is not None:
+            theirs = os.path.join("/tmp", f"perf-{nspid}.map")
+            out.append((self.root + theirs, theirs))
+        mine = os.path.join(self.resolver.perf_map_dir, f"perf-{self.pid}.map")
+        out.append((mine, mine))
+        return out
+
+
+def _inode(path: str) -> int | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino if st.st_mode & 0o170000 == 0o100000 else None
+
+
+def _namespace_pid(status_path: str) -> int | None:
+    try:
+        with open(status_path, encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+class KernelSymbols:
+    """Kernel addresses -> :class:`Symbol` (``module`` ``[kernel]``, kind KERNEL)."""
+
+    def __init__(self, table: KernelSymbolTable) -> None:
+        self.table = table
+        self._symbols: dict[int, Symbol] = {}
+        self._unknown = Symbol(UNKNOWN_NAME, KERNEL_MODULE, FrameKind.KERNEL)
+
+    def symbolize(self, addrs: Sequence[int] | np.ndarray) -> list[Symbol]:
+        arr = _as_addresses(addrs)
+        if not len(arr):
+            return []
+        uniq, inverse = unique_inverse(arr)
+        out = []
+        for i in self.table.lookup(uniq).tolist():
+            if i < 0:
+                out.append(self._unknown)
+                continue
+            sym = self._symbols.get(i)
+            if sym is None:
+                sym = self._symbols[i] = Symbol(self.table.name(i), KERNEL_MODULE, FrameKind.KERNEL)
+            out.append(sym)
+        return [out[i] for i in inverse.ravel().tolist()]
