@@ -12,7 +12,7 @@ import pytest
 
 from aiflame.model import CallTree, FrameKind, ProfileBuilder, SampleType
 from aiflame.render import flamedata
-from aiflame.render.html import extract_data, render_html, script_json
+from aiflame.render.html import SCRIPTS, extract_data, render_html, script_json
 from aiflame.sources import folded
 from aiflame.sources.inputs import Input
 
@@ -149,8 +149,8 @@ def test_hostile_names_cannot_break_out_of_the_page():
     b = ProfileBuilder()
     b.add(b.stack([b.frame(evil), b.frame("x\u2028y")]), 1)
     page = render_html(b.build(), title=evil, subtitle="<b>bold</b>")
-    # Only our own tags: the header, the data and the inlined scripts.
-    assert page.count("<script") == 2 + 5
+    # Only our own tags: the header, the data, the memory data and the inlined scripts.
+    assert page.count("<script") == 3 + len(SCRIPTS)
     assert "<img" not in page
     assert "&lt;/script&gt;&lt;script&gt;alert(1)" in page  # title, escaped
     assert "&lt;b&gt;bold&lt;/b&gt;" in page

@@ -39,6 +39,8 @@ class Packed:
 
     header: dict[str, object]
     payload: bytes
+    # The page node of each tree node (= stack id of the profile), -1 where it was dropped.
+    page_node: np.ndarray | None = None
 
 
 # -- tree ordering --------------------------------------------------------------------------
@@ -197,9 +199,17 @@ class _Sections:
 # -- the tree and its tables ----------------------------------------------------------------
 
 
-def _kept_nodes(tree: CallTree) -> np.ndarray:
-    """Nodes with a value in some sample type, plus (for negative values) their ancestors."""
+def _kept_nodes(tree: CallTree, also: np.ndarray | None = None) -> np.ndarray:
+    """Nodes with a value in some sample type, plus (for negative values) their ancestors,
+    plus the nodes ``also`` and their ancestors."""
     keep = np.any(tree.total_value != 0, axis=1)
+    if also is not None and len(also):
+        cur = np.unique(also[(also >= 0) & (also < len(keep))])
+        while len(cur):
+            cur = cur[~keep[cur]]
+            keep[cur] = True
+            cur = tree.parent[cur]
+            cur = cur[cur >= 0]
     if np.any(tree.self_value < 0):
         order, bounds = level_order(tree.depth)
         for d in range(len(bounds) - 2, 0, -1):
@@ -255,10 +265,12 @@ def pack(
     metric: int = 0,
     inverted: bool = False,
     extra: dict[str, object] | None = None,
+    keep: np.ndarray | None = None,
 ) -> Packed:
-    """The page data of ``profile``; ``metric`` is the column shown first."""
+    """The page data of ``profile``; ``metric`` is the column shown first; the stacks
+    ``keep`` stay in the page even with no value (the page may give them one later)."""
     tree = CallTree.from_profile(profile)
-    kept = _kept_nodes(tree)
+    kept = _kept_nodes(tree, keep)
     n_real = len(kept)
     if n_real == len(tree):  # the usual case: every node has a value; no copies
         parent, frame_old, depth = tree.parent, tree.frame, tree.depth
@@ -321,7 +333,9 @@ def pack(
     if extra:
         header.update(extra)
     payload = zlib.compress(b"".join(sections.parts), ZLIB_LEVEL)
-    return Packed(header, payload)
+    page_node = np.full(len(tree), -1, dtype=np.int64)
+    page_node[source_node] = np.arange(1, n_real + 1)
+    return Packed(header, payload, page_node)
 
 
 # -- reading back (tests and tools) ---------------------------------------------------------

@@ -17,10 +17,13 @@ from importlib import resources
 from aiflame import __version__
 from aiflame.model import Profile
 from aiflame.render.flamedata import pack
+from aiflame.render.memtimeline import memory_stacks, pack_memory
 
 # Load order matters: app.js starts the page and uses everything defined before it;
 # fragment.js (deep links) waits for it.
 SCRIPTS = ("decode.js", "tree.js", "format.js", "flameview.js", "app.js", "fragment.js")
+# The memory chart (memchart.js) waits for app.js too; without memory data it does nothing.
+SCRIPTS = (*SCRIPTS, "memchart.js")
 
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 
@@ -93,7 +96,12 @@ def render_html(
         metric=int(column),  # type: ignore[call-overload]
         inverted=inverted,
         extra={"diff": diff, "source": str(profile.meta.get("source", ""))},
+        keep=memory_stacks(profile),
     )
+    # A memory profile's chart over time (memchart.js): its own header and sections.
+    memory = pack_memory(profile, packed)
+    if memory is not None:
+        packed.header["memory"] = memory[0]
     values = {
         "title": html.escape(title),
         "subtitle": html.escape(subtitle),
@@ -101,6 +109,7 @@ def render_html(
         "css": _asset("style.css"),
         "header": script_json(packed.header),
         "data": base64.b64encode(packed.payload).decode("ascii"),
+        "memory": base64.b64encode(memory[1]).decode("ascii") if memory else "",
         "scripts": "\n".join(_inline_script(_asset(name)) for name in SCRIPTS),
     }
     # One pass, so text inserted for one placeholder is never scanned for another.

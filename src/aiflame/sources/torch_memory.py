@@ -175,12 +175,14 @@ def build_profile(
     devices = sorted({int(s.get("device", 0)) for s in segments} | set(range(len(traces))))
     free_ns: list[int] = []
     replays: dict[int, Replay] = {}
+    first_sample: dict[int, int] = {}  # each device's first allocation sample
     totals = dict.fromkeys(
         ("allocated_bytes", "allocations", "reserved_bytes", "fragmentation_bytes"), 0
     )
     for d in devices:
         segs = [s for s in segments if int(s.get("device", 0)) == d]
         r = replays[d] = replay(traces[d] if d < len(traces) else [], segs)
+        first_sample[d] = len(builder)
         end_ns = _add_allocations(builder, namer, r, d, free_ns)
         reserved, frag = _add_reserved(builder, namer, r, segs, d, end_ns, free_ns)
         traced = r.origin == FROM_TRACE
@@ -189,7 +191,7 @@ def build_profile(
         totals["reserved_bytes"] += reserved
         totals["fragmentation_bytes"] += frag
     namer.finish()
-    builder.meta.update(_meta(replays, totals))
+    builder.meta.update(_meta(replays, totals, first_sample))
     builder.meta["free_time_ns"] = free_ns
     return builder.build()
 
@@ -297,7 +299,9 @@ def _add_reserved(
     return reserved, unallocated
 
 
-def _meta(replays: dict[int, Replay], totals: dict[str, int]) -> dict[str, object]:
+def _meta(
+    replays: dict[int, Replay], totals: dict[str, int], first_sample: dict[int, int]
+) -> dict[str, object]:
     main = max(replays, key=lambda d: replays[d].peak_bytes) if replays else 0
     r = replays.get(main, Replay())
     meta: dict[str, object] = {"default_type": PEAK, "peak_device": main, "legend": LEGEND}
@@ -317,6 +321,7 @@ def _meta(replays: dict[int, Replay], totals: dict[str, int]) -> dict[str, objec
             "reserved_bytes": r.reserved[keep].tolist(),
             "peak_index": int(np.searchsorted(keep, r.peak_point)),
             "points": n,
+            "blocks": _timeline_blocks(r, keep, first_sample.get(main, 0)),
         }
         if r.has_time:
             meta["time_range_ns"] = (t0 * 1000, int(r.time_us[-1]) * 1000)
@@ -337,6 +342,24 @@ def _meta(replays: dict[int, Replay], totals: dict[str, int]) -> dict[str, objec
     if ooms:
         meta["info:oom events"] = str(len(ooms))
     return meta
+
+
+def _timeline_blocks(r: Replay, keep: np.ndarray, first: int) -> dict[str, object]:
+    """Each allocation's lifetime in points of the (decimated) timeline, for the page to
+    show what was live when: allocation ``i`` (sample ``first + i``) is live at point ``k``
+    iff ``alloc[i] <= k < free[i]``, and at some moment between points ``j`` and ``k`` iff
+    ``alloc[i] <= k`` and ``free[i] > j``. Both are exact at every kept point (whatever was
+    dropped between two kept points is in the second form), so the page can quantize
+    lifetimes to the points it draws and stay small on long traces."""
+    m = len(keep)
+    alloc = np.where(r.alloc_point >= 0, np.searchsorted(keep, r.alloc_point), 0)
+    free = np.where(r.free_point >= 0, np.searchsorted(keep, r.free_point), m)
+    return {
+        "first_sample": first,
+        "alloc": alloc.tolist(),
+        "free": free.tolist(),
+        "size": r.size.tolist(),
+    }
 
 
 def _fmt_bytes(v: float) -> str:

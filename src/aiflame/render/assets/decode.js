@@ -118,4 +118,10 @@
       strings: readStrings(buf, sec["strings"]),
     };
   };
+
+  // For other sections of the page (memchart.js): the same readers.
+  A.base64Bytes = base64Bytes;
+  A.inflate = inflate;
+  A.readPlanes = readPlanes;
+  A.readVarints = readVarints;
 })((window.aiflame = window.aiflame || {}));
