@@ -128,5 +128,6 @@ def gemm_table(t: TraceData) -> list[GemmRow]:
         mine = idx[lo:hi]
         row = rows.setdefault(shape, GemmRow(shape))
         row.calls += 1
-        row.kernel_us.append(busy_time(t.gpu_ts[mine], t.gpu_dur[mine]) / 1e3)
+        ns = t.gpu_dur[mine[0]] if mine.size == 1 else busy_time(t.gpu_ts[mine], t.gpu_dur[mine])
+        row.kernel_us.append(int(ns) / 1e3)
     return sorted(rows.values(), key=lambda r: -sum(r.kernel_us))

@@ -51,6 +51,12 @@ class TraceData:
     gpu_bytes: np.ndarray | None = None  # bytes a memcpy/memset moved, -1: not recorded
     op_concrete: dict[int, Any] = field(default_factory=dict)  # op -> Concrete Inputs
 
+    def threads(self) -> np.ndarray:
+        """``cpu_thread``, or one thread for all slices when the reader has none."""
+        if self.cpu_thread is not None:
+            return self.cpu_thread
+        return np.zeros(self.cpu_ts.size, dtype=np.int64)
+
     def select_gpu(self, keep: np.ndarray) -> TraceData:
         """The same trace with only the GPU activities where ``keep`` is true."""
         opt = {

@@ -9,6 +9,7 @@ import argparse
 import json
 
 from aiflame.analysis.report import analyze
+from aiflame.cli.analyze_flags import add_efficiency_flags, efficiency_options
 from aiflame.cli.analyze_output import add_source_notes, load_input, write_html_report
 from aiflame.cli.common import write_output
 from aiflame.render.analyze_terminal import render_terminal
@@ -31,11 +32,12 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="write the HTML report (and its flame graph page, NAME.flame.html, beside it)",
     )
     p.add_argument("--top", type=int, default=10, metavar="N", help="rows per table (10)")
+    add_efficiency_flags(p)
 
 
 def run(args: argparse.Namespace) -> int:
     inputs = [load_input(path) for path in args.traces]
-    report = analyze([i.trace for i in inputs], top=max(args.top, 1))
+    report = analyze([i.trace for i in inputs], options=efficiency_options(args))
     for i, r in zip(inputs, report["ranks"], strict=True):
         add_source_notes(i, r)
     if args.output:

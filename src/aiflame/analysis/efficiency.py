@@ -1,0 +1,192 @@
+"""Achieved FLOP/s and bytes/s per operator shape and per kernel, MFU and % of roofline.
+
+Each GPU activity is charged to the outermost modelled operator (:mod:`opmodels`) enclosing
+its launch, so a convolution's layout transposes and bias add count as its time, as in
+TraceLens. The kernel time of one call is the busy time of the activity charged to it.
+
+- ``tflops_per_s`` (``tb_per_s``) of a shape: the mean over its calls of FLOPs (bytes) /
+  kernel time (TraceLens' ``TFLOPS/s_mean``).
+- ``pct_of_peak``: that rate over the device's peak for the call's precision.
+- roofline: the attainable rate at the shape's arithmetic intensity I (FLOPs per byte) is
+  ``min(peak, I * bandwidth)``; ``pct_of_roofline`` is the achieved rate over it, ``bound``
+  says which side of the ridge the shape is on.
+- ``mfu``: the modelled FLOPs, each precision at its own peak, as a share of what the device
+  could do over the whole GPU timeline: ``sum(flops_p / peak_p) / total``; ``mfu_busy`` the
+  same over the busy time only. Unmodelled work (elementwise, norms, backward ops) counts
+  as time but not as FLOPs, so MFU is a lower bound.
+- per kernel: a call's FLOPs and bytes are credited to its longest kernel.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from aiflame.analysis.calls import name_mask
+from aiflame.analysis.devices import DeviceSpec
+from aiflame.analysis.opmodels import MODELLED, OpCost, op_cost
+from aiflame.analysis.trace import TraceData
+from aiflame.transforms.correlate import busy_time
+
+
+def charged_op(t: TraceData) -> np.ndarray:
+    """Per GPU activity: the outermost modelled operator enclosing its launch, or -1."""
+    out = np.full(t.gpu_ts.size, -1, dtype=np.int64)
+    if t.cpu_ts.size == 0:
+        return out
+    modelled = t.cpu_is_op & name_mask(t, lambda n: n in MODELLED)[t.cpu_name]
+    cur = t.gpu_launch.copy()
+    todo = cur >= 0
+    while np.any(todo):
+        c = np.maximum(cur, 0)
+        hit = todo & modelled[c]
+        out[hit] = cur[hit]
+        cur = np.where(todo, t.cpu_parent[c], -1)
+        todo &= cur >= 0
+    return out
+
+
+def modelled_calls(t: TraceData) -> list[tuple[int, OpCost, int, int]]:
+    """(op slice, cost, kernel time ns, longest activity) of each modelled call with GPU work."""
+    op = charged_op(t)
+    idx = np.nonzero(op >= 0)[0]
+    if idx.size == 0:
+        return []
+    order = np.argsort(op[idx], kind="stable")
+    idx = idx[order]
+    ops = op[idx]
+    starts = np.flatnonzero(np.r_[True, ops[1:] != ops[:-1]])
+    ends = np.r_[starts[1:], ops.size]
+    out = []
+    cache: dict[tuple[int, int], OpCost | None] = {}
+    for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
+        o = int(ops[lo])
+        if o not in t.op_shapes:
+            continue
+        dims, types = t.op_shapes[o]
+        key = (id(dims), int(t.cpu_name[o]))  # shapes are shared objects when equal
+        cost = cache.get(key, False)
+        if cost is False:
+            cost = op_cost(t.names[key[1]], dims, types, t.op_concrete.get(o))
+            cache[key] = cost
+        if cost is None:
+            continue
+        mine = idx[lo:hi]
+        ns = int(t.gpu_dur[mine[0]]) if hi - lo == 1 else busy_time(t.gpu_ts[mine], t.gpu_dur[mine])
+        out.append((o, cost, ns, int(mine[np.argmax(t.gpu_dur[mine])])))
+    return out
+
+
+def _roofline(
+    flops: int, moved: int | None, rate: float | None, peak: float | None, bw: float | None
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"peak_tflops": peak, "pct_of_peak": None,
+                           "attainable_tflops_per_s": None, "pct_of_roofline": None,
+                           "bound": None}  # fmt: skip
+    if peak and rate is not None:
+        out["pct_of_peak"] = rate / peak
+    if peak and bw and moved:
+        intensity = flops / moved
+        attainable = min(peak, intensity * bw)
+        out["attainable_tflops_per_s"] = attainable
+        out["bound"] = "memory" if intensity * bw < peak else "compute"
+        if rate is not None:
+            out["pct_of_roofline"] = rate / attainable
+    return out
+
+
+def _shape_rows(calls: list, spec: DeviceSpec | None) -> list[dict[str, Any]]:
+    groups: dict[OpCost, list[int]] = {}
+    for _, cost, ns, _ in calls:
+        groups.setdefault(cost, []).append(ns)
+    rows = []
+    for cost, times in groups.items():
+        ns = np.asarray(times, dtype=np.float64)
+        pos = ns[ns > 0]
+        rate = float(np.mean(cost.flops / (pos * 1e3))) if pos.size else None
+        tbs = float(np.mean(cost.bytes / (pos * 1e3))) if pos.size and cost.bytes else None
+        peak = spec.peak(cost.precision) if spec else None
+        bw = spec.tb_per_s if spec else None
+        rows.append(
+            {
+                "family": cost.family, "op": cost.op,
+                "params": {k: list(v) if isinstance(v, tuple) else v for k, v in cost.params},
+                "dtype": cost.dtype, "precision": cost.precision, "calls": len(times),
+                "flops": cost.flops, "bytes": cost.bytes,
+                "flops_per_byte": cost.flops / cost.bytes if cost.bytes else None,
+                "kernel_time_us": {"sum": float(ns.sum()) / 1e3, "mean": float(ns.mean()) / 1e3},
+                "tflops_per_s": rate, "tb_per_s": tbs,
+                **_roofline(cost.flops, cost.bytes, rate, peak, bw),
+            }
+        )  # fmt: skip
+    rows.sort(key=lambda r: -r["kernel_time_us"]["sum"])
+    return rows
+
+
+def _kernel_rows(t: TraceData, calls: list) -> list[dict[str, Any]]:
+    acc: dict[int, list[float]] = {}
+    for _, cost, _, j in calls:
+        e = acc.setdefault(int(t.gpu_name[j]), [0.0, 0.0, 0.0, 0, 0])
+        e[0] += cost.flops
+        e[1] += cost.bytes or 0
+        e[2] += float(t.gpu_dur[j])
+        e[3] += 1
+        e[4] += 0 if cost.bytes else 1
+    rows = []
+    for name, (flops, moved, ns, n, unknown) in acc.items():
+        rows.append(
+            {
+                "name": t.names[name], "launches": int(n), "flops": flops,
+                "bytes": None if unknown else moved, "time_us": ns / 1e3,
+                "tflops_per_s": flops / (ns * 1e3) if ns else None,
+                "tb_per_s": moved / (ns * 1e3) if ns and not unknown else None,
+            }
+        )  # fmt: skip
+    rows.sort(key=lambda r: -r["time_us"])
+    return rows
+
+
+def efficiency(
+    t: TraceData, spec: DeviceSpec | None, total_ns: int, busy_ns: int, top: int = 20
+) -> dict[str, Any]:
+    """Per shape and per kernel rates, totals by precision and MFU (None without a spec)."""
+    calls = modelled_calls(t)
+    flops_by: dict[str | None, list[float]] = {}
+    for _, cost, ns, _ in calls:
+        e = flops_by.setdefault(cost.precision, [0.0, 0.0])
+        e[0] += cost.flops
+        e[1] += ns
+    by_precision = {}
+    at_peak = 0.0  # seconds the modelled FLOPs would take at peak
+    unpriced = 0.0
+    for p, (flops, ns) in flops_by.items():
+        peak = spec.peak(p) if spec else None
+        rate = flops / (ns * 1e3) if ns else None
+        by_precision[str(p)] = {
+            "flops": flops, "kernel_time_us": ns / 1e3, "tflops_per_s": rate,
+            "peak_tflops": peak, "pct_of_peak": rate / peak if rate is not None and peak else None,
+        }  # fmt: skip
+        if peak:
+            at_peak += flops / (peak * 1e12)
+        else:
+            unpriced += flops
+    modelled_ns = sum(ns for _, _, ns, _ in calls)
+    total_flops = sum(c.flops for _, c, _, _ in calls)
+    priced = spec is not None and calls and unpriced < total_flops
+    return {
+        "device": spec.to_json() if spec else None,
+        "modelled": {
+            "calls": len(calls),
+            "flops": total_flops,
+            "kernel_time_us": modelled_ns / 1e3,
+            "share_of_busy": modelled_ns / busy_ns if busy_ns else None,
+            "flops_without_peak": unpriced,
+        },
+        "achieved_tflops_per_s": total_flops / (modelled_ns * 1e3) if modelled_ns else None,
+        "mfu": at_peak / (total_ns / 1e9) if priced and total_ns else None,
+        "mfu_busy": at_peak / (busy_ns / 1e9) if priced and busy_ns else None,
+        "by_precision": by_precision,
+        "ops": _shape_rows(calls, spec)[:top],
+        "kernels": _kernel_rows(t, calls)[:top],
+    }
