@@ -2,75 +2,39 @@
 
     python benchmarks/bench_memory.py [--scale 100] [--repeat 3] [--no-browser]
 
-Inputs (in bench-data/memory/, git-ignored, built once): the real snapshot of
-tests/data/memory/ as a plain pickle, and a snapshot ``--scale`` times larger made by
-replicating its allocator trace (each copy shifted in time by the trace's span, with its own
-frame lists as a longer recording would have; segments and blocks unchanged, so every copy
-replays like the original). Both tools run as whole commands in fresh processes, side by
-side: wall-clock medians, CPU seconds (user + sys) and the peak RSS of the process; then
-the size of each page and, unless ``--no-browser``, the time headless Chromium takes to open
-aiflame's page until its flame graph is drawn (``aiflame.ready``). PyTorch's page cannot be
-opened offline (it imports MemoryViz.js and d3 from CDNs), so only its size is reported.
+Inputs (in bench-data/memory/, git-ignored, built once by gen_big_snapshot.py): the real
+snapshot of tests/data/memory/ as a plain pickle, and a snapshot ``--scale`` times larger
+made by replicating its allocator trace (each copy shifted in time by the trace's span and
+in address, with its own frame lists as a longer recording would have; segments and blocks
+unchanged, so every copy replays like the original). Both tools run as whole commands in
+fresh processes, side by side: wall-clock medians, CPU seconds (user + sys) and the peak RSS
+of the process; then the size of each page and, unless ``--no-browser``, each page opened in
+headless Chromium with every http(s) request blocked: the time to the load event and the JS
+heap then, and for aiflame's page the time until its flame graph and memory chart are drawn
+and the time one selection on the chart takes (an instant and a range: recompute what was
+live, rebuild and redraw the flame graph). PyTorch's page cannot draw offline (it imports
+MemoryViz.js and d3 from CDNs), so for it only loading the page (parsing the embedded
+pickle) is measured.
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
 import os
-import pickle
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-SNAPSHOT = ROOT / "tests" / "data" / "memory" / "medium_128_inference_memory_snapshot.pickle.gz"
-BENCH = ROOT / "bench-data" / "memory"
-
-
-def real_snapshot() -> Path:
-    out = BENCH / "medium_128.pickle"
-    if not out.exists():
-        BENCH.mkdir(parents=True, exist_ok=True)
-        out.write_bytes(gzip.decompress(SNAPSHOT.read_bytes()))
-    return out
-
-
-def scaled_snapshot(scale: int) -> Path:
-    out = BENCH / f"medium_128_x{scale}.pickle"
-    if out.exists():
-        return out
-    from aiflame.sources.torch_memory import PlainDataUnpickler
-
-    with open(real_snapshot(), "rb") as f:
-        data = PlainDataUnpickler(f).load()
-    trace = data["device_traces"][0]
-    span = trace[-1]["time_us"] - trace[0]["time_us"] + 1
-    events = []
-    for k in range(scale):
-        lists: dict[int, list] = {}  # events that shared a frame list share its copy
-        for e in trace:
-            c = dict(e, time_us=e["time_us"] + k * span)
-            key = id(e["frames"])
-            if key not in lists:
-                lists[key] = list(e["frames"])
-            c["frames"] = lists[key]
-            events.append(c)
-    data["device_traces"][0] = events
-    tmp = out.with_suffix(".partial")
-    with open(tmp, "wb") as f:
-        pickle.dump(data, f, protocol=4)
-    tmp.rename(out)
-    return out
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gen_big_snapshot import BENCH, big_snapshot, real_snapshot
 
 BUILD = f"""
 import sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
-from bench_memory import scaled_snapshot
-scaled_snapshot(int(sys.argv[1]))
+from gen_big_snapshot import big_snapshot
+big_snapshot(int(sys.argv[1]))
 """
 
 
@@ -115,31 +79,64 @@ def stages(snapshot: Path) -> list[tuple[str, float]]:
     return out
 
 
-def open_in_chromium(page: Path) -> float:
-    """Seconds from navigation until the page says its flame graph is drawn."""
+def chromium():  # type: ignore[no-untyped-def]
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
     options.binary_location = "/usr/bin/chromium"
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                "--disable-background-networking", "--disable-dev-shm-usage"):  # fmt: skip
+                "--disable-background-networking", "--disable-dev-shm-usage",
+                "--window-size=1400,1000"):  # fmt: skip
         options.add_argument(arg)
     drv = webdriver.Chrome(
         service=Service("/usr/bin/chromedriver", log_output=os.devnull), options=options
     )
+    drv.set_script_timeout(300)
+    drv.set_page_load_timeout(600)
+    drv.execute_cdp_cmd("Network.enable", {})
+    drv.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["http://*", "https://*"]})
+    return drv
+
+
+def _browser_mib(drv) -> float:  # type: ignore[no-untyped-def]
+    """Memory of the page's renderer process(es) alone (USS), in MiB (the browser's other
+    processes are the same for any page)."""
+    import psutil
+
+    procs = psutil.Process(drv.service.process.pid).children(recursive=True)
+    renderers = [p for p in procs if "--type=renderer" in " ".join(p.cmdline())]
+    return sum(p.memory_full_info().uss for p in renderers) / 2**20
+
+
+def open_in_chromium(page: Path, ours: bool) -> dict[str, float]:
+    """Seconds to the load event and the browser's memory (MiB) then; for aiflame's page
+    also until the flame graph and the chart are drawn, and the time of a selection on the
+    chart."""
+    drv = chromium()
     try:
-        drv.set_script_timeout(120)
+        out: dict[str, float] = {}
         t0 = time.perf_counter()
-        drv.get(page.resolve().as_uri())
-        state = drv.execute_async_script(
-            "const done = arguments[arguments.length - 1];"
-            "aiflame.ready.then(() => done('ok'), (e) => done(String(e)));"
-        )
-        elapsed = time.perf_counter() - t0
-        if state != "ok":
-            sys.exit(f"{page}: the page failed: {state}")
-        return elapsed
+        drv.get(page.resolve().as_uri())  # returns at the load event
+        out["load"] = time.perf_counter() - t0
+        if ours:
+            state = drv.execute_async_script(
+                "const done = arguments[arguments.length - 1];"
+                "aiflame.memoryReady.then((c) => done(c ? 'ok' : 'no chart'),"
+                " (e) => done(String(e)));"
+            )
+            out["drawn"] = time.perf_counter() - t0
+            if state != "ok":
+                sys.exit(f"{page}: the page failed: {state}")
+            out["instant"], out["range"] = drv.execute_script(
+                "const c = aiflame.memory, m = c.m, t = [];"
+                "for (const [a, b] of [[m >> 2, m >> 2], [m >> 3, m >> 1]]) {"
+                "  const s = performance.now(); c.select(a, b); t.push(performance.now() - s);"
+                "}"
+                "return t;"
+            )
+        out["uss"] = _browser_mib(drv)
+        return out
     finally:
         drv.quit()
 
@@ -158,7 +155,7 @@ def main() -> None:
     py = sys.executable
     # Built in a child too: a fork inherits this process's size into the children's max RSS.
     subprocess.run([py, "-c", BUILD, str(args.scale)], check=True)
-    inputs = [("real", real_snapshot()), (f"x{args.scale}", scaled_snapshot(args.scale))]
+    inputs = [("real", real_snapshot()), (f"x{args.scale}", big_snapshot(args.scale))]
     print(f"load average at start: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
     for name, snap in inputs:
         ours, theirs = BENCH / f"aiflame-{name}.html", BENCH / f"memory_viz-{name}.html"
@@ -177,7 +174,18 @@ def main() -> None:
         sys.stdout.flush()
         subprocess.run([py, __file__, "--stages", str(snap)], check=True)
         if not args.no_browser:
-            print(f"  Chromium: aiflame's page drawn in {open_in_chromium(ours):.2f} s")
+            a_open = open_in_chromium(ours, True)
+            b_open = open_in_chromium(theirs, False)
+            print(
+                f"  Chromium, aiflame: load {a_open['load']:.2f} s, drawn {a_open['drawn']:.2f} s,"
+                f" renderer USS {a_open['uss']:.0f} MiB; a selection: instant"
+                f" {a_open['instant']:.0f} ms, range {a_open['range']:.0f} ms"
+            )
+            print(
+                f"  Chromium, _memory_viz: load {b_open['load']:.2f} s,"
+                f" renderer USS {b_open['uss']:.0f} MiB (draws nothing offline)"
+            )
+        sys.stdout.flush()
     print(f"\nload average at end: {os.getloadavg()[0]:.1f}")
 
 
