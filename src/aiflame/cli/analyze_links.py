@@ -20,7 +20,7 @@ import numpy as np
 
 from aiflame.model import CallTree, FrameKind, Profile, ProfileBuilder, SampleType
 from aiflame.model.stacks import EMPTY_STACK
-from aiflame.render.analyze_format import evidence_stacks
+from aiflame.render.analyze_format import evidence_stacks, is_stack_list
 from aiflame.sources.kineto_names import python_frame
 
 
@@ -40,11 +40,33 @@ def _calls_regex(evidence: dict[str, Any]) -> str | None:
     return None
 
 
+def _ops_regex(evidence: dict[str, Any]) -> str | None:
+    ops = {
+        str(r["op"])
+        for r in evidence.get("top_shapes") or []
+        if isinstance(r, dict) and r.get("op")
+    }
+    return "^(" + "|".join(re.escape(o) for o in sorted(ops)) + ")$" if ops else None
+
+
+_LAUNCHES = r"^(cuda|hip)(Graph)?Launch|^cuLaunch"
+# Kineto names a copy with its memory kinds; nsys' flame graph only with its direction.
+_COPIES = r"^Memcpy|^\[memcpy "
+
 HINTS: dict[str, Hint] = {
     "sync_stalls": Hint("cpu-time", _calls_regex),
-    "launch_bound": Hint("cpu-time", lambda e: r"^(cuda|hip)(Graph)?Launch|^cuLaunch"),
-    # Kineto names the copy's memory kinds; nsys' flame graph only its direction.
+    "launch_bound": Hint("cpu-time", lambda e: _LAUNCHES),
+    "host_wait_dominated": Hint("cpu-time"),
     "pageable_copies": Hint("gpu-time", lambda e: r"Pageable|^\[memcpy HtoD\]$"),
+    "many_small_copies": Hint("gpu-time", lambda e: _COPIES),
+    "below_roofline": Hint("gpu-time", _ops_regex),
+}
+# The same for the stacks in the report's sections (by top-level key).
+SECTION_HINTS: dict[str, Hint] = {
+    "idle": Hint("cpu-time"),
+    "launch": Hint("cpu-time", lambda e: _LAUNCHES),
+    "sync": Hint("cpu-time", lambda e: _calls_regex({"calls": e.get("by_call")})),
+    "memory_traffic": Hint("gpu-time", lambda e: _COPIES),
 }
 
 
@@ -168,6 +190,29 @@ class StackFinder:
         return out[::-1]
 
 
+def _params(hint: Hint, data: dict[str, Any], metrics: set[str]) -> list[tuple[str, str]]:
+    params: list[tuple[str, str]] = []
+    if hint.metric in metrics:
+        params.append(("metric", hint.metric))
+    search = hint.search(data) if hint.search else None
+    if search:
+        params.append(("search", search))
+    return params
+
+
+def _stack_fragments(
+    stacks: list[dict[str, Any]],
+    params: list[tuple[str, str]],
+    finder: StackFinder,
+    root: str | None,
+) -> list[str | None]:
+    out: list[str | None] = []
+    for s in stacks:
+        path = finder.find([str(x) for x in s.get("stack") or []], root)
+        out.append(urlencode(params + [("path", p) for p in path]) if path else None)
+    return out
+
+
 def fragment(
     finding: dict[str, Any],
     finder: StackFinder,
@@ -176,18 +221,34 @@ def fragment(
 ) -> tuple[str | None, list[str | None]]:
     """The URL fragment of a finding and of each of its evidence stacks (None: no link)."""
     evidence = finding.get("evidence") or {}
-    hint = HINTS.get(str(finding.get("rule")), Hint())
-    params: list[tuple[str, str]] = []
-    if hint.metric in metrics:
-        params.append(("metric", hint.metric))
-    search = hint.search(evidence) if hint.search else None
-    if search:
-        params.append(("search", search))
-    per_stack: list[str | None] = []
-    for s in evidence_stacks(evidence):
-        path = finder.find([str(x) for x in s.get("stack") or []], root)
-        per_stack.append(urlencode(params + [("path", p) for p in path]) if path else None)
+    params = _params(HINTS.get(str(finding.get("rule")), Hint()), evidence, metrics)
+    per_stack = _stack_fragments(evidence_stacks(evidence), params, finder, root)
     main = next((f for f in per_stack if f), None)
     if main is None and (params or root):
         main = urlencode(params + ([("path", root)] if root else []))
     return main, per_stack
+
+
+def section_fragments(
+    rank: dict[str, Any], finder: StackFinder, metrics: set[str], root: str | None
+) -> dict[str, list[str | None]]:
+    """Fragments of the stacks in a rank's sections (idle, launch, sync, copies), keyed by
+    their path in the report: ``"idle/top_stacks/host_wait"`` -> one per stack."""
+    out: dict[str, list[str | None]] = {}
+
+    def walk(value: Any, path: list[str], params: list[tuple[str, str]]) -> None:
+        if is_stack_list(value):
+            out["/".join(path)] = _stack_fragments(value, params, finder, root)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, [*path, str(k)], params)
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(v, [*path, str(i)], params)
+
+    for key, value in rank.items():
+        if key in ("findings", "notes", "unavailable") or not isinstance(value, dict | list):
+            continue
+        data = value if isinstance(value, dict) else {}
+        walk(value, [key], _params(SECTION_HINTS.get(key, Hint()), data, metrics))
+    return out

@@ -302,11 +302,7 @@ class _Reader:
         with_bt: int,
         chain_of: dict[tuple[int, int], int],
     ) -> None:
-        notes = self.notes
-        notes.append(
-            "Nsight Systems export: it records no operator input shapes or dtypes, so no "
-            "GEMM/convolution/attention FLOPs, TFLOP/s, MFU or roofline"
-        )
+        notes = self.notes  # (no shapes, hence no FLOPs: the CLI puts that in "unavailable")
         if n_nvtx:
             notes.append(f"ops are the {n_nvtx:,} NVTX ranges (innermost one enclosing a launch)")
         else:

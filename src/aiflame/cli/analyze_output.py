@@ -17,7 +17,7 @@ from typing import Any
 from aiflame.analysis.busy_timeline import busy_timeline
 from aiflame.analysis.trace import TraceData
 from aiflame.cli.analyze_input import from_columns
-from aiflame.cli.analyze_links import StackFinder, combine, fragment
+from aiflame.cli.analyze_links import StackFinder, combine, fragment, section_fragments
 from aiflame.cli.common import write_output
 from aiflame.errors import AiflameError, InputError
 from aiflame.model import Profile
@@ -56,11 +56,30 @@ def load_input(path: str) -> Loaded:
     return Loaded(path, "kineto", trace, profile)
 
 
+# What an nsys export lacks, in place of the analysis' Kineto-minded reasons.
+NSYS_NO_SHAPES = (
+    "an Nsight Systems export records no operator input shapes or dtypes: no FLOPs, "
+    "TFLOP/s, MFU or roofline"
+)
+NSYS_NO_OPS = (
+    "no NVTX ranges in this export, which stand for operators (annotate the code with NVTX, "
+    "e.g. torch.autograd.profiler.emit_nvtx(), and record with --trace=cuda,nvtx)"
+)
+
+
 def add_source_notes(loaded: Loaded, rank: dict[str, Any]) -> None:
     """The input's own notes in its report; for nsys, in place of the Kineto wording."""
     notes = rank.setdefault("notes", [])
     if loaded.format == "nsys":
         notes[:] = [n for n in notes if not n.startswith(_KINETO_NOTES)]
+        why = rank.setdefault("unavailable", {})
+        for key, reason in list(why.items()):
+            if "record_shapes" in reason or "no shapes" in reason:
+                why[key] = NSYS_NO_SHAPES
+            elif "GPU-only trace" in reason:
+                why[key] = NSYS_NO_OPS
+        if not (rank.get("efficiency") or {}).get("ops"):
+            why.setdefault("efficiency", NSYS_NO_SHAPES)
     notes.extend(loaded.notes)
     rank["format"] = loaded.format
 
@@ -99,18 +118,20 @@ def write_html_report(out: str, inputs: list[Loaded], report: dict[str, Any]) ->
     flame = combine([i.profile() for i in inputs], roots)
     finder = StackFinder(flame)
     metrics = {t.name for t in flame.sample_types}
-    links = []
+    links, sections = [], []
     for r, root in zip(report["ranks"], roots, strict=True):
         links.append(
             [dict(zip(("main", "stacks"), fragment(f, finder, metrics, root), strict=True))
              for f in r.get("findings", [])]
         )  # fmt: skip
+        sections.append(section_fragments(r, finder, metrics, root))
     flame_file = flame_path(out)
     title = "aiflame analyze: " + ", ".join(os.path.basename(i.path) for i in inputs)
     page = render_report_html(
         report,
         timelines=[busy_timeline(i.trace) for i in inputs],
         links=links,
+        section_links=sections,
         flame_href=os.path.basename(flame_file),
         title=title,
     )

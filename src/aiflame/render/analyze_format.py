@@ -18,14 +18,21 @@ SEVERITIES = ("high", "medium", "low")
 
 
 _PY_FRAME = re.compile(r"^(?P<file>[^()]+)\((?P<line>\d+)\): (?P<func>.+)$")
+_BUILTIN = re.compile(
+    r"^<built-in (?:method (?P<m>\S+) of \S+ object at 0x[0-9a-f]+|function (?P<f>[^>]+))>$"
+)
 
 
 def short_frame(name: str) -> str:
-    """``path/to/file.py(12): func`` (a profiler Python frame) -> ``func (file.py:12)``."""
+    """A profiler Python frame as a reader knows it: ``path/to/file.py(12): func`` ->
+    ``func (file.py:12)``, ``<built-in method mm of type object at 0x7f..>`` -> ``mm``."""
     m = _PY_FRAME.match(name)
-    if not m:
-        return name
-    return f"{m['func']} ({m['file'].rsplit('/', 1)[-1]}:{m['line']})"
+    if m:
+        return f"{m['func']} ({m['file'].rsplit('/', 1)[-1]}:{m['line']})"
+    m = _BUILTIN.match(name)
+    if m:
+        return m["m"] or m["f"]
+    return name
 
 
 def time_us(us: float | None) -> str:
@@ -54,7 +61,9 @@ def number(value: Any) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     if isinstance(value, float):
-        return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:.3g}"
+        if value.is_integer() and abs(value) < 1e15:
+            return f"{int(value):,}"
+        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
     return str(value)
 
 
@@ -66,16 +75,28 @@ def rank_title(r: dict[str, Any]) -> str:
     return f"{rank} · {named}" if named else rank
 
 
-def value_text(key: str, value: Any) -> str:
-    """An evidence value by its key's convention: ``*_us`` times, ``share*`` fractions."""
+def value_text(key: str, value: Any, outer: str = "") -> str:
+    """An evidence value by its key's convention (or its enclosing key's): ``*_us`` times,
+    ``share*``/``pct*``/``mfu*`` fractions shown as percentages."""
     if value is None:
         return "?"
     if isinstance(value, int | float) and not isinstance(value, bool):
-        if key.endswith("_us"):
-            return time_us(float(value))
-        if key.startswith("share") or key.endswith("_share") or key.endswith("_fraction"):
-            return f"{100 * float(value):.1f}%"
+        for k in (key, outer):
+            if k.endswith("_us"):
+                return time_us(float(value))
+            if k.startswith(("share", "pct", "mfu")) or k.endswith(("_share", "_fraction")):
+                return f"{100 * float(value):.1f}%"
+        if key.endswith("bytes") or outer.endswith("bytes"):
+            return size(value)
     return number(value)
+
+
+def size(n: float) -> str:
+    """Bytes in the binary unit that reads best."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n):,} B"
 
 
 def label(key: str) -> str:
@@ -93,25 +114,41 @@ def is_stack_list(value: Any) -> bool:
     )
 
 
-def evidence_items(evidence: dict[str, Any]) -> Iterator[tuple[str, str]]:
-    """(label, text) for the scalar and small nested evidence; stacks are left out."""
+def evidence_items(
+    evidence: dict[str, Any], skip: tuple[str, ...] = ()
+) -> Iterator[tuple[str, str]]:
+    """(label, text) for the scalar and nested evidence; stacks and lists of rows (shown
+    as tables where there is room) are left out, and so are the keys in ``skip``."""
     for key, value in evidence.items():
-        if is_stack_list(value) or value is None:
+        if is_stack_list(value) or value is None or key in skip:
             continue
         if isinstance(value, dict):
             parts = []
             for name, sub in value.items():
                 if isinstance(sub, dict):
-                    inner = ", ".join(f"{label(k)} {value_text(k, v)}" for k, v in sub.items())
+                    inner = ", ".join(
+                        f"{label(k)} {value_text(k, v, key)}"
+                        for k, v in sub.items()
+                        if not isinstance(v, dict | list)
+                    )
                     parts.append(f"{name} ({inner})")
-                else:
-                    parts.append(f"{name} {value_text(key, sub)}")
-            yield label(key), "; ".join(parts)
+                elif not isinstance(sub, list):
+                    parts.append(f"{label(name)} {value_text(name, sub, key)}")
+            if parts:
+                yield label(key), "; ".join(parts)
         elif isinstance(value, list):
             if all(not isinstance(v, dict | list) for v in value):
                 yield label(key), ", ".join(number(v) for v in value[:8])
         else:
             yield label(key), value_text(key, value)
+
+
+def stack_cost(entry: dict[str, Any]) -> tuple[str, float] | None:
+    """The cost an evidence stack carries (``cost_us``, ``idle_us``, ``blocked_us``...)."""
+    for k, v in entry.items():
+        if k.endswith("_us") and isinstance(v, int | float):
+            return label(k), float(v)
+    return None
 
 
 def evidence_stacks(evidence: dict[str, Any]) -> list[dict[str, Any]]:

@@ -47,20 +47,91 @@ def _first(d: dict[str, Any], keys: tuple[str, ...]) -> float | None:
 
 def _point_name(d: dict[str, Any]) -> str:
     if all(k in d for k in ("op", "M", "N", "K")):
-        return f"{d['op']} {d.get('B', 1)}x{d['M']}x{d['N']}x{d['K']} {d.get('dtype', '')}".strip()
+        return f"{_shape_name(d)} {d.get('dtype', '')}".strip()
     for k in ("name", "op", "kernel"):
         if isinstance(d.get(k), str):
             return d[k]
     return "?"
 
 
+def _shape_name(row: dict[str, Any]) -> str:
+    """``aten::addmm 141x512x512`` for a GEMM row, else the op and its parameters."""
+    p = row.get("params") if isinstance(row.get("params"), dict) else dict(row)
+    if all(k in p for k in ("M", "N", "K")):
+        b = p.get("B", 1)
+        dims = (f"{b}x" if b not in (1, None) else "") + f"{p['M']}x{p['N']}x{p['K']}"
+        return f"{row.get('op', '?')} {dims}"
+    extra = " ".join(
+        f"{k}={'x'.join(map(str, v)) if isinstance(v, list) else v}"
+        for k, v in p.items()
+        if not isinstance(v, bool | dict)
+    )
+    return f"{row.get('op', '?')} {extra}".strip()
+
+
+def _efficiency_points(rank: dict[str, Any]) -> dict[str, Any] | None:
+    """Points and roofs from the analysis' efficiency section (per precision peaks)."""
+    eff = rank.get("efficiency") or {}
+    rows = [r for r in eff.get("ops") or [] if _first(r, _INTENSITY) and _first(r, _RATE)]
+    if not rows:
+        return None
+    dev = eff.get("device") or {}
+    peaks = dev.get("tflops") if isinstance(dev.get("tflops"), dict) else {}
+    points, roofs = [], {}
+    for r in rows:
+        prec = str(r.get("precision") or r.get("dtype") or "")
+        peak = _first(r, ("peak_tflops",)) or _first(peaks, (prec,))
+        if peak:
+            roofs[prec] = peak
+        points.append({
+            "name": _shape_name(r), "ai": _first(r, _INTENSITY), "tflops": _first(r, _RATE),
+            "time_us": (r.get("kernel_time_us") or {}).get("sum"), "precision": prec,
+            "peak": peak, "pct_of_roofline": r.get("pct_of_roofline"), "bound": r.get("bound"),
+        })  # fmt: skip
+    bw = _first(dev, ("tb_per_s",)) if dev else None
+    return {
+        "points": points,
+        "roofs": [
+            {"label": k, "tflops": v} for k, v in sorted(roofs.items(), key=lambda kv: kv[1])
+        ],
+        "peak_tflops": max(roofs.values()) if roofs else None,
+        "peak_tb_per_s": bw,
+        "device": f"{dev.get('name')} ({dev.get('source')})" if dev.get("name") else None,
+        "source": "efficiency",
+    }
+
+
 def roofline_data(rank: dict[str, Any]) -> dict[str, Any]:
     """The points (ops with an arithmetic intensity and an achieved rate) and roofs of a rank.
 
-    Reads whatever the report has: the GEMM rows and any other rows carrying both numbers,
-    and peak compute / bandwidth wherever a key names them. ``missing`` says what cannot
-    be drawn and why.
+    From the efficiency section (modelled GEMM, convolution and attention shapes with the
+    device's peak per precision) when the analysis has one; otherwise from whatever rows
+    carry both numbers (the GEMM table) and peaks wherever a key names them. ``missing``
+    says what cannot be drawn and why.
     """
+    found = _efficiency_points(rank)
+    if found is None:
+        found = _generic_points(rank)
+    why = rank.get("unavailable") or {}
+    missing = []
+    if not found["points"]:
+        missing.append(
+            why.get("efficiency")
+            or "no operator with both FLOPs and bytes: the roofline needs recorded input shapes "
+            "(PyTorch profiler record_shapes=True) of GEMM, convolution or attention ops"
+        )
+    if found["peak_tflops"] is None or found["peak_tb_per_s"] is None:
+        missing.append(
+            why.get("roofline")
+            or why.get("mfu")
+            or "the device's peak compute and memory bandwidth are not in the analysis (no "
+            "deviceProperties or an unknown GPU): points are drawn without roofs"
+        )
+    found["missing"] = missing
+    return found
+
+
+def _generic_points(rank: dict[str, Any]) -> dict[str, Any]:
     points: list[dict[str, Any]] = []
     seen: set[tuple[str, float, float]] = set()
     peak_compute = peak_bw = None
@@ -78,22 +149,13 @@ def roofline_data(rank: dict[str, Any]) -> dict[str, Any]:
         time = d.get("kernel_time_us")
         time_sum = time.get("sum") if isinstance(time, dict) else d.get("time_us")
         points.append({"name": name, "ai": ai, "tflops": rate, "time_us": time_sum})
-    missing = []
-    if not points:
-        missing.append(
-            "no operator with both FLOPs and bytes: the roofline needs recorded input shapes "
-            "(PyTorch profiler record_shapes=True) of GEMM, convolution or attention ops"
-        )
-    if peak_compute is None or peak_bw is None:
-        missing.append(
-            "the device's peak compute and memory bandwidth are not in the analysis (no "
-            "deviceProperties or an unknown GPU): points are drawn without roofs"
-        )
     return {
         "points": points,
+        "roofs": [{"label": "peak", "tflops": peak_compute}] if peak_compute else [],
         "peak_tflops": peak_compute,
         "peak_tb_per_s": peak_bw,
-        "missing": missing,
+        "device": None,
+        "source": "rows",
     }
 
 
@@ -102,6 +164,7 @@ def render_report_html(
     *,
     timelines: list[dict[str, Any]] | None = None,
     links: list[list[dict[str, Any]]] | None = None,
+    section_links: list[dict[str, list[str | None]]] | None = None,
     flame_href: str | None = None,
     title: str = "aiflame analyze",
 ) -> str:
@@ -110,6 +173,8 @@ def render_report_html(
     ``timelines[r]``: device -> :func:`~aiflame.analysis.busy_timeline.device_timeline` of
     rank ``r``; ``links[r][f]``: ``{"main": fragment, "stacks": [fragment per evidence
     stack]}``, the flame graph URL fragments of finding ``f`` of rank ``r`` (None: no link);
+    ``section_links[r]``: the fragments of the stacks in the rank's sections, by their path
+    in the report (``"idle/top_stacks/host_wait"``);
     ``flame_href``: the flame graph page, relative to this one.
     """
     ranks = report.get("ranks", [])
@@ -117,6 +182,7 @@ def render_report_html(
         "report": report,
         "timelines": timelines or [{} for _ in ranks],
         "links": links or [[{}] * len(r.get("findings", [])) for r in ranks],
+        "section_links": section_links or [{} for _ in ranks],
         "roofline": [roofline_data(r) for r in ranks],
         "flame": flame_href,
         "title": title,

@@ -19,9 +19,12 @@ from aiflame.render.analyze_format import (
     PARTS,
     evidence_items,
     evidence_stacks,
+    label,
     percent,
     rank_title,
     short_frame,
+    size,
+    stack_cost,
     time_us,
 )
 
@@ -84,10 +87,8 @@ def _rows_table(title: str, rows: list[dict[str, Any]], top: int, width: int) ->
     )  # fmt: skip
     name_width = max(20, width - 46)
     t.add_column("name", no_wrap=True, overflow="ellipsis", max_width=name_width)
-    t.add_column("total", justify="right")
-    t.add_column("count", justify="right")
-    t.add_column("mean", justify="right")
-    t.add_column("share", justify="right")
+    for name in ("total", "count", "mean", "share"):
+        t.add_column(name, justify="right", no_wrap=True)
     for row in rows[:top]:
         t.add_row(
             Text(row["name"]),
@@ -120,6 +121,132 @@ def _gemm_table(rows: list[dict[str, Any]], top: int) -> Table:
     return t
 
 
+def _line(title: str, text: str) -> Text:
+    return Text.assemble((title + ": ", "bold"), text)
+
+
+def _summaries(r: dict[str, Any]) -> list[Text]:
+    """One line each for idle time, launches, synchronisation and copies, when known."""
+    out = []
+    idle = r.get("idle") or {}
+    if idle.get("total_us"):
+        s, total = idle.get("summary") or {}, idle["total_us"]
+        parts = [
+            f"{name} {percent(s.get(key) or 0.0, total)}"
+            for name, key in (
+                ("waiting on the host", "waiting_on_host_us"),
+                ("on dependencies", "waiting_on_dependency_us"),
+                ("other", "other_us"),
+            )
+        ]
+        out.append(
+            _line("Idle", f"{time_us(total)} in {idle.get('gaps', 0):,} gaps: " + ", ".join(parts))
+        )
+    la = r.get("launch") or {}
+    if la.get("launches"):
+        text = (
+            f"{la['launches']:,} launches, median {time_us(la['launch_us']['median'])} on the CPU "
+            f"vs {time_us(la['gpu_us']['median'])} on the GPU; "
+            f"{100 * la.get('share_shorter_than_launch', 0):.0f}% run shorter than their launch"
+        )
+        q = la.get("queue_depth") or {}
+        if q:
+            empty = 100 * q.get("share_empty", 0)
+            text += f"; queue depth mean {q.get('mean', 0):.2f}, empty {empty:.0f}% of the time"
+        lb = la.get("launch_bound") or {}
+        if lb.get("phases"):
+            text += f"; {lb['phases']} launch-bound phases ({time_us(lb.get('time_us'))})"
+        out.append(_line("Launch", text))
+    sy = r.get("sync") or {}
+    if sy.get("calls"):
+        calls = ", ".join(
+            f"{name} {c.get('count', 0):,}" for name, c in (sy.get("by_call") or {}).items()
+        )
+        out.append(
+            _line(
+                "Sync",
+                f"{sy['calls']:,} calls ({calls}) block the CPU {time_us(sy.get('blocked_us'))}; "
+                f"the GPU idles {time_us(sy.get('gpu_idle_after_us'))} after them",
+            )
+        )
+    mt = r.get("memory_traffic") or {}
+    if mt.get("copies"):
+        kinds = ", ".join(
+            f"{k.get('direction') or k.get('name')} {k.get('count', 0):,}"
+            + (f" ({size(k['bytes'])})" if k.get("bytes") is not None else "")
+            for k in mt.get("by_kind") or []
+        )
+        text = f"{mt['copies']:,} ({kinds})"
+        small = mt.get("small_copies") or {}
+        if small.get("count"):
+            text += f"; {small['count']:,} under {size(small.get('threshold_bytes', 0))}"
+        loop = mt.get("in_step_loop") or {}
+        if loop.get("copies"):
+            text += f"; {loop['copies']:,} inside the step loop"
+        out.append(_line("Copies", text))
+    return out
+
+
+def _efficiency_head(eff: dict[str, Any]) -> Text:
+    dev = eff.get("device") or {}
+    mfu, busy = eff.get("mfu"), eff.get("mfu_busy")
+    m = eff.get("modelled") or {}
+    text = Text.assemble(("Efficiency", "bold"))
+    if dev:
+        text.append(f" on {dev.get('name')} ({dev.get('source')})")
+    text.append(": ")
+    if mfu is not None:
+        text.append(f"MFU {100 * mfu:.2f}%", style="bold")
+        text.append(f" (over busy time {100 * (busy or 0):.2f}%); ")
+    rate = eff.get("achieved_tflops_per_s")
+    if rate is not None:
+        text.append(
+            f"modelled ops {rate:.1f} TFLOP/s over {time_us(m.get('kernel_time_us'))} "
+            f"({100 * (m.get('share_of_busy') or 0):.0f}% of busy time)"
+        )
+    return text
+
+
+def _params(p: dict[str, Any] | None) -> str:
+    """A shape's parameters, short: GEMMs as ``[Bx]MxNxK``, others as ``key=value``."""
+    if not p:
+        return ""
+    if all(k in p for k in ("M", "N", "K")):
+        b = p.get("B", 1)
+        return (f"{b}x" if b not in (1, None) else "") + f"{p['M']}x{p['N']}x{p['K']}"
+    return " ".join(
+        f"{k}={'x'.join(map(str, v)) if isinstance(v, list) else v}"
+        for k, v in p.items()
+        if not isinstance(v, bool)
+    )
+
+
+def _efficiency_table(rows: list[dict[str, Any]], top: int, width: int) -> Table:
+    t = Table(
+        title="Ops by achieved rate (modelled FLOPs and bytes)", title_justify="left",
+        title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
+        show_edge=False,
+    )  # fmt: skip
+    t.add_column("op", no_wrap=True, overflow="ellipsis", max_width=max(20, width - 66))
+    t.add_column("prec", no_wrap=True, max_width=9)
+    for name in ("calls", "time", "TFLOP/s", "% peak", "% roof", "bound"):
+        t.add_column(name, justify="right" if name != "bound" else "left", no_wrap=True)
+    pct = lambda v: "?" if v is None else f"{100 * v:.1f}"  # noqa: E731
+    for row in rows[:top]:
+        rate = row.get("tflops_per_s")
+        t.add_row(
+            Text(f"{row.get('op')} {_params(row.get('params'))}".strip()),
+            Text(str(row.get("precision") or row.get("dtype") or "?")),
+            f"{row.get('calls', 0):,}",
+            time_us((row.get("kernel_time_us") or {}).get("sum")),
+            "?" if rate is None else f"{rate:.1f}",
+            pct(row.get("pct_of_peak")),
+            pct(row.get("pct_of_roofline")),
+            str(row.get("bound") or ""),
+        )
+    return t
+
+
 def _stack_line(stack: list[str]) -> str:
     shown = [short_frame(f) for f in stack[-STACK_FRAMES:]]
     return ("… > " if len(stack) > len(shown) else "") + " > ".join(shown)
@@ -136,12 +263,13 @@ def _finding(f: dict[str, Any], total: float) -> Group:
         share = f", {percent(cost, total)} of GPU time" if total else ""
         head.append(f"  ~{time_us(cost)}{share}", style="bold")
     lines: list[Text] = []
-    items = list(evidence_items(f.get("evidence") or {}))
+    items = list(evidence_items(f.get("evidence") or {}, skip=("share_of_gpu_time",)))
     if items:
         lines.append(Text("evidence: " + "; ".join(f"{k} {v}" for k, v in items), style="dim"))
     for s in evidence_stacks(f.get("evidence") or {})[:2]:
         if s.get("stack"):
-            extra = f" ({time_us(s['cost_us'])})" if s.get("cost_us") is not None else ""
+            cost = stack_cost(s)
+            extra = f" ({cost[0]} {time_us(cost[1])})" if cost else ""
             lines.append(Text(f"from: {_stack_line(s['stack'])}{extra}"))
     if f.get("fix"):
         lines.append(Text.assemble(("fix: ", "green"), str(f["fix"])))
@@ -166,6 +294,8 @@ def render_rank(console: Console, r: dict[str, Any], top: int) -> None:
             )
         )
         console.print(breakdown)
+    for line in _summaries(r):
+        console.print(line)
     for title, key in (("Top kernels by GPU time", "top_kernels"), ("Top ops", "top_ops")):
         rows = r.get(key) or []
         if rows:
@@ -176,7 +306,11 @@ def render_rank(console: Console, r: dict[str, Any], top: int) -> None:
             f"Short kernels (< {sk['threshold_us']:g} us): {sk['count']:,} of "
             f"{sk['kernels']:,} ({100 * sk['share_of_kernels']:.1f}%), {time_us(sk['time_us'])}"
         )
-    if r.get("gemm"):
+    eff = r.get("efficiency") or {}
+    if eff.get("ops"):
+        console.print(_efficiency_head(eff))
+        console.print(_efficiency_table(eff["ops"], top, console.width))
+    elif r.get("gemm"):
         console.print(_gemm_table(r["gemm"], top))
     findings = r.get("findings") or []
     console.print(Text(f"Findings ({len(findings)})" if findings else "No findings", style="bold"))
@@ -184,6 +318,8 @@ def render_rank(console: Console, r: dict[str, Any], top: int) -> None:
         console.print(_finding(f, tb.get("total") or 0.0))
     for note in r.get("notes") or []:
         console.print(Text(f"note: {note}", style="italic"))
+    for key, why in (r.get("unavailable") or {}).items():
+        console.print(Text(f"not available: {label(key)}: {why}", style="italic"))
     console.print()
 
 

@@ -65,9 +65,22 @@
   function label(key) {
     return key.replace(/_(us|ns)$/, "").replace(/_/g, " ");
   }
+  function fmtBytes(n) {
+    if (n === null || n === undefined) return "?";
+    for (const [u, k] of [["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]]) if (Math.abs(n) >= k) return (n / k).toFixed(1) + " " + u;
+    return num(n) + " B";
+  }
+  function shapeName(o) {
+    const p = o.params || {};
+    if ("M" in p && "N" in p && "K" in p) return o.op + " " + (p.B && p.B !== 1 ? p.B + "x" : "") + p.M + "x" + p.N + "x" + p.K;
+    const extra = Object.entries(p).filter(([, v]) => typeof v !== "boolean").map(([k, v]) => k + "=" + (Array.isArray(v) ? v.join("x") : v));
+    return (o.op + " " + extra.join(" ")).trim();
+  }
   function shortFrame(name) {
     const m = /^([^()]+)\((\d+)\): (.+)$/.exec(name);
-    return m ? m[3] + " (" + m[1].split("/").pop() + ":" + m[2] + ")" : name;
+    if (m) return m[3] + " (" + m[1].split("/").pop() + ":" + m[2] + ")";
+    const b = /^<built-in (?:method (\S+) of \S+ object at 0x[0-9a-f]+|function ([^>]+))>$/.exec(name);
+    return b ? b[1] || b[2] : name;
   }
   function isStackList(v) {
     return Array.isArray(v) && v.length > 0 && v.every((x) => x && typeof x === "object" && Array.isArray(x.stack));
@@ -352,7 +365,8 @@
         div.append(el("span", { class: "frame" }, f));
       });
       const extra = [];
-      if (s.cost_us !== undefined && s.cost_us !== null) extra.push(fmtUs(s.cost_us));
+      const costKey = Object.keys(s).find((k) => k.endsWith("_us") && typeof s[k] === "number");
+      if (costKey) extra.push(label(costKey) + " " + fmtUs(s[costKey]));
       if (s.count !== undefined) extra.push(num(s.count) + "×");
       if (extra.length) div.append(el("span", { class: "sep" }, "  (" + extra.join(", ") + ")"));
       div.title = s.stack.join("\n");
@@ -364,6 +378,10 @@
       const sec = el("section", { id: "rank-" + i, class: "rank" });
       sec.append(el("h2", null, this.rankName(r, i)));
       sec.append(el("div", { class: "muted" }, r.path));
+      this.idleSection(sec, r, i);
+      this.launchSection(sec, r, i);
+      this.syncSection(sec, r, i);
+      this.copiesSection(sec, r, i);
       if ((r.top_kernels || []).length) sec.append(el("h3", null, "Top kernels by GPU time"), this.rowsTable(r.top_kernels, "kernels"));
       if ((r.top_ops || []).length) sec.append(el("h3", null, "Top ops by GPU time they launch"), this.rowsTable(r.top_ops, "ops"));
       const sk = r.short_kernels || {};
@@ -372,11 +390,154 @@
         sec.append(el("p", null, "Kernels under " + sk.threshold_us + " us: " + num(sk.count) + " of " + num(sk.kernels) + " (" + (100 * sk.share_of_kernels).toFixed(1) + "%), " + fmtUs(sk.time_us) + " of GPU time."));
         if (sk.histogram && sk.histogram.counts.length) sec.append(this.histogram(sk.histogram));
       }
+      this.efficiencySection(sec, r);
       if ((r.gemm || []).length) sec.append(el("h3", null, "GEMM shapes"), this.gemmTable(r.gemm));
       sec.append(el("h3", null, "Roofline"));
       this.roofline(sec, this.data.roofline[i]);
       for (const n of r.notes || []) sec.append(el("p", { class: "note" }, "Note: " + n));
+      for (const [k, why] of Object.entries(r.unavailable || {})) {
+        sec.append(el("p", { class: "note unavailable", "data-key": k }, "Not available: " + label(k) + ": " + why));
+      }
       $("ranks").append(sec);
+    }
+
+    // A small table from column names and rows of cells; numbers right-aligned.
+    table(kind, cols, rows) {
+      const t = el("table", { class: "data", "data-table": kind });
+      const h = el("tr");
+      cols.forEach((c, j) => h.append(el("th", j ? { class: "num" } : null, c)));
+      const thead = el("thead");
+      thead.append(h);
+      const body = el("tbody");
+      for (const row of rows) {
+        const tr = el("tr");
+        row.forEach((c, j) => tr.append(el("td", j ? { class: "num" } : { class: "name" }, c)));
+        body.append(tr);
+      }
+      t.append(thead, body);
+      return t;
+    }
+
+    facts(pairs) {
+      const d = el("dl", { class: "facts" });
+      for (const [k, v] of pairs) if (v !== null && v !== undefined) d.append(el("dt", null, k), el("dd", null, v));
+      return d;
+    }
+
+    // Stacks of a section, each a link into the flame graph where it was found there.
+    sectionStacks(box, rank, key, stacks, title) {
+      if (!isStackList(stacks)) return;
+      const frags = (this.data.section_links[rank] || {})[key] || [];
+      if (title) box.append(el("div", { class: "muted" }, title));
+      stacks.slice(0, 3).forEach((s, j) => box.append(this.stackLine(s, frags[j])));
+    }
+
+    idleSection(sec, r, i) {
+      const idle = r.idle;
+      if (!idle || !idle.total_us) return;
+      sec.append(el("h3", null, "Where the idle time goes"));
+      const cats = idle.categories || {};
+      const names = { host_wait: "waiting on the host (CPU launches too late)", sync_wait: "after a synchronize", kernel_wait: "between back-to-back kernels", event_wait: "waiting on an event / other stream", unlinked: "unlinked (no launch in the trace)" };
+      const bar = el("div", { class: "bar idle-bar" });
+      for (const [k, c] of Object.entries(cats)) {
+        if (!c.time_us) continue;
+        const part = el("span", { class: "idle-" + k, "data-field": k });
+        part.style.width = (100 * c.time_us) / idle.total_us + "%";
+        withTip(part, (names[k] || k) + ": " + fmtUs(c.time_us) + " (" + pct(c.time_us, idle.total_us) + ")");
+        bar.append(part);
+      }
+      const row = el("div", { class: "bar-row" });
+      row.append(el("span", { class: "bar-label" }, "idle " + fmtUs(idle.total_us)), bar, el("span", { class: "bar-total" }, num(idle.gaps) + " gaps"));
+      sec.append(row);
+      const rows = Object.entries(cats).map(([k, c]) => [names[k] || k, fmtUs(c.time_us), num(c.gaps), (100 * (c.share || 0)).toFixed(1) + "%"]);
+      sec.append(this.table("idle", ["cause", "time", "gaps", "share of idle"], rows));
+      for (const [k, stacks] of Object.entries(idle.top_stacks || {})) {
+        this.sectionStacks(sec, i, "idle/top_stacks/" + k, stacks, "CPU stacks behind '" + (names[k] || k) + "':");
+      }
+    }
+
+    launchSection(sec, r, i) {
+      const la = r.launch;
+      if (!la || !la.launches) return;
+      sec.append(el("h3", null, "Launch overhead"));
+      const q = la.queue_depth || {};
+      const lb = la.launch_bound || {};
+      sec.append(this.facts([
+        ["launches", num(la.launches) + " calls launching " + num(la.activities) + " GPU activities"],
+        ["CPU time per launch", "median " + fmtUs((la.launch_us || {}).median) + ", p90 " + fmtUs((la.launch_us || {}).p90)],
+        ["GPU time per launch", "median " + fmtUs((la.gpu_us || {}).median) + ", p90 " + fmtUs((la.gpu_us || {}).p90)],
+        ["shorter than their launch", num(la.shorter_than_launch) + " (" + (100 * (la.share_shorter_than_launch || 0)).toFixed(1) + "%)"],
+        ["launch to start", la.launch_to_start_us ? "median " + fmtUs(la.launch_to_start_us.median) + ", p90 " + fmtUs(la.launch_to_start_us.p90) : null],
+        ["queue depth", q.mean !== undefined ? "mean " + q.mean.toFixed(2) + ", max " + num(q.max) + ", empty " + (100 * q.share_empty).toFixed(1) + "% of the time" : null],
+        ["launch-bound phases", lb.phases ? num(lb.phases) + " over " + fmtUs(lb.time_us) + ", host-wait idle in them " + fmtUs(lb.host_wait_us) : "none"],
+      ]));
+      if (q.bins && q.bins.mean_depth && q.bins.mean_depth.length) sec.append(this.depthChart(q.bins));
+      const calls = Object.entries(la.by_call || {});
+      if (calls.length) sec.append(this.table("launch-calls", ["launch call", "count", "CPU time", "median"], calls.map(([n, c]) => [n, num(c.count), fmtUs(c.cpu_time_us), fmtUs(c.median_us)])));
+    }
+
+    depthChart(bins) {
+      const W = 1000;
+      const H = 50;
+      const v = bins.mean_depth;
+      const max = Math.max(1, ...v);
+      const root = svg("svg", { class: "chart depth", viewBox: "0 0 " + W + " " + (H + 16), preserveAspectRatio: "none" });
+      let d = "M0 " + H;
+      v.forEach((x, k) => {
+        const y = H - (H * x) / max;
+        d += "L" + ((W * k) / v.length).toFixed(1) + " " + y.toFixed(1) + "L" + ((W * (k + 1)) / v.length).toFixed(1) + " " + y.toFixed(1);
+      });
+      root.append(svg("path", { d: d + "L" + W + " " + H + "z", fill: "var(--accent)", "fill-opacity": 0.5 }));
+      const total = bins.bin_us * v.length;
+      this.axis(root, total, W, H, (t) => fmtUs(t));
+      root.append(svg("text", { x: 4, y: 10 }, "queue depth (kernels queued or running), max " + num(max)));
+      return root;
+    }
+
+    syncSection(sec, r, i) {
+      const sy = r.sync;
+      if (!sy || !sy.calls) return;
+      sec.append(el("h3", null, "Synchronisation"));
+      sec.append(el("p", null, num(sy.calls) + " calls block the CPU for " + fmtUs(sy.blocked_us) + "; the GPU is idle for " + fmtUs(sy.gpu_idle_after_us) + " after them."));
+      const rows = Object.entries(sy.by_cause || sy.by_call || {}).map(([n, c]) => [n, num(c.count), fmtUs(c.blocked_us), fmtUs(c.gpu_idle_after_us)]);
+      if (rows.length) sec.append(this.table("sync", ["cause", "calls", "CPU blocked", "GPU idle after"], rows));
+      this.sectionStacks(sec, i, "sync/top_stacks", sy.top_stacks, "Stacks that block:");
+    }
+
+    copiesSection(sec, r, i) {
+      const mt = r.memory_traffic;
+      if (!mt || !mt.copies) return;
+      sec.append(el("h3", null, "Memory traffic"));
+      const rows = (mt.by_kind || []).map((k) => [k.name, num(k.count), k.bytes === null || k.bytes === undefined ? "?" : fmtBytes(k.bytes), fmtUs(k.gpu_time_us), fmtUs(k.launch_cpu_time_us), k.gb_per_s ? k.gb_per_s.toFixed(2) : "?"]);
+      sec.append(this.table("copies", ["copy", "count", "bytes", "GPU time", "CPU time of the calls", "GB/s"], rows));
+      const small = mt.small_copies || {};
+      if (small.count) {
+        sec.append(el("p", null, num(small.count) + " copies under " + fmtBytes(small.threshold_bytes) + " (" + fmtBytes(small.bytes) + ", " + fmtUs(small.gpu_time_us) + " on the GPU, " + fmtUs(small.launch_cpu_time_us) + " of CPU calls)."));
+        this.sectionStacks(sec, i, "memory_traffic/small_copies/top_stacks", small.top_stacks, "Stacks making small copies:");
+      }
+      const loop = mt.in_step_loop;
+      if (loop && loop.copies) {
+        sec.append(el("p", null, num(loop.copies) + " copies inside the step loop over " + num(loop.steps) + " steps (median " + num(loop.copies_per_step_median) + " per step; " + num(loop.htod_copies) + " host-to-device)."));
+        this.sectionStacks(sec, i, "memory_traffic/in_step_loop/top_stacks", loop.top_stacks, "Stacks copying inside the loop:");
+      }
+    }
+
+    efficiencySection(sec, r) {
+      const eff = r.efficiency;
+      if (!eff) return;
+      sec.append(el("h3", null, "Efficiency"));
+      const dev = eff.device || {};
+      const m = eff.modelled || {};
+      sec.append(this.facts([
+        ["device", dev.name ? dev.name + " (peaks from " + dev.source + ")" : "unknown: no peaks"],
+        ["MFU", eff.mfu === null || eff.mfu === undefined ? "?" : (100 * eff.mfu).toFixed(2) + "% of the timeline (" + (100 * (eff.mfu_busy || 0)).toFixed(2) + "% of the busy time)"],
+        ["modelled ops", num(m.calls) + " calls, " + fmtUs(m.kernel_time_us) + " of kernel time (" + (100 * (m.share_of_busy || 0)).toFixed(1) + "% of busy)"],
+        ["achieved", eff.achieved_tflops_per_s === null || eff.achieved_tflops_per_s === undefined ? "?" : eff.achieved_tflops_per_s.toFixed(1) + " TFLOP/s"],
+      ]));
+      const f = (v, d) => (v === null || v === undefined ? "?" : v.toFixed(d));
+      const p = (v) => (v === null || v === undefined ? "?" : (100 * v).toFixed(1) + "%");
+      const rows = (eff.ops || []).map((o) => [shapeName(o), String(o.precision || o.dtype || "?"), num(o.calls), fmtUs((o.kernel_time_us || {}).sum), f(o.flops_per_byte, 1), f(o.tflops_per_s, 1), p(o.pct_of_peak), p(o.pct_of_roofline), o.bound || "?"]);
+      if (rows.length) sec.append(this.table("efficiency", ["op", "precision", "calls", "kernel time", "FLOP/byte", "TFLOP/s", "% of peak", "% of roofline", "bound"], rows));
     }
 
     rowsTable(rows, kind) {
@@ -455,87 +616,83 @@
     }
 
     // Log-log: arithmetic intensity (FLOP/byte) against achieved TFLOP/s, under the roofs
-    // min(peak compute, peak bandwidth x intensity) when the peaks are known.
+    // min(peak compute, peak bandwidth x intensity), one compute roof per precision, when
+    // the peaks are known.
     roofline(sec, rf) {
       const box = el("div", { class: "roofline-box" });
-      for (const m of rf.missing || []) box.append(el("p", { class: "missing" }, m));
       const pts = rf.points || [];
-      if (!pts.length) {
-        sec.append(box);
-        return;
-      }
-      const roofs = rf.peak_tflops && rf.peak_tb_per_s;
-      const roofAt = (ai) => Math.min(rf.peak_tflops, rf.peak_tb_per_s * ai);
-      const xs = pts.map((p) => p.ai);
-      const ys = pts.map((p) => p.tflops);
-      if (roofs) {
-        xs.push(rf.peak_tflops / rf.peak_tb_per_s);
-        ys.push(rf.peak_tflops);
-      }
-      const lx0 = Math.floor(Math.log10(Math.min(...xs)) - 0.3);
-      const lx1 = Math.ceil(Math.log10(Math.max(...xs)) + 0.3);
-      const ly0 = Math.floor(Math.log10(Math.min(...ys)) - 0.3);
-      const ly1 = Math.ceil(Math.log10(Math.max(...ys)) + 0.2);
-      const W = 640;
-      const H = 360;
-      const L = 56;
-      const B = 40;
-      const X = (v) => L + ((Math.log10(v) - lx0) / (lx1 - lx0)) * (W - L - 10);
-      const Y = (v) => H - B - ((Math.log10(v) - ly0) / (ly1 - ly0)) * (H - B - 10);
-      const root = svg("svg", { class: "chart roofline", viewBox: "0 0 " + W + " " + H });
-      const grid = svg("g", { class: "grid" });
-      const axis = svg("g", { class: "axis" });
-      for (let e = lx0; e <= lx1; e++) {
-        grid.append(svg("line", { x1: X(10 ** e), x2: X(10 ** e), y1: 10, y2: H - B }));
-        axis.append(svg("text", { x: X(10 ** e), y: H - B + 14, "text-anchor": "middle" }, num(10 ** e)));
-      }
-      for (let e = ly0; e <= ly1; e++) {
-        grid.append(svg("line", { x1: L, x2: W - 10, y1: Y(10 ** e), y2: Y(10 ** e) }));
-        axis.append(svg("text", { x: L - 4, y: Y(10 ** e) + 4, "text-anchor": "end" }, num(10 ** e)));
-      }
-      axis.append(svg("line", { x1: L, x2: W - 10, y1: H - B, y2: H - B }));
-      axis.append(svg("line", { x1: L, x2: L, y1: 10, y2: H - B }));
-      axis.append(svg("text", { x: (L + W) / 2, y: H - 6, "text-anchor": "middle" }, "arithmetic intensity (FLOP/byte)"));
-      axis.append(svg("text", { x: 12, y: (H - B) / 2, "text-anchor": "middle", transform: "rotate(-90 12 " + (H - B) / 2 + ")" }, "achieved TFLOP/s"));
-      root.append(grid, axis);
-      if (roofs) {
-        const ridge = rf.peak_tflops / rf.peak_tb_per_s;
+      const bw = rf.peak_tb_per_s;
+      const roofs = bw ? (rf.roofs || []).filter((x) => x.tflops) : [];
+      const peakOf = (p) => p.peak || (roofs.length ? roofs[roofs.length - 1].tflops : null);
+      const roofAt = (ai, peak) => Math.min(peak, bw * ai);
+      const pctOf = (p) => {
+        if (p.pct_of_roofline !== undefined && p.pct_of_roofline !== null) return p.pct_of_roofline;
+        const peak = peakOf(p);
+        return bw && peak ? p.tflops / roofAt(p.ai, peak) : null;
+      };
+      if (pts.length) {
+        const xs = pts.map((p) => p.ai);
+        const ys = pts.map((p) => p.tflops);
+        for (const r of roofs) {
+          xs.push(r.tflops / bw);
+          ys.push(r.tflops);
+        }
+        const lx0 = Math.floor(Math.log10(Math.min(...xs)) - 0.3);
+        const lx1 = Math.ceil(Math.log10(Math.max(...xs)) + 0.3);
+        const ly0 = Math.floor(Math.log10(Math.min(...ys)) - 0.3);
+        const ly1 = Math.ceil(Math.log10(Math.max(...ys)) + 0.2);
+        const W = 640;
+        const H = 360;
+        const L = 56;
+        const B = 40;
+        const X = (v) => L + ((Math.log10(v) - lx0) / (lx1 - lx0)) * (W - L - 10);
+        const Y = (v) => H - B - ((Math.log10(v) - ly0) / (ly1 - ly0)) * (H - B - 10);
+        const root = svg("svg", { class: "chart roofline", viewBox: "0 0 " + W + " " + H });
+        const grid = svg("g", { class: "grid" });
+        const axis = svg("g", { class: "axis" });
+        for (let e = lx0; e <= lx1; e++) {
+          grid.append(svg("line", { x1: X(10 ** e), x2: X(10 ** e), y1: 10, y2: H - B }));
+          axis.append(svg("text", { x: X(10 ** e), y: H - B + 14, "text-anchor": "middle" }, num(10 ** e)));
+        }
+        for (let e = ly0; e <= ly1; e++) {
+          grid.append(svg("line", { x1: L, x2: W - 10, y1: Y(10 ** e), y2: Y(10 ** e) }));
+          axis.append(svg("text", { x: L - 4, y: Y(10 ** e) + 4, "text-anchor": "end" }, num(10 ** e)));
+        }
+        axis.append(svg("line", { x1: L, x2: W - 10, y1: H - B, y2: H - B }));
+        axis.append(svg("line", { x1: L, x2: L, y1: 10, y2: H - B }));
+        axis.append(svg("text", { x: (L + W) / 2, y: H - 6, "text-anchor": "middle" }, "arithmetic intensity (FLOP/byte)"));
+        axis.append(svg("text", { x: 12, y: (H - B) / 2, "text-anchor": "middle", transform: "rotate(-90 12 " + (H - B) / 2 + ")" }, "achieved TFLOP/s"));
+        root.append(grid, axis);
         const x0 = 10 ** lx0;
         const x1 = 10 ** lx1;
-        const d = "M" + X(x0) + " " + Y(roofAt(x0)) + "L" + X(Math.max(x0, Math.min(ridge, x1))) + " " + Y(roofAt(Math.max(x0, Math.min(ridge, x1)))) + "L" + X(x1) + " " + Y(roofAt(x1));
-        root.append(svg("path", { class: "roof", d }));
-        root.append(svg("text", { class: "roof-label", x: W - 12, y: Y(rf.peak_tflops) - 5, "text-anchor": "end" }, "peak " + num(rf.peak_tflops) + " TFLOP/s"));
-        root.append(svg("text", { class: "roof-label", x: X(x0) + 4, y: Y(roofAt(x0)) - 6 }, num(rf.peak_tb_per_s) + " TB/s"));
+        roofs.forEach((r, k) => {
+          const ridge = Math.min(Math.max(r.tflops / bw, x0), x1);
+          const d = "M" + X(x0) + " " + Y(roofAt(x0, r.tflops)) + "L" + X(ridge) + " " + Y(roofAt(ridge, r.tflops)) + "L" + X(x1) + " " + Y(roofAt(x1, r.tflops));
+          root.append(svg("path", { class: "roof", d, "data-label": r.label }));
+          root.append(svg("text", { class: "roof-label", x: W - 12, y: Y(r.tflops) - 4, "text-anchor": "end" }, r.label + " peak " + num(r.tflops) + " TFLOP/s"));
+          if (k === 0) root.append(svg("text", { class: "roof-label", x: X(x0) + 4, y: Y(roofAt(x0, r.tflops)) - 6 }, num(bw) + " TB/s"));
+        });
+        const maxT = Math.max(...pts.map((p) => p.time_us || 0), 0);
+        for (const p of pts) {
+          const r = maxT ? 3 + 7 * Math.sqrt((p.time_us || 0) / maxT) : 5;
+          const c = svg("circle", { class: "pt", cx: X(p.ai).toFixed(2), cy: Y(p.tflops).toFixed(2), r: r.toFixed(2) });
+          let text = p.name + (p.precision ? " (" + p.precision + ")" : "") + "\n" + num(p.ai) + " FLOP/byte, " + num(p.tflops) + " TFLOP/s";
+          const q = pctOf(p);
+          if (q !== null) text += "\n" + (100 * q).toFixed(1) + "% of roofline" + (p.bound ? ", " + p.bound + "-bound" : "");
+          if (p.time_us) text += "\nkernel time " + fmtUs(p.time_us);
+          withTip(c, text);
+          root.append(c);
+        }
+        box.append(root);
+        if (rf.device) box.append(el("div", { class: "muted" }, "roofs: " + rf.device));
+        const rows = pts.map((p) => {
+          const q = pctOf(p);
+          return [p.name, String(p.precision || ""), num(p.ai), num(p.tflops), q === null ? "?" : (100 * q).toFixed(1) + "%"];
+        });
+        // The efficiency table above already lists these shapes with their % of roofline.
+        if (rf.source !== "efficiency") box.append(this.table("roofline", ["op", "precision", "FLOP/byte", "TFLOP/s", "% of roofline"], rows));
       }
-      const maxT = Math.max(...pts.map((p) => p.time_us || 0), 0);
-      for (const p of pts) {
-        const r = maxT ? 3 + 7 * Math.sqrt((p.time_us || 0) / maxT) : 5;
-        const c = svg("circle", { class: "pt", cx: X(p.ai).toFixed(2), cy: Y(p.tflops).toFixed(2), r: r.toFixed(2) });
-        let text = p.name + "\n" + num(p.ai) + " FLOP/byte, " + num(p.tflops) + " TFLOP/s";
-        if (roofs) text += "\n" + ((100 * p.tflops) / roofAt(p.ai)).toFixed(1) + "% of roofline";
-        if (p.time_us) text += "\nkernel time " + fmtUs(p.time_us);
-        withTip(c, text);
-        root.append(c);
-      }
-      box.prepend(root);
-      const t = el("table", { class: "data", "data-table": "roofline" });
-      const h = el("tr");
-      for (const c of ["op", "FLOP/byte", "TFLOP/s", "% of roofline"]) h.append(el("th", c === "op" ? null : { class: "num" }, c));
-      const thead = el("thead");
-      thead.append(h);
-      const body = el("tbody");
-      for (const p of pts) {
-        const tr = el("tr");
-        tr.append(
-          el("td", { class: "name" }, p.name),
-          el("td", { class: "num" }, num(p.ai)),
-          el("td", { class: "num" }, num(p.tflops)),
-          el("td", { class: "num" }, roofs ? ((100 * p.tflops) / roofAt(p.ai)).toFixed(1) + "%" : "?")
-        );
-        body.append(tr);
-      }
-      t.append(thead, body);
-      box.append(t);
+      for (const m of rf.missing || []) box.append(el("p", { class: "missing" }, m));
       sec.append(box);
     }
   }
