@@ -112,7 +112,7 @@ def test_no_pageable_finding_for_pinned_copies():
 
 def test_many_small_copies_found_with_lower_thresholds(monkeypatch):
     # No trace in the data has small copies costing 1% of its GPU time (the default bar):
-    # the sampled recommender rank has 29 real ones at 0.25%. With the bar lowered the rule
+    # the sampled recommender rank has 29 real ones costing 0.12%. With the bar lowered the rule
     # finds exactly those.
     c = ctx(SAMPLED)
     assert insights.many_small_copies(c) is None
