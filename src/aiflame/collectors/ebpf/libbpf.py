@@ -11,6 +11,8 @@ Only what aiflame's collectors need; no compiler or kernel headers at run time. 
         obj.attach_perf_event("on_sample", perf_fd)     # the link owns (and closes) the fd
         obj.attach_uprobe("on_malloc", "/usr/lib/libc.so.6", symbol="malloc", pid=1234)
         obj.attach_uprobe("on_ret", path, offset=0x1a2b, retprobe=True)
+        obj.attach_uprobe_multi("on_call", path, offsets, cookies, pid=1234)  # kernel 6.6+,
+        #   after obj.set_expected_attach_type("on_call", BPF_TRACE_UPROBE_MULTI) before load
         obj.attach_raw_tracepoint("on_fork", "sched_process_fork")  # no tracefs needed
         obj.attach_tracepoint("on_x", "sched", "sched_switch")  # needs tracefs mounted
         m = obj.map("counts")                           # a :class:`Map`
@@ -109,6 +111,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "bpf_program__attach_tracepoint": (c_void_p, [c_void_p, c_char_p, c_char_p]),
     "bpf_program__attach_raw_tracepoint": (c_void_p, [c_void_p, c_char_p]),
     "bpf_program__fd": (c_int, [c_void_p]),
+    "bpf_program__set_expected_attach_type": (c_int, [c_void_p, c_int]),
     "bpf_link__destroy": (c_int, [c_void_p]),
     "btf__type_by_id": (c_void_p, [c_void_p, c_uint32]),
     "btf__find_by_name_kind": (ctypes.c_int32, [c_void_p, c_char_p, c_uint32]),
@@ -118,6 +121,14 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "ring_buffer__consume": (c_int, [c_void_p]),
     "ring_buffer__free": (None, [c_void_p]),
 }
+
+# uprobe_multi links (kernel 6.6+): many uprobes of one file in one link, created with the
+# bpf() syscall (libbpf 1.1 predates them); detaching them waits for one RCU grace period
+# in all, where a link per uprobe waits for one each (about 0.1 s apiece on 6.12+).
+BPF_TRACE_UPROBE_MULTI = 48  # enum bpf_attach_type
+BPF_F_UPROBE_MULTI_RETURN = 1
+_BPF_LINK_CREATE = 28
+_BPF_SYSCALL = {"x86_64": 321, "aarch64": 280}
 
 # Per-CPU map types: a lookup returns one value per possible CPU.
 _PERCPU_TYPES = {5, 6, 10}  # PERCPU_HASH, PERCPU_ARRAY, LRU_PERCPU_HASH
@@ -343,6 +354,7 @@ class BpfObject:
         )
         self.name = name
         self.links: list[int] = []
+        self.link_fds: list[int] = []  # links made with the bpf() syscall (uprobe_multi)
         self.ring_buffers: list[RingBuffer] = []
         self.loaded = False
 
@@ -402,6 +414,14 @@ class BpfObject:
             raise BpfError(f"{self.name}: map sizes are fixed once loaded")
         m = self._map_ptr(map_name)
         _check_rc(self._lib.bpf_map__set_max_entries(m, n), f"map {map_name}: set_max_entries")
+
+    def set_expected_attach_type(self, program: str, attach_type: int) -> None:
+        """Before load: e.g. :data:`BPF_TRACE_UPROBE_MULTI` for :meth:`attach_uprobe_multi`
+        (a kernel without it refuses the load: the caller can fall back)."""
+        if self.loaded:
+            raise BpfError(f"{self.name}: attach types are fixed once loaded")
+        rc = self._lib.bpf_program__set_expected_attach_type(self._prog_ptr(program), attach_type)
+        _check_rc(rc, f"program {program}: set_expected_attach_type")
 
     def load(self) -> None:
         mark = len(_log)
@@ -479,6 +499,51 @@ class BpfObject:
         where = f"{binary}:{symbol or ''}+{offset:#x}"
         return self._link(ptr, f"attach {'uretprobe' if retprobe else 'uprobe'} {where}")
 
+    def attach_uprobe_multi(
+        self,
+        program: str,
+        binary: str,
+        offsets: list[int],
+        cookies: list[int] | None = None,
+        pid: int = -1,
+        retprobe: bool = False,
+    ) -> int:
+        """One link of uprobes (or uretprobes) at the file ``offsets`` of ``binary``, each
+        with its cookie; ``program`` must be loaded as :data:`BPF_TRACE_UPROBE_MULTI`.
+        Returns the link's fd (closed by :meth:`detach` or :meth:`close`)."""
+        n = len(offsets)
+        if not n or (cookies is not None and len(cookies) != n):
+            raise BpfError(f"attach_uprobe_multi {binary}: {n} offsets, cookies do not match")
+        number = _BPF_SYSCALL.get(platform.machine())
+        if number is None:
+            raise BpfError(f"bpf(): unsupported machine {platform.machine()}")
+        offs = (ctypes.c_uint64 * n)(*offsets)
+        cks = (ctypes.c_uint64 * n)(*(cookies or [0] * n))
+        path = ctypes.create_string_buffer(binary.encode())
+        attr = ctypes.create_string_buffer(128)  # union bpf_attr, link_create.uprobe_multi
+        struct.pack_into(
+            "<IIIIQQQQIII",
+            attr,
+            0,
+            self.program_fd(program),
+            0,
+            BPF_TRACE_UPROBE_MULTI,
+            0,
+            ctypes.addressof(path),
+            ctypes.addressof(offs),
+            0,  # ref_ctr_offsets
+            ctypes.addressof(cks),
+            n,
+            BPF_F_UPROBE_MULTI_RETURN if retprobe else 0,
+            max(pid, 0),
+        )
+        fd = _libc.syscall(ctypes.c_long(number), _BPF_LINK_CREATE, attr, ctypes.c_uint(128))
+        if fd < 0:
+            kind = "uretprobes" if retprobe else "uprobes"
+            raise BpfError(f"attach {n} {kind} to {binary}: {_errno_text(ctypes.get_errno())}")
+        self.link_fds.append(int(fd))
+        return int(fd)
+
     def attach_tracepoint(self, program: str, category: str, name: str) -> int:
         ptr = self._lib.bpf_program__attach_tracepoint(
             self._prog_ptr(program), category.encode(), name.encode()
@@ -495,6 +560,9 @@ class BpfObject:
         if link in self.links:
             self.links.remove(link)
             self._lib.bpf_link__destroy(link)
+        elif link in self.link_fds:
+            self.link_fds.remove(link)
+            os.close(link)
 
     def ring_buffer(self, map_name: str, callback: Callable[[bytes], Any]) -> RingBuffer:
         rb = RingBuffer(self._lib, self.map(map_name).fd, callback)
@@ -512,6 +580,8 @@ class BpfObject:
         for rb in self.ring_buffers:
             rb.close()
         self.ring_buffers.clear()
+        while self.link_fds:
+            os.close(self.link_fds.pop())
         while self.links:
             self._lib.bpf_link__destroy(self.links.pop())
         if self.ptr is not None:
@@ -525,5 +595,9 @@ class BpfObject:
         self.close()
 
     def __del__(self) -> None:  # a forgotten close() must not leave probes attached
-        if getattr(self, "ptr", None) is not None or getattr(self, "links", None):
+        if (
+            getattr(self, "ptr", None) is not None
+            or getattr(self, "links", None)
+            or getattr(self, "link_fds", None)
+        ):
             self.close()
