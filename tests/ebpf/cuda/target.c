@@ -7,7 +7,8 @@
  * "m5,l7,f3,d2,s4"): m = cudaMalloc from alloc_site_a, l = cudaLaunchKernel from
  * launch_site_b, f = cudaFree from free_site_c, d = cudaDeviceSynchronize and
  * s = cudaStreamSynchronize from sync_site_d, c = cudaMemcpy of 4096 bytes HtoD from
- * copy_site_e; each letter followed by a count. Built with -fno-omit-frame-pointer so the
+ * copy_site_e, k = cudaMemcpy2D of 16 x 8 bytes DtoH from copy2d_site_f (its 7th argument,
+ * the direction, is passed on the stack); each letter followed by a count. Built with -fno-omit-frame-pointer so the
  * kernel can walk its stack; the sites are noinline so each is a frame. */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -24,6 +25,7 @@ typedef int (*launch_fn)(const void *, dim3, dim3, void **, size_t, void *);
 typedef int (*sync_fn)(void);
 typedef int (*stream_sync_fn)(void *);
 typedef int (*memcpy_fn)(void *, const void *, size_t, int);
+typedef int (*memcpy2d_fn)(void *, size_t, const void *, size_t, size_t, size_t, int);
 
 static malloc_fn p_malloc;
 static free_fn p_free;
@@ -31,6 +33,7 @@ static launch_fn p_launch;
 static sync_fn p_device_sync;
 static stream_sync_fn p_stream_sync;
 static memcpy_fn p_memcpy;
+static memcpy2d_fn p_memcpy2d;
 static volatile int sink;
 
 /* The "host stub" of a kernel: its address is what cudaLaunchKernel receives. The name
@@ -72,6 +75,12 @@ __attribute__((noinline)) void copy_site_e(void)
 	sink += p_memcpy((void *)0x7f0000002000ULL, host, sizeof(host), 1);
 }
 
+__attribute__((noinline)) void copy2d_site_f(void)
+{
+	static char host[64 * 8];
+	sink += p_memcpy2d(host, 64, (void *)0x7f0000003000ULL, 64, 16, 8, 2);
+}
+
 static void *need(void *lib, const char *name)
 {
 	void *f = dlsym(lib, name);
@@ -99,6 +108,7 @@ int main(int argc, char **argv)
 	p_device_sync = (sync_fn)need(lib, "cudaDeviceSynchronize");
 	p_stream_sync = (stream_sync_fn)need(lib, "cudaStreamSynchronize");
 	p_memcpy = (memcpy_fn)need(lib, "cudaMemcpy");
+	p_memcpy2d = (memcpy2d_fn)need(lib, "cudaMemcpy2D");
 	char line[16];
 	printf("ready\n");
 	fflush(stdout);
@@ -116,6 +126,7 @@ int main(int argc, char **argv)
 			case 'd': sync_site_d(0); break;
 			case 's': sync_site_d(1); break;
 			case 'c': copy_site_e(); break;
+			case 'k': copy2d_site_f(); break;
 			default: fprintf(stderr, "bad pattern %s\n", pattern); return 2;
 			}
 		}

@@ -245,9 +245,12 @@ def cookie(api_id: int, api: Api) -> int:
 
     bits 0-15 api id, 16-19 rate class, 20-23 out-parameter index, 24-27 C-string argument
     index (NO_ARG: none), bit 28 set when a return probe is attached (entry then stores the
-    call instead of emitting it).
+    call instead of emitting it), bit 29 when the 7th argument is used (on x86-64 it is on
+    the stack: reading it costs a user-memory read, so only where needed).
     """
     out = api.out_arg if api.out_arg >= 0 else NO_ARG
     name = api.name_arg if api.name_arg >= 0 else NO_ARG
     ret = 1 if api.needs_return else 0
-    return api_id | int(api.api_class) << 16 | out << 20 | name << 24 | ret << 28
+    used = (api.size_arg, api.size_arg2, api.ptr_arg, api.func_arg, api.kind_arg)
+    stack_arg = 1 if MAX_ARG in (*used, api.handle_arg, api.out_arg, api.name_arg) else 0
+    return api_id | int(api.api_class) << 16 | out << 20 | name << 24 | ret << 28 | stack_arg << 29

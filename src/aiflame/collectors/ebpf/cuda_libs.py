@@ -94,16 +94,14 @@ def read_maps(pid: int) -> str | None:
 
 
 def host_path(pid: int, path: str) -> str:
-    """A path to the process's file from our mount namespace."""
+    """A path to the process's file from our mount namespace: through ``/proc/PID/root``
+    when the process has another root (a container), else the path itself."""
     root = f"/proc/{pid}/root"
     try:
-        if os.stat(root).st_ino == os.stat("/").st_ino and os.path.samestat(
-            os.stat(root), os.stat("/")
-        ):
-            return path
-    except OSError:
-        pass
-    return root + path
+        same = os.path.samestat(os.stat(root), os.stat("/"))
+    except OSError:  # not ours to look into: the plain path is the best guess
+        return path
+    return path if same else root + path
 
 
 def gpu_libraries(pid: int, maps_text: str | None = None) -> list[GpuLibrary]:

@@ -164,12 +164,13 @@ def timeline(allocs: Allocations, pid: int) -> Timeline:
     a_ns, f_ns = allocs.alloc_ns[rows], allocs.free_ns[rows]
     size = allocs.size[rows]
     freed = f_ns >= 0
-    # points: every allocation, then every free, in time order (allocs first at a tie)
+    # points: every allocation and every free in time order; at a tie the free first (an
+    # address reused at once, an allocation that ended when its address was reallocated)
     t = np.concatenate([a_ns, f_ns[freed]])
     delta = np.concatenate([size, -size[freed]])
-    which = np.concatenate([np.arange(len(rows)), -1 - np.nonzero(freed)[0]])
-    order = np.lexsort((np.arange(len(t)), t))
-    t, delta, which = t[order], delta[order], which[order]
+    is_alloc = np.concatenate([np.ones(len(rows), dtype=np.int8), np.zeros(freed.sum(), np.int8)])
+    order = np.lexsort((np.arange(len(t)), is_alloc, t))
+    t, delta = t[order], delta[order]
     point_of = np.empty(len(t), dtype=np.int64)
     point_of[order] = np.arange(len(t))
     alloc_point = point_of[: len(rows)]

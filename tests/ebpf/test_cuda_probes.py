@@ -1,0 +1,253 @@
+"""The CUDA/HIP API probes on real uprobes.
+
+* PyPI's real ``libcudart.so.12`` (nvidia-cuda-runtime-cu12): without a GPU every call
+  fails, but the probes fire; exact counts, call-site stacks, kernel names, copy sizes and
+  the failed allocations counted as failed, never as live bytes.
+* A stand-in runtime and driver (cuda/fake_cudart.c, cuda/fake_cuda.c) whose calls
+  succeed: the live-memory path end to end (addresses read at return, pairing, peak,
+  timeline), nested runtime -> driver calls counted once, kernel names at module load.
+  It checks aiflame's side exactly; what a real driver does is only checked on a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import bpfstate
+import pytest
+
+from aiflame.collectors.ebpf.cuda import CudaOptions, CudaProbes
+from aiflame.collectors.ebpf.cuda_apis import ApiClass
+
+pytestmark = pytest.mark.usefixtures("ebpf")
+HERE = Path(__file__).parent / "cuda"
+REQUIRED = os.environ.get("AIFLAME_REQUIRE_EBPF") == "1"
+MiB = 1 << 20
+CFLAGS = ["-O1", "-g", "-Wall", "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls"]
+
+
+def _need(ok: bool, why: str) -> None:
+    if not ok:
+        if REQUIRED:
+            pytest.fail(f"AIFLAME_REQUIRE_EBPF=1 but {why}")
+        pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    gcc = shutil.which("gcc")
+    _need(gcc is not None, "gcc is not installed")
+    out = tmp_path_factory.mktemp("cuda")
+    lib = [*CFLAGS, "-shared", "-fPIC"]
+    steps = [
+        [*lib, "-Wl,-soname,libcuda.so.1", "-o", "libcuda.so.1", HERE / "fake_cuda.c"],
+        [*lib, "-o", "libcudart.so.12", HERE / "fake_cudart.c", "-L.", "-l:libcuda.so.1",
+         "-Wl,-rpath,$ORIGIN"],
+        [*CFLAGS, "-o", "memory_target", HERE / "memory_target.c", "-ldl"],
+        [*CFLAGS, "-o", "target", HERE / "target.c", "-ldl"],
+    ]  # fmt: skip
+    for step in steps:
+        subprocess.run([gcc, *map(str, step)], cwd=out, check=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def libcudart() -> str:
+    try:
+        import nvidia.cuda_runtime as rt  # type: ignore[import-not-found]
+    except ImportError:
+        _need(False, "nvidia-cuda-runtime-cu12 is not installed (pip install '.[test]')")
+    found = sorted(Path(next(iter(rt.__path__))).glob("lib/libcudart.so.*"))
+    assert found
+    return str(found[0])
+
+
+def own_bpf_handles() -> dict[str, int]:
+    """BPF links, programs, maps and perf events this process holds (by fd): exact, where
+    the machine-wide lists also show what other processes attach meanwhile."""
+    counts: dict[str, int] = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("anon_inode:") and ("bpf" in target or "perf" in target):
+            counts[target] = counts.get(target, 0) + 1
+    return counts
+
+
+def run_probed(argv: list[str], options: CudaOptions | None = None, multi: bool | None = None):
+    """Start ``argv`` (it prints "ready" once its libraries are loaded, then waits for a
+    line), probe it, let it run to the end; returns the closed probes."""
+    before = own_bpf_handles()
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        with CudaProbes(options, multi=multi) as probes:
+            probes.watch(proc.pid)
+            assert probes.attached, "no CUDA library found in the target's maps"
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline().strip() == "done"
+            assert proc.wait(timeout=30) == 0
+            probes.poll(50)
+            probes.drain()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not bpfstate.perf_attachments(), "uprobes left attached after close()"
+    assert own_bpf_handles() == before, "BPF links, programs or maps left behind"
+    return probes
+
+
+def by_stack(profile, metric: str) -> dict[str, float]:
+    col = profile.type_index(metric)
+    return {";".join(profile.stack_names(s)): v for s, v in profile.iter_stack_values(col) if v}
+
+
+def from_main(stacks: dict[str, float]) -> dict[str, float]:
+    """Stacks cut to start at ``main`` (what calls main is the C library's business)."""
+    out: dict[str, float] = {}
+    for stack, v in stacks.items():
+        frames = stack.split(";")
+        assert "main" in frames, stack
+        key = ";".join(frames[frames.index("main") :])
+        out[key] = out.get(key, 0) + v
+    return out
+
+
+def test_real_libcudart_exact_counts_stacks_and_kernel_names(built, libcudart):
+    n_malloc, n_launch, n_free, n_dsync, n_ssync = 5, 7, 3, 2, 4
+    pattern = f"m{n_malloc},l{n_launch},f{n_free},d{n_dsync},s{n_ssync},c2,k3"
+    probes = run_probed([str(built / "target"), libcudart, pattern])
+    calls = probes.calls_profile()
+    assert from_main(by_stack(calls, "api-calls")) == {
+        "main;alloc_site_a;cudaMalloc": n_malloc,
+        "main;launch_site_b;cudaLaunchKernel;-;test::fake_kernel(float*, int)": n_launch,
+        "main;free_site_c;cudaFree": n_free,
+        "main;sync_site_d;cudaDeviceSynchronize": n_dsync,
+        "main;sync_site_d;cudaStreamSynchronize": n_ssync,
+        "main;copy_site_e;cudaMemcpy;-;Memcpy HtoD": 2,
+        "main;copy2d_site_f;cudaMemcpy2D;-;Memcpy DtoH": 3,
+    }
+    assert from_main(by_stack(calls, "launch-count")) == {
+        "main;launch_site_b;cudaLaunchKernel;-;test::fake_kernel(float*, int)": n_launch
+    }
+    assert from_main(by_stack(calls, "copy-bytes")) == {
+        "main;copy_site_e;cudaMemcpy;-;Memcpy HtoD": 2 * 4096,
+        "main;copy2d_site_f;cudaMemcpy2D;-;Memcpy DtoH": 3 * 16 * 8,
+    }
+    sync = from_main(by_stack(calls, "sync-time"))
+    assert set(sync) == {
+        "main;sync_site_d;cudaDeviceSynchronize",
+        "main;sync_site_d;cudaStreamSynchronize",
+    }
+    # No GPU here: every cudaMalloc failed, so nothing was allocated.
+    assert by_stack(calls, "alloc-bytes") == by_stack(calls, "alloc-count") == {}
+    failed = {calls.labels_of(i).get("error") for i in range(len(calls)) if calls.values[i, 3] == 0}
+    errors = {
+        calls.labels_of(i).get("error")
+        for i in range(len(calls))
+        if calls.stack_names(int(calls.sample_stack[i]))[-1] == "cudaMalloc"
+    }
+    assert len(errors) == 1 and None not in errors and None in failed  # launches: no result
+    memory = probes.memory_profile()
+    assert from_main(by_stack(memory, "failed-alloc-count")) == {
+        "main;alloc_site_a;cudaMalloc": n_malloc
+    }
+    assert from_main(by_stack(memory, "failed-alloc-bytes")) == {
+        "main;alloc_site_a;cudaMalloc": 1024 * (1 + 2 + 3 + 4 + 5)
+    }
+    assert by_stack(memory, "peak-bytes") == by_stack(memory, "alloc-bytes") == {}
+    assert memory.meta["memory_counts"]["failed_frees"] == n_free
+    stats = probes.stats()
+    total = n_malloc + n_launch + n_free + n_dsync + n_ssync + 2 + 3
+    assert stats["events"] == total and stats["lost (ring buffer full)"] == 0
+    assert stats["stacks not read"] == 0 and not probes.notes()
+
+
+def test_stand_in_runtime_live_memory_follows_the_pattern(built):
+    argv = [
+        str(built / "memory_target"),
+        str(built / "libcudart.so.12"),
+        str(built / "libcuda.so.1"),
+    ]
+    probes = run_probed(argv)
+    memory = probes.memory_profile()
+    assert from_main(by_stack(memory, "peak-bytes")) == {
+        "main;keep_site;cudaMalloc": 3 * MiB,
+        "main;driver_site;cuMemAlloc_v2": MiB // 2,
+        "main;peak_site;cudaMalloc": 8 * MiB,
+    }
+    assert from_main(by_stack(memory, "alloc-count")) == {
+        "main;keep_site;cudaMalloc": 3,
+        "main;temp_site;cudaMalloc": 4,
+        "main;driver_site;cuMemAlloc_v2": 1,
+        "main;peak_site;cudaMalloc": 1,
+        "main;host_site;cudaMallocHost": 1,
+    }
+    assert from_main(by_stack(memory, "failed-alloc-count")) == {"main;oom_site;cudaMalloc": 1}
+    timeline = memory.meta["memory_timeline"]
+    assert [v / MiB for v in timeline["live_bytes"]] == [
+        1, 2, 3, 5, 3, 5, 3, 5, 3, 5, 3, 3.5, 11.5, 3.5
+    ]  # fmt: skip
+    assert memory.meta["peak_bytes"] == 11.5 * MiB
+    # cudaMalloc calls cuMemAlloc_v2 inside: 9 mallocs (one failed), 5 frees, 2 syncs
+    # are one event each, their driver calls counted as nested
+    assert probes.stats()["nested calls skipped"] == 9 + 5 + 2
+    calls = probes.calls_profile()
+    assert from_main(by_stack(calls, "launch-count")) == {
+        "main;launch_site;cuLaunchKernel;-;driver::kernel_a()": 3,
+        "main;launch_site;cuLaunchKernel;-;kernel_b(float*)": 2,
+    }
+    (sync,) = from_main(by_stack(calls, "sync-time")).items()
+    assert sync[0] == "main;sync_site;cudaDeviceSynchronize"
+    assert 2 * 2e6 <= sync[1] < 2 * 2e6 + 200e6  # two 2 ms waits in the driver
+
+
+def test_the_per_second_cap_bounds_events_and_counts_the_rest(built, libcudart):
+    caps = {ApiClass.LAUNCH: 50, ApiClass.MEMORY: 0, ApiClass.COPY: 0, ApiClass.SYNC: 0}
+    probes = run_probed([str(built / "target"), libcudart, "l2000,m3"], CudaOptions(caps=caps))
+    launches = probes.log.count({"launch"})
+    capped = probes.stats()["over the launch cap"]
+    assert 50 <= launches <= 100  # one budget per second; the loop may straddle a second
+    assert launches + capped == 2000
+    assert probes.log.count({"alloc"}) == 3  # other classes have their own budget
+    assert any("launch calls not recorded" in note for note in probes.notes())
+
+
+def test_record_memory_command_writes_the_profile(built, tmp_path):
+    out = tmp_path / "memory.pb.gz"
+    target = [str(built / "memory_target"), str(built / "libcudart.so.12")]
+    cmd = [sys.executable, "-m", "aiflame", "record", "--memory", "-o", str(out), "--"]
+    rec = subprocess.run(
+        [*cmd, *target, str(built / "libcuda.so.1"), "500"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert rec.returncode == 0, rec.stderr
+    assert "peak 11.50 MiB" in rec.stderr and "1 failed allocation calls" in rec.stderr
+    from aiflame.sources.registry import load
+
+    profile = load(str(out))
+    assert from_main(by_stack(profile, "peak-bytes")) == {
+        "main;keep_site;cudaMalloc": 3 * MiB,
+        "main;driver_site;cuMemAlloc_v2": MiB // 2,
+        "main;peak_site;cudaMalloc": 8 * MiB,
+    }
+
+
+def test_one_link_per_probe_where_the_kernel_has_no_uprobe_multi(built, libcudart):
+    options = CudaOptions(roles={"launch", "alloc"})  # fewer probes: each detaches slowly
+    probes = run_probed([str(built / "target"), libcudart, "m2,l3,f4"], options, multi=False)
+    assert not probes.multi and next(iter(probes.attached.values())).links > 2
+    calls = probes.calls_profile()
+    assert from_main(by_stack(calls, "api-calls")) == {
+        "main;alloc_site_a;cudaMalloc": 2,
+        "main;launch_site_b;cudaLaunchKernel;-;test::fake_kernel(float*, int)": 3,
+    }  # cudaFree was not asked for
