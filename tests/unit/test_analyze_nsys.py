@@ -174,3 +174,17 @@ def test_cli_sqlite_that_is_not_an_export_is_one_line(tmp_path, capsys):
     assert main(["analyze", str(bad)]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "other.sqlite" in err and "Nsight" in err
+
+
+def test_copy_bytes_streams_and_threads_come_from_the_export():
+    trace, _, _ = report_of(CLOVER)
+    db = sqlite3.connect(CLOVER)
+    nbytes, streams = db.execute(
+        "SELECT sum(bytes), count(DISTINCT streamId) FROM CUPTI_ACTIVITY_KIND_MEMCPY"
+    ).fetchone()
+    copies = trace.gpu_kind == Kind.MEMCPY
+    assert int(trace.gpu_bytes[copies].sum()) == nbytes == 225116952
+    assert np.all(trace.gpu_bytes[~copies] == -1)  # kernels move no counted bytes
+    assert len({trace.names[s] for s in trace.gpu_stream[copies]}) == streams
+    threads = db.execute("SELECT count(DISTINCT globalTid) FROM CUPTI_ACTIVITY_KIND_RUNTIME")
+    assert len(set(trace.cpu_thread.tolist())) == threads.fetchone()[0]

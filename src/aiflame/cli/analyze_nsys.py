@@ -19,6 +19,7 @@ Not in an export: operator input shapes and dtypes, hence no FLOPs, MFU or roofl
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter, defaultdict
 from itertools import islice
@@ -85,25 +86,27 @@ class _Reader:
     # -- GPU ------------------------------------------------------------------------------
     def gpu(self) -> dict[str, np.ndarray]:
         db, strings = self.db, self.db.strings
-        common = ["start", "end", "deviceId", "correlationId", "globalPid"]
-        rows: list[tuple[int, int, int, int, int, int, int]] = []  # ..., name, kind
+        common = ["start", "end", "deviceId", "correlationId", "globalPid", "streamId"]
+        # (*common, name, kind, bytes)
+        rows: list[tuple[int, int, int, int, int, int, int, int, int]] = []
         for *r, name in db.select(KERNEL, [*common, ["demangledName", "shortName"]]):
             text = name if isinstance(name, str) else strings.get(name, "") or "[unknown kernel]"
             kind = Kind.COMM if is_communication(text) else Kind.COMPUTE
-            rows.append((*r, self.name(text), kind))
+            rows.append((*r, self.name(text), kind, -1))
         copy, mem = nsys_copy_kinds(db), _mem_kinds(db)
-        for *r, ck, src, dst in db.select(MEMCPY, [*common, "copyKind", "srcKind", "dstKind"]):
+        cols_copy = [*common, "copyKind", "srcKind", "dstKind", "bytes"]
+        for *r, ck, src, dst, nbytes in db.select(MEMCPY, cols_copy):
             what = copy.get(ck, "Unknown") if ck is not None else "Unknown"
             label = f"Memcpy {what}"
             if src is not None and dst is not None:
                 label += f" ({mem.get(src, 'Unknown')} -> {mem.get(dst, 'Unknown')})"
-            rows.append((*r, self.name(label), Kind.MEMCPY))
-        for *r, dst in db.select(MEMSET, [*common, "memKind"]):
+            rows.append((*r, self.name(label), Kind.MEMCPY, -1 if nbytes is None else nbytes))
+        for *r, dst, nbytes in db.select(MEMSET, [*common, "memKind", "bytes"]):
             label = f"Memset ({mem.get(dst, 'Unknown')})" if dst is not None else "Memset"
-            rows.append((*r, self.name(label), Kind.MEMSET))
+            rows.append((*r, self.name(label), Kind.MEMSET, -1 if nbytes is None else nbytes))
         for *r, graph in db.select(GRAPH, [*common, "graphId"]):
-            rows.append((*r, self.name(f"[CUDA graph {graph}]"), Kind.COMPUTE))
-        cols = list(zip(*rows, strict=True)) if rows else [()] * 7
+            rows.append((*r, self.name(f"[CUDA graph {graph}]"), Kind.COMPUTE, -1))
+        cols = list(zip(*rows, strict=True)) if rows else [()] * 9
         start = np.asarray(cols[0], dtype=np.int64)
         end = np.asarray(cols[1], dtype=np.int64)
         devices = [self.name(str(d if d is not None else "?")) for d in cols[2]]
@@ -116,8 +119,12 @@ class _Reader:
             "device": np.asarray(devices, dtype=np.int64)[order],
             "corr": corr[order],
             "pkey": pids.astype(np.int64)[order],
-            "name": np.asarray(cols[5], dtype=np.int64)[order],
-            "kind": np.asarray(cols[6], dtype=np.int8)[order],
+            "stream": np.asarray(
+                [self.name(str(x) if x is not None else "?") for x in cols[5]], dtype=np.int64
+            )[order],
+            "name": np.asarray(cols[6], dtype=np.int64)[order],
+            "kind": np.asarray(cols[7], dtype=np.int8)[order],
+            "bytes": np.asarray(cols[8], dtype=np.int64)[order],
         }
 
     # -- CPU ------------------------------------------------------------------------------
@@ -200,6 +207,7 @@ class _Reader:
         is_rt = [False] * n_nvtx + [True] * len(calls)
         stacks, with_bt = self.backtraces(calls, chain_of)
         span: dict[int, list[int]] = {}
+        frame_thread: list[int] = []  # a shared frame is on the thread of its first call
         node_of: dict[tuple[int, int], int] = {}
         for i, callers in stacks.items():
             call = n_nvtx + i
@@ -214,6 +222,7 @@ class _Reader:
                     is_op.append(False)
                     is_rt.append(False)
                     span[node] = [int(ts[call]), int(ts[call] + dur[call])]
+                    frame_thread.append(int(thread[call]))
                 s = span[node]
                 s[0], s[1] = min(s[0], int(ts[call])), max(s[1], int(ts[call] + dur[call]))
                 up = node
@@ -245,8 +254,15 @@ class _Reader:
             names=self.names,
             device_info=self.devices(gpu),
             cpu_is_runtime=np.asarray(is_rt, dtype=bool),
+            **self.optional(gpu, np.r_[thread, np.asarray(frame_thread, dtype=np.int64)]),
         )
         return trace, self.notes
+
+    def optional(self, gpu: dict[str, np.ndarray], cpu_thread: np.ndarray) -> dict[str, Any]:
+        """The optional TraceData columns this reader has (those the model defines)."""
+        fields = {f.name for f in dataclasses.fields(TraceData)}
+        have = {"gpu_stream": gpu["stream"], "gpu_bytes": gpu["bytes"], "cpu_thread": cpu_thread}
+        return {k: v for k, v in have.items() if k in fields}
 
     def launches(
         self, gpu: dict[str, np.ndarray], calls: list[tuple[int, int, int, int, int]], first: int
