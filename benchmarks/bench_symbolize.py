@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -38,6 +39,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 BASE = 0x7F0000000000
 PAGE = 0x1000
+SHOW = int(os.environ.get("BENCH_SHOW", "3"))  # examples of each kind of difference
 
 CHILD = """
 import json, sys, time
@@ -152,6 +154,9 @@ def classify(ours: list[str], peer: list[str], vaddrs: np.ndarray, syms, demangl
 
 
 def _spelling(name: str) -> str:
+    """The name with GCC's long spellings of std:: typedefs shortened and LLVM's clone
+    notation (``f() (.cold)``) in GCC's (``f() [clone .cold]``)."""
+    name = _LLVM_CLONE.sub(r" [clone \1]", name)
     for long, short in (
         ("std::basic_ostream<char, std::char_traits<char> >", "std::ostream"),
         ("std::basic_istream<char, std::char_traits<char> >", "std::istream"),
@@ -160,6 +165,9 @@ def _spelling(name: str) -> str:
     ):
         name = name.replace(long, short)
     return name
+
+
+_LLVM_CLONE = re.compile(r" \((\.[A-Za-z0-9_.]+)\)")
 
 
 def main() -> None:
@@ -240,7 +248,7 @@ def main() -> None:
         for cause, items in diff.items():
             if items:
                 print(f"  {cause}: {len(items)}")
-                for addr, a, b in items[:3]:
+                for addr, a, b in items[:SHOW]:
                     print(
                         f"    {addr}: aiflame {a[:110]!r}\n    {' ' * len(addr)}  peer    {b[:110]!r}"
                     )

@@ -4,6 +4,7 @@ kallsyms parsing and the demangler."""
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import native_programs as progs
@@ -252,3 +253,23 @@ def test_elf_files_are_opened_only_when_regular(tmp_path):
     with pytest.raises(OSError):
         open_image(str(tmp_path / "missing"))
     assert Path("/dev/zero").exists()
+
+
+def test_a_32_bit_library(tmp_path):
+    src = tmp_path / "m32.c"
+    src.write_text("int f(int x){return x+1;}\nint g(int x){return f(x)*2;}\n")
+    lib = tmp_path / "m32.so"
+    made = subprocess.run(
+        ["gcc", "-m32", "-O1", "-fPIC", "-shared", "-nostdlib", "-Wl,--build-id", "-o", lib, src],
+        capture_output=True,
+    )
+    if made.returncode:
+        pytest.skip("gcc cannot build 32-bit code here")
+    image, _ = open_image(str(lib))
+    assert not image.is64
+    assert image.build_id().hex() == progs.build_id(lib)
+    table = function_symbols(image)
+    for name, (value, size) in progs.nm_functions(lib).items():
+        if size:
+            assert names_at(table, value) == name
+            assert names_at(table, value + size - 1) == name

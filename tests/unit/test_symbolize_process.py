@@ -314,3 +314,20 @@ def test_empty_and_odd_inputs():
     assert SymbolResolver().process(2**31 - 3).symbolize([0x400000]) == [
         Symbol("[unknown]", "", FrameKind.UNKNOWN)
     ]
+
+
+def test_the_file_cache_is_bounded(built, tmp_path):
+    other = tmp_path / "libother.so"
+    shutil.copy(built.lib, other)
+    maps = progs.maps_for(built.lib, BASE) + progs.maps_for(other, BASE + 0x100000)
+    off = progs.nm_functions(built.lib)["lib_visible"][0]
+    resolver = SymbolResolver(max_files=1)
+    for _ in range(2):
+        got = resolver.process(2**31 - 5, maps_text=maps).symbolize(
+            [BASE + off, BASE + 0x100000 + off]
+        )
+        assert [(s.name, s.module) for s in got] == [
+            ("lib_visible", str(built.lib)),
+            ("lib_visible", str(other)),
+        ]
+        assert len(resolver._by_file) == 1

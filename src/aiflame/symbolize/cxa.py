@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from aiflame.symbolize.demangle import demangle_many
 

@@ -86,6 +86,9 @@ class ElfImage:
         self.machine = int(eh["machine"])
         self.sections = self._section_headers(eh)
         self.segments = self._load_segments(eh)
+        self._seg_off = np.array([g.offset for g in self.segments], dtype=np.uint64)
+        self._seg_end = np.array([g.offset + g.filesz for g in self.segments], dtype=np.uint64)
+        self._seg_va = np.array([g.vaddr for g in self.segments], dtype=np.uint64)
         self._section_names: list[str] | None = None
         self._shstrndx = int(eh["shstrndx"])
         if self._shstrndx == SHN_XINDEX and len(self.sections):
@@ -239,9 +242,7 @@ class ElfImage:
         offsets = np.asarray(offsets, dtype=np.uint64)
         if not self.segments:
             return offsets.copy(), np.zeros(offsets.shape, dtype=bool)
-        seg_off = np.array([s.offset for s in self.segments], dtype=np.uint64)
-        seg_end = np.array([s.offset + s.filesz for s in self.segments], dtype=np.uint64)
-        seg_va = np.array([s.vaddr for s in self.segments], dtype=np.uint64)
+        seg_off, seg_end, seg_va = self._seg_off, self._seg_end, self._seg_va
         i = np.searchsorted(seg_off, offsets, side="right").astype(np.int64) - 1
         ok = i >= 0
         j = np.where(ok, i, 0)

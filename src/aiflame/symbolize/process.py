@@ -134,11 +134,13 @@ class SymbolResolver:
         perf_map_dir: str = "/tmp",
         kallsyms_path: str = "/proc/kallsyms",
         proc: str = "/proc",
+        max_files: int = 4096,
     ) -> None:
         self.debug_dirs = tuple(debug_dirs)
         self.perf_map_dir = perf_map_dir
         self.kallsyms_path = kallsyms_path
         self.proc = proc
+        self.max_files = max_files  # files whose symbols stay cached (a long-lived agent)
         self.demangle = Demangler()
         self.kind_of = KindGuesser()
         self._by_file: dict[tuple[int, int, int, int], ModuleSymbols | None] = {}
@@ -186,7 +188,16 @@ class SymbolResolver:
         except Exception:
             mod = None
         self._by_file[key] = mod
+        if len(self._by_file) > self.max_files:
+            self._forget(next(iter(self._by_file)))
         return mod
+
+    def _forget(self, key: tuple[int, int, int, int]) -> None:
+        """Drop the oldest file read (its mapping goes once no process symbols use it)."""
+        mod = self._by_file.pop(key)
+        if mod is not None:
+            for bid in [b for b, m in self._by_build_id.items() if m is mod]:
+                del self._by_build_id[bid]
 
     def _load(self, path: str, target_path: str, roots: Sequence[str]) -> ModuleSymbols | None:
         try:
