@@ -22,6 +22,7 @@ import pytest
 
 from aiflame.collectors.ebpf.cuda import CudaOptions, CudaProbes
 from aiflame.collectors.ebpf.cuda_apis import ApiClass
+from aiflame.collectors.ebpf.cuda_session import CudaRecorder
 
 pytestmark = pytest.mark.usefixtures("ebpf")
 HERE = Path(__file__).parent / "cuda"
@@ -251,3 +252,44 @@ def test_one_link_per_probe_where_the_kernel_has_no_uprobe_multi(built, libcudar
         "main;alloc_site_a;cudaMalloc": 2,
         "main;launch_site_b;cudaLaunchKernel;-;test::fake_kernel(float*, int)": 3,
     }  # cudaFree was not asked for
+
+
+@pytest.mark.parametrize("system_wide", [False, True], ids=["target", "system-wide"])
+def test_the_recorder_beside_other_collectors(built, libcudart, system_wide):
+    proc = subprocess.Popen(
+        [str(built / "target"), libcudart, "m2,l3,s1"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    rec = CudaRecorder(follow_children=True, system_wide=system_wide)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        rec.start()
+        if not system_wide:
+            rec.add_target(proc.pid)
+        rec.tick()  # the first tick scans at once
+        assert proc.pid in rec.probes.attached
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "done"
+        proc.wait(timeout=30)
+        rec.tick()
+        profile = rec.finish()
+    finally:
+        rec.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert profile is not None
+    mine = {i for i in range(len(profile)) if profile.labels_of(i)["pid"] == str(proc.pid)}
+    counts: dict[str, float] = {}
+    col = profile.type_index("api-calls")
+    for i in mine:
+        names = profile.stack_names(int(profile.sample_stack[i]))
+        key = ";".join(names[names.index("main") :])
+        counts[key] = counts.get(key, 0) + profile.values[i, col]
+    assert counts == {
+        "main;alloc_site_a;cudaMalloc": 2,
+        "main;launch_site_b;cudaLaunchKernel;-;test::fake_kernel(float*, int)": 3,
+        "main;sync_site_d;cudaStreamSynchronize": 1,
+    }

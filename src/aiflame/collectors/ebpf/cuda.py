@@ -20,6 +20,7 @@ so calls between probed libraries (cudaMalloc -> cuMemAlloc_v2) count once.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from aiflame.collectors import procs
@@ -129,6 +130,10 @@ class CudaProbes:
         self._watched.add(pid)
         self._scan_one(pid)
 
+    def watch_later(self, pids: Iterable[int]) -> None:
+        """Processes for the next :meth:`scan` to look at."""
+        self._watched.update(pids)
+
     def scan(self, children: bool = False) -> None:
         """Attach to libraries mapped since the last scan (and to new child processes)."""
         pids = set(self._watched)
@@ -138,6 +143,8 @@ class CudaProbes:
         for pid in sorted(pids):
             if procs.alive(pid):
                 self._scan_one(pid)
+            else:
+                self._watched.discard(pid)
 
     def _scan_one(self, pid: int) -> None:
         libs = gpu_libraries(pid)

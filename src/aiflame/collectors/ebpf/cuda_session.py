@@ -1,6 +1,20 @@
-"""A recording with the CUDA/HIP probes alone: launch a program (or attach to a PID), probe
-the CUDA/HIP libraries its processes map, read events until it exits, ``-d`` seconds pass,
-Ctrl-C or SIGTERM; every probe is detached before returning, whatever happens.
+"""Recording with the CUDA/HIP probes.
+
+:func:`launch` / :func:`attach`: the probes alone (``aiflame record --memory``): launch a
+program (or attach to a PID), probe the CUDA/HIP libraries its processes map, read events
+until it exits, ``-d`` seconds pass, Ctrl-C or SIGTERM; every probe is detached before
+returning, whatever happens.
+
+:class:`CudaRecorder`: the probes as one part of a larger session, beside the CPU sampler
+(the interface of :class:`aiflame.collectors.ebpf.recording.EbpfRecorder`)::
+
+    rec = CudaRecorder(follow_children=True)    # system_wide=True: every process
+    rec.start()                                 # loads the BPF object; BpfError if refused
+    rec.add_target(pid)
+    rec.tick()                                  # every ~50-100 ms: new libraries, events
+    profile = rec.finish()                      # detaches; None when no call was seen
+    rec.notes                                   # drops over the caps, attach failures
+    rec.close()
 
 Libraries are looked for in ``/proc/PID/maps`` every ``scan_s`` (50 ms): a program that
 loads ``libcudart`` late (``import torch``) is probed from then on; calls made in the few
@@ -10,6 +24,7 @@ milliseconds between the load and the attach are not seen.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import time
@@ -19,6 +34,66 @@ from dataclasses import dataclass, field
 from aiflame.collectors import procs
 from aiflame.collectors.ebpf.cuda import CudaOptions, CudaProbes
 from aiflame.errors import AiflameError
+from aiflame.model import Profile
+
+SYSTEM_SCAN_S = 2.0  # every process's maps, system-wide: a slower pace
+
+
+class CudaRecorder:
+    def __init__(
+        self,
+        follow_children: bool = True,
+        system_wide: bool = False,
+        options: CudaOptions | None = None,
+        scan_s: float = 0.05,
+    ) -> None:
+        self.follow_children = follow_children
+        self.system_wide = system_wide
+        self.options = options
+        self.scan_s = SYSTEM_SCAN_S if system_wide else scan_s
+        self.probes: CudaProbes | None = None
+        self.notes: list[str] = []
+        self._next_scan = 0.0
+
+    def start(self) -> None:
+        self.probes = CudaProbes(self.options)
+
+    def add_target(self, pid: int) -> None:
+        if self.probes is not None:
+            self.probes.watch(pid)
+
+    def tick(self) -> None:
+        """Attach to what appeared since (at most every ``scan_s``), read the events."""
+        if self.probes is None:
+            return
+        now = time.monotonic()
+        if now >= self._next_scan:
+            if self.system_wide:
+                self.probes.watch_later(_all_pids())
+            self.probes.scan(children=self.follow_children)
+            self._next_scan = now + self.scan_s
+        self.probes.poll(0)
+
+    def finish(self) -> Profile | None:
+        """Detach, then build the calls profile (launch-count, sync-time, copy-bytes,
+        alloc-bytes, alloc-count, api-calls)."""
+        if self.probes is None:
+            return None
+        self.probes.drain()
+        self.probes.close()
+        self.notes.extend(self.probes.notes())
+        if not self.probes.log.calls:
+            return None
+        return self.probes.calls_profile()
+
+    def close(self) -> None:
+        if self.probes is not None:
+            self.probes.close()
+
+
+def _all_pids() -> list[int]:
+    me = os.getpid()
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != me]
 
 
 @dataclass
