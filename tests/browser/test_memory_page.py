@@ -152,6 +152,12 @@ def test_chart_is_drawn_with_the_peak_labelled(page, replayed):
     assert "self" in legend and "total" in legend
     bottom = "return document.getElementById('mem-legend').getBoundingClientRect().bottom;"
     assert page.js(bottom) < page.js("return window.innerHeight;") / 2
+    # Another metric shown: the status line no longer claims the peak view.
+    page.js(
+        "const s = document.getElementById('metric'); s.value = '1';"
+        "s.dispatchEvent(new Event('change'));"
+    )
+    assert page.text("mem-status").startswith("Click the chart for what was live")
     assert page.console_errors() == []
 
 

@@ -65,6 +65,7 @@
       this.box = $("mem-chart");
       this.svg = $("mem-svg");
       $("mem-clear").addEventListener("click", () => this.clear());
+      $("metric").addEventListener("change", () => this.showStatus());
       this.bindPointer();
       this.draw();
       this.showStatus();
@@ -285,22 +286,25 @@
       const d = this.d;
       const sel = this.sel;
       let text;
-      if (!sel) {
+      if (!sel && this.app.metric !== this.metric) {
+        text = "Click the chart for what was live at an instant, drag across it for a range.";
+      } else if (!sel) {
         const p = this.h.peakIndex;
-        text = "Flame graph: live at the peak, " + this.timeText(p) + ": " + bytes(d.live[p]) + " (" + exact(d.live[p]) + ")";
+        text = "Shown: live at the peak, " + this.timeText(p) + ": " + bytes(d.live[p]) + " (" + exact(d.live[p]) + ")";
       } else {
         const total = this.app.baseTree.totals(this.metric)[0];
         if (sel.from === sel.to) {
-          text = "Flame graph: live at " + this.timeText(sel.from) + ": " + bytes(total) + " (" + exact(total) + ")";
+          text = "Shown: live at " + this.timeText(sel.from) + ": " + bytes(total) + " (" + exact(total) + ")";
         } else {
           let most = sel.from;
           for (let k = sel.from; k <= sel.to; k++) if (d.live[k] > d.live[most]) most = k;
           text =
-            "Flame graph: live at some moment from " + this.timeText(sel.from) + " to " + this.timeText(sel.to) +
+            "Shown: live at some moment in " + this.timeText(sel.from) + " – " + this.timeText(sel.to) +
             ": " + bytes(total) + " (" + exact(total) + "); at most " + bytes(d.live[most]) + " at once, at " + this.timeText(most);
         }
       }
       $("mem-status").textContent = text;
+      $("mem-status").title = text; // in full, when the line is cut
     }
 
   }
