@@ -241,7 +241,10 @@ def test_nsys_report_links_to_the_backtrace(driver, report):
         "path: aiflame.app.tree.pathTo(aiflame.app.view.zoom).map(i => aiflame.app.tree.nameOf(i)),"
         "matched: document.getElementById('matched').textContent}));"
     )
-    assert state["path"] == ["all", "_start", "__libc_start_main", "main"]
+    # The backtrace of the blocking call (down to the call itself where the stack has it).
+    assert state["path"][:4] == ["all", "_start", "__libc_start_main", "main"]
+    assert all(name.startswith("cudaMemcpy") for name in state["path"][4:])
+    assert len(state["path"]) <= 5
     assert state["matched"].startswith("matched:")  # cudaMemcpy_v3020 highlighted
 
 
@@ -271,3 +274,21 @@ def test_hostile_kernel_name_stays_text(driver, report, tmp_path):
     assert driver.execute_script("return aiflame.app.tree.find(arguments[0]);", HOSTILE) > 0
     assert driver.find_elements(By.TAG_NAME, "img") == []
     assert driver.execute_script("return window.__alerts;") == []
+
+
+def test_every_section_stack_link_lands_on_its_stack(driver, report):
+    html, _ = report(H100)
+    page = ReportPage(driver, html)
+    links = page.js(
+        "return [...document.querySelectorAll('section.rank a.stack')]"
+        ".map(a => [a.href, a.title.split('\\n').pop()]);"
+    )
+    assert len(links) >= 4  # idle causes, sync and copies have stacks in this trace
+    for href, innermost in links:
+        driver.get(href)
+        state = driver.execute_async_script(
+            "const done = arguments[0]; aiflame.fragmentApplied.then(s => done({s,"
+            " node: aiflame.app.tree.nameOf(aiflame.app.view.zoom)}));"
+        )
+        assert state["s"]["matched"] == len(state["s"]["path"]) > 1
+        assert state["node"] == python_frame(innermost).name
