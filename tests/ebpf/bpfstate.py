@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 
 
 def _bpftool(*args: str) -> str:
@@ -29,3 +30,50 @@ def uprobe_events() -> list[str]:
             with open(path) as f:
                 return [ln for ln in f.read().splitlines() if ln.strip()]
     return []
+
+
+def bpf_fds(pid: int | None = None) -> set[tuple[str, int]]:
+    """("link" | "prog" | "map", id) of every BPF object a process holds a descriptor of.
+
+    Exact for one process, whatever other processes load meanwhile."""
+    pid = os.getpid() if pid is None else pid
+    out: set[tuple[str, int]] = set()
+    base = f"/proc/{pid}/fdinfo"
+    try:
+        fds = os.listdir(base)
+    except OSError:
+        return out
+    for fd in fds:
+        try:
+            with open(os.path.join(base, fd)) as f:
+                fields = dict(ln.split(":", 1) for ln in f.read().splitlines() if ":" in ln)
+        except OSError:
+            continue
+        for kind in ("link", "prog", "map"):
+            if f"{kind}_id" in fields:
+                out.add((kind, int(fields[f"{kind}_id"])))
+                break
+    return out
+
+
+def programs() -> set[int]:
+    """Ids of every BPF program loaded in the kernel."""
+    out = _bpftool("prog", "list")
+    return {int(ln.split(":")[0]) for ln in out.splitlines() if ln[:1].isdigit()}
+
+
+def still_loaded(held: set[tuple[str, int]], wait_s: float = 3.0) -> set[tuple[str, int]]:
+    """Which of these links / programs the kernel still has after ``wait_s`` (it frees
+    them asynchronously, after an RCU grace period, once the last descriptor closes)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        links_now = {int(i) for i in links()}
+        progs_now = programs()
+        left = {
+            (k, i)
+            for k, i in held
+            if (k == "link" and i in links_now) or (k == "prog" and i in progs_now)
+        }
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)

@@ -23,6 +23,10 @@ pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="py-spy attaching needs Linux /proc and ptrace"
 )
 
+# These tests check py-spy's streams; as root, record would use eBPF for cpu-samples
+# (tests/ebpf/test_record_ebpf.py checks that mode).
+NO_EBPF = ("--no-ebpf",)
+
 BUSY = """
 import sys, time
 def busy_function(seconds):
@@ -40,7 +44,7 @@ def script(tmp_path: Path, name: str, body: str) -> Path:
 
 def aiflame(*args: str, cwd: Path | None = None, timeout: float = 120, **kw):
     return subprocess.run(
-        [sys.executable, "-m", "aiflame", "record", *args],
+        [sys.executable, "-m", "aiflame", "record", *NO_EBPF, *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -98,7 +102,7 @@ def test_live_status_line_on_a_terminal(tmp_path):
 
     prog = script(tmp_path, "tty.py", BUSY + "busy_function(2)\n")
     master, slave = pty.openpty()
-    cmd = [sys.executable, "-m", "aiflame", "record", "-o", str(tmp_path / "t.folded")]
+    cmd = [sys.executable, "-m", "aiflame", "record", *NO_EBPF, "-o", str(tmp_path / "t.folded")]
     proc = subprocess.Popen(
         [*cmd, "--", sys.executable, str(prog)],
         stdout=subprocess.DEVNULL,
@@ -147,6 +151,7 @@ def test_ctrl_c_writes_the_profile(tmp_path):
             "-m",
             "aiflame",
             "record",
+            *NO_EBPF,
             "-o",
             str(out),
             "--",

@@ -44,10 +44,23 @@ def describe(profile: Profile) -> list[str]:
     for key, value in profile.meta.items():
         if key.startswith("info:"):
             out.append(f"{key[5:] + ':':<12} {value}")
+    out.extend(_truncated_line(profile))
     ignored = profile.meta.get("ignored_lines")
     if ignored:
         out.append(f"ignored:     {ignored:,} lines that were not samples")
     return out
+
+
+def _truncated_line(profile: Profile) -> list[str]:
+    """The share of user stacks cut short (eBPF samples; also read back from pprof)."""
+    from aiflame.collectors.ebpf.cpu_profile import truncated_stacks
+
+    pair = truncated_stacks(profile.meta)
+    if pair is None or "info:truncated stacks" in profile.meta:
+        return []
+    truncated, total = pair
+    share = f"{truncated / total:.1%}" if total else "n/a"
+    return [f"truncated:   {share} of {total:,} user stacks cut short (no frame pointers?)"]
 
 
 def run(args: argparse.Namespace) -> int:

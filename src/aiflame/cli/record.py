@@ -21,6 +21,7 @@ HELP = "record a running or launched Python/PyTorch program (CPU stacks, GPU ker
 DEFAULT_NATIVE_RATE = 2  # about 1% of wall time per Hz: docs/benchmarks.md "record overhead"
 # py-spy's two streams, then what the Kineto importer makes of a PyTorch window
 METRICS = ("cpu-samples", "native-samples", "cpu-time", "gpu-time", "kernel-count")
+EBPF_METRICS = ("python-samples",)  # py-spy's Python stacks when eBPF has cpu-samples
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -38,10 +39,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--native-rate",
         type=int,
-        default=DEFAULT_NATIVE_RATE,
+        default=None,
         metavar="HZ",
         help="samples per second with native (C/C++/JIT) frames and thread state; each one "
-        f"pauses the program for milliseconds (default {DEFAULT_NATIVE_RATE}, 0: none)",
+        f"pauses the program for milliseconds (default {DEFAULT_NATIVE_RATE}, 0: none; "
+        "default 0 with eBPF, whose cpu-samples have native stacks)",
     )
     p.add_argument(
         "-d", "--duration", type=float, metavar="SECONDS", help="stop recording after this long"
@@ -79,6 +81,19 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="live GPU memory by allocation stack instead (eBPF probes on the CUDA/HIP "
         "allocation functions; root): metrics peak-bytes, alloc-bytes, alloc-count",
     )
+    ebpf = p.add_mutually_exclusive_group()
+    ebpf.add_argument(
+        "--ebpf",
+        action="store_true",
+        help="require the eBPF CPU sampler (used by default as root): native, JIT and kernel "
+        "stacks of every thread in cpu-samples, Python stacks in python-samples",
+    )
+    ebpf.add_argument("--no-ebpf", action="store_true", help="never use the eBPF sampler")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="record every process of the machine with eBPF (root), for -d SECONDS or until Ctrl-C",
+    )
     add_metric(p)
     p.add_argument("--title", help="title of the HTML page")
     p.add_argument(
@@ -101,11 +116,16 @@ def _command(args: argparse.Namespace) -> list[str]:
 def _check(args: argparse.Namespace, cmd: list[str]) -> None:
     if args.pid is not None and cmd:
         raise AiflameError("give either --pid PID or a command after --, not both")
-    if args.pid is None and not cmd:
+    if getattr(args, "all", False):
+        if args.pid is not None or cmd:
+            raise AiflameError("--all records every process: give no --pid and no command")
+        if args.no_ebpf:
+            raise AiflameError("--all needs the eBPF sampler: drop --no-ebpf")
+    elif args.pid is None and not cmd:
         raise AiflameError("nothing to record: give -- COMMAND ARGS... or --pid PID")
     if not 1 <= args.rate <= 10000:
         raise AiflameError(f"--rate {args.rate}: must be between 1 and 10000")
-    if not 0 <= args.native_rate <= 1000:
+    if args.native_rate is not None and not 0 <= args.native_rate <= 1000:
         raise AiflameError(f"--native-rate {args.native_rate}: must be between 0 and 1000")
     if args.duration is not None and args.duration <= 0:
         raise AiflameError(f"--duration {args.duration:g}: must be positive")
@@ -117,7 +137,7 @@ def _check(args: argparse.Namespace, cmd: list[str]) -> None:
         from aiflame.cli import record_memory
 
         record_memory.check(args)
-    elif args.metric is not None and args.metric not in METRICS:
+    elif args.metric is not None and args.metric not in METRICS + EBPF_METRICS:
         raise AiflameError(f"--metric {args.metric}: record writes {', '.join(METRICS)}")
 
 
@@ -134,7 +154,9 @@ def _output_format(path: str) -> str:
 
 
 def _default_base(cmd: list[str], pid: int | None) -> str:
-    if pid is not None:
+    if pid is None and not cmd:
+        stem = "system"  # --all
+    elif pid is not None:
         stem = f"pid{pid}"
     else:
         script = next((a for a in cmd[1:] if a.endswith(".py")), cmd[0])
@@ -153,7 +175,8 @@ def _targets(args: argparse.Namespace, cmd: list[str]) -> list[tuple[str, str]]:
 def _write(profile, args: argparse.Namespace, cmd: list[str]) -> list[str]:  # type: ignore[no-untyped-def]
     from aiflame.render.registry import render
 
-    title = args.title or ("aiflame record: " + (" ".join(cmd) if cmd else f"PID {args.pid}"))
+    what = " ".join(cmd) if cmd else (f"PID {args.pid}" if args.pid is not None else "all")
+    title = args.title or f"aiflame record: {what}"
     if args.output:
         targets = [(args.output, _output_format(args.output))]
     else:
@@ -178,16 +201,24 @@ def run(args: argparse.Namespace) -> int:
     options = RecordOptions(
         rate=args.rate,
         native_rate=args.native_rate,
+        native_fallback=DEFAULT_NATIVE_RATE,
         duration=args.duration,
         subprocesses=args.subprocesses,
         torch_window=args.gpu_window if args.gpu == "auto" else 0.0,
         torch_delay=args.gpu_delay,
         status=print_status_line if live else None,
+        ebpf="on" if args.ebpf else ("off" if args.no_ebpf else "auto"),
+        system_wide=args.all,
     )
     session = Session(options)
     try:
         try:
-            result = session.attach(args.pid) if args.pid is not None else session.launch(cmd)
+            if args.all:
+                result = session.system()
+            elif args.pid is not None:
+                result = session.attach(args.pid)
+            else:
+                result = session.launch(cmd)
         finally:
             if live:
                 print_status_line("")

@@ -26,7 +26,7 @@ def top_stacks(profile: Profile, metric: str | None = None, n: int = 10) -> list
 
 
 def frame_label(frame: Frame) -> str:
-    if frame.kind == FrameKind.PYTHON and frame.file:
+    if frame.kind == FrameKind.PYTHON and frame.file and not frame.name.endswith(")"):
         return f"{frame.name} ({frame.file.rsplit('/', 1)[-1]}:{frame.line})"
     return frame.name
 
@@ -49,7 +49,7 @@ def summary_lines(profile: Profile, width: int = 100, n: int = 10) -> list[str]:
     out = []
     metrics = [profile.sample_types[profile.type_index(None)].name]
     totals = profile.totals()
-    for extra in ("gpu-time",):
+    for extra in ("python-samples", "gpu-time"):  # python-samples: py-spy beside eBPF
         names = [t.name for t in profile.sample_types]
         if extra in names and totals[names.index(extra)] > 0 and extra not in metrics:
             metrics.append(extra)

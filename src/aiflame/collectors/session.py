@@ -13,6 +13,12 @@ Two py-spy samplers watch the target at once:
 Programs that are launched get the torch bootstrap (:mod:`.torch_bootstrap`) on PYTHONPATH
 and ``ONEDNN_JIT_PROFILE=2``, so oneDNN names its JIT kernels in ``/tmp/perf-<pid>.map``.
 The torch traces, if any, are loaded with the Kineto importer and merged in.
+
+With eBPF (``ebpf`` "auto" as root, or "on"), :mod:`.ebpf.recording` samples every thread
+of the target and its children in the kernel instead: ``cpu-samples`` then holds native,
+JIT and kernel frames (Python functions too on Python >= 3.12, through the perf-map
+trampolines that ``PYTHONPERFSUPPORT=1`` turns on), and py-spy's Python stacks become
+``python-samples``. ``system_wide`` records every process with eBPF alone.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiflame.collectors import procs
 from aiflame.collectors.pyspy import (
@@ -43,8 +50,12 @@ from aiflame.errors import AiflameError
 from aiflame.model import Profile, ProfileBuilder, SampleType
 from aiflame.symbolize.perfmap import PerfMap, map_path
 
+if TYPE_CHECKING:
+    from aiflame.collectors.ebpf.recording import EbpfRecorder
+
 BOOTSTRAP_DIR = str(Path(__file__).parent / "torch_bootstrap")
 CPU_SAMPLES = SampleType("cpu-samples", "count")
+PYTHON_SAMPLES = SampleType("python-samples", "count")  # py-spy's, beside eBPF's cpu-samples
 NATIVE_SAMPLES = SampleType("native-samples", "count")
 READY_TIMEOUT_S = 10.0  # for the interpreter to come up before sampling starts anyway
 SAMPLER_EXIT_GRACE_S = 10.0
@@ -55,12 +66,15 @@ EXPORT_SLACK_S = 60.0  # for a torch window to export its trace after it ends
 @dataclass
 class RecordOptions:
     rate: int = 99
-    native_rate: int = 0
+    native_rate: int | None = 0  # None: 0 with eBPF (it has native stacks), else native_fallback
+    native_fallback: int = 0
     duration: float | None = None
     subprocesses: bool = False
     torch_window: float = 5.0  # 0: no PyTorch profiler window
     torch_delay: float = 0.0
     status: Callable[[str], None] | None = None  # receives the live status line
+    ebpf: str = "off"  # "auto": eBPF when it works, else one note; "on": required
+    system_wide: bool = False  # every process, eBPF only (launch/attach not used)
 
 
 @dataclass
@@ -78,7 +92,9 @@ class Session:
 
     def __init__(self, options: RecordOptions) -> None:
         self.options = options
-        self.pyspy = find_pyspy()
+        self.pyspy = "" if options.system_wide else find_pyspy()
+        self.ebpf: EbpfRecorder | None = None
+        self.ebpf_profile: Profile | None = None
         self.dir = tempfile.mkdtemp(prefix="aiflame-record-")
         self.samplers: list[tuple[str, subprocess.Popen, SamplerConfig]] = []
         self.notes: list[str] = []
@@ -88,15 +104,19 @@ class Session:
 
     # -- public entry points ------------------------------------------------------------------
     def launch(self, argv: list[str]) -> RecordResult:
+        self._start_ebpf(follow_children=True)  # before the program: a failure runs nothing
         env = self._target_env()
         try:
-            target = subprocess.Popen(argv, env=env)
+            preexec = self.ebpf.preexec if self.ebpf is not None else None
+            target = subprocess.Popen(argv, env=env, preexec_fn=preexec)
         except FileNotFoundError:
             raise AiflameError(f"{argv[0]}: command not found") from None
         except PermissionError:
             raise AiflameError(f"{argv[0]}: permission denied (not executable?)") from None
         except OSError as e:
             raise AiflameError(f"{argv[0]}: cannot run: {e.strerror or e}") from None
+        if self.ebpf is not None:
+            self.ebpf.add_target(target.pid)
         t0 = time.monotonic()
         with self._trap_signals(target):
             self._wait_ready(target)
@@ -109,6 +129,9 @@ class Session:
 
     def attach(self, pid: int) -> RecordResult:
         procs.check_attachable(pid)
+        self._start_ebpf(follow_children=self.options.subprocesses)
+        if self.ebpf is not None:
+            self.ebpf.add_target(pid)
         t0 = time.monotonic()
         with self._trap_signals(None):
             self._start_samplers(pid)
@@ -118,7 +141,26 @@ class Session:
             raise AiflameError(result.failure)
         return result
 
+    def system(self) -> RecordResult:
+        """Every process of the machine, with eBPF, for ``duration`` or until Ctrl-C."""
+        self._start_ebpf(follow_children=False)
+        if self.ebpf is None:
+            raise AiflameError("recording the whole system needs the eBPF collector")
+        t0 = time.monotonic()
+        with self._trap_signals(None):
+            while not self._signals:
+                elapsed = time.monotonic() - t0
+                if self.options.duration and elapsed >= self.options.duration:
+                    break
+                if self.options.status:
+                    ticks = int(elapsed * self.options.rate * (os.cpu_count() or 1))
+                    self.options.status(f"recording {elapsed:5.1f} s · up to ~{ticks:,} samples")
+                self._idle(0.1)
+        return self._finish(0, None, t0)
+
     def cleanup(self) -> None:
+        if self.ebpf is not None:
+            self.ebpf.close()
         for p in Path(self.dir).iterdir():
             p.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
@@ -136,7 +178,40 @@ class Session:
         if "ONEDNN_JIT_PROFILE" not in env and "DNNL_JIT_PROFILE" not in env:
             env["ONEDNN_JIT_PROFILE"] = "2"  # perf map only (no jitdump files)
             self._own_perf_maps = True
+        if self.ebpf is not None and "PYTHONPERFSUPPORT" not in env:
+            # Python >= 3.12 names its functions in the perf map for eBPF stacks.
+            env["PYTHONPERFSUPPORT"] = "1"
+            self._own_perf_maps = True
         return env
+
+    def _start_ebpf(self, follow_children: bool) -> None:
+        """Load the eBPF sampler if asked to; in "auto" mode a failure is one note."""
+        mode = "on" if self.options.system_wide else self.options.ebpf
+        if mode == "off":
+            return
+        from aiflame.collectors.ebpf.libbpf import BpfError
+        from aiflame.collectors.ebpf.recording import EbpfRecorder
+        from aiflame.collectors.ebpf.support import unavailable_reason
+
+        why = unavailable_reason()
+        if why is None:
+            rec = EbpfRecorder(self.options.rate, follow_children, self.options.system_wide)
+            try:
+                rec.start()
+                self.ebpf = rec
+                return
+            except (BpfError, AiflameError) as e:
+                rec.close()
+                why = str(e)
+        if mode == "on":
+            raise AiflameError(f"the eBPF collector cannot run: {why}")
+        self.notes.append(f"eBPF collector unavailable ({why}); CPU stacks from py-spy only")
+
+    def _idle(self, seconds: float) -> None:
+        if self.ebpf is not None:
+            self.ebpf.idle(seconds)
+        else:
+            time.sleep(seconds)
 
     def _wait_ready(self, target: subprocess.Popen) -> None:
         """Until the bootstrap reports an interpreter is up (py-spy can read it then).
@@ -149,15 +224,18 @@ class Session:
         while time.monotonic() < deadline and target.poll() is None and not self._signals:
             if next(Path(self.dir).glob(pattern), None) is not None:
                 return
-            time.sleep(0.01)
+            self._idle(0.01)
 
     # -- sampling -----------------------------------------------------------------------------
     def _configs(self) -> list[tuple[str, SamplerConfig]]:
         o = self.options
         out = [("cpu", SamplerConfig(o.rate, False, False, o.subprocesses, o.duration))]
-        if o.native_rate > 0:
+        native_rate = o.native_rate
+        if native_rate is None:
+            native_rate = 0 if self.ebpf is not None else o.native_fallback
+        if native_rate > 0:
             out.append(
-                ("native", SamplerConfig(o.native_rate, True, True, o.subprocesses, o.duration))
+                ("native", SamplerConfig(native_rate, True, True, o.subprocesses, o.duration))
             )
         return out
 
@@ -199,7 +277,7 @@ class Session:
                 break
             if self.options.status:
                 self.options.status(self._status_text(pid, time.monotonic() - start))
-            time.sleep(0.1)
+            self._idle(0.1)
 
     def _status_text(self, pid: int, elapsed: float) -> str:
         n_procs = len(procs.tree(pid)) if self.options.subprocesses else 1
@@ -248,6 +326,12 @@ class Session:
     # -- results ------------------------------------------------------------------------------
     def _finish(self, pid: int, target: subprocess.Popen | None, t0: float) -> RecordResult:
         self._stop_samplers_after(SAMPLER_EXIT_GRACE_S)
+        if self.ebpf is not None:
+            try:
+                self.ebpf_profile = self.ebpf.finish()
+            finally:
+                self.ebpf.close()
+            self.notes.extend(self.ebpf.notes)
         self._wait_torch_windows()
         profile = self._build(pid)
         elapsed = time.monotonic() - t0
@@ -284,8 +368,11 @@ class Session:
         return labels
 
     def _build(self, root_pid: int) -> Profile | None:
+        if self.options.system_wide:
+            return self._system_profile()
         configs = self._configs()
-        types = [CPU_SAMPLES] + ([NATIVE_SAMPLES] if len(configs) > 1 else [])
+        first = PYTHON_SAMPLES if self.ebpf is not None else CPU_SAMPLES
+        types = [first] + ([NATIVE_SAMPLES] if len(configs) > 1 else [])
         builder = ProfileBuilder(types)
         maps: dict[int, PerfMap] = {}
         seen_pids: set[int] = set()
@@ -312,6 +399,11 @@ class Session:
         started = {int(p.name[5:-5]) for p in Path(self.dir).glob("proc-*.json")}
         self._remove_perf_maps(seen_pids | started | {root_pid})
         torch_profiles = load_torch_traces(self.dir, labels, self.notes)
+        if self.ebpf_profile is not None:
+            if self.failures:  # py-spy's Python stacks are a bonus beside eBPF's
+                self.notes.extend(f"no Python stacks: {f}" for f in self.failures)
+                self.failures.clear()
+            torch_profiles.insert(0, self.ebpf_profile)
         if not total and not torch_profiles:
             return None
         builder.meta.update(self._meta(configs))
@@ -326,9 +418,26 @@ class Session:
             from aiflame.transforms.merge import merge
 
             meta = profile.meta
-            profile = merge([profile, *torch_profiles])
+            parts = [profile, *torch_profiles]
+            if self.ebpf_profile is not None:
+                # eBPF's cpu-samples first; no all-zero python-samples if py-spy saw nothing
+                parts = [self.ebpf_profile, *([profile] if total else []), *torch_profiles[1:]]
+            profile = merge(parts)
             profile.meta = {**meta, "sources": profile.meta.get("sources")}
+        if self.ebpf_profile is not None:
+            ebpf_meta = {k: v for k, v in self.ebpf_profile.meta.items() if k not in profile.meta}
+            profile.meta.update(ebpf_meta)
+            names = [t.name for t in profile.sample_types]
+            profile.meta["default_type"] = names.index(CPU_SAMPLES.name)
+            return profile
         profile.meta["default_type"] = 0
+        return profile
+
+    def _system_profile(self) -> Profile | None:
+        profile = self.ebpf_profile
+        if profile is not None:
+            profile.meta.update({"source": "aiflame record --all", "format": "record"})
+            profile.meta["default_type"] = 0
         return profile
 
     def _meta(self, configs: list[tuple[str, SamplerConfig]]) -> dict[str, object]:
@@ -338,6 +447,9 @@ class Session:
             "format": "record",
             "info:sampler": f"py-spy ({rates})",
         }
+        if self.ebpf_profile is not None:
+            ebpf = self.ebpf_profile.meta.get("info:sampler")
+            meta["info:sampler"] = f"{ebpf}; py-spy ({rates})"
         if self.options.torch_window > 0:
             meta["info:torch window"] = f"{self.options.torch_window:g} s"
         return meta

@@ -1,0 +1,240 @@
+"""A :class:`RawProfile` of the eBPF CPU sampler as a Profile with the ``cpu-samples`` metric.
+
+Stacks read root first: (a process frame, with several processes), the user frames from
+the outermost caller to the interrupted function, then the kernel frames. Every address
+becomes a frame: unknown ones show as ``module+0xOFFSET`` (or ``[unknown]`` outside every
+mapping), a stack the kernel could not record as a labelled placeholder, so samples are
+never dropped. Labels: pid, tid, comm (the thread's name), process, cgroup.
+
+A user stack that does not reach a thread or process start function (``_start``,
+``__libc_start_main``, ``start_thread``, ``clone``...) was cut short: the unwinder follows
+frame pointers and stops at the first function built without them, or at the depth limit.
+Their share is recorded in the profile's meta (``aiflame info`` shows it).
+"""
+
+from __future__ import annotations
+
+import errno
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from aiflame.collectors.ebpf.cgroups import cgroup_paths
+from aiflame.collectors.ebpf.sampler import MAX_STACK_DEPTH, RawProfile, SampleKey
+from aiflame.model import Frame, FrameKind, Profile, ProfileBuilder, SampleType
+from aiflame.symbolize.process import UNKNOWN_NAME, Symbol, SymbolResolver
+
+CPU_SAMPLES = SampleType("cpu-samples", "count")
+# Where a complete user stack ends (glibc, musl, Go, Rust/C++ runtimes, the dynamic loader).
+START_FUNCTIONS = frozenset(
+    {
+        "_start",
+        "__libc_start_main",
+        "__libc_start_main_impl",
+        "__libc_start_call_main",
+        "start_thread",
+        "clone",
+        "clone3",
+        "__clone",
+        "__clone3",
+        "__clone_internal",
+        "thread_start",
+        "_dl_start_user",
+        "_dl_start",
+        "runtime.goexit",
+        "runtime.goexit.abi0",
+        "runtime.rt0_go",
+        "runtime.rt0_go.abi0",
+        "runtime.mstart",
+    }
+)
+_STACK_LOST = {-errno.ENOMEM: "[stack lost: stack map full]"}
+USER_STACK_MISSING = "[user stack unreadable]"
+TRUNCATED_COMMENT = "aiflame truncated user stacks:"
+NO_USER_STACK = -1  # a kernel thread's
+
+
+@dataclass
+class StackStats:
+    user_stacks: int = 0  # samples with a user stack
+    truncated: int = 0  # of those, cut short
+    at_depth_limit: int = 0  # of those, at the unwinder's depth limit
+
+    @property
+    def truncated_share(self) -> float:
+        return self.truncated / self.user_stacks if self.user_stacks else 0.0
+
+
+def _frame(sym: Symbol) -> Frame:
+    module = sym.module.rsplit("/", 1)[-1] if sym.module else ""
+    return Frame(sym.name, sym.kind, module=module)
+
+
+class _UserSymbols:
+    """Symbols of one process's user addresses, trying each maps snapshot, newest first."""
+
+    def __init__(self, resolver: SymbolResolver, pid: int, texts: Sequence[str]) -> None:
+        self.snapshots = [resolver.process(pid, t) for t in reversed(texts)] or [
+            resolver.process(pid, "")
+        ]
+
+    def symbolize(self, addrs: list[int]) -> dict[int, Symbol]:
+        out: dict[int, Symbol] = {}
+        todo = sorted(set(addrs))
+        for psym in self.snapshots:
+            if not todo:
+                break
+            missing = []
+            for a, sym in zip(todo, psym.symbolize(todo), strict=True):
+                if sym.name == UNKNOWN_NAME and not sym.module:
+                    missing.append(a)
+                    out.setdefault(a, sym)
+                else:
+                    out[a] = sym
+            todo = missing
+        return out
+
+
+def _lookup_addresses(stack: tuple[int, ...]) -> list[int]:
+    """Addresses to symbolize: return addresses minus one, so they fall inside the call
+    (a call that ends a function would otherwise name the next function)."""
+    return [stack[0], *(a - 1 for a in stack[1:])] if stack else []
+
+
+def build_profile(
+    raw: RawProfile, resolver: SymbolResolver, process_frames: bool = False
+) -> tuple[Profile, StackStats]:
+    """The Profile of ``raw``; ``process_frames``: root each stack at its process's name."""
+    builder = ProfileBuilder([CPU_SAMPLES])
+    kernel_addrs = {
+        a
+        for k, _ in raw.counts
+        if k.kernel_stack >= 0
+        for a in _lookup_addresses(_stack(raw, k.kernel_stack))
+    }
+    ksyms = dict(
+        zip(
+            sorted(kernel_addrs),
+            resolver.kernel().symbolize(sorted(kernel_addrs)),
+            strict=True,
+        )
+    )
+    by_pid: dict[int, set[int]] = defaultdict(set)
+    for k, _ in raw.counts:
+        if k.user_stack >= 0:
+            by_pid[k.pid].update(_lookup_addresses(_stack(raw, k.user_stack)))
+    usyms = {
+        pid: _UserSymbols(resolver, pid, raw.maps.get(pid, ())).symbolize(sorted(addrs))
+        for pid, addrs in by_pid.items()
+    }
+    cgroups = cgroup_paths({k.cgroup for k, _ in raw.counts})
+    stats = StackStats()
+    cache: dict[tuple[int, int, int, str], int] = {}
+    for key, count in raw.counts:
+        ck = (key.pid, key.user_stack, key.kernel_stack, key.comm if process_frames else "")
+        stack_id = cache.get(ck)
+        if stack_id is None:
+            frames = _frames(raw, key, ksyms, usyms.get(key.pid, {}), process_frames)
+            stack_id = cache[ck] = builder.stack(builder.frames.intern_frame(f) for f in frames)
+        if key.user_stack >= 0:
+            user = _stack(raw, key.user_stack)
+            names = {usyms[key.pid][a].name for a in _lookup_addresses(user)}
+            stats.user_stacks += count
+            if len(user) >= MAX_STACK_DEPTH:
+                stats.at_depth_limit += count
+            if len(user) >= MAX_STACK_DEPTH or not names & START_FUNCTIONS:
+                stats.truncated += count
+        labels = {
+            "pid": key.pid,
+            "tid": key.tid,
+            "comm": key.comm,
+            "process": raw.process_names.get(key.pid, key.comm if key.pid == key.tid else ""),
+            "cgroup": cgroups.get(key.cgroup, f"id {key.cgroup}"),
+        }
+        builder.add(stack_id, float(count), builder.labels({k: v for k, v in labels.items() if v}))
+    builder.meta.update(_meta(raw, stats))
+    return builder.build(), stats
+
+
+def _stack(raw: RawProfile, sid: int) -> tuple[int, ...]:
+    return raw.stacks.get(sid, ())
+
+
+def _frames(
+    raw: RawProfile,
+    key: SampleKey,
+    ksyms: dict[int, Symbol],
+    usyms: dict[int, Symbol],
+    process_frames: bool,
+) -> list[Frame]:
+    out: list[Frame] = []
+    if process_frames:
+        name = raw.process_names.get(key.pid) or key.comm or "?"
+        out.append(Frame(f"{name} ({key.pid})" if key.pid else name, FrameKind.LABEL))
+    if key.user_stack >= 0:
+        addrs = _lookup_addresses(_stack(raw, key.user_stack))
+        out.extend(_frame(usyms[a]) for a in reversed(addrs))
+    elif key.user_stack in _STACK_LOST:
+        out.append(Frame(_STACK_LOST[key.user_stack], FrameKind.LABEL))
+    elif key.user_stack != NO_USER_STACK:
+        out.append(Frame(USER_STACK_MISSING, FrameKind.LABEL))
+    if key.kernel_stack >= 0:
+        addrs = _lookup_addresses(_stack(raw, key.kernel_stack))
+        out.extend(_frame(ksyms[a]) for a in reversed(addrs))
+    elif key.kernel_stack in _STACK_LOST:
+        out.append(Frame(_STACK_LOST[key.kernel_stack], FrameKind.LABEL))
+    if not out:
+        out.append(Frame(key.comm or "[unknown]", FrameKind.LABEL))
+    return out
+
+
+def _meta(raw: RawProfile, stats: StackStats) -> dict[str, object]:
+    s = raw.stats
+    meta: dict[str, object] = {
+        "info:sampler": f"eBPF perf-event sampling, {raw.freq} Hz on {raw.cpus} CPUs",
+        "ebpf_stats": dict(s),
+        "truncated_user_stacks": [stats.truncated, stats.user_stacks],
+    }
+    if stats.user_stacks:
+        depth = f", {stats.at_depth_limit:,} at the depth limit" if stats.at_depth_limit else ""
+        meta["info:truncated stacks"] = (
+            f"{stats.truncated_share * 100:.1f}% of {stats.user_stacks:,} user stacks end "
+            f"before a start function (code without frame pointers{depth})"
+        )
+    meta["info:ebpf losses"] = losses_line(s)
+    # pprof keeps comments, not meta: `aiflame info` reads the share back from there
+    meta["comments"] = [
+        f"{TRUNCATED_COMMENT} {stats.truncated}/{stats.user_stacks}",
+        f"eBPF losses: {meta['info:ebpf losses']}",
+    ]
+    return meta
+
+
+def truncated_stacks(meta: dict[str, object]) -> tuple[int, int] | None:
+    """(truncated, total) user stacks recorded in a profile's meta or pprof comments."""
+    pair = meta.get("truncated_user_stacks")
+    if isinstance(pair, (list, tuple)) and len(pair) == 2:
+        return int(pair[0]), int(pair[1])
+    for comment in meta.get("comments", ()) or ():  # type: ignore[attr-defined]
+        text = str(comment)
+        if text.startswith(TRUNCATED_COMMENT):
+            t, _, n = text[len(TRUNCATED_COMMENT) :].strip().partition("/")
+            if t.isdigit() and n.isdigit():
+                return int(t), int(n)
+    return None
+
+
+def losses_line(s: dict[str, int]) -> str:
+    """Every loss the kernel side counted, in one line (``none`` when there was none)."""
+    parts = []
+    if s.get("counts_full"):
+        parts.append(f"{s['counts_full']:,} samples (count map full)")
+    if s.get("stacks_full"):
+        parts.append(f"{s['stacks_full']:,} stacks (stack map full)")
+    if s.get("user_stack_empty"):
+        parts.append(f"{s['user_stack_empty']:,} unreadable user stacks")
+    if s.get("kernel_stack_failed"):
+        parts.append(f"{s['kernel_stack_failed']:,} kernel stacks")
+    if s.get("events_lost"):
+        parts.append(f"{s['events_lost']:,} process announcements (ring buffer full)")
+    return "lost " + "; ".join(parts) if parts else "none"

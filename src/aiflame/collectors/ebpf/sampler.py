@@ -1,0 +1,240 @@
+"""CPU stack sampling with ``bpf/profile.bpf.c``: timers on every CPU, counts in the kernel.
+
+    sampler = CpuSampler(SamplerOptions(freq=99, pids=[1234], follow_children=True))
+    sampler.start()
+    while recording:
+        sampler.poll(100)       # snapshots /proc/PID/maps of processes as they appear
+    raw = sampler.stop()        # detaches everything, then reads the maps: a RawProfile
+    sampler.close()             # idempotent; also done by stop() and on garbage collection
+
+Only aggregates cross into user space: (pid, tid, cgroup, comm, user stack id, kernel stack
+id) -> count, plus each distinct stack once. The kernel sheds every probe when this process
+dies (links are file descriptors), so even a SIGKILL leaves nothing attached.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from aiflame.collectors.ebpf import object_bytes
+from aiflame.collectors.ebpf.libbpf import BpfError, BpfObject
+from aiflame.collectors.ebpf.perf import cpu_clock_attr, online_cpus, perf_event_open
+
+MAX_STACK_DEPTH = 127  # profile.bpf.c MAX_STACK_DEPTH
+# struct sample_key: pid, tid, cgroup, user/kernel stack, user/kernel error, comm[16]
+_KEY = struct.Struct("<IIQQQii16s")
+_PID_EVENT = struct.Struct("<II")
+# enum stat of profile.bpf.c, in order
+STAT_NAMES = (
+    "samples",
+    "idle",
+    "counts_full",
+    "user_stack_empty",
+    "stacks_full",
+    "kernel_stack_failed",
+    "events_lost",
+)
+
+
+@dataclass
+class SamplerOptions:
+    freq: int = 99
+    pids: Sequence[int] | None = None  # None: every process of the system
+    follow_children: bool = False  # processes the targets fork are sampled too
+    include_idle: bool = False
+    stack_entries: int = 16384
+    count_entries: int = 65536
+
+
+@dataclass(frozen=True, slots=True)
+class SampleKey:
+    pid: int
+    tid: int
+    cgroup: int
+    user_stack: int  # key in RawProfile.stacks (>= 0), or -errno; -1: a kernel thread
+    kernel_stack: int  # key in RawProfile.stacks, or -errno (-EFAULT: in user mode)
+    comm: str
+
+
+@dataclass
+class RawProfile:
+    """What the kernel aggregated, plus what user space saw of the processes meanwhile."""
+
+    counts: list[tuple[SampleKey, int]]
+    stacks: dict[int, tuple[int, ...]]  # stack id -> addresses, innermost first
+    stats: dict[str, int]
+    maps: dict[int, list[str]] = field(default_factory=dict)  # pid -> /proc/PID/maps texts
+    process_names: dict[int, str] = field(default_factory=dict)  # pid -> comm of the process
+    freq: int = 99
+    duration_s: float = 0.0
+    cpus: int = 0
+
+
+def _weak_callback(method: Callable[[bytes], None]) -> Callable[[bytes], None]:
+    """``method`` without a strong reference: a sampler dropped without close() is freed
+    (and detached) at once, not whenever the cycle collector runs."""
+    ref = weakref.WeakMethod(method)
+
+    def call(data: bytes) -> None:
+        bound = ref()
+        if bound is not None:
+            bound(data)
+
+    return call
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+class CpuSampler:
+    """One sampling run; see the module docstring."""
+
+    def __init__(self, options: SamplerOptions) -> None:
+        self.options = options
+        self.obj: BpfObject | None = None
+        self.maps: dict[int, list[str]] = {}
+        self.process_names: dict[int, str] = {}
+        self.cpus: list[int] = []
+        self._perf_links: list[int] = []
+        self._rb = None
+        self._t0 = 0.0
+        self._t1 = 0.0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        o = self.options
+        obj = self.obj = BpfObject(object_bytes("profile"), "profile")
+        try:
+            obj.set_rodata(
+                filter_pids=int(o.pids is not None),
+                follow_children=int(o.follow_children),
+                include_idle=int(o.include_idle),
+            )
+            obj.set_max_entries("stacks", o.stack_entries)
+            obj.set_max_entries("counts", o.count_entries)
+            obj.load()
+            for pid in o.pids or ():
+                self.add_target(pid)
+            obj.attach_raw_tracepoint("on_exec", "sched_process_exec")
+            if o.pids is not None and o.follow_children:
+                obj.attach_raw_tracepoint("on_fork", "sched_process_fork")
+            self._rb = obj.ring_buffer("events", _weak_callback(self._on_event))
+            self.cpus = online_cpus()
+            attr = cpu_clock_attr(o.freq)
+            for cpu in self.cpus:
+                self._perf_links.append(
+                    obj.attach_perf_event("on_sample", perf_event_open(attr, -1, cpu))
+                )
+        except BaseException:
+            self.close()
+            raise
+        self._t0 = time.monotonic()
+
+    def add_target(self, pid: int) -> None:
+        """Sample ``pid`` too (with ``pids`` given); its maps are snapshotted now."""
+        assert self.obj is not None
+        self.obj.map("targets").update(struct.pack("<I", pid), b"\x01")
+        self._snapshot(pid)
+
+    def preexec(self) -> None:
+        """For ``subprocess.Popen(preexec_fn=...)``: the child makes itself a target before
+        it execs, so the processes it forks at once are followed too (after Popen returns
+        would be too late for them). Only a map update: safe between fork and exec."""
+        if self.obj is not None:
+            self.obj.map("targets").update(struct.pack("<I", os.getpid()), b"\x01")
+
+    def poll(self, timeout_ms: int = 100) -> None:
+        """Handle process announcements, waiting up to ``timeout_ms`` for one."""
+        if self._rb is not None:
+            self._rb.poll(timeout_ms)
+        else:
+            time.sleep(timeout_ms / 1000)
+
+    def stop(self) -> RawProfile:
+        """Stop sampling, read the aggregates, free everything."""
+        if self.obj is None:
+            raise BpfError("the sampler is not running")
+        self._t1 = time.monotonic()
+        try:
+            for link in self._perf_links:  # sampling ends here; the maps stay readable
+                self.obj.detach(link)
+            self._perf_links.clear()
+            if self._rb is not None:
+                self._rb.consume()
+            return self._read_all()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.obj is not None:
+            self.obj.close()
+            self.obj = None
+        self._rb = None
+        self._perf_links.clear()
+
+    def __del__(self) -> None:
+        self.close()
+
+    # -- process snapshots -------------------------------------------------------------------
+    def _on_event(self, data: bytes) -> None:
+        pid, _ = _PID_EVENT.unpack_from(data)
+        self._snapshot(pid)
+
+    def _snapshot(self, pid: int) -> None:
+        """Keep the process's current mappings (a new text after an exec or dlopen)."""
+        text = _read(f"/proc/{pid}/maps")
+        if text is None:
+            return
+        texts = self.maps.setdefault(pid, [])
+        if not texts or texts[-1] != text:
+            texts.append(text)
+        comm = _read(f"/proc/{pid}/comm")
+        if comm:
+            self.process_names[pid] = comm.strip()
+
+    # -- reading -----------------------------------------------------------------------------
+    def _read_all(self) -> RawProfile:
+        assert self.obj is not None
+        counts: list[tuple[SampleKey, int]] = []
+        for raw_key, raw_value in self.obj.map("counts").items():
+            pid, tid, cgroup, ustack, kstack, uerr, kerr, comm = _KEY.unpack(raw_key)
+            name = comm.split(b"\0", 1)[0].decode("utf-8", "replace")
+            key = SampleKey(pid, tid, cgroup, uerr or ustack, kerr or kstack, name)
+            counts.append((key, struct.unpack("<Q", raw_value)[0]))
+        stacks_map = self.obj.map("stacks")
+        stacks: dict[int, tuple[int, ...]] = {}
+        for key, _ in counts:
+            for sid in (key.user_stack, key.kernel_stack):
+                if sid >= 0 and sid not in stacks:
+                    raw = stacks_map.lookup(struct.pack("<Q", sid))
+                    if raw is not None:
+                        addrs = struct.unpack(f"<{len(raw) // 8}Q", raw)
+                        stacks[sid] = tuple(a for a in addrs if a)
+        stats_map = self.obj.map("stats")
+        stats = {}
+        for i, name in enumerate(STAT_NAMES):
+            per_cpu = stats_map.lookup_percpu(struct.pack("<I", i)) or []
+            stats[name] = sum(struct.unpack("<Q", v)[0] for v in per_cpu)
+        for pid in {k.pid for k, _ in counts if k.pid}:
+            if pid not in self.maps:  # announcement lost (or LRU-evicted): try now
+                self._snapshot(pid)
+        return RawProfile(
+            counts,
+            stacks,
+            stats,
+            self.maps,
+            self.process_names,
+            self.options.freq,
+            max(self._t1 - self._t0, 0.0),
+            len(self.cpus),
+        )

@@ -1,0 +1,200 @@
+"""The eBPF CPU sampler on a C program with known hot functions (built here with gcc).
+
+hot.c spends 60 / 30 / 10 % of its CPU time in hot_a / hot_b / hot_c (each spinning on the
+thread CPU clock), all called from main; the sampled shares must match within a few points.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import bpfstate
+import pytest
+
+from aiflame.collectors.ebpf.cpu_profile import START_FUNCTIONS, build_profile
+from aiflame.collectors.ebpf.sampler import CpuSampler, RawProfile, SamplerOptions
+from aiflame.model import FrameKind, Profile
+from aiflame.symbolize.process import SymbolResolver
+
+pytestmark = pytest.mark.usefixtures("ebpf")
+PROGRAMS = Path(__file__).parent / "programs"
+TRUTH = {"hot_a": 0.60, "hot_b": 0.30, "hot_c": 0.10}
+TOLERANCE = 0.05  # binomial noise at ~1000 samples is about 1.5 points
+
+
+@pytest.fixture(scope="module")
+def hot(tmp_path_factory) -> Path:
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        pytest.fail("gcc is needed to build the test program")
+    out = tmp_path_factory.mktemp("hot") / "hot"
+    subprocess.run(
+        [
+            gcc,
+            "-O1",
+            "-g0",
+            "-fno-omit-frame-pointer",
+            "-fno-optimize-sibling-calls",  # hot_a -> spin stays a call, with its frame
+            "-o",
+            str(out),
+            str(PROGRAMS / "hot.c"),
+        ],
+        check=True,
+    )
+    return out
+
+
+def sample(argv: list[str], freq: int = 499, **options: object) -> tuple[RawProfile, int]:
+    """Launch ``argv`` and sample it (and its children) until it exits."""
+    sampler = CpuSampler(SamplerOptions(freq=freq, pids=[], **options))  # type: ignore[arg-type]
+    sampler.start()
+    try:
+        proc = subprocess.Popen(argv, preexec_fn=sampler.preexec)
+        sampler.add_target(proc.pid)  # its maps (and a no-op for the map)
+        while proc.poll() is None:
+            sampler.poll(50)
+        return sampler.stop(), proc.pid
+    finally:
+        sampler.close()
+
+
+def shares(profile: Profile, names: list[str]) -> dict[str, float]:
+    inclusive: Counter = Counter()
+    total = 0.0
+    for stack, value in profile.iter_stack_values(0):
+        frames = set(profile.stack_names(stack))
+        total += value
+        for n in names:
+            if n in frames:
+                inclusive[n] += value
+    return {n: inclusive[n] / total for n in names}
+
+
+def test_hot_function_shares_and_stacks(hot):
+    raw, pid = sample([str(hot), "2"])
+    profile, stats = build_profile(raw, SymbolResolver())
+    assert raw.stats["samples"] >= 700  # 2 s of CPU at 499 Hz, give or take
+    got = shares(profile, list(TRUTH))
+    for name, truth in TRUTH.items():
+        assert abs(got[name] - truth) <= TOLERANCE, (name, got)
+    # main calls each hot function, which calls spin; stacks start at libc's start
+    callers: Counter = Counter()
+    in_main = 0.0
+    for stack, value in profile.iter_stack_values(0):
+        names = profile.stack_names(stack)
+        if "main" not in names:
+            continue  # the exec itself, the dynamic loader
+        in_main += value
+        assert names[0] in START_FUNCTIONS and names[1] == "main", names
+        if "spin" in names:
+            i = names.index("spin")
+            callers[tuple(names[i - 2 : i + 1])] += value
+    assert {c[:2] for c in callers} == {("main", f) for f in TRUTH}
+    assert in_main >= 0.97 * raw.stats["samples"]
+    assert stats.truncated / stats.user_stacks <= 0.03  # only samples from before main
+    assert stats.user_stacks == raw.stats["samples"]
+    kinds = {FrameKind(k) for k in profile.frames.kind}
+    assert FrameKind.KERNEL in kinds  # clock_gettime's system calls
+    labels = {tuple(sorted(profile.labels_of(i).items())) for i in range(len(profile))}
+    assert {dict(ls)["pid"] for ls in labels} == {str(pid)}
+    assert "hot" in {dict(ls)["comm"] for ls in labels}  # (and "python" before the exec)
+    assert all("cgroup" in dict(ls) for ls in labels)
+    assert profile.meta["info:ebpf losses"] == "none"
+    assert raw.stats["counts_full"] == raw.stats["stacks_full"] == raw.stats["events_lost"] == 0
+
+
+def test_children_are_followed_and_labelled(hot, tmp_path):
+    script = f"{hot} 0.5 & {hot} 0.5; wait"
+    raw, sh_pid = sample(["/bin/sh", "-c", script], freq=199, follow_children=True)
+    pids = {k.pid for k, _ in raw.counts if k.comm == "hot"}
+    assert len(pids) == 2 and sh_pid not in pids
+    assert pids <= set(raw.maps)  # each child was snapshotted when first sampled
+    profile, _ = build_profile(raw, SymbolResolver(), process_frames=True)
+    roots = {profile.stack_frames(s)[0] for s, _ in profile.iter_stack_values(0)}
+    assert all(r.kind == FrameKind.LABEL for r in roots)
+    assert {r.name.split(" (")[0] for r in roots} >= {"hot"}
+
+
+def test_children_are_not_followed_unless_asked(hot):
+    raw, sh_pid = sample(["/bin/sh", "-c", f"{hot} 0.3; {hot} 0.3"], freq=199)
+    # sh forks the hot processes: only the shell itself (python before its exec) is a target
+    assert {k.pid for k, _ in raw.counts} == {sh_pid}
+    assert "hot" not in {k.comm for k, _ in raw.counts}
+
+
+def test_nothing_left_attached_after_target_exit_or_error(hot):
+    held: set[tuple[str, int]] = set()
+    sampler = CpuSampler(SamplerOptions(freq=99, pids=[]))
+    sampler.start()
+    proc = subprocess.Popen([str(hot), "0.2"])
+    sampler.add_target(proc.pid)
+    held |= bpfstate.bpf_fds()
+    while proc.poll() is None:
+        sampler.poll(50)
+    assert sampler.stop().counts  # the target exited: stop() reads, then detaches
+    assert {k for k, _ in held} == {"link", "prog", "map"}
+    assert bpfstate.bpf_fds() == set()
+    assert bpfstate.still_loaded(held) == set()
+    sampler = CpuSampler(SamplerOptions(pids=[]))
+    sampler.start()
+    held = bpfstate.bpf_fds()
+    assert len([k for k, _ in held if k == "link"]) >= 2  # a timer per CPU, exec tracepoint
+    del sampler  # a sampler dropped without stop() still detaches
+    assert bpfstate.bpf_fds() == set()
+    assert bpfstate.still_loaded(held) == set()
+
+
+def test_whole_system_sees_other_processes(hot):
+    sampler = CpuSampler(SamplerOptions(freq=99))
+    sampler.start()
+    try:
+        proc = subprocess.Popen([str(hot), "0.5"])
+        t0 = time.monotonic()
+        while proc.poll() is None or time.monotonic() - t0 < 0.3:
+            sampler.poll(50)
+        raw = sampler.stop()
+    finally:
+        sampler.close()
+    assert proc.pid in {k.pid for k, _ in raw.counts}
+    assert proc.pid in raw.maps  # announced and snapshotted while it ran
+    profile, _ = build_profile(raw, SymbolResolver(), process_frames=True)
+    hot_stacks = [
+        profile.stack_names(s)
+        for s, _ in profile.iter_stack_values(0)
+        if profile.stack_names(s)[0] == f"hot ({proc.pid})"
+    ]
+    assert any("hot_a" in names for names in hot_stacks)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signalled_recording_leaves_nothing_attached(hot, tmp_path, sig):
+    out = tmp_path / "p.folded"
+    rec = subprocess.Popen(
+        [sys.executable, "-m", "aiflame", "record", "--ebpf", "-o", str(out), "--", str(hot), "30"],
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a process group, as in a terminal
+    )
+    deadline = time.monotonic() + 20
+    held: set[tuple[str, int]] = set()
+    while not any(k == "link" for k, _ in held) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        held = bpfstate.bpf_fds(rec.pid)
+    time.sleep(0.5)
+    assert held, "the recording never attached"
+    if sig == signal.SIGINT:
+        os.killpg(rec.pid, sig)  # Ctrl-C reaches the whole group
+    else:
+        rec.send_signal(sig)  # aiflame passes SIGTERM on to the program
+    _, err = rec.communicate(timeout=60)
+    assert out.exists(), err
+    assert "hot_a" in out.read_text()
+    assert rec.returncode == 128 + sig, err  # the program's fate
+    assert bpfstate.still_loaded(held) == set()
