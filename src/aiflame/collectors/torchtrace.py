@@ -27,17 +27,19 @@ def add_labels(profile: Profile, labels: Mapping[str, str]) -> None:
     profile.label_sets = new_sets
 
 
-def traced_sys_path(directory: str) -> list[str] | None:
-    """The ``sys.path`` of the first traced process (its profiler names files relative to
-    it), or None when no PyTorch window was recorded."""
-    for meta in sorted(Path(directory).glob("torch-*.meta.json")):
-        try:
-            paths = json.loads(meta.read_text()).get("sys_path")
-        except (OSError, ValueError, AttributeError):
-            continue
-        if isinstance(paths, list) and all(isinstance(p, str) for p in paths):
-            return paths
-    return None
+def python_roots(directory: str) -> list[str]:
+    """The ``sys.path`` entries of the recorded Python processes: the PyTorch profiler
+    names files relative to them, and py-spy's frames are named alike with them."""
+    roots: dict[str, None] = {}
+    for pattern in ("torch-*.meta.json", "proc-*.json"):
+        for path in sorted(Path(directory).glob(pattern)):
+            try:
+                paths = json.loads(path.read_text()).get("sys_path")
+            except (OSError, ValueError, AttributeError):
+                continue
+            if isinstance(paths, list):
+                roots.update((p, None) for p in paths if isinstance(p, str))
+    return list(roots)
 
 
 def load_torch_traces(
@@ -47,8 +49,8 @@ def load_torch_traces(
     python_roots: list[str] | None = None,
 ) -> list[Profile]:
     """One profile per exported trace; problems become ``notes`` rather than errors.
-    ``python_roots``: see :func:`traced_sys_path` (Python frames then named per function,
-    as py-spy's are in the same recording)."""
+    ``python_roots``: see :func:`python_roots` (Python frames then named per function, as
+    py-spy's are in the same recording)."""
     from aiflame.sources import load
 
     out = []

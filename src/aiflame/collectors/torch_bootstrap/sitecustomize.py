@@ -97,6 +97,15 @@ def _path_prefixes():
         return [os.path.abspath(p) for p in sys.path if isinstance(p, str)]
 
 
+def _startup_prefixes():
+    """sys.path as it will be once the script runs: its directory comes first."""
+    paths = [os.path.abspath(p) for p in sys.path if isinstance(p, str) and p]
+    script = (getattr(sys, "argv", None) or [""])[0]
+    if script and os.path.isfile(script):
+        paths.insert(0, os.path.dirname(os.path.abspath(script)))
+    return paths
+
+
 def _new_profiler():
     """The profiler behind ``torch.profiler.profile``, with Python stacks.
 
@@ -348,6 +357,7 @@ def _bootstrap():
         "ppid": os.getppid(),
         "argv": list(getattr(sys, "argv", [])),
         "python": sys.version.split()[0],
+        "sys_path": _startup_prefixes(),
     }
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
         if key in os.environ:
