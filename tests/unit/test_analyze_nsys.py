@@ -4,8 +4,10 @@ against pipit's independent reading of the same run's GPU trace."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 import sqlite3
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -188,3 +190,14 @@ def test_copy_bytes_streams_and_threads_come_from_the_export():
     assert len({trace.names[s] for s in trace.gpu_stream[copies]}) == streams
     threads = db.execute("SELECT count(DISTINCT globalTid) FROM CUPTI_ACTIVITY_KIND_RUNTIME")
     assert len(set(trace.cpu_thread.tolist())) == threads.fetchone()[0]
+
+
+def test_export_on_stdin_gives_the_report_and_its_flame_graph(tmp_path, monkeypatch, capsys):
+    data = SAXPY.read_bytes()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    out = tmp_path / "r.html"
+    assert main(["analyze", "-", "-o", str(out), "--json", str(tmp_path / "r.json")]) == 0
+    rank = json.loads((tmp_path / "r.json").read_text())["ranks"][0]
+    assert rank["format"] == "nsys" and rank["rank"] == "0"
+    assert rank["time_breakdown"] == report_of(SAXPY)[2]["time_breakdown"]
+    assert (tmp_path / "r.flame.html").stat().st_size > 0

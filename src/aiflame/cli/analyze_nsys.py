@@ -52,12 +52,13 @@ _SYNC_TYPES = {1: "event synchronize", 2: "stream wait event", 3: "stream synchr
 _SYNC_TYPES |= {4: "context synchronize"}
 
 
-def read_nsys(path: str) -> tuple[TraceData, list[str]]:
+def read_nsys(source: Input | str) -> tuple[TraceData, list[str]]:
     """The trace of an export, and notes on what it cannot give."""
-    with open_db(Input(path)) as db:
+    source = source if isinstance(source, Input) else Input(source)
+    with open_db(source) as db:
         if not db.is_nsys_export():
-            raise InputError(path, "SQLite database, but not an Nsight Systems export")
-        return _Reader(db, path).run()
+            raise InputError(source.path, "SQLite database, but not an Nsight Systems export")
+        return _Reader(db, source.path).run()
 
 
 def _mem_kinds(db: NsysDB) -> dict[int, str]:

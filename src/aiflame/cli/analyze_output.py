@@ -45,8 +45,9 @@ def load_input(path: str) -> Loaded:
     if source.head(len(SQLITE_MAGIC)).startswith(SQLITE_MAGIC):
         from aiflame.cli.analyze_nsys import read_nsys
 
-        trace, notes = read_nsys(path)
-        return Loaded(path, "nsys", trace, lambda: nsys.load(Input(path)), notes)
+        # One Input for both reads: it keeps stdin's bytes.
+        trace, notes = read_nsys(source)
+        return Loaded(path, "nsys", trace, lambda: nsys.load(source), notes)
     cols, meta = kineto.read_columns(source, shapes=True)
     trace = from_columns(cols, meta, path)
 
