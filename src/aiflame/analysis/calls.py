@@ -19,8 +19,9 @@ _SYNC_CALL = re.compile(
     r"|^synchronize(Stream)?$"  # MTIA
 )
 
-# Operators that make the host wait for a GPU value (the ``.item()``/``.cpu()`` family);
-# copies count only when they copy to the host (a DtoH memcpy inside them).
+# Operators that make the host wait for a GPU value (the ``.item()``/``.cpu()`` family), and
+# the copy ops, which block when they copy to the host or from pageable host memory; they are
+# the cause named for a blocking call found inside them.
 SYNC_OPS = frozenset(
     {
         "aten::item",

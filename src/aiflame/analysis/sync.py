@@ -3,7 +3,8 @@
 The blocking calls are the runtime's synchronizing calls (:mod:`calls`). Each is charged to
 its cause: the outermost enclosing operator of the ``.item()``/``.cpu()`` family
 (``aten::item``, ``aten::_local_scalar_dense``, ``aten::nonzero``..., or a copy op such as
-``aten::to``/``aten::copy_`` that copies to the host), else the nearest enclosing operator,
+``aten::to``/``aten::copy_``: ``.cpu()``, or a copy from pageable host memory, which blocks
+too), else the nearest enclosing operator,
 else ``explicit synchronize`` (``torch.cuda.synchronize()`` called from Python). The GPU idle
 a stall causes is the ``sync_wait`` idle of :mod:`idle`: the GPU ran dry while the CPU was
 blocked, and stayed idle until the CPU launched again.
