@@ -45,10 +45,11 @@ from aiflame.collectors.pyspy import (
     find_pyspy,
     read_speedscope,
 )
-from aiflame.collectors.torchtrace import load_torch_traces, window_costs
+from aiflame.collectors.torchtrace import load_torch_traces, python_roots, window_costs
 from aiflame.errors import AiflameError
 from aiflame.model import Profile, ProfileBuilder, SampleType
 from aiflame.symbolize.perfmap import PerfMap, map_path
+from aiflame.symbolize.pyframes import PythonNaming
 
 if TYPE_CHECKING:
     from aiflame.collectors.ebpf.recording import EbpfRecorder
@@ -261,6 +262,10 @@ class Session:
         while True:
             samplers_done = all(p.poll() is not None for _, p, _ in self.samplers)
             target_done = target is None or target.poll() is not None
+            if self.ebpf is not None:  # it samples until the target ends, -d or Ctrl-C
+                ebpf_done = self._ebpf_done(pid, target, start, interrupted_at)
+                samplers_done = samplers_done and ebpf_done
+                target_done = target_done if target is not None else ebpf_done
             if samplers_done and (target_done or self.options.duration or interrupted_at):
                 break
             if target_done and not samplers_done:
@@ -278,6 +283,15 @@ class Session:
             if self.options.status:
                 self.options.status(self._status_text(pid, time.monotonic() - start))
             self._idle(0.1)
+
+    def _ebpf_done(
+        self, pid: int, target: subprocess.Popen | None, start: float, interrupted: float | None
+    ) -> bool:
+        if interrupted is not None:
+            return True
+        if self.options.duration and time.monotonic() - start >= self.options.duration:
+            return True
+        return target.poll() is not None if target is not None else not procs.alive(pid)
 
     def _status_text(self, pid: int, elapsed: float) -> str:
         n_procs = len(procs.tree(pid)) if self.options.subprocesses else 1
@@ -386,6 +400,9 @@ class Session:
         labels = self._process_labels()
         total = 0
         states: dict = {}
+        # py-spy's Python frames named as the PyTorch profiler's, so that both views line up.
+        roots = python_roots(self.dir)
+        naming = PythonNaming(roots)
         # The native stream first: its thread states correct the CPU stream.
         for column, (name, config) in reversed(list(enumerate(configs))):
             out = os.path.join(self.dir, f"pyspy-{name}.json")
@@ -394,11 +411,13 @@ class Session:
                 if failure not in self.failures:
                     self.failures.append(failure)
                 continue
-            spec = StreamSpec(column, config.native, root_pid, perf_map, labels, states)
+            spec = StreamSpec(
+                column, config.native, root_pid, perf_map, labels, states, naming=naming
+            )
             total += add_samples(builder, read_speedscope(out), spec)
         started = {int(p.name[5:-5]) for p in Path(self.dir).glob("proc-*.json")}
         self._remove_perf_maps(seen_pids | started | {root_pid})
-        torch_profiles = load_torch_traces(self.dir, labels, self.notes)
+        torch_profiles = load_torch_traces(self.dir, labels, self.notes, roots)
         if self.ebpf_profile is not None:
             if self.failures:  # py-spy's Python stacks are a bonus beside eBPF's
                 self.notes.extend(f"no Python stacks: {f}" for f in self.failures)

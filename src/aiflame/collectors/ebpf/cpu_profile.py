@@ -138,7 +138,8 @@ def build_profile(
             stack_id = cache[ck] = builder.stack(builder.frames.intern_frame(f) for f in frames)
         if key.user_stack >= 0:
             user = _stack(raw, key.user_stack)
-            names = {usyms[key.pid][a].name for a in _lookup_addresses(user)}
+            # glibc's internal aliases (__GI___clone) name the same functions
+            names = {usyms[key.pid][a].name.removeprefix("__GI_") for a in _lookup_addresses(user)}
             stats.user_stacks += count
             if len(user) >= MAX_STACK_DEPTH:
                 stats.at_depth_limit += count

@@ -1,0 +1,92 @@
+"""``aiflame record`` with the eBPF sampler: a Python program, a C program, the whole system."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from test_cpu_sampling import hot  # noqa: F401  (the gcc-built fixture)
+
+from aiflame.model import FrameKind
+from aiflame.sources import load
+
+pytestmark = pytest.mark.usefixtures("ebpf")
+
+BUSY = """
+import time
+def busy_function(seconds):
+    t0 = time.process_time()
+    while time.process_time() - t0 < seconds:
+        sum(i * i for i in range(1000))
+busy_function(1.0)
+"""
+
+
+def record(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "aiflame", "record", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=cwd,
+    )
+
+
+def test_python_program_gets_native_and_python_metrics(tmp_path):
+    prog = tmp_path / "busy.py"
+    prog.write_text(textwrap.dedent(BUSY))
+    out = tmp_path / "busy.pb.gz"
+    rec = record("--ebpf", "-o", str(out), "--", sys.executable, str(prog))
+    assert rec.returncode == 0, rec.stderr
+    profile = load(str(out))
+    names = [t.name for t in profile.sample_types]
+    assert names[:2] == ["cpu-samples", "python-samples"] and "native-samples" not in names
+    assert profile.type_index(None) == 0  # eBPF's samples are the default view
+    totals = dict(zip(names, profile.totals(), strict=True))
+    assert totals["cpu-samples"] >= 50 and totals["python-samples"] >= 50  # 1 s at 99 Hz
+    kinds = set()
+    for stack, _ in profile.iter_stack_values(0):
+        kinds |= {f.kind for f in profile.stack_frames(stack)}
+    assert FrameKind.NATIVE in kinds  # the interpreter's C functions
+    python = profile.type_index("python-samples")
+    assert any(
+        f.name.startswith("busy_function")
+        for s, _ in profile.iter_stack_values(python)
+        for f in profile.stack_frames(s)
+    )
+    assert "top stacks by self cpu-samples" in rec.stderr
+    assert "top stacks by self python-samples" in rec.stderr and "busy_function" in rec.stderr
+
+
+def test_c_program_needs_no_python(hot, tmp_path):  # noqa: F811
+    out = tmp_path / "hot.folded"
+    rec = record("--ebpf", "-o", str(out), "--", str(hot), "0.5")
+    assert rec.returncode == 0, rec.stderr
+    text = out.read_text()
+    assert "main;hot_a;spin" in text
+    assert "no Python stacks" in rec.stderr  # one note, not an error
+    info = subprocess.run(
+        [sys.executable, "-m", "aiflame", "info", str(out)], capture_output=True, text=True
+    )
+    assert info.returncode == 0
+
+
+def test_whole_system_for_a_duration(hot, tmp_path):  # noqa: F811
+    busy = subprocess.Popen([str(hot), "3"])
+    try:
+        out = tmp_path / "all.pb.gz"
+        rec = record("--all", "-d", "1", "-o", str(out))
+    finally:
+        busy.kill()
+        busy.wait()
+    assert rec.returncode == 0, rec.stderr
+    profile = load(str(out))
+    roots = {profile.stack_frames(s)[0].name for s, _ in profile.iter_stack_values(0)}
+    assert f"hot ({busy.pid})" in roots  # each stack under its process
+    info = subprocess.run(
+        [sys.executable, "-m", "aiflame", "info", str(out)], capture_output=True, text=True
+    )
+    assert "truncated:" in info.stdout and "user stacks cut short" in info.stdout
