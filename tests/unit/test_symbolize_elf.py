@@ -273,3 +273,32 @@ def test_a_32_bit_library(tmp_path):
         if size:
             assert names_at(table, value) == name
             assert names_at(table, value + size - 1) == name
+
+
+def test_damaged_files_raise_only_elf_errors(built):
+    """Random bytes changed in the ELF header, the section table and anywhere else: reading
+    either works or raises ElfError, never anything else."""
+    data = built.lib.read_bytes()
+    shoff = int(np.frombuffer(data, dtype="<u8", count=1, offset=0x28)[0])
+    rng = np.random.default_rng(1)
+    probe = np.arange(0, 0x4000, 7, dtype=np.uint64)
+    damaged = 0
+    for _ in range(300):
+        d = bytearray(data)
+        for _ in range(int(rng.integers(1, 6))):
+            where = int(rng.integers(0, 3))
+            lo = (0, shoff, 0)[where]
+            hi = (64, len(data), len(data))[where]
+            d[int(rng.integers(lo, hi))] = int(rng.integers(0, 256))
+        try:
+            image = ElfImage(bytes(d))
+            image.build_id()
+            image.debuglink()
+            for kind in (2, SHT_DYNSYM):
+                table = function_symbols(image, kind)
+                if table is not None:
+                    table.lookup(probe)
+                    [table.name(i) for i in range(min(len(table), 5))]
+        except ElfError:
+            damaged += 1
+    assert damaged > 0  # the mutations did reach the headers

@@ -331,3 +331,21 @@ def test_the_file_cache_is_bounded(built, tmp_path):
             ("lib_visible", str(other)),
         ]
         assert len(resolver._by_file) == 1
+
+
+def test_names_outside_a_damaged_string_table_give_module_plus_offset(built, tmp_path):
+    data = bytearray(built.lib.read_bytes())
+    symtab = next(
+        ln.split() for ln in progs.sh("readelf", "-SW", built.lib).splitlines() if ".symtab" in ln
+    )
+    at = symtab.index(".symtab")
+    off, size = int(symtab[at + 3], 16), int(symtab[at + 4], 16)
+    for k in range(size // 24):  # every st_name far past the end of .strtab
+        data[off + 24 * k : off + 24 * k + 4] = (0xFFFFFF00).to_bytes(4, "little")
+    broken = tmp_path / "libnoname.so"
+    broken.write_bytes(bytes(data))
+    value = progs.nm_functions(built.lib)["lib_visible"][0]
+    sym = (
+        SymbolResolver().process(2**31 - 5, progs.maps_for(broken, BASE)).symbolize([BASE + value])
+    )
+    assert sym[0].name == f"libnoname.so+0x{value:x}"

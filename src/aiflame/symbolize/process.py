@@ -327,6 +327,10 @@ class ProcessSymbols:
             syms = self._symbols_of(mod, module, uniq.tolist(), runtime)
             for slot, p in zip(slots[hit].tolist(), pos.tolist(), strict=True):
                 found[slot] = syms[p]
+            # A name outside a damaged string table reads as "": module+offset instead.
+            nameless = np.array([not s.name for s in syms], dtype=bool)[pos]
+            if nameless.any():
+                hit[np.nonzero(hit)[0][nameless]] = False
         miss = ~hit
         for slot, off, addr in zip(
             slots[miss].tolist(), offsets[miss].tolist(), addrs[miss].tolist(), strict=True
