@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 from urllib.parse import urlencode
 
@@ -116,11 +117,16 @@ def combine(profiles: Sequence[Profile], roots: Sequence[str | None]) -> Profile
 _VERSION = re.compile(r"_v\d+$")
 
 
-def _matches(flame_name: str, raw: str) -> bool:
-    if flame_name == raw or _VERSION.sub("", flame_name) == raw:
-        return True
-    short = python_frame(raw).name
-    return flame_name == short or flame_name.endswith(" > " + short)
+def _flame_keys(name: str) -> tuple[str, ...]:
+    """The names a flame graph frame answers to: itself, without nsys' API version, and a
+    module method (``BertLayer > forward (x.py:1)``) as the plain function."""
+    return tuple({name, _VERSION.sub("", name), name.rsplit(" > ", 1)[-1]})
+
+
+@lru_cache(maxsize=65536)
+def _trace_keys(raw: str) -> frozenset[str]:
+    """The names a trace's slice may have in the flame graph (raw, or the readable form)."""
+    return frozenset((raw, python_frame(raw).name))
 
 
 class StackFinder:
@@ -133,10 +139,23 @@ class StackFinder:
         frame_names = profile.frames.name
         strings = profile.strings.strings
         self.names = [strings[frame_names[f]] for f in stacks.frames_array().tolist()]
-        self._by_name: dict[str, list[int]] = {}
-        for node, name in enumerate(self.names):
-            self._by_name.setdefault(name, []).append(node)
+        keys_of: dict[str, tuple[str, ...]] = {}
+        self.keys = [keys_of.setdefault(n, _flame_keys(n)) for n in self.names]
+        self._by_key: dict[str, list[int]] = {}
+        for node, keys in enumerate(self.keys):
+            for k in keys:
+                self._by_key.setdefault(k, []).append(node)
         self._weight = self._node_weights()
+        self._root = self._roots()
+
+    def _roots(self) -> np.ndarray:
+        """The root node above every node (pointer jumping: log(depth) passes)."""
+        up = np.where(self.parent >= 0, self.parent, np.arange(self.parent.size))
+        while True:
+            nxt = up[up]
+            if np.array_equal(nxt, up):
+                return up
+            up = nxt
 
     def _node_weights(self) -> np.ndarray:
         """Total value of every node summed over the metrics (each as a share), for ties."""
@@ -145,11 +164,12 @@ class StackFinder:
         scale[scale == 0] = 1.0
         return (totals / scale).sum(axis=1)
 
-    def _candidates(self, raw: str) -> list[int]:
-        exact = self._by_name.get(raw)
-        if exact:
-            return exact
-        return [n for n, name in enumerate(self.names) if _matches(name, raw)]
+    def _candidates(self, raw: str) -> set[int]:
+        return {n for k in _trace_keys(raw) for n in self._by_key.get(k, ())}
+
+    def _matches(self, node: int, raw: str) -> bool:
+        wanted = _trace_keys(raw)
+        return any(k in wanted for k in self.keys[node])
 
     def find(self, stack: Sequence[str], within: str | None = None) -> list[str] | None:
         """Names from the root to the node best matching ``stack``, or None.
@@ -163,18 +183,16 @@ class StackFinder:
             return None
         best: tuple[int, int, float, int] | None = None
         for node in self._candidates(stack[-1]):
+            if within is not None and self.names[int(self._root[node])] != within:
+                continue
             matched, skipped, j, up = 1, 0, len(stack) - 2, int(self.parent[node])
-            root = node
-            while up >= 0:
-                if j >= 0 and _matches(self.names[up], stack[j]):
+            while up >= 0 and j >= 0:
+                if self._matches(up, stack[j]):
                     matched += 1
                     j -= 1
-                elif j >= 0:
+                else:
                     skipped += 1  # a frame between two of the stack's: a looser match
-                root = up
                 up = int(self.parent[up])
-            if within is not None and self.names[root] != within:
-                continue
             key = (matched, -skipped, float(self._weight[node]), -node)
             if best is None or key > best:
                 best = key
