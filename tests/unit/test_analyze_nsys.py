@@ -15,6 +15,7 @@ import pytest
 
 from aiflame.analysis.report import analyze
 from aiflame.analysis.trace import Kind
+from aiflame.cli.analyze_nsys import read_nsys
 from aiflame.cli.analyze_output import add_source_notes, load_input
 from aiflame.cli.main import main
 
@@ -201,3 +202,17 @@ def test_export_on_stdin_gives_the_report_and_its_flame_graph(tmp_path, monkeypa
     assert rank["format"] == "nsys" and rank["rank"] == "0"
     assert rank["time_breakdown"] == report_of(SAXPY)[2]["time_breakdown"]
     assert (tmp_path / "r.flame.html").stat().st_size > 0
+
+
+def test_an_export_of_several_processes_says_it_is_analysed_as_one(tmp_path):
+    path = tmp_path / "two.sqlite"
+    path.write_bytes(SAXPY.read_bytes())
+    db = sqlite3.connect(path)
+    # Move the kernels to another process id (the pid bits of globalPid), as if a second
+    # rank had run them.
+    db.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET globalPid = globalPid + (1 << 24)")
+    db.commit()
+    db.close()
+    trace, notes = read_nsys(str(path))
+    assert any(n.startswith("2 processes ran GPU work") for n in notes)
+    assert np.count_nonzero(trace.gpu_launch < 0) == 5  # their launches are in the other process

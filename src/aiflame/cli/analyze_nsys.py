@@ -320,6 +320,12 @@ class _Reader:
         chain_of: dict[tuple[int, int], int],
     ) -> None:
         notes = self.notes  # (no shapes, hence no FLOPs: the CLI puts that in "unavailable")
+        procs = np.unique(gpu["pkey"][gpu["pkey"] >= 0]).size
+        if procs > 1:
+            notes.append(
+                f"{procs} processes ran GPU work in this export and are analysed as one; for "
+                "one report per rank, profile each rank to its own file (nsys -o name.%q{RANK})"
+            )
         if n_nvtx:
             notes.append(f"ops are the {n_nvtx:,} NVTX ranges (innermost one enclosing a launch)")
         else:
