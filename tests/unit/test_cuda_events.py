@@ -8,7 +8,7 @@ import pytest
 from cuda_records import HDR, record
 
 from aiflame.collectors.ebpf.cuda_apis import API_INDEX
-from aiflame.collectors.ebpf.cuda_events import EventLog
+from aiflame.collectors.ebpf.cuda_events import CallSum, EventLog
 from aiflame.collectors.ebpf.cuda_profile import (
     ALLOC_BYTES,
     ALLOC_COUNT,
@@ -180,3 +180,27 @@ def test_pinned_host_allocations_are_labelled_host(api):
     log = feed(record(api, 1, args=[0x10, 256], result=0xB000, stack=[A_RET]))
     p = calls_profile(log, symbolize)
     assert p.labels_of(0)["memory"] == "host" and names(p, "alloc-bytes")
+
+
+def test_sums_read_from_the_kernel_join_the_events():
+    log = feed(
+        record("cuModuleGetFunction", 1, result=0x5000, name=b"_ZN6driver1aEv"),
+        record("cudaLaunchKernel", 2, args=[0x2000], stack=[L_RET, MAIN_RET]),  # one event
+    )
+    # (pid, tid, api, error, stack innermost first, caller, target, sums)
+    launch, memcpy = API_INDEX["cudaLaunchKernel"], API_INDEX["cudaMemcpy"]
+    log.add_sum(100, 100, launch, 0, (MAIN_RET,), L_RET, 0x2000, CallSum(4, 0, 0, 0))
+    log.add_sum(100, 100, API_INDEX["cuLaunchKernel"], 0, (L_RET,), L_RET, 0x5000, CallSum(3))
+    log.add_sum(100, 100, memcpy, 0, (C_RET,), C_RET, 2, CallSum(2, 0, 512, 0))
+    log.add_sum(100, 100, API_INDEX["cudaDeviceSynchronize"], 999, (S_RET,), S_RET, 0,
+                CallSum(1, 70, 0, 0))  # fmt: skip
+    p = calls_profile(log, symbolize)
+    assert names(p, "launch-count") == {
+        "main;launch_site;cudaLaunchKernel;-;_ZN4test6kernelEPfi": 5,  # caller put back
+        "launch_site;cuLaunchKernel;-;driver::a()": 3,
+    }
+    assert names(p, "copy-bytes") == {"copy_site;cudaMemcpy;-;Memcpy DtoH": 512}
+    assert names(p, "sync-time") == {"sync_site;cudaDeviceSynchronize": 70}
+    assert {p.labels_of(i).get("error") for i in range(len(p))} == {None, "999"}
+    log.summed.clear()  # read again: the kernel's totals replace the previous reading
+    assert log.count({"launch"}) == 1

@@ -25,9 +25,21 @@ from dataclasses import dataclass, field
 
 from aiflame.collectors import procs
 from aiflame.collectors.ebpf import object_bytes
-from aiflame.collectors.ebpf.cuda_apis import ALL_ROLES, APIS, MEMORY_ROLES, N_CLASSES, ApiClass
+from aiflame.collectors.ebpf.cuda_apis import (
+    ALL_ROLES,
+    APIS,
+    COPY,
+    GRAPH,
+    LAUNCH,
+    MEMORY_ROLES,
+    N_CLASSES,
+    NO_ARG,
+    SYNC,
+    Api,
+    ApiClass,
+)
 from aiflame.collectors.ebpf.cuda_apis import cookie as probe_cookie
-from aiflame.collectors.ebpf.cuda_events import EventLog
+from aiflame.collectors.ebpf.cuda_events import CallSum, EventLog
 from aiflame.collectors.ebpf.cuda_libs import ElfError, GpuLibrary, gpu_libraries, probe_targets
 from aiflame.collectors.ebpf.cuda_memory import memory_profile
 from aiflame.collectors.ebpf.cuda_profile import (
@@ -53,8 +65,13 @@ DEFAULT_CAPS = {
 MAX_LIB_RANGES = 8
 
 # indices of the BPF program's per-CPU ``stats`` array
-STAT_EMITTED, STAT_LOST, STAT_NESTED, STAT_INFLIGHT, STAT_STACK, STAT_CAPPED = 0, 1, 2, 3, 4, 8
+STAT_EMITTED, STAT_LOST, STAT_NESTED, STAT_INFLIGHT, STAT_STACK = 0, 1, 2, 3, 4
+STAT_CALLS_FULL, STAT_STACKS_FULL, STAT_CAPPED = 5, 6, 8
 N_STATS = 16
+# struct call_key / struct call_sum of bpf/cuda.bpf.c
+_CALL_KEY = struct.Struct("<IIQQQHHi")
+_CALL_SUM = struct.Struct("<QQQQ")
+SUMMED_ROLES = {LAUNCH, GRAPH, COPY, SYNC}  # summed in the kernel; the others are events
 
 
 @dataclass
@@ -104,6 +121,7 @@ class CudaProbes:
         else:
             self._obj, self.multi = self._open(multi), multi
         try:
+            self._fill_apis()
             self._rb = self._obj.ring_buffer("events", self.log)
         except BaseException:
             self._obj.close()
@@ -123,6 +141,12 @@ class CudaProbes:
             obj.close()
             raise
         return obj
+
+    def _fill_apis(self) -> None:
+        """What the kernel needs to sum launches, copies and syncs (``apis`` map)."""
+        m = self._obj.map("apis")
+        for i, api in enumerate(APIS):
+            m.update(struct.pack("<I", i), _api_info(api))
 
     # -- targets ----------------------------------------------------------------------------
     def watch(self, pid: int) -> None:
@@ -263,6 +287,8 @@ class CudaProbes:
             "nested calls skipped": totals[STAT_NESTED],
             "calls not tracked (table full)": totals[STAT_INFLIGHT],
             "stacks not read": totals[STAT_STACK],
+            "calls not summed (table full)": totals[STAT_CALLS_FULL],
+            "stacks not stored (table full)": totals[STAT_STACKS_FULL],
         }
         for c in range(N_CLASSES):
             out[f"over the {ApiClass(c).name.lower()} cap"] = totals[STAT_CAPPED + c]
@@ -277,7 +303,12 @@ class CudaProbes:
             cls = what.removeprefix("over the ").removesuffix(" cap")
             cap = self.options.caps.get(ApiClass[cls.upper()], 0)
             lines.append(f"{n:,} {cls} calls not recorded: {what} of {cap:,}/s")
-        for what in ("lost (ring buffer full)", "calls not tracked (table full)"):
+        for what in (
+            "lost (ring buffer full)",
+            "calls not tracked (table full)",
+            "calls not summed (table full)",
+            "stacks not stored (table full)",
+        ):
             if s[what]:
                 lines.append(f"{s[what]:,} CUDA API events {what}")
         lines.extend(self.failures[:5])
@@ -290,6 +321,7 @@ class CudaProbes:
         return resolver_symbolizer(self.maps)
 
     def calls_profile(self, symbolize: Symbolizer | None = None) -> Profile:
+        self.collect()
         return calls_profile(
             self.log, symbolize or self.symbolizer(), comm=self.comm, meta=self._meta()
         )
@@ -308,11 +340,32 @@ class CudaProbes:
         return meta
 
     # -- teardown ---------------------------------------------------------------------------
+    def collect(self) -> None:
+        """Read the calls summed in the kernel so far into ``log.summed`` (done by
+        :meth:`close`; the sums of a closed object are those read then)."""
+        if self._obj.ptr is None or not self._obj.loaded:
+            return
+        self.log.summed.clear()
+        stacks = self._obj.map("stacks")
+        known: dict[int, tuple[int, ...]] = {0: ()}
+        for raw_key, raw_sum in self._obj.map("calls").items():
+            pid, tid, stack, target, caller, api, _, error = _CALL_KEY.unpack(raw_key)
+            ips = known.get(stack)
+            if ips is None:
+                value = stacks.lookup(struct.pack("<Q", stack))
+                words = struct.unpack(f"<{len(value) // 8}Q", value) if value else ()
+                ips = known[stack] = tuple(a for a in words if a)
+            count, duration, nbytes, ok = _CALL_SUM.unpack(raw_sum)
+            sums = CallSum(count, duration, nbytes, ok)
+            self.log.add_sum(pid, tid, api, error, ips, caller, target, sums)
+
     def close(self) -> None:
-        """Detach every probe and free the BPF object (idempotent); events and counters
-        stay readable."""
+        """Read what the kernel summed, detach every probe and free the BPF object
+        (idempotent); events, sums and counters stay readable."""
         if self._final_stats is None and self._obj.loaded and self._obj.ptr is not None:
             try:
+                self._rb.consume()
+                self.collect()
                 self._final_stats = self.stats()
             except BpfError:
                 self._final_stats = {}
@@ -323,6 +376,14 @@ class CudaProbes:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _api_info(api: Api) -> bytes:
+    """struct api_info of bpf/cuda.bpf.c."""
+    target = api.func_arg if api.role == LAUNCH else api.kind_arg if api.role == COPY else -1
+    fields = (api.size_arg, api.size_arg2, target)
+    packed = [f if f >= 0 else NO_ARG for f in fields]
+    return struct.pack("<BBBB", *packed, 1 if api.role in SUMMED_ROLES else 0)
 
 
 def _power_of_two(n: int) -> int:

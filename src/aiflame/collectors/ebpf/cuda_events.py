@@ -69,10 +69,15 @@ def call_size(api: Api, args: tuple[int, ...] | np.ndarray) -> int:
 
 
 def copy_direction(api: Api, args: tuple[int, ...] | np.ndarray) -> str:
+    return kind_direction(api, int(args[api.kind_arg]) if api.kind_arg >= 0 else 0)
+
+
+def kind_direction(api: Api, kind: int) -> str:
+    """A copy's direction from its function, or from its cudaMemcpyKind argument."""
     if api.direction:
         return api.direction
     if api.kind_arg >= 0:
-        return COPY_KINDS.get(int(args[api.kind_arg]), "unknown")
+        return COPY_KINDS.get(kind, "unknown")
     return "default"  # cuMemcpy/cuMemcpyAsync: unified addressing, the driver decides
 
 
@@ -102,7 +107,8 @@ class EventLog:
     """Ring-buffer callback: decodes, interns stacks, sums or keeps each call."""
 
     stacks: list[tuple[int, ...]] = field(default_factory=list)  # innermost first
-    calls: dict[CallKey, CallSum] = field(default_factory=dict)
+    calls: dict[CallKey, CallSum] = field(default_factory=dict)  # from events
+    summed: dict[CallKey, CallSum] = field(default_factory=dict)  # read from the kernel
     names: dict[tuple[int, int], str] = field(default_factory=dict)  # (pid, handle) -> name
     records: int = 0
     name_faults: int = 0
@@ -158,6 +164,36 @@ class EventLog:
         s.ok += 1 if returned and not failed else 0
 
     # -- helpers ----------------------------------------------------------------------------
+    def add_sum(
+        self,
+        pid: int,
+        tid: int,
+        api_id: int,
+        error: int,
+        stack: tuple[int, ...],
+        caller: int,
+        target: int,
+        sums: CallSum,
+    ) -> None:
+        """Calls summed in the kernel (``calls`` of the BPF program): ``stack`` innermost
+        first, ``target`` the kernel handle/stub or the copy kind. The kernel's sums are
+        totals so far: clear :attr:`summed` before reading them again."""
+        if api_id >= len(APIS) or not sums.calls:
+            return
+        api = APIS[api_id]
+        self.pids.add(pid)
+        raw = struct.pack(f"<{len(stack)}Q", *stack)
+        if not api.needs_return and caller and raw[:8] != caller.to_bytes(8, "little"):
+            raw = caller.to_bytes(8, "little") + raw  # see the module docstring
+        sid = self._stack_id(raw)
+        if api.role == LAUNCH:
+            tgt: int | str | None = self.kernel_name(pid, target) if api.driver else target
+        elif api.role == COPY:
+            tgt = kind_direction(api, target)
+        else:
+            tgt = None
+        _merge(self.summed, CallKey(pid, tid, api_id, sid, tgt, error), sums)
+
     def _stack_id(self, raw: bytes) -> int:
         sid = self._stack_ids.get(raw)
         if sid is None:
@@ -202,6 +238,24 @@ class EventLog:
             out["stack"] = np.frombuffer(self._memory_stacks, dtype=np.int64)
         return out
 
+    def all_calls(self) -> dict[CallKey, CallSum]:
+        """Calls from events and from the kernel's sums, together."""
+        out = {k: CallSum(s.calls, s.duration_ns, s.nbytes, s.ok) for k, s in self.calls.items()}
+        for k, s in self.summed.items():
+            _merge(out, k, s)
+        return out
+
     def count(self, roles: set[str]) -> int:
         """Calls of the given roles that were recorded."""
-        return sum(s.calls for k, s in self.calls.items() if APIS[k.api].role in roles)
+        return sum(s.calls for k, s in self.all_calls().items() if APIS[k.api].role in roles)
+
+
+def _merge(into: dict[CallKey, CallSum], key: CallKey, s: CallSum) -> None:
+    t = into.get(key)
+    if t is None:
+        into[key] = CallSum(s.calls, s.duration_ns, s.nbytes, s.ok)
+        return
+    t.calls += s.calls
+    t.duration_ns += s.duration_ns
+    t.nbytes += s.nbytes
+    t.ok += s.ok

@@ -165,7 +165,7 @@ def calls_profile(
     b = ProfileBuilder(SAMPLE_TYPES)
     frames = _Frames(b, log, symbolize)
     api_frames: dict[int, int] = {}
-    calls = _readable_kernel_names(log.calls)
+    calls = _readable_kernel_names(log.all_calls())
     for key, s in sorted(calls.items(), key=lambda kv: _order(kv[0])):
         api = APIS[key.api]
         fid = api_frames.get(key.api)

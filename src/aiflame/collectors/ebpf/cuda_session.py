@@ -82,7 +82,7 @@ class CudaRecorder:
         self.probes.drain()
         self.probes.close()
         self.notes.extend(self.probes.notes())
-        if not self.probes.log.calls:
+        if not self.probes.log.all_calls():
             return None
         return self.probes.calls_profile()
 
@@ -168,7 +168,7 @@ def _record(
 
 
 def _status(probes: CudaProbes, elapsed: float) -> str:
-    n = probes.log.records
+    n = probes.stats()["events"]
     procs_n = len(probes.attached)
     return f"aiflame: {elapsed:5.1f} s, {n:,} CUDA/HIP calls, {procs_n} processes probed"
 

@@ -5,10 +5,16 @@
  * One generic pair of programs serves every probed function; the probe's BPF cookie says
  * which function it is (see collectors/ebpf/cuda_apis.py: cookie()). At entry the first
  * seven integer arguments and the caller's return address are taken. Functions without
- * a return probe emit their event at once, with the user stack; the others store the
- * call per thread and emit at return, with the time spent, the return value, the word an
+ * a return probe are handled at once, with the user stack; the others store the call per
+ * thread and are handled at return, with the time spent, the return value, the word an
  * out-parameter points to (the allocated address, the new handle) and the user stack of
  * the call site (at return the instruction pointer is back in the caller).
+ *
+ * Launches, copies and syncs, which can come by the million, are summed in the kernel by
+ * (process, thread, function, stack, kernel or copy kind, caller, error) in `calls`, with
+ * each distinct stack stored once under a 64-bit hash in `stacks`: user space reads the
+ * sums at the end, nothing per call. Allocations, frees and kernel names go one by one
+ * through the `events` ring buffer: pairing frees with allocations needs each of them.
  *
  * Overhead is bounded by a per-second budget of events per class (launch, memory, copy,
  * sync); calls over the budget are counted, never silently lost. Calls made from inside a
@@ -18,6 +24,7 @@
 
 static __u64 (*bpf_get_attach_cookie)(void *ctx) = (void *)174;
 
+#define BPF_F_NO_PREALLOC 1
 #define N_CLASSES 5
 #define CLASS_NAMING 4
 #define N_ARGS 7
@@ -25,6 +32,7 @@ static __u64 (*bpf_get_attach_cookie)(void *ctx) = (void *)174;
 #define MAX_FRAMES 127 /* the kernel's default perf_event_max_stack */
 #define NAME_BYTES 1024
 #define MAX_LIB_RANGES 8
+#define MAX_APIS 1024
 
 /* stats: per-CPU counters read by user space */
 #define STAT_EMITTED 0
@@ -32,6 +40,8 @@ static __u64 (*bpf_get_attach_cookie)(void *ctx) = (void *)174;
 #define STAT_NESTED 2   /* called from inside a probed library */
 #define STAT_INFLIGHT 3 /* no room to remember a call until its return */
 #define STAT_STACK 4    /* bpf_get_stack failed */
+#define STAT_CALLS_FULL 5  /* a call not summed: the `calls` table was full */
+#define STAT_STACKS_FULL 6 /* a stack not stored: the `stacks` table was full */
 #define STAT_CAPPED 8   /* + class: over the per-second budget */
 #define N_STATS 16
 
@@ -65,6 +75,36 @@ struct record {
 	};
 };
 
+/* what the kernel needs to sum a function's calls (filled by user space from cuda_apis) */
+struct api_info {
+	__u8 size_arg;   /* bytes copied: args[size_arg] (* args[size_arg2]); NO_ARG: none */
+	__u8 size_arg2;
+	__u8 target_arg; /* the kernel (launches) or the copy kind; NO_ARG: none */
+	__u8 aggregate;  /* 1: summed in `calls`; 0: one event per call */
+};
+
+struct call_key {
+	__u32 pid;
+	__u32 tid;
+	__u64 stack; /* key in `stacks`; 0: none could be read */
+	__u64 target;
+	__u64 caller;
+	__u16 api;
+	__u16 pad;
+	__s32 error; /* the return value when it is known and not 0 */
+};
+
+struct call_sum {
+	__u64 count;
+	__u64 duration;
+	__u64 bytes;
+	__u64 ok; /* calls known to have succeeded */
+};
+
+struct stack {
+	__u64 ips[MAX_FRAMES]; /* innermost first, zero-filled */
+};
+
 struct entry {
 	__u64 ts;
 	__u64 args[N_ARGS];
@@ -93,7 +133,7 @@ struct {
 } events SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH); /* a call whose return never comes ages out */
+	__uint(type, BPF_MAP_TYPE_HASH); /* full (returns that never came): counted, see stats */
 	__uint(max_entries, 16384);
 	__type(key, struct inflight_key);
 	__type(value, struct entry);
@@ -119,6 +159,28 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_APIS);
+	__type(key, __u32);
+	__type(value, struct api_info);
+} apis SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct call_key);
+	__type(value, struct call_sum);
+} calls SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* memory for the stacks there are, not 16 MB */
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct stack);
+} stacks SEC(".maps");
 
 /* tgid -> executable ranges of the probed libraries in that process */
 struct {
@@ -207,6 +269,69 @@ static __always_inline void emit_stack(void *ctx, struct record *r, __u64 skip)
 		stat(STAT_EMITTED);
 }
 
+/* Sum the call in `calls` (the header of r is filled); skip: frames to skip in the stack */
+static __always_inline void aggregate(void *ctx, struct record *r, struct api_info *info,
+				      __u64 skip, int returned)
+{
+	struct call_key k = {};
+	k.pid = r->hdr.pid;
+	k.tid = r->hdr.tid;
+	k.api = r->hdr.api;
+	k.caller = r->hdr.caller;
+	k.error = returned ? (__s32)r->hdr.ret : 0;
+	long n = bpf_get_stack(ctx, r->stack, sizeof(r->stack), BPF_F_USER_STACK | skip);
+	if (n > 0) {
+		__u32 depth = n / sizeof(__u64);
+		__u64 h = 0xcbf29ce484222325ULL; /* FNV-1a over the addresses */
+		for (__u32 i = 0; i < MAX_FRAMES; i++) {
+			if (i >= depth)
+				break;
+			h = (h ^ r->stack[i]) * 0x100000001b3ULL;
+		}
+		k.stack = h;
+		if (!bpf_map_lookup_elem(&stacks, &h)) { /* most are stored already: no lock */
+			long err = bpf_map_update_elem(&stacks, &h, r->stack, BPF_NOEXIST);
+			if (err && err != -EEXIST)
+				stat(STAT_STACKS_FULL);
+		}
+	} else {
+		stat(STAT_STACK);
+	}
+	__u32 t = info->target_arg;
+	if (t < N_ARGS)
+		k.target = r->hdr.args[t];
+	__u64 bytes = 0;
+	__u32 a = info->size_arg, b = info->size_arg2;
+	if (a < N_ARGS) {
+		bytes = r->hdr.args[a];
+		if (b < N_ARGS)
+			bytes *= r->hdr.args[b];
+	}
+	__u64 ok = returned && r->hdr.ret == 0;
+	struct call_sum *v = bpf_map_lookup_elem(&calls, &k);
+	if (!v) {
+		struct call_sum zero = {};
+		long err = bpf_map_update_elem(&calls, &k, &zero, BPF_NOEXIST);
+		if (err && err != -EEXIST) {
+			stat(STAT_CALLS_FULL);
+			return;
+		}
+		v = bpf_map_lookup_elem(&calls, &k);
+		if (!v)
+			return;
+	}
+	__sync_fetch_and_add(&v->count, 1);
+	__sync_fetch_and_add(&v->duration, r->hdr.duration);
+	__sync_fetch_and_add(&v->bytes, bytes);
+	__sync_fetch_and_add(&v->ok, ok);
+	stat(STAT_EMITTED);
+}
+
+static __always_inline struct api_info *api_info(__u32 api)
+{
+	return bpf_map_lookup_elem(&apis, &api);
+}
+
 /* cookie: bits 0-15 api, 16-19 class, 20-23 out arg, 24-27 name arg, 28 has return
  * probe, 29 reads the 7th argument */
 SEC("uprobe")
@@ -246,7 +371,11 @@ int cuda_entry(struct pt_regs *ctx)
 	r->hdr.api = cookie & 0xFFFF;
 	r->hdr.type = EV_CALL;
 	r->hdr.flags = 0;
-	emit_stack(ctx, r, 1); /* skip the probed function's own address */
+	struct api_info *info = api_info(r->hdr.api);
+	if (info && info->aggregate)
+		aggregate(ctx, r, info, 1, 0);
+	else
+		emit_stack(ctx, r, 1); /* skip the probed function's own address */
 	return 0;
 }
 
@@ -299,7 +428,11 @@ int cuda_return(struct pt_regs *ctx)
 		return 0;
 	}
 	r->hdr.type = EV_CALL;
-	emit_stack(ctx, r, 0); /* at return the stack starts at the call site */
+	struct api_info *info = api_info(r->hdr.api);
+	if (info && info->aggregate)
+		aggregate(ctx, r, info, 0, 1);
+	else
+		emit_stack(ctx, r, 0); /* at return the stack starts at the call site */
 	return 0;
 }
 
