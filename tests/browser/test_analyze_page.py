@@ -72,6 +72,15 @@ class ReportPage:
         return [e["message"] for e in self.driver.get_log("browser") if e["level"] == "SEVERE"]
 
 
+@pytest.fixture(scope="module")
+def h100(tmp_path_factory) -> tuple[Path, dict]:
+    """The H100 trace's report, made once for the tests that only read it."""
+    out = tmp_path_factory.mktemp("h100") / "report.html"
+    js = out.with_suffix(".json")
+    assert main(["analyze", str(H100), "-o", str(out), "--json", str(js)]) == 0
+    return out, json.loads(js.read_text())
+
+
 @pytest.fixture
 def report(tmp_path, capsys):
     def make(*inputs: Path, name: str = "report.html") -> tuple[Path, dict]:
@@ -83,8 +92,8 @@ def report(tmp_path, capsys):
     return make
 
 
-def test_real_trace_renders_charts_offline(driver, report):
-    html, data = report(H100)
+def test_real_trace_renders_charts_offline(driver, h100):
+    html, data = h100
     page = ReportPage(driver, html)
     rank = data["ranks"][0]
     # Breakdown bar: one part per bucket, widths proportional to the JSON.
@@ -113,8 +122,8 @@ def test_real_trace_renders_charts_offline(driver, report):
     assert page.console_errors() == []
 
 
-def test_numbers_shown_equal_the_json(driver, report):
-    html, data = report(H100)
+def test_numbers_shown_equal_the_json(driver, h100):
+    html, data = h100
     page = ReportPage(driver, html)
     rank = data["ranks"][0]
     cells = page.js(
@@ -151,8 +160,8 @@ def test_numbers_shown_equal_the_json(driver, report):
         assert us_of(shown) == pytest.approx(by_rule[rule]["cost_us"], abs=rounding(shown))
 
 
-def test_finding_link_opens_the_flame_graph_zoomed_to_its_stack(driver, report):
-    html, data = report(H100)
+def test_finding_link_opens_the_flame_graph_zoomed_to_its_stack(driver, h100):
+    html, data = h100
     page = ReportPage(driver, html)
     sync = next(f for f in data["ranks"][0]["findings"] if f["rule"] == "sync_stalls")
     link = driver.find_element(By.CSS_SELECTOR, '.finding[data-rule="sync_stalls"] a.flame-link')
@@ -182,8 +191,8 @@ def test_finding_link_opens_the_flame_graph_zoomed_to_its_stack(driver, report):
     assert ReportPage.console_errors(page) == []
 
 
-def test_stack_links_and_hashchange_move_the_zoom(driver, report):
-    html, data = report(H100)
+def test_stack_links_and_hashchange_move_the_zoom(driver, h100):
+    html, data = h100
     ReportPage(driver, html)
     links = driver.find_elements(By.CSS_SELECTOR, '.finding[data-rule="sync_stalls"] a.stack')
     hrefs = [a.get_attribute("href") for a in links]
@@ -276,8 +285,8 @@ def test_hostile_kernel_name_stays_text(driver, report, tmp_path):
     assert driver.execute_script("return window.__alerts;") == []
 
 
-def test_every_section_stack_link_lands_on_its_stack(driver, report):
-    html, _ = report(H100)
+def test_every_section_stack_link_lands_on_its_stack(driver, h100):
+    html, _ = h100
     page = ReportPage(driver, html)
     links = page.js(
         "return [...document.querySelectorAll('section.rank a.stack')]"
@@ -292,3 +301,43 @@ def test_every_section_stack_link_lands_on_its_stack(driver, report):
         )
         assert state["s"]["matched"] == len(state["s"]["path"]) > 1
         assert state["node"] == python_frame(innermost).name
+
+
+def test_flame_fragment_sets_metric_focus_search_and_partial_paths(driver, tmp_path):
+    from aiflame.model import FrameKind, ProfileBuilder, SampleType
+    from aiflame.render.html import render_html
+
+    b = ProfileBuilder([SampleType("gpu-time", "nanoseconds"), SampleType("cpu-time", "ns")])
+    for stack, values in {
+        "main;step;mm": (30, 1),
+        "main;step;sync": (0, 50),
+        "main;io": (5, 9),
+    }.items():
+        frames = [b.frame(n, FrameKind.PYTHON) for n in stack.split(";")]
+        b.add(b.stack(frames), values)
+    page = tmp_path / "f.html"
+    page.write_text(render_html(b.build()), encoding="utf-8")
+
+    def open_at(fragment: str) -> dict:
+        # The same page with another fragment: applied on hashchange, without a reload.
+        driver.get(page.as_uri() + "#" + fragment)
+        return driver.execute_async_script(
+            "const done = arguments[0]; aiflame.fragmentApplied.then(() => setTimeout(() =>"
+            " done({s: aiflame.fragmentStatus,"
+            " metric: aiflame.app.types[aiflame.app.metric].name,"
+            " zoom: aiflame.app.tree.nameOf(aiflame.app.view.zoom),"
+            " root: aiflame.app.tree.nameOf(0),"
+            " filters: aiflame.app.filters.map(f => f.op + ':' + f.name),"
+            " status: document.getElementById('search-status').textContent,"
+            " matched: document.getElementById('matched').textContent}), 100));"
+        )
+
+    state = open_at("metric=cpu-time&search=%5Esync%24&path=main&path=step")
+    assert state["metric"] == "cpu-time" and state["zoom"] == "step"
+    assert state["matched"].startswith("matched: 83.3%")  # sync: 50 of 60 ns of CPU time
+    state = open_at("focus=step")
+    assert state["filters"] == ["focus:step"] and state["root"] == "step"
+    state = open_at("path=all&path=main&path=nowhere&path=deeper")
+    assert state["zoom"] == "main" and state["s"]["matched"] == 1
+    assert "1 of 4 frames" in state["status"]
+    assert driver.execute_script("return window.__alerts;") == []
