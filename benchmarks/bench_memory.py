@@ -50,13 +50,21 @@ def run(cmd: list[str]) -> tuple[float, float, float]:
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
-def measure(cmd: list[str], repeat: int) -> tuple[float, float, float]:
-    runs = [run(cmd) for _ in range(repeat)]
-    return (
-        statistics.median(r[0] for r in runs),
-        statistics.median(r[1] for r in runs),
-        max(r[2] for r in runs),
-    )
+def measure(cmds: list[list[str]], repeat: int) -> list[tuple[float, float, float]]:
+    """Per command: median wall, median CPU, max peak RSS. The commands run alternately,
+    so that load from other processes falls on each of them alike."""
+    runs: list[list[tuple[float, float, float]]] = [[] for _ in cmds]
+    for _ in range(repeat):
+        for k, cmd in enumerate(cmds):
+            runs[k].append(run(cmd))
+    return [
+        (
+            statistics.median(r[0] for r in rs),
+            statistics.median(r[1] for r in rs),
+            max(r[2] for r in rs),
+        )
+        for rs in runs
+    ]
 
 
 def stages(snapshot: Path) -> list[tuple[str, float]]:
@@ -159,9 +167,11 @@ def main() -> None:
     print(f"load average at start: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
     for name, snap in inputs:
         ours, theirs = BENCH / f"aiflame-{name}.html", BENCH / f"memory_viz-{name}.html"
-        a = measure([py, "-m", "aiflame", "memory", str(snap), "-o", str(ours)], args.repeat)
-        b = measure(
-            [py, "-m", "torch.cuda._memory_viz", "trace_plot", str(snap), "-o", str(theirs)],
+        a, b = measure(
+            [
+                [py, "-m", "aiflame", "memory", str(snap), "-o", str(ours)],
+                [py, "-m", "torch.cuda._memory_viz", "trace_plot", str(snap), "-o", str(theirs)],
+            ],
             args.repeat,
         )
         size = snap.stat().st_size / 2**20

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import gzip
 import pickle
+from functools import cached_property
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from aiflame.cli.main import main
@@ -65,7 +67,12 @@ class Replay:
         """Bytes of the allocations live at some point of first..last (an instant if
         ``last`` is None)."""
         last = first if last is None else last
-        return sum(size for a, f, size in self.lifetimes if a <= last and f > first)
+        a, f, size = self.columns
+        return int(size[(a <= last) & (f > first)].sum())
+
+    @cached_property
+    def columns(self) -> tuple[np.ndarray, ...]:
+        return tuple(np.array(c, dtype=np.float64) for c in zip(*self.lifetimes, strict=True))
 
     def peak(self) -> tuple[int, int]:
         values = [self.live(k) for k in range(len(self.time_us))]
@@ -73,7 +80,7 @@ class Replay:
         return values.index(best), best
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def replayed() -> Replay:
     return Replay(raw_snapshot())
 
