@@ -39,8 +39,8 @@ def test_short_python_names(raw: str, short: str) -> None:
 
 
 def test_python_frames_keep_file_and_line() -> None:
-    assert python_frame("a/b.py(12): f") == PyFrame("f (a/b.py:12)", "a/b.py", 12)
-    assert python_frame("a/b.py(12): f", "raw") == PyFrame("a/b.py(12): f", "a/b.py", 12)
+    assert python_frame("a/b.py(12): f") == PyFrame("f (a/b.py:12)", "a/b.py", 12, "f")
+    assert python_frame("a/b.py(12): f", "raw") == PyFrame("a/b.py(12): f", "a/b.py", 12, "f")
 
 
 @pytest.mark.parametrize(

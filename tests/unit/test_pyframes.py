@@ -76,6 +76,15 @@ def test_functions_without_class_and_nested_functions(project):
     assert nested == naming.traced("inner", "app/model.py", 11)
 
 
+def test_frames_running_when_the_profiler_started_and_module_code(project):
+    naming = PythonNaming([str(project)])
+    file = str(project / "app" / "model.py")
+    # The profiler writes the current line of frames that were running when it started.
+    assert naming.traced("step", "app/model.py", 17) == naming.sampled("step", file, 17)
+    assert naming.traced("<module>", "app/model.py", 16) == naming.sampled("<module>", file, 4)
+    assert naming.sampled("<module>", file, 4).name == "<module> (app/model.py:1)"
+
+
 def test_unreadable_sources_keep_what_the_recorder_said(tmp_path):
     naming = PythonNaming([str(tmp_path)])
     gone = str(tmp_path / "gone.py")

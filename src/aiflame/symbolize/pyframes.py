@@ -82,11 +82,23 @@ class PythonNaming:
         if fn is not None and fn.name == func:
             line = fn.first  # the function, not the line: as the profiler names it
             owner = owner or fn.owner or None
+        line = _first_line(func, line)
         return NamedFrame(display_name(func, owner, self.relative(file), line), file, line)
 
     def traced(self, func: str, file: str, line: int) -> NamedFrame:
         """A profiler's frame: bare name, file relative to ``sys.path``, first line."""
         found = self.absolute(file)
-        owner = self.classes.class_of(found, line, func) if found else None
+        owner = None
+        if found:
+            # Frames already running when the profiler started carry their current line.
+            fn = self.classes.function_at(found, line)
+            if fn is not None and fn.name == func:
+                line, owner = fn.first, fn.owner or None
+        line = _first_line(func, line)
         shown = self.relative(found) if found else _SITE.sub("", file)
         return NamedFrame(display_name(func, owner, shown, line), found or file, line)
+
+
+def _first_line(func: str, line: int) -> int:
+    """A module's code starts at line 1 (where the recorders saw it run varies)."""
+    return 1 if func == "<module>" else line
