@@ -171,9 +171,9 @@ def _summaries(r: dict[str, Any]) -> list[Text]:
         )
     mt = r.get("memory_traffic") or {}
     if mt.get("copies"):
-        kinds = ", ".join(
+        kinds = "; ".join(
             f"{k.get('direction') or k.get('name')} {k.get('count', 0):,}"
-            + (f" ({size(k['bytes'])})" if k.get("bytes") is not None else "")
+            + (f", {size(k['bytes'])}" if k.get("bytes") is not None else "")
             for k in mt.get("by_kind") or []
         )
         text = f"{mt['copies']:,} ({kinds})"

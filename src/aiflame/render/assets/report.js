@@ -52,13 +52,15 @@
     if (Math.abs(v) >= 1e4) return Math.round(v).toLocaleString("en-US");
     return String(Number(v.toPrecision(3)));
   }
-  function valueText(key, v) {
+  // An evidence value by its key's convention, or its enclosing key's (as analyze_format.py).
+  function valueText(key, v, outer) {
     if (v === null || v === undefined) return "?";
     if (typeof v === "number") {
-      if (key.endsWith("_us")) return fmtUs(v);
-      if (key.startsWith("share") || key.endsWith("_share") || key.endsWith("_fraction")) {
-        return (100 * v).toFixed(1) + "%";
+      for (const k of [key, outer || ""]) {
+        if (k.endsWith("_us")) return fmtUs(v);
+        if (/^(share|pct|mfu)/.test(k) || k.endsWith("_share") || k.endsWith("_fraction")) return (100 * v).toFixed(1) + "%";
       }
+      if (key.endsWith("bytes") || (outer || "").endsWith("bytes")) return fmtBytes(v);
     }
     return num(v);
   }
@@ -316,13 +318,19 @@
       const ev = f.evidence || {};
       const dl = el("dl");
       for (const [key, v] of Object.entries(ev)) {
-        if (isStackList(v) || v === null) continue;
+        // The share of GPU time is in the head already.
+        if (isStackList(v) || v === null || key === "share_of_gpu_time") continue;
         let text;
         if (Array.isArray(v)) text = v.filter((x) => typeof x !== "object").slice(0, 8).map(num).join(", ");
         else if (typeof v === "object") {
-          text = Object.entries(v).map(([n, s]) =>
-            s && typeof s === "object" ? n + " (" + Object.entries(s).map(([a, b]) => label(a) + " " + valueText(a, b)).join(", ") + ")" : n + " " + valueText(key, s)
-          ).join("; ");
+          text = Object.entries(v)
+            .filter(([, s]) => !Array.isArray(s))
+            .map(([n, s]) =>
+              s && typeof s === "object"
+                ? n + " (" + Object.entries(s).filter(([, b]) => typeof b !== "object" || b === null).map(([a, b]) => label(a) + " " + valueText(a, b, key)).join(", ") + ")"
+                : label(n) + " " + valueText(n, s, key)
+            )
+            .join("; ");
         } else text = valueText(key, v);
         if (!text) continue;
         dl.append(el("dt", null, label(key)), el("dd", { "data-key": key }, text));
