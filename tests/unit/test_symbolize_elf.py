@@ -20,7 +20,7 @@ from aiflame.symbolize.elf import (
     function_symbols,
     open_image,
 )
-from aiflame.symbolize.kallsyms import MAX_SPAN, KernelSymbolTable, parse_lines
+from aiflame.symbolize.kallsyms import MAX_SPAN, KernelSymbolTable
 from aiflame.symbolize.maps import Maps, parse_line
 
 pytestmark = pytest.mark.skipif(not progs.have_toolchain(), reason="needs gcc and binutils")
@@ -174,21 +174,23 @@ def test_maps_lines_with_spaces_deleted_files_and_anonymous_memory():
 
 def test_kallsyms_text_symbols_reach_the_next_symbol_and_data_is_never_named():
     table = KernelSymbolTable(
-        parse_lines(
-            [
-                "ffffffff81000000 T _stext\n",
-                "ffffffff81000000 T first_alias\n",
-                "ffffffff81000100 t second\n",
-                "ffffffff81000200 D some_data\n",
-                "ffffffffa0000000 t mod_fn\t[ext4]\n",
-                "0000000000000000 T hidden_by_kptr_restrict\n",
-                "zzzz T broken\n",
-            ]
-        )
+        b"ffffffff81000000 T _stext\n"
+        b"ffffffff81000000 T first_alias\n"
+        b"ffffffff81000100 t second\n"
+        b"ffffffff81000200 D some_data\n"
+        b"ffffffffa0000000 t mod_fn\t[ext4]\n"
+        b"ffffffffa0000100 W weak_fn\n"
+        b"0000000000000000 T hidden_by_kptr_restrict\n"
+        b"zzzzzzzzzzzzzzzz T broken\n"
+        b"ffffffff8100 T short_line\n"
+        b"ffffffffa0000400 t last_fn\t[nvidia]"  # no final newline
     )
 
+    def lookup(addr: int) -> int:
+        return int(table.lookup(np.array([addr], dtype=np.uint64))[0])
+
     def name(addr: int) -> str | None:
-        i = int(table.lookup(np.array([addr], dtype=np.uint64))[0])
+        i = lookup(addr)
         return None if i < 0 else table.name(i)
 
     assert name(0xFFFFFFFF81000000) == "_stext"  # the first listed of the aliases
@@ -196,10 +198,31 @@ def test_kallsyms_text_symbols_reach_the_next_symbol_and_data_is_never_named():
     assert name(0xFFFFFFFF81000100) == "second"
     assert name(0xFFFFFFFF81000200) is None  # data
     assert name(0xFFFFFFFFA0000010) == "mod_fn"
-    assert table.module(int(table.lookup(np.array([0xFFFFFFFFA0000010], np.uint64))[0])) == "ext4"
-    assert name(0xFFFFFFFFA0000000 + MAX_SPAN) is None  # too far from any symbol
+    assert table.module(lookup(0xFFFFFFFFA0000010)) == "ext4"
+    assert (name(0xFFFFFFFFA0000101), table.module(lookup(0xFFFFFFFFA0000101))) == ("weak_fn", "")
+    assert (name(0xFFFFFFFFA0000500), table.module(lookup(0xFFFFFFFFA0000500))) == (
+        "last_fn",
+        "nvidia",
+    )
+    assert name(0xFFFFFFFFA0000400 + MAX_SPAN) is None  # too far from any symbol
     assert name(0x10) is None
-    assert len(table) == 5  # the zero address (kptr_restrict) and the broken line dropped
+    assert len(table) == 7  # the zero address, the broken and the short line dropped
+
+
+def test_kallsyms_of_this_kernel_parse_like_a_line_by_line_reading():
+    try:
+        with open("/proc/kallsyms", "rb") as f:
+            text = f.read()
+    except OSError:
+        pytest.skip("no /proc/kallsyms")
+    table = KernelSymbolTable(text)
+    lines = [ln.split() for ln in text.decode().splitlines()]
+    lines = [p for p in lines if int(p[0], 16)]
+    if not lines:
+        pytest.skip("kallsyms addresses are hidden")
+    assert len(table) == len(lines)
+    step = max(1, len(lines) // 500)
+    assert [table.name(i) for i in range(0, len(lines), step)] == [p[2] for p in lines[::step]]
 
 
 def test_unreadable_kallsyms_is_an_empty_table(tmp_path):
