@@ -349,3 +349,25 @@ def test_names_outside_a_damaged_string_table_give_module_plus_offset(built, tmp
         SymbolResolver().process(2**31 - 5, progs.maps_for(broken, BASE)).symbolize([BASE + value])
     )
     assert sym[0].name == f"libnoname.so+0x{value:x}"
+
+
+def test_without_build_ids_the_debuglink_crc_decides(built, tmp_path):
+    full = tmp_path / "full"
+    progs.sh(
+        "gcc", "-O1", "-g", "-Wl,--build-id=none", "-o", full, built.dir / "prog.c",
+        f"-L{built.dir}", "-ldemo", "-Wl,-rpath,$ORIGIN",
+    )  # fmt: skip
+    shutil.copy(built.lib, tmp_path / "libdemo.so")
+    debug, exe = tmp_path / "prog.debug", tmp_path / "prog"
+    progs.sh("objcopy", "--only-keep-debug", full, debug)
+    progs.sh("objcopy", "--strip-all", f"--add-gnu-debuglink={debug}", full, exe)
+    assert "Build ID" not in progs.sh("readelf", "-n", exe)
+    with progs.Running([str(exe)]) as run:
+        addr = run.addrs["hot_static"]
+        assert SymbolResolver(debug_dirs=[]).process(run.pid).symbolize([addr])[0].name == (
+            "hot_static"
+        )
+        with open(debug, "ab") as f:  # the debug file changed since: its CRC no longer matches
+            f.write(b"\0")
+        stale = SymbolResolver(debug_dirs=[]).process(run.pid).symbolize([addr])[0]
+        assert stale.name.startswith("prog+0x")
