@@ -118,6 +118,8 @@ static __always_inline long record_stack(void *ctx, __u64 flags, __u64 *id)
 		h = (h ^ buf->ips[i]) * 0x100000001b3ULL;
 	}
 	*id = h;
+	if (bpf_map_lookup_elem(&stacks, &h))
+		return 0; /* stored before, as most are: no bucket lock, no copy */
 	long err = bpf_map_update_elem(&stacks, &h, buf, BPF_NOEXIST);
 	if (err && err != -EEXIST) { /* -EEXIST: stored before, as most are */
 		stat_add(ST_STACKS_FULL);
@@ -129,8 +131,10 @@ static __always_inline long record_stack(void *ctx, __u64 flags, __u64 *id)
 static __always_inline void announce(__u32 pid)
 {
 	__u8 one = 1;
+	if (bpf_map_lookup_elem(&seen, &pid))
+		return; /* announced already (an LRU update would take a free node first) */
 	if (bpf_map_update_elem(&seen, &pid, &one, BPF_NOEXIST) != 0)
-		return; /* announced already */
+		return;
 	struct pid_event e = {pid, 0};
 	if (bpf_ringbuf_output(&events, &e, sizeof(e), 0) != 0) {
 		stat_add(ST_EVENTS_LOST);
