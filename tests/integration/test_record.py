@@ -298,11 +298,23 @@ def test_pytorch_training_loop_python_ops_and_jit_kernels(tmp_path):
     profile = load(str(out))
     names = {t.name for t in profile.sample_types}
     assert {"cpu-samples", "native-samples", "cpu-time", "gpu-time"} <= names
-    # the script's Python functions, from py-spy
-    assert has_frame(profile, "cpu-samples", lambda f: f.name == "train_step" and f.line > 0)
+    # the script's Python functions, from py-spy (beside eBPF's native stacks, as root)
+    py = "python-samples" if "python-samples" in names else "cpu-samples"
+    sampled = values_by(
+        profile, py, lambda fr, _: next((f for f in fr if "train_step" in f.name), None)
+    )
+    traced = values_by(
+        profile, "cpu-time", lambda fr, _: next((f for f in fr if "train_step" in f.name), None)
+    )
     # PyTorch operators under the Python that called them, from the profiler window
     assert has_frame(profile, "cpu-time", lambda f: f.name.startswith("aten::conv"))
-    assert has_frame(profile, "cpu-time", lambda f: f.name.startswith("train_step"))
+    # ... and both name the function alike, so that switching metrics shows one tree
+    step = {f for f in sampled if f} | {f for f in traced if f}
+    assert len(step) == 1, step
+    (frame,) = step
+    line = prog.read_text().split("\n").index("def train_step(model, opt, x, y):") + 1
+    assert frame.name == f"train_step (train.py:{line})"
+    assert frame.file == str(prog) and frame.line == line
     # oneDNN JIT kernels named from the perf map, inside native stacks
     jit = values_by(
         profile,
