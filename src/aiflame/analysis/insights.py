@@ -172,7 +172,7 @@ def host_wait_dominated(c: Context) -> Finding | None:
         idle_us=i["total_us"],
         host_wait_us=host,
         host_wait_in_launch_bound_phases_us=in_phases,
-        idle_categories={k: v["time_us"] for k, v in i["categories"].items()},
+        idle_categories_us={k: v["time_us"] for k, v in i["categories"].items()},
         top_stacks=i["top_stacks"].get("host_wait", []),
     )
 

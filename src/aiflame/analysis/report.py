@@ -97,7 +97,7 @@ def analyze_rank(t: TraceData, top: int = 20, options: Options | None = None) ->
     return {
         "path": t.path,
         "rank": t.rank,
-        "devices": [d.get("name") for d in t.device_info],
+        "devices": [d.get("name") for d in used_devices(t)],
         "time_breakdown": b.to_json_us(),
         "time_breakdown_by_device": by_device,
         "hta_temporal_breakdown": hta_compat.temporal_breakdown(t),
@@ -124,3 +124,11 @@ def analyze(
     o = options or Options(top=top)
     ranks = [analyze_rank(t, o.top, o) for t in traces]
     return {"schema_version": SCHEMA_VERSION, "ranks": ranks}
+
+
+def used_devices(t: TraceData) -> list[dict[str, Any]]:
+    """The ``deviceProperties`` entries of the GPUs this trace ran work on (a trace lists
+    every GPU of the machine, though a rank uses one); all of them when none can be told."""
+    ids = {t.names[i] for i in np.unique(t.gpu_device).tolist()}
+    used = [d for d in t.device_info if str(d.get("id")) in ids]
+    return used or list(t.device_info)
