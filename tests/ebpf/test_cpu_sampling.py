@@ -7,13 +7,11 @@ thread CPU clock), all called from main; the sampled shares must match within a 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
-from pathlib import Path
 
 import bpfstate
 import pytest
@@ -24,31 +22,8 @@ from aiflame.model import FrameKind, Profile
 from aiflame.symbolize.process import SymbolResolver
 
 pytestmark = pytest.mark.usefixtures("ebpf")
-PROGRAMS = Path(__file__).parent / "programs"
 TRUTH = {"hot_a": 0.60, "hot_b": 0.30, "hot_c": 0.10}
 TOLERANCE = 0.05  # binomial noise at ~1000 samples is about 1.5 points
-
-
-@pytest.fixture(scope="module")
-def hot(tmp_path_factory) -> Path:
-    gcc = shutil.which("gcc") or shutil.which("cc")
-    if gcc is None:
-        pytest.fail("gcc is needed to build the test program")
-    out = tmp_path_factory.mktemp("hot") / "hot"
-    subprocess.run(
-        [
-            gcc,
-            "-O1",
-            "-g0",
-            "-fno-omit-frame-pointer",
-            "-fno-optimize-sibling-calls",  # hot_a -> spin stays a call, with its frame
-            "-o",
-            str(out),
-            str(PROGRAMS / "hot.c"),
-        ],
-        check=True,
-    )
-    return out
 
 
 def sample(argv: list[str], freq: int = 499, **options: object) -> tuple[RawProfile, int]:
@@ -99,7 +74,7 @@ def test_hot_function_shares_and_stacks(hot):
     assert {c[:2] for c in callers} == {("main", f) for f in TRUTH}
     assert in_main >= 0.97 * raw.stats["samples"]
     assert stats.truncated / stats.user_stacks <= 0.03  # only samples from before main
-    assert stats.user_stacks == raw.stats["samples"]
+    assert stats.user_stacks >= raw.stats["samples"] - 5  # (none while it execs)
     kinds = {FrameKind(k) for k in profile.frames.kind}
     assert FrameKind.KERNEL in kinds  # clock_gettime's system calls
     labels = {tuple(sorted(profile.labels_of(i).items())) for i in range(len(profile))}
@@ -123,7 +98,8 @@ def test_children_are_followed_and_labelled(hot, tmp_path):
 
 
 def test_children_are_not_followed_unless_asked(hot):
-    raw, sh_pid = sample(["/bin/sh", "-c", f"{hot} 0.3; {hot} 0.3"], freq=199)
+    spin = "i=0; while [ $i -lt 50000 ]; do i=$((i+1)); done"  # the shell's own CPU time
+    raw, sh_pid = sample(["/bin/sh", "-c", f"{spin}; {hot} 0.3; {hot} 0.3"], freq=199)
     # sh forks the hot processes: only the shell itself (python before its exec) is a target
     assert {k.pid for k, _ in raw.counts} == {sh_pid}
     assert "hot" not in {k.comm for k, _ in raw.counts}

@@ -8,7 +8,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_cpu_sampling import hot  # noqa: F401  (the gcc-built fixture)
 
 from aiflame.model import FrameKind
 from aiflame.sources import load
@@ -61,7 +60,7 @@ def test_python_program_gets_native_and_python_metrics(tmp_path):
     assert "top stacks by self python-samples" in rec.stderr and "busy_function" in rec.stderr
 
 
-def test_c_program_needs_no_python(hot, tmp_path):  # noqa: F811
+def test_c_program_needs_no_python(hot, tmp_path):
     out = tmp_path / "hot.folded"
     rec = record("--ebpf", "-o", str(out), "--", str(hot), "0.5")
     assert rec.returncode == 0, rec.stderr
@@ -74,7 +73,7 @@ def test_c_program_needs_no_python(hot, tmp_path):  # noqa: F811
     assert info.returncode == 0
 
 
-def test_whole_system_for_a_duration(hot, tmp_path):  # noqa: F811
+def test_whole_system_for_a_duration(hot, tmp_path):
     busy = subprocess.Popen([str(hot), "3"])
     try:
         out = tmp_path / "all.pb.gz"
