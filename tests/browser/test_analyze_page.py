@@ -218,7 +218,7 @@ def test_stack_links_and_hashchange_move_the_zoom(driver, h100):
 def test_two_ranks_link_into_their_own_root(driver, report):
     html, data = report(H100, MI300, name="two.html")
     page = ReportPage(driver, html)
-    assert len(page.all("#breakdown-bars .bar-row")) == 2
+    assert len(page.all('#breakdown-bars .bar-row:not([data-rank="-1"])')) == 2  # + the job
     assert len(page.all("#timeline-rows .tl-row")) == 2
     mi300 = [f for f in data["ranks"][1]["findings"] if f["evidence"].get("top_stacks")]
     assert mi300, "the MI300 trace has a finding with stacks"
@@ -341,3 +341,24 @@ def test_flame_fragment_sets_metric_focus_search_and_partial_paths(driver, tmp_p
     assert state["zoom"] == "main" and state["s"]["matched"] == 1
     assert "1 of 4 frames" in state["status"]
     assert driver.execute_script("return window.__alerts;") == []
+
+
+def test_job_row_and_straggler_across_two_ranks(driver, report):
+    ranks = sorted((DATA / "kineto" / "hta" / "trace_filter").glob("sampled_rank-*.json.gz"))
+    html, data = report(*ranks)
+    job = data["job"]
+    totals = [r["time_breakdown"]["total"] for r in data["ranks"]]
+    assert job["time_breakdown_sum"]["total"] == pytest.approx(sum(totals))
+    page = ReportPage(driver, html)
+    rows = page.js(
+        "return [...document.querySelectorAll('#breakdown-table tbody tr')]"
+        ".map(tr => [tr.cells[0].textContent,"
+        " tr.querySelector('[data-field=total]').dataset.value]);"
+    )
+    assert rows[-1][0] == "job: all 2 ranks"
+    assert float(rows[-1][1]) == pytest.approx(sum(totals))
+    note = page.js("return document.getElementById('job-summary').textContent")
+    compute = {r["rank"]: r["time_breakdown"]["computation"] for r in data["ranks"]}
+    slowest = max(compute, key=compute.get)
+    assert f"slowest rank {slowest}" in note and f"Straggler: rank {slowest}" in note
+    assert not page.console_errors()

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from aiflame.analysis import devices, gemm, hta_compat, insights, kernels, throughput
+from aiflame.analysis.job import job_summary
 from aiflame.analysis.timeline import time_breakdown
 from aiflame.analysis.trace import TraceData
 
@@ -123,7 +124,7 @@ def analyze(
 ) -> dict[str, Any]:
     o = options or Options(top=top)
     ranks = [analyze_rank(t, o.top, o) for t in traces]
-    return {"schema_version": SCHEMA_VERSION, "ranks": ranks}
+    return {"schema_version": SCHEMA_VERSION, "ranks": ranks, "job": job_summary(ranks)}
 
 
 def used_devices(t: TraceData) -> list[dict[str, Any]]:

@@ -323,16 +323,55 @@ def render_rank(console: Console, r: dict[str, Any], top: int) -> None:
     console.print()
 
 
+def job_lines(job: dict[str, Any] | None) -> list[str]:
+    """The job across its ranks, in a few lines (nothing for a single trace)."""
+    if not job or job.get("ranks", 0) < 2:
+        return []
+    if job.get("unavailable"):
+        return [f"job of {job['ranks']} traces: {job['unavailable']}"]
+    t, f = job["time_breakdown_sum"], job["fractions"]
+    parts = ", ".join(
+        f"{label(k)} {percent(f[k], 1.0)}"
+        for k in ("computation", "exposed_communication", "exposed_memcpy", "idle")
+    )
+    c = job["computation_us"]
+    lines = [
+        f"job: {job['ranks']} ranks, GPU time {time_us(t['total'])} in all: {parts}",
+        f"computation per rank: min {time_us(c['min'])}, median {time_us(c['median'])}, "
+        f"max {time_us(c['max'])} (spread {percent(job['computation_spread'], 1.0)}; "
+        f"slowest rank {job['slowest_rank']})",
+    ]
+    for s in job.get("stragglers", []):
+        lines.append(
+            f"straggler: rank {s['rank']} computes {percent(s['over_median'], 1.0)} longer "
+            "than the median rank; the others wait for it at each collective"
+        )
+    for row in job.get("findings", [])[:5]:
+        lines.append(
+            f"finding on {len(row['ranks'])} of {job['ranks']} ranks: {row['title']} "
+            f"({time_us(row['cost_us'])} in all)"
+        )
+    return lines
+
+
+def _render_all(console: Console, report: dict[str, Any], top: int) -> None:
+    for r in report.get("ranks", []):
+        render_rank(console, r, top)
+    lines = job_lines(report.get("job"))
+    if lines:
+        console.rule(Text("job", style="bold"), align="left")
+        for line in lines:
+            console.print(Text(line))
+
+
 def render_terminal(report: dict[str, Any], top: int = 10, console: Console | None = None) -> None:
     console = console or make_console()
     if console.is_terminal:
-        for r in report.get("ranks", []):
-            render_rank(console, r, top)
+        _render_all(console, report, top)
         return
     # Into a pipe or file: plain text without the tables' trailing padding.
     with console.capture() as cap:
-        for r in report.get("ranks", []):
-            render_rank(console, r, top)
+        _render_all(console, report, top)
     text = "\n".join(line.rstrip() for line in cap.get().splitlines())
     console.file.write(text + "\n")
 

@@ -165,8 +165,12 @@
       const thead = el("thead");
       thead.append(head);
       const body = el("tbody");
-      this.ranks.forEach((r, i) => {
-        const rows = [[this.rankName(r, i), r.time_breakdown]];
+      const job = this.data.report.job || {};
+      const jobRows = this.multi && job.time_breakdown_sum ? [["job: all " + job.ranks + " ranks", job.time_breakdown_sum]] : [];
+      const groups = this.ranks.map((r, i) => [r, i]);
+      if (jobRows.length) groups.push([{ time_breakdown: job.time_breakdown_sum, job: true }, -1]);
+      groups.forEach(([r, i]) => {
+        const rows = [[r.job ? jobRows[0][0] : this.rankName(r, i), r.time_breakdown]];
         const byDev = r.time_breakdown_by_device || {};
         if (Object.keys(byDev).length > 1) {
           for (const [dev, tb] of Object.entries(byDev)) rows.push(["  device " + dev, tb]);
@@ -191,6 +195,32 @@
         return;
       }
       table.append(thead, body);
+      if (jobRows.length) bars.after(this.jobNote(job));
+    }
+
+    // The straggler and the spread of computation across ranks, under the bars.
+    jobNote(job) {
+      const box = el("div", { id: "job-summary", class: "note" });
+      const c = job.computation_us;
+      box.append(
+        el(
+          "p",
+          null,
+          "Computation per rank: min " + fmtUs(c.min) + ", median " + fmtUs(c.median) + ", max " + fmtUs(c.max) +
+            " (spread " + pct(job.computation_spread, 1) + "; slowest rank " + job.slowest_rank + ").",
+        ),
+      );
+      for (const s of job.stragglers || []) {
+        box.append(
+          el(
+            "p",
+            { class: "straggler" },
+            "Straggler: rank " + s.rank + " computes " + pct(s.over_median, 1) +
+              " longer than the median rank; the others wait for it at each collective.",
+          ),
+        );
+      }
+      return box;
     }
 
     breakdownBar(name, tb, rank) {

@@ -1,0 +1,54 @@
+"""The job across its ranks: summed breakdown, straggler, findings counted across ranks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from aiflame.analysis.job import job_summary
+from aiflame.cli.main import main
+
+RANKS = sorted((Path(__file__).parents[1] / "data/kineto/hta/trace_filter").glob("*.json.gz"))
+
+
+def test_two_real_ranks(tmp_path, capsys):
+    out = tmp_path / "a.json"
+    assert main(["analyze", *map(str, RANKS), "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    report = json.loads(out.read_text())
+    job, ranks = report["job"], report["ranks"]
+    assert job["ranks"] == len(ranks) == 2
+    for key in ("total", "busy", "idle", "computation", "exposed_communication"):
+        assert job["time_breakdown_sum"][key] == pytest.approx(
+            sum(r["time_breakdown"][key] for r in ranks)
+        )
+    compute = {r["rank"]: r["time_breakdown"]["computation"] for r in ranks}
+    slow, fast = max(compute, key=compute.get), min(compute, key=compute.get)
+    assert job["slowest_rank"] == slow
+    assert job["computation_spread"] == pytest.approx(
+        (compute[slow] - compute[fast]) / compute[slow]
+    )
+    # Rank 1 computes 29% longer than rank 0 here: with two ranks the median is their mean.
+    assert [s["rank"] for s in job["stragglers"]] == [slow]
+    rules = {f["rule"] for r in ranks for f in r["findings"]}
+    assert {f["rule"] for f in job["findings"]} == rules
+    assert f"straggler: rank {slow}" in text
+
+
+def test_no_straggler_among_equal_ranks_and_no_gpu():
+    tb = {
+        "total": 10.0,
+        "busy": 5.0,
+        "idle": 5.0,
+        "computation": 4.0,
+        "communication": 1.0,
+        "memcpy": 0.0,
+        "exposed_communication": 1.0,
+        "exposed_memcpy": 0.0,
+    }
+    job = job_summary([{"rank": "0", "time_breakdown": tb}, {"rank": "1", "time_breakdown": tb}])
+    assert job["stragglers"] == [] and job["computation_spread"] == 0.0
+    none = job_summary([{"rank": "0", "time_breakdown": None}])
+    assert none["ranks_with_gpu_activity"] == 0 and "unavailable" in none
