@@ -74,7 +74,7 @@ def test_pure_python_program_same_output_and_default_files(tmp_path):
         BUSY
         + """
 print("result", sum(range(10)), sys.argv[1:])
-busy_function(1.0)
+busy_function(2.0)  # long beside start-up, which is slow on a loaded machine
 print("done")
 """,
     )
