@@ -293,3 +293,28 @@ def test_the_recorder_beside_other_collectors(built, libcudart, system_wide):
         "main;launch_site_b;cudaLaunchKernel;-;test::fake_kernel(float*, int)": 3,
         "main;sync_site_d;cudaStreamSynchronize": 1,
     }
+
+
+def test_record_ebpf_has_the_cuda_metrics_beside_cpu_samples(built, tmp_path):
+    out = tmp_path / "run.pb.gz"
+    target = [str(built / "memory_target"), str(built / "libcudart.so.12")]
+    cmd = [sys.executable, "-m", "aiflame", "record", "--ebpf", "-o", str(out), "--"]
+    rec = subprocess.run(
+        [*cmd, *target, str(built / "libcuda.so.1"), "500"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert rec.returncode == 0, rec.stderr
+    from aiflame.sources.registry import load
+
+    profile = load(str(out))
+    names = [t.name for t in profile.sample_types]
+    assert names[0] == "cpu-samples"
+    wanted = ["launch-count", "sync-time", "copy-bytes", "alloc-bytes", "alloc-count"]
+    assert set(wanted) <= set(names)
+    assert from_main(by_stack(profile, "launch-count")) == {
+        "main;launch_site;cuLaunchKernel;-;driver::kernel_a()": 3,
+        "main;launch_site;cuLaunchKernel;-;kernel_b(float*)": 2,
+    }
+    assert from_main(by_stack(profile, "alloc-count"))["main;temp_site;cudaMalloc"] == 4

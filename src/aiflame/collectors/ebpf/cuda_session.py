@@ -45,7 +45,7 @@ class CudaRecorder:
         follow_children: bool = True,
         system_wide: bool = False,
         options: CudaOptions | None = None,
-        scan_s: float = 0.05,
+        scan_s: float = 0.2,  # reading /proc/PID/maps takes the target's mmap lock
     ) -> None:
         self.follow_children = follow_children
         self.system_wide = system_wide

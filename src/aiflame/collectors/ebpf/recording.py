@@ -7,6 +7,11 @@
     profile = rec.finish()      # detaches everything, then symbolizes: cpu-samples
     rec.notes                   # lines for the user: losses, truncated stacks
 
+The CUDA/HIP API probes (:class:`.cuda_session.CudaRecorder`) run beside the sampler on
+the same targets, and their metrics (launch-count, sync-time, copy-bytes, alloc-bytes,
+alloc-count, api-calls) join cpu-samples in the profile; where they cannot be loaded that
+is one note and the sampler runs alone.
+
 Every path out (return, exception, Ctrl-C handled by the session, SIGTERM) goes through
 :meth:`close`; and since BPF links are file descriptors, the kernel detaches them itself if
 this process is killed outright.
@@ -16,17 +21,25 @@ from __future__ import annotations
 
 import time
 
-from aiflame.collectors.ebpf.cpu_profile import build_profile
+from aiflame.collectors.ebpf.cpu_profile import CPU_SAMPLES, build_profile
+from aiflame.collectors.ebpf.cuda_session import CudaRecorder
+from aiflame.collectors.ebpf.libbpf import BpfError
 from aiflame.collectors.ebpf.sampler import CpuSampler, SamplerOptions
-from aiflame.model import Profile
+from aiflame.model import Profile, ProfileBuilder
 from aiflame.symbolize.process import SymbolResolver
+from aiflame.transforms.merge import merge
 
 TRUNCATION_NOTE = 0.2  # share of truncated user stacks worth a note
+CUDA_TICK_S = 0.05  # how often the CUDA probes look for new libraries and read events
 
 
 class EbpfRecorder:
     def __init__(
-        self, rate: int = 99, follow_children: bool = True, system_wide: bool = False
+        self,
+        rate: int = 99,
+        follow_children: bool = True,
+        system_wide: bool = False,
+        cuda: bool = True,
     ) -> None:
         self.system_wide = system_wide
         options = SamplerOptions(
@@ -35,12 +48,19 @@ class EbpfRecorder:
             follow_children=follow_children,
         )
         self.sampler = CpuSampler(options)
+        self.cuda = CudaRecorder(follow_children, system_wide) if cuda else None
         self.notes: list[str] = []
         self.running = False
 
     def start(self) -> None:
         self.sampler.start()
         self.running = True
+        if self.cuda is not None:
+            try:
+                self.cuda.start()
+            except BpfError as e:
+                self.notes.append(f"CUDA/HIP API probes not used: {e}")
+                self.cuda = None
 
     def preexec(self) -> None:
         """``preexec_fn`` of the launched program: a target from before its first fork."""
@@ -50,6 +70,8 @@ class EbpfRecorder:
     def add_target(self, pid: int) -> None:
         if self.running and not self.system_wide:
             self.sampler.add_target(pid)
+            if self.cuda is not None:
+                self.cuda.add_target(pid)
 
     def idle(self, seconds: float) -> None:
         """Wait ``seconds``, snapshotting processes that appear meanwhile."""
@@ -58,6 +80,9 @@ class EbpfRecorder:
             return
         deadline = time.monotonic() + seconds
         while (left := deadline - time.monotonic()) > 0:
+            if self.cuda is not None:
+                self.cuda.tick()
+                left = min(left, CUDA_TICK_S)
             self.sampler.poll(max(1, int(left * 1000)))
 
     def finish(self) -> Profile | None:
@@ -66,8 +91,12 @@ class EbpfRecorder:
             return None
         self.running = False
         raw = self.sampler.stop()
+        calls = self._finish_cuda()
         if not raw.counts:
-            return None
+            if calls is None:
+                return None
+            # no CPU sample (a program that mostly waits): cpu-samples stays the first type
+            return _with_calls(ProfileBuilder([CPU_SAMPLES]).build(), calls)
         multi = self.system_wide or len({k.pid for k, _ in raw.counts}) > 1
         profile, stats = build_profile(raw, SymbolResolver(), process_frames=multi)
         losses = str(profile.meta.get("info:ebpf losses", "none"))
@@ -78,8 +107,26 @@ class EbpfRecorder:
                 f"{stats.truncated_share:.0%} of user stacks are cut short (code built "
                 "without frame pointers); see 'aiflame info'"
             )
-        return profile
+        return profile if calls is None else _with_calls(profile, calls)
+
+    def _finish_cuda(self) -> Profile | None:
+        """Detach the CUDA probes and build their profile (None: no call was seen)."""
+        if self.cuda is None:
+            return None
+        try:
+            return self.cuda.finish()
+        finally:
+            self.notes.extend(self.cuda.notes)
 
     def close(self) -> None:
         self.running = False
         self.sampler.close()
+        if self.cuda is not None:
+            self.cuda.close()
+
+
+def _with_calls(profile: Profile, calls: Profile) -> Profile:
+    """The CPU profile with the CUDA/HIP calls' samples and notes added."""
+    merged = merge([profile, calls])
+    merged.meta.update({k: v for k, v in calls.meta.items() if k.startswith("info:")})
+    return merged
