@@ -53,9 +53,9 @@ def shares(profile: Profile, names: list[str]) -> dict[str, float]:
 
 
 def test_hot_function_shares_and_stacks(hot):
-    raw, pid = sample([str(hot), "2"])
+    raw, pid = sample([str(hot), "1"], freq=997)
     profile, stats = build_profile(raw, SymbolResolver())
-    assert raw.stats["samples"] >= 700  # 2 s of CPU at 499 Hz, give or take
+    assert raw.stats["samples"] >= 700  # 1 s of CPU at 997 Hz, give or take
     got = shares(profile, list(TRUTH))
     for name, truth in TRUTH.items():
         assert abs(got[name] - truth) <= TOLERANCE, (name, got)
@@ -81,7 +81,12 @@ def test_hot_function_shares_and_stacks(hot):
     assert {dict(ls)["pid"] for ls in labels} == {str(pid)}
     assert "hot" in {dict(ls)["comm"] for ls in labels}  # (and "python" before the exec)
     assert all("cgroup" in dict(ls) for ls in labels)
-    assert profile.meta["info:ebpf losses"] == "none"
+    # nothing lost; a user stack or two may be unreadable while the program execs
+    assert raw.stats["user_stack_empty"] <= 3
+    assert profile.meta["info:ebpf losses"] in (
+        "none",
+        f"lost {raw.stats['user_stack_empty']} unreadable user stacks",
+    )
     assert raw.stats["counts_full"] == raw.stats["stacks_full"] == raw.stats["events_lost"] == 0
 
 

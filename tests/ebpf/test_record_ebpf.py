@@ -20,7 +20,7 @@ def busy_function(seconds):
     t0 = time.process_time()
     while time.process_time() - t0 < seconds:
         sum(i * i for i in range(1000))
-busy_function(1.0)
+busy_function(0.6)
 """
 
 
@@ -45,7 +45,7 @@ def test_python_program_gets_native_and_python_metrics(tmp_path):
     assert names[:2] == ["cpu-samples", "python-samples"] and "native-samples" not in names
     assert profile.type_index(None) == 0  # eBPF's samples are the default view
     totals = dict(zip(names, profile.totals(), strict=True))
-    assert totals["cpu-samples"] >= 50 and totals["python-samples"] >= 50  # 1 s at 99 Hz
+    assert totals["cpu-samples"] >= 30 and totals["python-samples"] >= 30  # 0.6 s at 99 Hz
     kinds = set()
     for stack, _ in profile.iter_stack_values(0):
         kinds |= {f.kind for f in profile.stack_frames(stack)}

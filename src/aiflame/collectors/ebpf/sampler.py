@@ -26,6 +26,9 @@ from aiflame.collectors.ebpf.libbpf import BpfError, BpfObject
 from aiflame.collectors.ebpf.perf import cpu_clock_attr, online_cpus, perf_event_open
 
 MAX_STACK_DEPTH = 127  # profile.bpf.c MAX_STACK_DEPTH
+# A process is announced at its first sample, maybe before the dynamic loader has mapped
+# its libraries: its maps are read again this much later (and once more at the end).
+RESNAPSHOT_S = 0.2
 # struct sample_key: pid, tid, cgroup, user/kernel stack, user/kernel error, comm[16]
 _KEY = struct.Struct("<IIQQQii16s")
 _PID_EVENT = struct.Struct("<II")
@@ -88,6 +91,17 @@ def _weak_callback(method: Callable[[bytes], None]) -> Callable[[bytes], None]:
     return call
 
 
+def _start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    text = _read(f"/proc/{pid}/stat")
+    if not text:
+        return None
+    try:
+        return int(text[text.rfind(")") + 2 :].split()[19])
+    except (IndexError, ValueError):
+        return None
+
+
 def _read(path: str) -> str | None:
     try:
         with open(path, encoding="utf-8", errors="surrogateescape") as f:
@@ -106,6 +120,8 @@ class CpuSampler:
         self.process_names: dict[int, str] = {}
         self.cpus: list[int] = []
         self._perf_links: list[int] = []
+        self._recheck: dict[int, float] = {}  # pid -> when to read its maps again
+        self._started: dict[int, int] = {}  # pid -> its start time (pids are reused)
         self._rb = None
         self._t0 = 0.0
         self._t1 = 0.0
@@ -145,6 +161,7 @@ class CpuSampler:
         assert self.obj is not None
         self.obj.map("targets").update(struct.pack("<I", pid), b"\x01")
         self._snapshot(pid)
+        self._recheck[pid] = time.monotonic() + RESNAPSHOT_S
 
     def preexec(self) -> None:
         """For ``subprocess.Popen(preexec_fn=...)``: the child makes itself a target before
@@ -159,6 +176,10 @@ class CpuSampler:
             self._rb.poll(timeout_ms)
         else:
             time.sleep(timeout_ms / 1000)
+        now = time.monotonic()
+        for pid in [p for p, due in self._recheck.items() if due <= now]:
+            del self._recheck[pid]
+            self._snapshot(pid)
 
     def stop(self) -> RawProfile:
         """Stop sampling, read the aggregates, free everything."""
@@ -189,9 +210,13 @@ class CpuSampler:
     def _on_event(self, data: bytes) -> None:
         pid, _ = _PID_EVENT.unpack_from(data)
         self._snapshot(pid)
+        self._recheck[pid] = time.monotonic() + RESNAPSHOT_S
 
     def _snapshot(self, pid: int) -> None:
         """Keep the process's current mappings (a new text after an exec or dlopen)."""
+        started = _start_time(pid)
+        if started is None or self._started.setdefault(pid, started) != started:
+            return  # gone, or the pid now belongs to another process: keep the old maps
         text = _read(f"/proc/{pid}/maps")
         if text is None:
             return
@@ -226,8 +251,7 @@ class CpuSampler:
             per_cpu = stats_map.lookup_percpu(struct.pack("<I", i)) or []
             stats[name] = sum(struct.unpack("<Q", v)[0] for v in per_cpu)
         for pid in {k.pid for k, _ in counts if k.pid}:
-            if pid not in self.maps:  # announcement lost (or LRU-evicted): try now
-                self._snapshot(pid)
+            self._snapshot(pid)  # libraries loaded since; or the announcement was lost
         return RawProfile(
             counts,
             stacks,
