@@ -50,6 +50,8 @@ def built(tmp_path_factory) -> Path:
          "-Wl,-rpath,$ORIGIN"],
         [*CFLAGS, "-o", "memory_target", HERE / "memory_target.c", "-ldl"],
         [*CFLAGS, "-o", "target", HERE / "target.c", "-ldl"],
+        [*lib, "-o", "libamdhip64.so.6", HERE / "fake_hip.c"],
+        [*CFLAGS, "-o", "hip_target", HERE / "hip_target.c", "-ldl"],
     ]  # fmt: skip
     for step in steps:
         subprocess.run([gcc, *map(str, step)], cwd=out, check=True)
@@ -318,3 +320,47 @@ def test_record_ebpf_has_the_cuda_metrics_beside_cpu_samples(built, tmp_path):
         "main;launch_site;cuLaunchKernel;-;kernel_b(float*)": 2,
     }
     assert from_main(by_stack(profile, "alloc-count"))["main;temp_site;cudaMalloc"] == 4
+
+
+def test_hip_launches_allocations_and_names(built):
+    probes = run_probed([str(built / "hip_target"), str(built / "libamdhip64.so.6")])
+    (att,) = probes.attached.values()
+    assert [lib.family for lib in att.libraries] == ["hip"]
+    calls = probes.calls_profile()
+    assert from_main(by_stack(calls, "launch-count")) == {
+        "main;hip_launch_site;hipLaunchKernel;-;hip_test::saxpy(float, float*)": 3,
+        "main;hip_launch_site;hipModuleLaunchKernel;-;module_kernel()": 2,
+    }
+    (sync,) = from_main(by_stack(calls, "sync-time")).items()
+    assert sync[0] == "main;hip_launch_site;hipDeviceSynchronize" and sync[1] >= 1e6
+    memory = probes.memory_profile()
+    assert from_main(by_stack(memory, "peak-bytes")) == {
+        "main;hip_alloc_site;hipMalloc": 8192 + 65536
+    }
+    assert from_main(by_stack(memory, "alloc-count")) == {"main;hip_alloc_site;hipMalloc": 3}
+    assert memory.meta["memory_timeline"]["live_bytes"] == [4096, 8192, 8192 + 65536, 8192]
+
+
+def test_ctrl_c_ends_a_recording_and_detaches(built):
+    import signal
+    import threading
+
+    from aiflame.collectors.ebpf import cuda_session
+
+    before = own_bpf_handles()
+    argv = [str(built / "memory_target"), str(built / "libcudart.so.12")]
+    options = cuda_session.CudaRecordOptions(probes=CudaOptions.memory_only())
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        rec = cuda_session.launch([*argv, str(built / "libcuda.so.1"), "20000"], options)
+    finally:
+        timer.cancel()
+    try:
+        assert rec.interrupted and rec.elapsed_s < 10
+        assert rec.target is not None and rec.target.poll() is None  # the program goes on
+        assert rec.probes.attached  # it had been probed
+        assert own_bpf_handles() == before
+    finally:
+        rec.target.kill()
+        rec.target.wait()
