@@ -40,7 +40,13 @@ from aiflame.collectors.ebpf.cuda_apis import (
 )
 from aiflame.collectors.ebpf.cuda_apis import cookie as probe_cookie
 from aiflame.collectors.ebpf.cuda_events import CallSum, EventLog
-from aiflame.collectors.ebpf.cuda_libs import ElfError, GpuLibrary, gpu_libraries, probe_targets
+from aiflame.collectors.ebpf.cuda_libs import (
+    ElfError,
+    GpuLibrary,
+    gpu_libraries,
+    probe_targets,
+    read_maps,
+)
 from aiflame.collectors.ebpf.cuda_memory import memory_profile
 from aiflame.collectors.ebpf.cuda_profile import (
     MapsSnapshots,
@@ -171,12 +177,17 @@ class CudaProbes:
                 self._watched.discard(pid)
 
     def _scan_one(self, pid: int) -> None:
-        libs = gpu_libraries(pid)
+        text = read_maps(pid)
+        if not text:
+            return
+        if pid in self.attached:  # stacks are symbolized at the end: keep the latest maps
+            self.maps.refresh(pid, text)
+        libs = gpu_libraries(pid, text)
         seen = self._seen_libs.setdefault(pid, set())
         new = [lib for lib in libs if (lib.dev, lib.inode) not in seen]
         if not new:
             return
-        self.maps.refresh(pid)
+        self.maps.refresh(pid, text)
         self.comm.setdefault(pid, comm_of(pid))
         att = self.attached.setdefault(pid, Attached(pid))
         self._set_ranges(pid, libs)  # before the probes: nested calls must already be known

@@ -50,13 +50,15 @@ class MapsSnapshots:
     texts: dict[int, str] = field(default_factory=dict)
     _ranges: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
 
-    def refresh(self, pid: int) -> bool:
-        text = read_maps(pid)
+    def refresh(self, pid: int, text: str | None = None) -> bool:
+        """Keep ``text`` (the maps just read) or read them now; False if the process is gone."""
+        text = read_maps(pid) if text is None else text
         if not text:
             return False
-        self.texts[pid] = text
-        maps = sorted((m.start, m.end) for m in parse_maps(text) if "x" in m.perms)
-        self._ranges[pid] = ([s for s, _ in maps], [e for _, e in maps])
+        if self.texts.get(pid) != text:
+            self.texts[pid] = text
+            maps = sorted((m.start, m.end) for m in parse_maps(text) if "x" in m.perms)
+            self._ranges[pid] = ([s for s, _ in maps], [e for _, e in maps])
         return True
 
     def covers(self, pid: int, addrs: Sequence[int]) -> bool:
