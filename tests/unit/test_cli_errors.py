@@ -122,3 +122,12 @@ def test_info_describes_profile(good):
     assert r.returncode == 0
     assert "samples" in out and "total 5" in out
     assert "stacks:      2 distinct" in out
+
+
+def test_info_of_a_directory_describes_its_profiles_merged(good, tmp_path):
+    (tmp_path / "second.folded").write_text(FOLDED)
+    r = aiflame("info", str(tmp_path))
+    out = r.stdout.decode()
+    assert r.returncode == 0, r.stderr
+    assert out.startswith("sources:     2 inputs, merged:")
+    assert "total 10" in out and "stacks:      2 distinct" in out

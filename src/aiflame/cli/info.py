@@ -8,17 +8,23 @@ from collections import Counter
 from aiflame.cli.common import add_inputs, perf_load_options
 from aiflame.model import FrameKind, Profile
 from aiflame.render.units import format_value
-from aiflame.sources import load
+from aiflame.sources import load_many
 
 HELP = "show what a profile holds (metrics, totals, stacks, frames, time range)"
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    add_inputs(p, many=False)
+    add_inputs(p)  # several files or a directory: described as they merge (as flamegraph does)
 
 
 def describe(profile: Profile) -> list[str]:
-    out = [f"source:      {profile.meta.get('source', '?')} ({profile.meta.get('format', '?')})"]
+    sources = profile.meta.get("sources")
+    if isinstance(sources, list) and len(sources) > 1:
+        out = [f"sources:     {len(sources)} inputs, merged: " + ", ".join(map(str, sources))]
+    else:
+        out = [
+            f"source:      {profile.meta.get('source', '?')} ({profile.meta.get('format', '?')})"
+        ]
     out.append(f"samples:     {len(profile):,}")
     totals = profile.totals()
     default = profile.type_index(None)
@@ -64,6 +70,6 @@ def _truncated_line(profile: Profile) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    profile = load(args.input, args.input_format, **perf_load_options(args))
+    profile = load_many(args.inputs, args.input_format, **perf_load_options(args))
     print("\n".join(describe(profile)))
     return 0
