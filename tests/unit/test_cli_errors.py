@@ -124,9 +124,9 @@ def test_info_describes_profile(good):
     assert "stacks:      2 distinct" in out
 
 
-def test_info_of_a_directory_describes_its_profiles_merged(good, tmp_path):
+def test_info_of_several_inputs_describes_them_merged(good, tmp_path):
     (tmp_path / "second.folded").write_text(FOLDED)
-    r = aiflame("info", str(tmp_path))
+    r = aiflame("info", str(good), str(tmp_path / "second.folded"))
     out = r.stdout.decode()
     assert r.returncode == 0, r.stderr
     assert out.startswith("sources:     2 inputs, merged:")
