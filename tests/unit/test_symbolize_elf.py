@@ -325,3 +325,21 @@ def test_damaged_files_raise_only_elf_errors(built):
         except ElfError:
             damaged += 1
     assert damaged > 0  # the mutations did reach the headers
+
+
+def test_names_libstdcxx_rejects_are_retried_with_cxxfilt():
+    """GCC 12's libstdc++ cannot read generic lambdas (``UlDpOT_E_``); binutils can."""
+    if not shutil.which("c++filt"):
+        pytest.skip("no c++filt")
+    name = "_ZZN2at21wrapPropagateTLSStateISt8functionIFvvEEEEDaT_ENKUlDpOT_E_clIJEEEDaS7_"
+    want = (
+        "auto at::wrapPropagateTLSState<std::function<void ()> >(std::function<void ()>)"
+        "::{lambda((auto:1&&)...)#1}::operator()<>() const"
+    )
+    d = Demangler()
+    assert d.many([name, "_ZN5aiflm4demo7computeEi", "_ZGVeN8_Sleef_modf"]) == [
+        want,
+        "aiflm::demo::compute(int)",
+        "_ZGVeN8_Sleef_modf",  # a vector-ABI name: neither demangles it
+    ]
+    assert d(name) == want  # cached

@@ -53,12 +53,14 @@ class Demangler:
     def __init__(self, use_cxa: bool = True) -> None:
         self._raw = _load_cxa() if use_cxa else None
         self._cache: dict[str, str] = {}
+        self._retried: set[str] = set()  # given to c++filt already (whatever it answered)
 
     @property
     def in_process(self) -> bool:
         return self._raw is not None
 
     def __call__(self, name: str) -> str:
+        """The demangled name (one name: no ``c++filt`` retry, see :meth:`many`)."""
         done = self._cache.get(name)
         if done is not None:
             return done
@@ -71,11 +73,25 @@ class Demangler:
         return out
 
     def many(self, names: list[str]) -> list[str]:
-        """:meth:`__call__` for many names (one ``c++filt`` run when there is no libstdc++)."""
+        """:meth:`__call__` for many names. Names that libstdc++ cannot demangle go through
+        one ``c++filt`` run: the libstdc++ of GCC 12 rejects some lambda manglings that
+        binutils (hence ``addr2line -C``) reads. So does every name when there is no
+        libstdc++."""
         if self._raw is None:
-            todo = [n for n in names if n.startswith("_Z") and n not in self._cache]
-            if todo:
-                found = demangle_many(todo)
-                for n in todo:
-                    self._cache[n] = found.get(n, n)
-        return [self(n) for n in names]
+            self._cxxfilt([n for n in names if n.startswith("_Z") and n not in self._cache])
+            return [self._cache.get(n, n) for n in names]
+        out = [self(n) for n in names]
+        failed = [n for n, d in zip(names, out, strict=True) if d == n and n.startswith("_Z")]
+        if failed:
+            self._cxxfilt(failed)  # each name at most once, whatever c++filt answers
+            out = [self._cache.get(n, n) for n in names]
+        return out
+
+    def _cxxfilt(self, todo: list[str]) -> None:
+        todo = [n for n in dict.fromkeys(todo) if n not in self._retried]
+        if not todo:
+            return
+        found = demangle_many(todo)
+        for n in todo:
+            self._cache[n] = found.get(n, n)
+            self._retried.add(n)
