@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from typing import BinaryIO
@@ -22,20 +23,40 @@ from aiflame.sources.perf_rules import EVENT, PERIOD, PerfOptions
 # Below this size one process is faster than starting several.
 PARALLEL_MIN_BYTES = 32 << 20
 MAX_JOBS = 8
+LOADAVG = "/proc/loadavg"
 
 
 def default_jobs() -> int:
-    """One process per idle CPU (CPUs minus the load average), up to 8: on a busy machine
-    more processes only add their start-up and merging to the same total CPU time."""
+    """One process per idle CPU, up to 8: on a busy machine more processes only add their
+    start-up and merging to the same total CPU time."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
+    busy = _runnable_others()
+    if busy is None:
+        try:
+            busy = os.getloadavg()[0]
+        except OSError:
+            busy = 0.0
+    return max(1, min(int(cpus - busy + 0.5), MAX_JOBS))
+
+
+def _runnable_others(readings: int = 5, pause_s: float = 0.01) -> float | None:
+    """Tasks runnable besides this one (Linux: /proc/loadavg's "running/total"), the least
+    of a few readings, since one reading also catches short-lived tasks. The load average
+    lags by a minute: right after another heavy command it still counts that command, on a
+    machine that is idle again."""
+    seen = []
     try:
-        idle = cpus - os.getloadavg()[0]
-    except OSError:
-        idle = cpus
-    return max(1, min(int(idle + 0.5), MAX_JOBS))
+        for i in range(readings):
+            if i:
+                time.sleep(pause_s)
+            with open(LOADAVG) as f:
+                seen.append(float(f.read().split()[3].split("/")[0]) - 1)
+    except (OSError, IndexError, ValueError):
+        return None
+    return max(0.0, min(seen))
 
 
 class _Range:
