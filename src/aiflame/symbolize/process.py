@@ -99,6 +99,9 @@ class ModuleSymbols:
         self.source = source  # "symtab", "debug-file", "minidebuginfo", "dynsym" or "none"
         self._names: dict[int, str] = {}
         self._cpp: set[int] = set()  # symbols whose names were C++ manglings
+        # Symbol objects by the module path a process sees and symbol index: shared by all
+        # processes (a Symbol is immutable), so a later batch builds none.
+        self.symbols: dict[str, dict[int, Symbol]] = {}
 
     def lookup(self, offsets: np.ndarray) -> np.ndarray:
         """Symbol index for each file offset, -1 where no symbol covers it."""
@@ -280,7 +283,6 @@ class ProcessSymbols:
         self.maps = maps
         self.root = f"{resolver.proc}/{pid}/root"
         self._modules: dict[int, ModuleSymbols | None] = {}
-        self._symbols: dict[tuple[str, int], Symbol] = {}
         self._perf_map: PerfMap | None = None
         self._perf_map_state: tuple[str, int, int] | None = None
 
@@ -324,7 +326,7 @@ class ProcessSymbols:
         hit = idx >= 0
         if hit.any():
             uniq, pos = unique_inverse(idx[hit])
-            syms = self._symbols_of(mod, module, uniq.tolist(), runtime)
+            syms = self._symbol_objects(mod, module, uniq.tolist(), runtime)
             for slot, p in zip(slots[hit].tolist(), pos.tolist(), strict=True):
                 found[slot] = syms[p]
             # A name outside a damaged string table reads as "": module+offset instead.
@@ -337,15 +339,17 @@ class ProcessSymbols:
         ):
             found[slot] = self._fallback_one(mapping, addr, off, runtime)
 
-    def _symbols_of(
+    def _symbol_objects(
         self, mod: ModuleSymbols, module: str, indices: list[int], runtime: bool
     ) -> list[Symbol]:
-        todo = [i for i in indices if (module, i) not in self._symbols]
-        if todo:
-            names = mod.names(todo, self.resolver.demangle)
-            for i, name in zip(todo, names, strict=True):
-                self._symbols[(module, i)] = Symbol(name, module, self._kind(name, mod, i, runtime))
-        return [self._symbols[(module, i)] for i in indices]
+        cache = mod.symbols.setdefault(module, {})
+        out = [cache.get(i) for i in indices]
+        todo = [i for i, sym in zip(indices, out, strict=True) if sym is None]
+        if not todo:
+            return out  # type: ignore[return-value]
+        for i, name in zip(todo, mod.names(todo, self.resolver.demangle), strict=True):
+            cache[i] = Symbol(name, module, self._kind(name, mod, i, runtime))
+        return [cache[i] for i in indices]
 
     def _kind(self, name: str, mod: ModuleSymbols, i: int, runtime: bool) -> FrameKind:
         if runtime:
