@@ -184,6 +184,7 @@ def main() -> None:
         "--peer-count", type=int, default=0, help="addresses for GNU addr2line (0: all)"
     )
     ap.add_argument("--seed", type=int, default=5)
+    ap.add_argument("--keep", action="store_true", help="keep the inputs and outputs")
     args = ap.parse_args()
     lib = args.lib or default_lib()
     tmp = Path(tempfile.mkdtemp(prefix="bench-symbolize-"))
@@ -260,7 +261,10 @@ def main() -> None:
                 for addr, a, b in items[:SHOW]:
                     pad = " " * len(addr)
                     print(f"    {addr}: aiflame {a[:110]!r}\n    {pad}  peer    {b[:110]!r}")
-    shutil.rmtree(tmp)
+    if args.keep:
+        print(f"\ninputs and outputs kept in {tmp}")
+    else:
+        shutil.rmtree(tmp)
 
 
 if __name__ == "__main__":
