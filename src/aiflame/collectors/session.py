@@ -416,7 +416,8 @@ class Session:
             )
             total += add_samples(builder, read_speedscope(out), spec)
         started = {int(p.name[5:-5]) for p in Path(self.dir).glob("proc-*.json")}
-        self._remove_perf_maps(seen_pids | started | {root_pid})
+        sampled = set(self.ebpf.sampler.maps) if self.ebpf is not None else set()  # eBPF's
+        self._remove_perf_maps(seen_pids | started | sampled | {root_pid})
         torch_profiles = load_torch_traces(self.dir, labels, self.notes, roots)
         if self.ebpf_profile is not None:
             if self.failures:  # py-spy's Python stacks are a bonus beside eBPF's
