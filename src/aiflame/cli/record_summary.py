@@ -49,7 +49,7 @@ def summary_lines(profile: Profile, width: int = 100, n: int = 10) -> list[str]:
     out = []
     metrics = [profile.sample_types[profile.type_index(None)].name]
     totals = profile.totals()
-    for extra in ("python-samples", "gpu-time"):  # python-samples: py-spy beside eBPF
+    for extra in ("cpu-samples", "python-samples", "gpu-time"):  # py-spy beside eBPF
         names = [t.name for t in profile.sample_types]
         if extra in names and totals[names.index(extra)] > 0 and extra not in metrics:
             metrics.append(extra)

@@ -58,6 +58,7 @@ BOOTSTRAP_DIR = str(Path(__file__).parent / "torch_bootstrap")
 CPU_SAMPLES = SampleType("cpu-samples", "count")
 PYTHON_SAMPLES = SampleType("python-samples", "count")  # py-spy's, beside eBPF's cpu-samples
 NATIVE_SAMPLES = SampleType("native-samples", "count")
+TRUNCATED_FOR_PYTHON_VIEW = 0.5  # share of cut-short eBPF stacks that makes py-spy's the default
 READY_TIMEOUT_S = 10.0  # for the interpreter to come up before sampling starts anyway
 SAMPLER_EXIT_GRACE_S = 10.0
 INTERRUPT_GRACE_S = 5.0
@@ -448,10 +449,29 @@ class Session:
             ebpf_meta = {k: v for k, v in self.ebpf_profile.meta.items() if k not in profile.meta}
             profile.meta.update(ebpf_meta)
             names = [t.name for t in profile.sample_types]
-            profile.meta["default_type"] = names.index(CPU_SAMPLES.name)
+            profile.meta["default_type"] = names.index(self._default_metric(profile))
             return profile
         profile.meta["default_type"] = 0
         return profile
+
+    def _default_metric(self, profile: Profile) -> str:
+        """eBPF's cpu-samples, unless most of its user stacks are cut short (an interpreter
+        built without frame pointers) while py-spy has the program's Python stacks: those
+        are then the view a user reads first."""
+        from aiflame.collectors.ebpf.cpu_profile import truncated_stacks
+
+        names = [t.name for t in profile.sample_types]
+        pair = truncated_stacks(profile.meta)
+        if PYTHON_SAMPLES.name in names and pair is not None and pair[1]:
+            truncated, total = pair
+            has_python = profile.totals()[names.index(PYTHON_SAMPLES.name)] > 0
+            if has_python and truncated / total >= TRUNCATED_FOR_PYTHON_VIEW:
+                self.notes.append(
+                    f"the page opens on python-samples: {truncated / total:.0%} of eBPF's user "
+                    "stacks are cut short; cpu-samples (native and kernel frames) is one click away"
+                )
+                return PYTHON_SAMPLES.name
+        return CPU_SAMPLES.name
 
     def _system_profile(self) -> Profile | None:
         profile = self.ebpf_profile
