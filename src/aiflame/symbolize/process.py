@@ -58,8 +58,16 @@ _RUNTIME_LIB = re.compile(
 
 @dataclass(frozen=True, slots=True)
 class Symbol:
-    """A resolved address: demangled ``name``, the ``module`` (file path as the process sees
-    it, ``[kernel]``, or "" when there is none) and its kind."""
+    """A resolved address.
+
+    ``name``: the demangled function name; ``<file name>+0x<file offset>`` where no symbol
+    covers the address; ``[heap]+0x..``/``[anon]+0x..`` (offset into the mapping) in memory
+    that is not a file and no perf map names; ``[unknown]`` outside every mapping (and kernel
+    addresses without a symbol). ``module``: the mapped file's path as the process sees it,
+    ``[vdso]``/``[heap]``..., the perf map's path for JIT code, ``[kernel]``, or "" (anonymous
+    memory, no mapping). ``kind``: RUNTIME in CUDA/HIP runtime and driver libraries, CPP for
+    C++ names, KERNEL, JIT (or PYTHON for CPython's perf trampolines), else from the name.
+    """
 
     name: str
     module: str
