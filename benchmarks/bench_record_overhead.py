@@ -66,9 +66,16 @@ def samplers(pid: int, seconds: int, tmp: str, rate: int) -> dict[str, list[str]
     spy += ["-f", "speedscope", "-o", f"{tmp}/p.json"]
     return {
         "off": None,
-        "aiflame record, 99 Hz Python only (--native-rate 0)": [*rec, "--native-rate", "0"],
-        "aiflame record, 99 Hz Python + 5 Hz native": [*rec, "--native-rate", "5"],
-        "aiflame record, 99 Hz Python + 20 Hz native": [*rec, "--native-rate", "20"],
+        # As root record samples with eBPF (native + kernel stacks in the kernel) and keeps
+        # py-spy for the Python stacks; --no-ebpf is the py-spy-only path of other users.
+        "aiflame record, root default (eBPF 99 Hz + py-spy Python 99 Hz)": rec,
+        "aiflame record --no-ebpf, 99 Hz Python only": [*rec, "--no-ebpf", "--native-rate", "0"],
+        "aiflame record --no-ebpf, 99 Hz Python + 5 Hz native": [
+            *rec,
+            "--no-ebpf",
+            "--native-rate",
+            "5",
+        ],
         "py-spy record -r 99": spy,
         "py-spy record -r 99 --native": [*spy, "--native"],
     }
