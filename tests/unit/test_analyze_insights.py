@@ -75,9 +75,7 @@ def test_sync_stall_from_item_in_bert_mask_preparation():
     f = insights.sync_stalls(ctx(BERT))
     assert f is not None
     assert f.evidence["calls"]["cudaStreamSynchronize"]["count"] == 1
-    assert f.evidence["causes"]["aten::is_nonzero"]["gpu_idle_after_us"] == pytest.approx(
-        f.cost_us
-    )
+    assert f.evidence["causes"]["aten::is_nonzero"]["gpu_idle_after_us"] == pytest.approx(f.cost_us)
     stack = f.evidence["top_stacks"][0]["stack"]
     assert "aten::item" in stack
     assert any("_prepare_4d_attention_mask_for_sdpa" in s for s in stack)
