@@ -36,7 +36,10 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    inputs = [load_input(path) for path in args.traces]
+    from aiflame.sources.registry import expand_inputs
+
+    # A directory stands for its traces (one per rank, as torch's profiler writes them).
+    inputs = [load_input(path) for path in expand_inputs(args.traces)]
     report = analyze([i.trace for i in inputs], options=efficiency_options(args))
     for i, r in zip(inputs, report["ranks"], strict=True):
         add_source_notes(i, r)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
@@ -93,19 +94,27 @@ def load_many(paths: Sequence[str], fmt: str | None = None, **options: Any) -> P
 TRACE_SUFFIXES = (".json", ".json.gz")
 
 
+def natural_key(name: str) -> list[object]:
+    """Sort key that puts ``rank-2`` before ``rank-10`` (numbers compared as numbers)."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
 def expand_inputs(paths: Sequence[str]) -> list[str]:
-    """``paths`` with each directory replaced by its trace files, sorted by name."""
+    """``paths`` with each directory replaced by its trace files, in natural name order."""
     out: list[str] = []
     for path in paths:
         if path == "-" or not os.path.isdir(path):
             out.append(path)
             continue
         found = sorted(
-            os.path.join(path, name)
-            for name in os.listdir(path)
-            if name.lower().endswith(TRACE_SUFFIXES)
-            and not name.startswith(".")
-            and os.path.isfile(os.path.join(path, name))
+            (
+                os.path.join(path, name)
+                for name in os.listdir(path)
+                if name.lower().endswith(TRACE_SUFFIXES)
+                and not name.startswith(".")
+                and os.path.isfile(os.path.join(path, name))
+            ),
+            key=natural_key,
         )
         if not found:
             raise InputError(path, "directory holds no trace files (*.json, *.json.gz)")
