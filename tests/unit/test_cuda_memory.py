@@ -92,6 +92,7 @@ def test_the_pattern_live_at_the_peak_and_allocated_by_stack():
     live = [v / MiB for v in tl["live_bytes"]]
     assert live == [1, 2, 3, 5, 3, 5, 3, 5, 3, 5, 3, 3.5, 11.5, 3.5]
     assert tl["peak_index"] == 12 and tl["points"] == 14
+    assert tl["scope"].startswith("process ")  # the chart's header: one process, every GPU
     counts = p.meta["memory_counts"]
     assert counts["frees"] == 6 and counts["failed_allocs"] == 1  # 4 temp, release, host
     assert (

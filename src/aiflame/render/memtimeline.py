@@ -116,6 +116,7 @@ def pack_memory(profile: Profile, packed: Packed) -> tuple[dict[str, object], by
     metric = profile.type_index("peak-bytes") if _has_type(profile, "peak-bytes") else 0
     header: dict[str, object] = {
         "device": tl.get("device", 0),
+        "scope": tl.get("scope") or f"device {tl.get('device', 0)}",  # what the chart counts
         "unit": tl.get("unit", "us"),
         "points": m,
         "events": int(tl.get("points", m)),

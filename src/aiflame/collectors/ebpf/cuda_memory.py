@@ -288,6 +288,7 @@ def _timeline_meta(tl: Timeline, pid: int) -> dict[str, object]:
     free = np.where(tl.free_point >= 0, np.searchsorted(keep, tl.free_point), m)
     return {
         "device": f"PID {pid}",
+        "scope": f"process {pid}, every GPU it allocated on",
         "unit": "us",
         "start_us": t0 // 1000,
         "time_us": ((tl.time_ns[keep] - t0) // 1000).tolist(),

@@ -312,7 +312,7 @@
   // The panel's static parts, laid out before the flame graph measures its box.
   function preparePanel(h) {
     $("mem-svg").setAttribute("height", HEIGHT);
-    $("mem-device").textContent = "(device " + h.device + ")";
+    $("mem-device").textContent = "(" + (h.scope || "device " + h.device) + ")";
     writeLegend(h);
     $("memory").hidden = false;
   }
