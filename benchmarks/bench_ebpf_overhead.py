@@ -14,7 +14,7 @@ Both samplers are started before the program and stopped after it, outside the t
 
 Per run it records the wall time, and from ``/proc/PID/schedstat`` (read while the program
 is a zombie, before it is reaped) the time it waited for a CPU. The machine this was
-written on is shared (2 cores, other sessions' load), so wall time swings by tens of
+written on is shared (2 cores, other workloads' load), so wall time swings by tens of
 percent; **wall minus run delay** (the time the program held a CPU, including the sampling
 interrupts taken while it ran) is what other processes' load does not disturb. Medians of
 each setup, and their ratio to the no-sampler runs.

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_record_overhead.py [--cycles 5] [--interval 24] [--lead 8]
 
-The machine this was written on is shared (2 cores, load average 5-9 from other sessions):
+The machine this was written on is shared (2 cores, load average 5-9 from other workloads):
 separate runs differ 2-4x in wall time, and even neighbouring seconds of one run differ by
 tens of percent, so wall time alone cannot resolve a few percent. The benchmark therefore
 splits a profiler's cost into parts that other processes' load does not disturb, measured on
@@ -20,7 +20,7 @@ for every step, its wall time and its thread's cumulative on-CPU time and run de
   sampler itself then runs on the free core: its CPU use is given as **sampler CPU** (cores;
   for aiflame it includes its own start and writing the profile).
 * **wall per step** against the neighbouring "off" intervals, for completeness: on this
-  machine it is dominated by the other sessions' load.
+  machine it is dominated by the other workloads' load.
 
 The samplers attach in turn for ``interval`` seconds each (``--pid PID -d interval``),
 round-robin after an interval with no profiler: aiflame with Python stacks only, aiflame
