@@ -73,6 +73,10 @@ _RANK = {Cls.PYTHON: 0, Cls.ANNOTATION: 1, Cls.OP: 2, Cls.RUNTIME: 3}
 _KINDS = {Cls.PYTHON: FrameKind.PYTHON, Cls.OP: FrameKind.CPP, Cls.ANNOTATION: FrameKind.CPP}
 
 
+class NoKinetoEvents(InputError):
+    """A Chrome trace without Kineto's events: maybe a generic one (JAX, Chrome, Perfetto)."""
+
+
 def sniff(head: bytes, path: str) -> bool:
     start = head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
     if start not in (b"{", b"["):
@@ -96,7 +100,15 @@ def load(
         raise AiflameError(f"python_names must be 'short' or 'raw', not '{python_names}'")
     if kernel_names not in ("full", "short"):
         raise AiflameError(f"kernel_names must be 'full' or 'short', not '{kernel_names}'")
-    cols, trace_meta = read_columns(source)
+    try:
+        cols, trace_meta = read_columns(source)
+    except NoKinetoEvents as no_events:
+        from aiflame.sources import trace_events
+
+        try:
+            return trace_events.load(source)
+        except trace_events.NoSlices:
+            raise no_events from None
     naming = PythonNaming(python_roots) if python_roots is not None else None
     return build_profile(cols, trace_meta, source.path, python_names, kernel_names, naming)
 
@@ -114,7 +126,7 @@ def read_columns(source: Input, shapes: bool = False) -> tuple[Columns, dict[str
     cols = collector.freeze()
     if cols.cpu_ts.size == 0 and cols.gpu_ts.size == 0:
         what = ", ".join(f"{n} {c}" for c, n in cols.ignored.most_common(4))
-        raise InputError(
+        raise NoKinetoEvents(
             source.path,
             "no profiler events in this trace (no CPU operators, Python functions, runtime "
             "calls or GPU activity)" + (f"; only: {what}" if what else ""),

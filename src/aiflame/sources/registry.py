@@ -23,6 +23,7 @@ IMPORTERS = (
     "aiflame.sources.pprof",
     "aiflame.sources.speedscope",
     "aiflame.sources.kineto",
+    "aiflame.sources.trace_events",
     "aiflame.sources.nsys",
     "aiflame.sources.perf_script",
     "aiflame.sources.folded",

@@ -1,0 +1,386 @@
+"""Generic Chrome Trace Event Format files (JAX/TensorFlow, Chrome, Perfetto JSON, Hermes).
+
+A JSON array of events, or an object with ``traceEvents``. Used: complete slices (``ph``
+``X``, ``ts``/``dur`` in microseconds; ``tdur`` when ``dur`` is missing), begin/end pairs
+(``B``/``E``) and the ``process_name``/``thread_name`` metadata (``M``). Instant, counter,
+flow, async and other events are counted, not used. A truncated bare array (no closing
+``]``, which the format allows) is read up to its last whole event.
+
+Per (pid, tid), B/E events are sorted by time (file order among equal times) and matched
+as a stack: an E closes the innermost open slice; an E named after an enclosing open slice
+closes that one and everything opened inside it; an E on an empty stack or naming no open
+slice is ignored; a slice still open at the end closes at the thread's last timestamp.
+Then all slices of the thread nest by time (:func:`aiflame.transforms.correlate.nest`) and
+each slice's self time is the ``wall-time`` (ns) of the stack ``process -> thread ->
+enclosing slices -> slice``; the process and thread LABEL frames appear when named.
+"""
+
+from __future__ import annotations
+
+import io
+from array import array
+from collections import Counter
+from typing import Any, BinaryIO
+
+import msgspec
+import numpy as np
+
+from aiflame.errors import InputError
+from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
+from aiflame.model.stacks import EMPTY_STACK
+from aiflame.sources.inputs import Input
+from aiflame.sources.kineto_events import _ident, _number
+from aiflame.sources.kineto_json import TraceStream
+from aiflame.sources.kineto_samples import unique_rows
+from aiflame.transforms import correlate
+
+FORMAT = "trace-events"
+SAMPLE_TYPES = (SampleType("wall-time", "nanoseconds"),)
+UNNAMED = "(unnamed)"
+_IGNORED_PHASES = {
+    "i": "instant",
+    "I": "instant",
+    "R": "mark",
+    "C": "counter",
+    "s": "flow",
+    "t": "flow",
+    "f": "flow",
+    "b": "async",
+    "e": "async",
+    "n": "async",
+    "S": "async",
+    "T": "async",
+    "p": "async",
+    "F": "async",
+    "P": "sample",
+    "N": "object",
+    "O": "object",
+    "D": "object",
+    "c": "clock sync",
+}
+
+
+class NoSlices(InputError):
+    """The trace holds no slices (the Kineto importer then keeps its own message)."""
+
+
+class _Args(msgspec.Struct, gc=False):
+    name: Any = None  # of a process_name / thread_name metadata event
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = None
+    tdur: Any = None
+    args: _Args | None = None
+
+
+def sniff(head: bytes, path: str) -> bool:
+    start = head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
+    if start == b"{":
+        return b'"traceEvents"' in head
+    return start == b"[" and b'"ph"' in head
+
+
+def _coerce(item: Any) -> _Event | None:
+    """An :class:`_Event` from a plain decoded item (a batch with odd field types)."""
+    if not isinstance(item, dict):
+        return None
+    raw = item.get("args")
+    args = _Args(raw.get("name")) if isinstance(raw, dict) else None
+    get = item.get
+    return _Event(
+        get("ph"), get("name"), get("pid"), get("tid"), get("ts"), get("dur"), get("tdur"), args
+    )
+
+
+class _Collector:
+    """Slices (X) and begin/end events (B/E) as compact columns, plus thread names."""
+
+    def __init__(self) -> None:
+        self.threads: dict[tuple[Any, Any], int] = {}
+        self.thread_keys: list[tuple[Any, Any]] = []
+        self.names: dict[str, int] = {}
+        self.process_names: dict[Any, str] = {}
+        self.thread_names: dict[tuple[Any, Any], str] = {}
+        # X slices: thread, ts (us), dur (us), name id, file position
+        self.x = (array("q"), array("d"), array("d"), array("q"), array("q"))
+        # B/E events: thread, ts (us), 1 for B / 0 for E, name id (-1: none), file position
+        self.be = (array("q"), array("d"), array("b"), array("q"), array("q"))
+        self.base_us: float | None = None
+        self.seq = 0
+        self.warnings: Counter[str] = Counter()
+        self.ignored: Counter[str] = Counter()
+
+    def _thread(self, pid: Any, tid: Any) -> int:
+        key = (_ident(pid), _ident(tid))
+        try:
+            i = self.threads.get(key)
+        except TypeError:  # a list or object as pid/tid
+            key = (str(pid), str(tid))
+            i = self.threads.get(key)
+        if i is None:
+            i = self.threads[key] = len(self.thread_keys)
+            self.thread_keys.append(key)
+        return i
+
+    def _name(self, name: Any) -> int:
+        s = name if isinstance(name, str) else ("" if name is None else str(name))
+        i = self.names.get(s)
+        if i is None:
+            i = self.names[s] = len(self.names)
+        return i
+
+    def add(self, events: list[Any]) -> None:
+        for e in events:
+            if type(e) is not _Event:
+                e = _coerce(e)
+                if e is None:
+                    self.warnings["events that are not JSON objects"] += 1
+                    continue
+            self.seq += 1
+            ph = e.ph
+            if ph == "X" or ph == "B" or ph == "E":
+                self._slice_event(e, ph)
+            elif ph == "M":
+                self._metadata(e)
+            else:
+                kind = _IGNORED_PHASES.get(ph) if isinstance(ph, str) else None
+                self.ignored[f"{kind} events" if kind else f"'{ph}' events"] += 1
+
+    def _slice_event(self, e: _Event, ph: str) -> None:
+        ts = _number(e.ts)
+        if ts is None:
+            self.warnings[f"{ph} events without ts"] += 1
+            return
+        if self.base_us is None:
+            self.base_us = float(int(ts))
+        th = self._thread(e.pid, e.tid)
+        if ph == "X":
+            dur = _number(e.dur)
+            if dur is None:
+                dur = _number(e.tdur)  # thread duration: better than dropping the slice
+            if dur is None:
+                self.warnings["X events without dur"] += 1
+                return
+            if dur < 0:
+                self.warnings["X events with a negative duration"] += 1
+                return
+            for col, v in zip(self.x, (th, ts, dur, self._name(e.name), self.seq), strict=True):
+                col.append(v)
+            return
+        name = -1 if ph == "E" and e.name is None else self._name(e.name)
+        begin = 1 if ph == "B" else 0
+        for col, v in zip(self.be, (th, ts, begin, name, self.seq), strict=True):
+            col.append(v)
+
+    def _metadata(self, e: _Event) -> None:
+        value = e.args.name if e.args is not None else None
+        if not isinstance(value, str) or not value:
+            return
+        if e.name == "process_name":
+            self.process_names[_ident(e.pid)] = value
+        elif e.name == "thread_name":
+            self.thread_names[(_ident(e.pid), _ident(e.tid))] = value
+
+
+class _CloseAtEnd(io.RawIOBase):
+    """The input with a ``]`` after its end: a bare event array cut short is still valid."""
+
+    def __init__(self, inner: BinaryIO) -> None:
+        self._inner, self._done = inner, False
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:  # type: ignore[override]
+        data = self._inner.read(n)
+        if data or self._done:
+            return data
+        self._done = True
+        return b"]"
+
+
+def _collect(source: Input) -> _Collector:
+    collector = _Collector()
+    with source.open_binary() as f:
+        stream = TraceStream(f, source.path, _Event)
+        try:
+            for batch in stream.batches():
+                collector.add(batch)
+            return collector
+        except InputError as e:
+            if not (stream.bare_array and "truncated" in str(e)):
+                raise
+    collector = _Collector()  # read again, closing the array where the file stops
+    with source.open_binary() as f:
+        for batch in TraceStream(_CloseAtEnd(f), source.path, _Event).batches():  # type: ignore[arg-type]
+            collector.add(batch)
+    collector.warnings["truncated event arrays (read up to the last whole event)"] += 1
+    return collector
+
+
+def _ns(us: array, base: float) -> np.ndarray:
+    v = np.frombuffer(us, dtype=np.float64) if len(us) else np.zeros(0)
+    return np.rint((v - base) * 1000.0).astype(np.int64)
+
+
+def _ints(a: array) -> np.ndarray:
+    return np.frombuffer(a, dtype=np.int64) if len(a) else np.zeros(0, dtype=np.int64)
+
+
+def match_begin_end(
+    thread: np.ndarray,
+    ts: np.ndarray,
+    begin: np.ndarray,
+    name: np.ndarray,
+    seq: np.ndarray,
+    thread_end: np.ndarray,
+    warnings: Counter[str],
+) -> tuple[np.ndarray, ...]:
+    """Slices (thread, ts, dur, name, seq) from B/E events, matched per thread as a stack.
+
+    ``thread_end[t]``: the last timestamp of thread ``t``, where slices left open end.
+    """
+    out: tuple[list[int], ...] = ([], [], [], [], [])
+    order = np.lexsort((seq, ts, thread)).tolist()
+    th_l, ts_l, b_l, nm_l, sq_l = (c.tolist() for c in (thread, ts, begin, name, seq))
+    open_: list[tuple[int, int, int]] = []  # (ts, name, seq) of open B events
+    current = -1
+
+    def close(t: int, end: int, count: int) -> None:
+        for _ in range(count):
+            start, nm, sq = open_.pop()
+            for col, v in zip(out, (t, start, end - start, nm, sq), strict=True):
+                col.append(v)
+
+    unmatched = inner = mismatched = 0
+    for i in order:
+        t = th_l[i]
+        if t != current:
+            if open_:
+                warnings["B events never ended (closed at their thread's last timestamp)"] += len(
+                    open_
+                )
+                close(current, int(thread_end[current]), len(open_))
+            current = t
+        if b_l[i]:
+            open_.append((ts_l[i], nm_l[i], sq_l[i]))
+            continue
+        nm = nm_l[i]
+        if not open_:
+            unmatched += 1
+        elif nm < 0 or open_[-1][1] == nm:
+            close(t, ts_l[i], 1)
+        else:
+            k = next((k for k in range(len(open_) - 1, -1, -1) if open_[k][1] == nm), -1)
+            if k < 0:
+                unmatched += 1
+            else:
+                inner += len(open_) - 1 - k
+                close(t, ts_l[i], len(open_) - k)
+                mismatched += 1
+    if open_:
+        warnings["B events never ended (closed at their thread's last timestamp)"] += len(open_)
+        close(current, int(thread_end[current]), len(open_))
+    if unmatched:
+        warnings["E events without a matching B (ignored)"] += unmatched
+    if mismatched:
+        warnings["E events that close an enclosing slice"] += mismatched
+        warnings["slices closed by their enclosing slice's E event"] += inner
+    return tuple(np.asarray(c, dtype=np.int64) for c in out)
+
+
+def load(source: Input, **_: object) -> Profile:
+    col = _collect(source)
+    base = col.base_us or 0.0
+    x_thread, x_ts, x_dur = _ints(col.x[0]), _ns(col.x[1], base), _ns(col.x[2], 0.0)
+    x_name, x_seq = _ints(col.x[3]), _ints(col.x[4])
+    be_thread, be_ts = _ints(col.be[0]), _ns(col.be[1], base)
+    n_threads = len(col.thread_keys)
+    thread_end = np.full(n_threads, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(thread_end, x_thread, x_ts + x_dur)
+    np.maximum.at(thread_end, be_thread, be_ts)
+    be_begin = np.frombuffer(col.be[2], dtype=np.int8) if len(col.be[2]) else np.zeros(0)
+    warnings = col.warnings
+    b_thread, b_ts, b_dur, b_name, b_seq = match_begin_end(
+        be_thread, be_ts, be_begin, _ints(col.be[3]), _ints(col.be[4]), thread_end, warnings
+    )
+    thread = np.concatenate([x_thread, b_thread])
+    ts = np.concatenate([x_ts, b_ts])
+    dur = np.concatenate([x_dur, b_dur])
+    name = np.concatenate([x_name, b_name])
+    seq = np.concatenate([x_seq, b_seq])
+    if ts.size == 0:
+        what = ", ".join(f"{n:,} {c}" for c, n in col.ignored.most_common(4))
+        raise NoSlices(
+            source.path,
+            "no slices in this trace (no 'X' complete events or 'B'/'E' pairs)"
+            + (f"; only: {what}" if what else ""),
+        )
+    # Slices starting together with equal length: the one written first encloses.
+    nesting = correlate.nest(thread, ts, dur, seq)
+    if nesting.bleeding:
+        warnings["slices that end after their enclosing slice"] += nesting.bleeding
+    self_ns = correlate.self_times(ts, dur, nesting.parent)
+
+    builder = ProfileBuilder(SAMPLE_TYPES)
+    roots, labels = _thread_roots(builder, col)
+    names = list(col.names)
+    frame_of = [builder.frame(n or UNNAMED, FrameKind.UNKNOWN) for n in names]
+    stack_of = np.empty(ts.shape[0], dtype=np.int64)
+    child = builder.stacks.child
+    order, parent = nesting.order.tolist(), nesting.parent.tolist()
+    th_l, nm_l = thread.tolist(), name.tolist()
+    for i in order:  # parents before children
+        p = parent[i]
+        base_stack = int(stack_of[p]) if p >= 0 else roots[th_l[i]]
+        stack_of[i] = child(base_stack, frame_of[nm_l[i]])
+    keep = self_ns > 0
+    lab = labels[thread[keep]]
+    uniq, inverse = unique_rows(stack_of[keep], lab)
+    sums = np.bincount(inverse, weights=self_ns[keep], minlength=uniq.shape[0])
+    builder.add_many(uniq[:, 0], sums.reshape(-1, 1), uniq[:, 1])
+
+    first, last = int(ts.min()), int((ts + dur).max())
+    builder.meta.update(
+        {
+            "format": FORMAT,
+            "default_type": 0,
+            "time_range_ns": (int(base) * 1000 + first, int(base) * 1000 + last),
+            "info:slices": (
+                f"{len(x_ts):,} complete (X), {len(b_ts):,} begin/end pairs (B/E) "
+                f"on {n_threads:,} thread(s)"
+            ),
+        }
+    )
+    if warnings:
+        builder.meta["info:warnings"] = "; ".join(
+            f"{n:,} {what}" for what, n in warnings.most_common()
+        )
+    if col.ignored:
+        builder.meta["info:not used"] = ", ".join(
+            f"{c} {n:,}" for c, n in col.ignored.most_common()
+        )
+    return builder.build()
+
+
+def _thread_roots(builder: ProfileBuilder, col: _Collector) -> tuple[list[int], np.ndarray]:
+    """Per thread: the stack of its process/thread LABEL frames (where named), its labels."""
+    roots: list[int] = []
+    labels = np.zeros(len(col.thread_keys), dtype=np.int64)
+    for t, (pid, tid) in enumerate(col.thread_keys):
+        frames = []
+        pname = col.process_names.get(pid)
+        if pname:
+            frames.append(builder.frame(f"{pname} ({pid})", FrameKind.LABEL))
+        tname = col.thread_names.get((pid, tid))
+        if tname:
+            frames.append(builder.frame(f"{tname} ({tid})", FrameKind.LABEL))
+        roots.append(builder.stack(frames) if frames else EMPTY_STACK)
+        labels[t] = builder.labels({"pid": pid, "tid": tid})
+    return roots, labels
