@@ -235,3 +235,25 @@ def test_cli_flamegraph(tmp_path: Path) -> None:
     assert html.stat().st_size > 0
     assert main(["convert", str(DATA / "simple.json"), "-f", "folded", "-o", str(folded)]) == 0
     assert folded.read_text().splitlines()[0] == "alpha 2000"
+
+
+def test_odd_events_are_counted_not_fatal(tmp_path: Path) -> None:
+    events = [
+        {"ph": "X", "pid": [1], "tid": 1, "name": "listpid", "ts": 0, "dur": 2},
+        {"ph": "X", "pid": 1, "tid": 1, "name": "ok", "ts": "0", "dur": "4", "args": [1]},
+        {"ph": "X", "pid": 1, "tid": 1, "name": "no dur", "ts": 1},
+        {"ph": "X", "pid": 1, "tid": 1, "name": "negative", "ts": 1, "dur": -1},
+        {"ph": "B", "pid": 1, "tid": 1, "name": "no ts"},
+        {"ph": "M", "pid": 1, "tid": 1, "name": "thread_name", "args": {"name": 5}},
+        7,
+    ]
+    p = load(write(tmp_path, events, "odd.json"))
+    assert self_us(p) == {"listpid": 2, "ok": 4}
+    w = warnings(p)
+    for what in (
+        "1 X events without dur",
+        "1 X events with a negative duration",
+        "1 B events without ts",
+        "1 events that are not JSON objects",
+    ):
+        assert what in w

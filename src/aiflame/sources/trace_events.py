@@ -17,6 +17,7 @@ enclosing slices -> slice``; the process and thread LABEL frames appear when nam
 
 from __future__ import annotations
 
+import contextlib
 import io
 from array import array
 from collections import Counter
@@ -103,6 +104,7 @@ class _Collector:
 
     def __init__(self) -> None:
         self.threads: dict[tuple[Any, Any], int] = {}
+        self._raw_threads: dict[tuple[Any, Any], int] = {}  # (pid, tid) as written
         self.thread_keys: list[tuple[Any, Any]] = []
         self.names: dict[str, int] = {}
         self.process_names: dict[Any, str] = {}
@@ -126,6 +128,8 @@ class _Collector:
         if i is None:
             i = self.threads[key] = len(self.thread_keys)
             self.thread_keys.append(key)
+        with contextlib.suppress(TypeError):  # unhashable pid/tid: always the slow path
+            self._raw_threads[(pid, tid)] = i
         return i
 
     def _name(self, name: Any) -> int:
@@ -136,47 +140,68 @@ class _Collector:
         return i
 
     def add(self, events: list[Any]) -> None:
+        """Collect one batch (the hot loop: locals bound up front, fast paths for the usual
+        types; odd values go through the slow helpers)."""
+        x_th, x_ts, x_dur, x_nm, x_sq = (c.append for c in self.x)
+        b_th, b_ts, b_ph, b_nm, b_sq = (c.append for c in self.be)
+        names, raw_threads, warn = self.names, self._raw_threads, self.warnings
+        seq = self.seq
         for e in events:
+            seq += 1
             if type(e) is not _Event:
                 e = _coerce(e)
                 if e is None:
-                    self.warnings["events that are not JSON objects"] += 1
+                    warn["events that are not JSON objects"] += 1
                     continue
-            self.seq += 1
             ph = e.ph
             if ph == "X" or ph == "B" or ph == "E":
-                self._slice_event(e, ph)
+                ts = e.ts
+                if type(ts) is not float and type(ts) is not int:
+                    ts = _number(ts)
+                    if ts is None:
+                        warn[f"{ph} events without ts"] += 1
+                        continue
+                if self.base_us is None:
+                    self.base_us = float(int(ts))
+                try:
+                    th = raw_threads.get((e.pid, e.tid))
+                except TypeError:  # a list or object as pid/tid
+                    th = None
+                if th is None:
+                    th = self._thread(e.pid, e.tid)
+                name = e.name
+                nid = names.get(name) if type(name) is str else None
+                if ph == "X":
+                    dur = e.dur
+                    if type(dur) is not float and type(dur) is not int:
+                        dur = _number(dur)
+                        if dur is None:
+                            dur = _number(e.tdur)  # thread duration: better than nothing
+                        if dur is None:
+                            warn["X events without dur"] += 1
+                            continue
+                    if dur < 0:
+                        warn["X events with a negative duration"] += 1
+                        continue
+                    x_th(th)
+                    x_ts(ts)
+                    x_dur(dur)
+                    x_nm(self._name(name) if nid is None else nid)
+                    x_sq(seq)
+                else:
+                    if nid is None:
+                        nid = -1 if ph == "E" and name is None else self._name(name)
+                    b_th(th)
+                    b_ts(ts)
+                    b_ph(ph == "B")
+                    b_nm(nid)
+                    b_sq(seq)
             elif ph == "M":
                 self._metadata(e)
             else:
                 kind = _IGNORED_PHASES.get(ph) if isinstance(ph, str) else None
                 self.ignored[f"{kind} events" if kind else f"'{ph}' events"] += 1
-
-    def _slice_event(self, e: _Event, ph: str) -> None:
-        ts = _number(e.ts)
-        if ts is None:
-            self.warnings[f"{ph} events without ts"] += 1
-            return
-        if self.base_us is None:
-            self.base_us = float(int(ts))
-        th = self._thread(e.pid, e.tid)
-        if ph == "X":
-            dur = _number(e.dur)
-            if dur is None:
-                dur = _number(e.tdur)  # thread duration: better than dropping the slice
-            if dur is None:
-                self.warnings["X events without dur"] += 1
-                return
-            if dur < 0:
-                self.warnings["X events with a negative duration"] += 1
-                return
-            for col, v in zip(self.x, (th, ts, dur, self._name(e.name), self.seq), strict=True):
-                col.append(v)
-            return
-        name = -1 if ph == "E" and e.name is None else self._name(e.name)
-        begin = 1 if ph == "B" else 0
-        for col, v in zip(self.be, (th, ts, begin, name, self.seq), strict=True):
-            col.append(v)
+        self.seq = seq
 
     def _metadata(self, e: _Event) -> None:
         value = e.args.name if e.args is not None else None
@@ -332,14 +357,14 @@ def load(source: Input, **_: object) -> Profile:
     roots, labels = _thread_roots(builder, col)
     names = list(col.names)
     frame_of = [builder.frame(n or UNNAMED, FrameKind.UNKNOWN) for n in names]
-    stack_of = np.empty(ts.shape[0], dtype=np.int64)
+    stacks = [0] * ts.shape[0]
     child = builder.stacks.child
     order, parent = nesting.order.tolist(), nesting.parent.tolist()
     th_l, nm_l = thread.tolist(), name.tolist()
     for i in order:  # parents before children
         p = parent[i]
-        base_stack = int(stack_of[p]) if p >= 0 else roots[th_l[i]]
-        stack_of[i] = child(base_stack, frame_of[nm_l[i]])
+        stacks[i] = child(stacks[p] if p >= 0 else roots[th_l[i]], frame_of[nm_l[i]])
+    stack_of = np.asarray(stacks, dtype=np.int64)
     keep = self_ns > 0
     lab = labels[thread[keep]]
     uniq, inverse = unique_rows(stack_of[keep], lab)
