@@ -114,6 +114,8 @@ def attach_cycles(args: argparse.Namespace, tmp: str) -> list[Interval]:
     time.sleep(2)
     intervals = []
     cfg = samplers(target.pid, args.interval, tmp, args.rate)
+    if args.only:  # "off" and the configurations whose name holds one of the words
+        cfg = {n: c for n, c in cfg.items() if n == "off" or any(w in n for w in args.only)}
     plan = [(c, n) for c in range(args.cycles) for n in cfg] + [(args.cycles, "off")]
     for cycle, name in plan:
         t0 = time.monotonic()
@@ -208,7 +210,9 @@ def med_range(xs: list[float]) -> str:
     return f"{pct(statistics.median(xs))} ({pct(min(xs))} .. {pct(max(xs))})"
 
 
-def report(args: argparse.Namespace, intervals: list[Interval], torch_res: dict, window: dict):
+def report(
+    args: argparse.Namespace, intervals: list[Interval], torch_res: dict, window: dict | None
+):
     off = [iv for iv in intervals if iv.name == "off"]
     cpu_ms = statistics.median(iv.cpu_per_step for iv in off) * 1000
     wall_ms = statistics.median(iv.wall_per_step for iv in off) * 1000
@@ -235,6 +239,17 @@ def report(args: argparse.Namespace, intervals: list[Interval], torch_res: dict,
             f"{med_range(cpu_rel[name])} | {cores:.2f} cores | {med_range(wall_rel[name])} | "
             f"{longest * 1000:.0f} ms |"
         )
+    if torch_res:
+        torch_rows(args, torch_res)
+    if window:
+        print(
+            f"aiflame record's PyTorch window (--gpu-window {args.window:g}, launched program): "
+            + ", ".join(f"{k} {v:.2f} s" for k, v in window.items())
+        )
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+
+
+def torch_rows(args: argparse.Namespace, torch_res: dict) -> None:
     cpu = [on / off - 1 for on, off in zip(torch_res["on_cpu"], torch_res["off_cpu"], strict=True)]
     wall = [on / off - 1 for on, off in zip(torch_res["on"], torch_res["off"], strict=True)]
     print(
@@ -246,12 +261,6 @@ def report(args: argparse.Namespace, intervals: list[Interval], torch_res: dict,
         f"\ntorch.profiler one-off costs (median over cycles): start {med['start']:.2f} s, "
         f"stop {med['stop']:.2f} s, export {med['export']:.2f} s for {args.interval / 2:g} s"
     )
-    if window:
-        print(
-            f"aiflame record's PyTorch window (--gpu-window {args.window:g}, launched program): "
-            + ", ".join(f"{k} {v:.2f} s" for k, v in window.items())
-        )
-    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 
 def main() -> None:
@@ -261,11 +270,13 @@ def main() -> None:
     ap.add_argument("--lead", type=float, default=8.0, help="seconds left out after attaching")
     ap.add_argument("--rate", type=int, default=99)
     ap.add_argument("--window", type=float, default=5.0, help="aiflame's --gpu-window")
+    ap.add_argument("--only", nargs="+", metavar="WORD", help="samplers whose name holds WORD")
+    ap.add_argument("--no-torch", action="store_true", help="skip the torch.profiler parts")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         intervals = attach_cycles(args, tmp)
-        torch_res = torch_alternate(args, tmp)
-        window = window_cost(args, tmp)
+        torch_res = {} if args.no_torch else torch_alternate(args, tmp)
+        window = None if args.no_torch else window_cost(args, tmp)
     report(args, intervals, torch_res, window)
 
 
