@@ -19,7 +19,7 @@ def test_two_real_ranks(tmp_path, capsys):
     text = capsys.readouterr().out
     report = json.loads(out.read_text())
     job, ranks = report["job"], report["ranks"]
-    assert job["ranks"] == len(ranks) == 2
+    assert job["ranks"] == len(ranks) == 2 and job["same_job"] is True
     for key in ("total", "busy", "idle", "computation", "exposed_communication"):
         assert job["time_breakdown_sum"][key] == pytest.approx(
             sum(r["time_breakdown"][key] for r in ranks)
@@ -52,3 +52,19 @@ def test_no_straggler_among_equal_ranks_and_no_gpu():
     assert job["stragglers"] == [] and job["computation_spread"] == 0.0
     none = job_summary([{"rank": "0", "time_breakdown": None}])
     assert none["ranks_with_gpu_activity"] == 0 and "unavailable" in none
+
+
+def test_traces_of_separate_runs_are_summed_but_have_no_straggler(tmp_path, capsys):
+    h100 = sorted((Path(__file__).parents[1] / "data/kineto/tracelens/h100").glob("*.json.gz"))
+    assert len(h100) == 2  # a ViT and a BERT run, no distributedInfo rank in either
+    out = tmp_path / "a.json"
+    assert main(["analyze", *map(str, h100), "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    report = json.loads(out.read_text())
+    job = report["job"]
+    assert [r["rank"] for r in report["ranks"]] == [None, None]
+    assert job["same_job"] is False and job["stragglers"] == []
+    assert job["time_breakdown_sum"]["total"] == pytest.approx(
+        sum(r["time_breakdown"]["total"] for r in report["ranks"])
+    )
+    assert "not one job" in text and "straggler" not in text

@@ -28,7 +28,15 @@ STRAGGLER_MARGIN = 0.10
 
 def job_summary(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     with_gpu = [r for r in ranks if r.get("time_breakdown")]
-    out: dict[str, Any] = {"ranks": len(ranks), "ranks_with_gpu_activity": len(with_gpu)}
+    # Ranks of one job: each trace names its rank (distributedInfo), no rank twice. Traces
+    # of separate runs are summed alike, but none waits for another: no straggler then.
+    named = [r.get("rank") for r in ranks]
+    same_job = None not in named and len(set(named)) == len(named)
+    out: dict[str, Any] = {
+        "ranks": len(ranks),
+        "ranks_with_gpu_activity": len(with_gpu),
+        "same_job": same_job,
+    }
     if not with_gpu:
         out["unavailable"] = "no trace has GPU activity: no job-level GPU time"
         return out
@@ -48,7 +56,7 @@ def job_summary(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     out["stragglers"] = [
         {"rank": name, "computation_us": c, "over_median": (c - mid) / mid if mid else 0.0}
         for c, name in sorted(compute, reverse=True)
-        if mid and c > mid * (1 + STRAGGLER_MARGIN)
+        if same_job and mid and c > mid * (1 + STRAGGLER_MARGIN)
     ]
     out["slowest_rank"] = who
     out["findings"] = _findings_across(ranks)

@@ -335,11 +335,13 @@ def job_lines(job: dict[str, Any] | None) -> list[str]:
         for k in ("computation", "exposed_communication", "exposed_memcpy", "idle")
     )
     c = job["computation_us"]
+    what = "ranks" if job.get("same_job", True) else "traces (no rank in them: not one job)"
     lines = [
-        f"job: {job['ranks']} ranks, GPU time {time_us(t['total'])} in all: {parts}",
-        f"computation per rank: min {time_us(c['min'])}, median {time_us(c['median'])}, "
-        f"max {time_us(c['max'])} (spread {percent(job['computation_spread'], 1.0)}; "
-        f"slowest rank {job['slowest_rank']})",
+        f"job: {job['ranks']} {what}, GPU time {time_us(t['total'])} in all: {parts}",
+        f"computation per {'rank' if job.get('same_job', True) else 'trace'}: "
+        f"min {time_us(c['min'])}, median {time_us(c['median'])}, max {time_us(c['max'])} "
+        f"(spread {percent(job['computation_spread'], 1.0)}; slowest: "
+        f"{'rank ' if job.get('same_job', True) else ''}{job['slowest_rank']})",
     ]
     for s in job.get("stragglers", []):
         lines.append(
@@ -348,7 +350,8 @@ def job_lines(job: dict[str, Any] | None) -> list[str]:
         )
     for row in job.get("findings", [])[:5]:
         lines.append(
-            f"finding on {len(row['ranks'])} of {job['ranks']} ranks: {row['title']} "
+            f"finding on {len(row['ranks'])} of {job['ranks']} "
+            f"{'ranks' if job.get('same_job', True) else 'traces'}: {row['title']} "
             f"({time_us(row['cost_us'])} in all)"
         )
     return lines

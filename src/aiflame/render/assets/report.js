@@ -166,7 +166,8 @@
       thead.append(head);
       const body = el("tbody");
       const job = this.data.report.job || {};
-      const jobRows = this.multi && job.time_breakdown_sum ? [["job: all " + job.ranks + " ranks", job.time_breakdown_sum]] : [];
+      const jobName = job.same_job === false ? "all " + job.ranks + " traces" : "job: all " + job.ranks + " ranks";
+      const jobRows = this.multi && job.time_breakdown_sum ? [[jobName, job.time_breakdown_sum]] : [];
       const groups = this.ranks.map((r, i) => [r, i]);
       if (jobRows.length) groups.push([{ time_breakdown: job.time_breakdown_sum, job: true }, -1]);
       groups.forEach(([r, i]) => {
@@ -202,12 +203,13 @@
     jobNote(job) {
       const box = el("div", { id: "job-summary", class: "note" });
       const c = job.computation_us;
+      const per = job.same_job === false ? "Computation per trace (separate runs: none waits for another): min " : "Computation per rank: min ";
       box.append(
         el(
           "p",
           null,
-          "Computation per rank: min " + fmtUs(c.min) + ", median " + fmtUs(c.median) + ", max " + fmtUs(c.max) +
-            " (spread " + pct(job.computation_spread, 1) + "; slowest rank " + job.slowest_rank + ").",
+          per + fmtUs(c.min) + ", median " + fmtUs(c.median) + ", max " + fmtUs(c.max) +
+            " (spread " + pct(job.computation_spread, 1) + (job.same_job === false ? "; slowest: " : "; slowest rank ") + job.slowest_rank + ").",
         ),
       );
       for (const s of job.stragglers || []) {
