@@ -371,3 +371,33 @@ def test_without_build_ids_the_debuglink_crc_decides(built, tmp_path):
             f.write(b"\0")
         stale = SymbolResolver(debug_dirs=[]).process(run.pid).symbolize([addr])[0]
         assert stale.name.startswith("prog+0x")
+
+
+def plt_stubs_named_by_objdump(path: Path) -> dict[int, str]:
+    """objdump's ``func@plt`` labels in ``.plt`` / ``.plt.sec`` (not ``.plt.got``, whose
+    stubs are named from GOT relocations; aiflame leaves them unnamed)."""
+    sections = progs.sh("readelf", "-SW", path)
+    got_plt = [
+        (int(p[3], 16), int(p[5], 16))
+        for p in (line.replace("[ ", "[").split() for line in sections.splitlines())
+        if len(p) > 5 and p[1] == ".plt.got"
+    ]
+    out = {}
+    for line in progs.sh("objdump", "-d", path).splitlines():
+        if line.endswith("@plt>:"):
+            addr = int(line.split()[0], 16)
+            if not any(a <= addr < a + n for a, n in got_plt):
+                out[addr] = line.split("<", 1)[1].rstrip(">:")
+    return out
+
+
+@pytest.mark.parametrize("which", ["pie", "nopie", "lib"])
+def test_plt_stubs_are_named_as_objdump_names_them(built, which):
+    path = getattr(built, which)
+    stubs = plt_stubs_named_by_objdump(path)
+    assert stubs  # every one of them calls another file's function
+    maps = progs.maps_for(path, 0 if which == "nopie" else BASE)
+    psym = SymbolResolver().process(999_999_999, maps_text=maps)
+    base = 0 if which == "nopie" else BASE
+    got = psym.symbolize([base + a + k for a in stubs for k in (0, 15)])
+    assert names(got) == [n for n in stubs.values() for _ in (0, 15)]

@@ -405,3 +405,67 @@ def open_image(path: str) -> tuple[ElfImage, os.stat_result]:
     with open(path, "rb") as f:
         data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     return ElfImage(data, path), st
+
+
+EM_X86_64 = 62
+PLT_ENTRY = 16  # bytes per PLT entry on x86-64, in .plt (after its header) and in .plt.sec
+_RELA64 = np.dtype([("offset", "<u8"), ("info", "<u8"), ("addend", "<i8")])
+
+
+@dataclass(frozen=True)
+class PltEntries:
+    """The PLT stubs of an x86-64 ELF file: calls to other files' functions go through
+    them, and perf names them ``func@plt``. Entry ``i`` jumps through relocation ``i`` of
+    ``.rela.plt``, whose symbol (in ``.dynsym``) is the function called."""
+
+    start: np.ndarray  # virtual addresses, sorted
+    names: list[bytes]  # the called function's name as stored (maybe mangled)
+
+    def lookup(self, vaddrs: np.ndarray) -> np.ndarray:
+        """Entry index covering each address, -1 where none does."""
+        i = np.searchsorted(self.start, vaddrs, side="right").astype(np.int64) - 1
+        j = np.maximum(i, 0)
+        hit = (i >= 0) & (vaddrs < self.start[j] + np.uint64(PLT_ENTRY))
+        return np.where(hit, j, -1)
+
+
+def plt_entries(image: ElfImage) -> PltEntries | None:
+    """The PLT stubs of ``image`` (little-endian x86-64 only), or None."""
+    if image.machine != EM_X86_64 or not image.is64 or image.dt["sym"].str.startswith(">"):
+        return None
+    rela_i = image.section_index(".rela.plt")
+    plt_i = image.section_index(".plt.sec")  # with IBT the stubs called are in .plt.sec
+    first = 0
+    if plt_i is None:
+        plt_i, first = image.section_index(".plt"), PLT_ENTRY  # after the header entry
+    if rela_i is None or plt_i is None:
+        return None
+    rela = image.sections[rela_i]
+    count = int(rela["size"]) // _RELA64.itemsize
+    dynsym_i = int(rela["link"])
+    if not count or not 0 < dynsym_i < len(image.sections):
+        return None
+    plt = image.sections[plt_i]
+    count = min(count, max(0, (int(plt["size"]) - first) // PLT_ENTRY))
+    offset = int(rela["offset"])
+    if offset + count * _RELA64.itemsize > len(image.data):
+        return None
+    relocs = np.frombuffer(image.data, dtype=_RELA64, count=count, offset=offset)
+    symtab = SymbolTable.__new__(SymbolTable)  # only for its string-table reader
+    strsec = image.sections[int(image.sections[dynsym_i]["link"])]
+    symtab._data = image.data
+    symtab._strtab_off = int(strsec["offset"])
+    symtab._strtab_end = min(int(strsec["offset"] + strsec["size"]), len(image.data))
+    dyn = image.sections[dynsym_i]
+    nsym = int(dyn["size"]) // image.dt["sym"].itemsize
+    syms = image._records("sym", int(dyn["offset"]), nsym)
+    names, starts = [], []
+    base = int(plt["addr"]) + first
+    for i, info in enumerate(relocs["info"].tolist()):
+        sym = info >> 32
+        if 0 < sym < nsym:  # IRELATIVE and other symbol-less slots stay unnamed
+            names.append(symtab._raw_name(int(syms["name"][sym])))
+            starts.append(base + i * PLT_ENTRY)
+    if not starts:
+        return None
+    return PltEntries(np.asarray(starts, dtype=np.uint64), names)

@@ -40,6 +40,7 @@ from aiflame.symbolize.elf import (
     SymbolTable,
     function_symbols,
     open_image,
+    plt_entries,
 )
 from aiflame.symbolize.kallsyms import KernelSymbolTable
 from aiflame.symbolize.kinds import KindGuesser
@@ -105,6 +106,11 @@ class ModuleSymbols:
         self.image = image
         self.table = table
         self.source = source  # "symtab", "debug-file", "minidebuginfo", "dynsym" or "none"
+        try:  # PLT stubs, named func@plt as perf does; their indices follow the table's
+            self.plt = plt_entries(image)
+        except (ElfError, ValueError, IndexError):
+            self.plt = None
+        self._plt_base = len(table) if table is not None else 0
         self._names: dict[int, str] = {}
         self._cpp: set[int] = set()  # symbols whose names were C++ manglings
         # Symbol objects by the module path a process sees and symbol index: shared by all
@@ -113,23 +119,35 @@ class ModuleSymbols:
 
     def lookup(self, offsets: np.ndarray) -> np.ndarray:
         """Symbol index for each file offset, -1 where no symbol covers it."""
-        if self.table is None:
+        if self.table is None and self.plt is None:
             return np.full(offsets.shape, -1, dtype=np.int64)
         vaddrs, ok = self.image.offsets_to_vaddrs(offsets)
-        found = self.table.lookup(vaddrs)
+        found = (
+            self.table.lookup(vaddrs)
+            if self.table is not None
+            else np.full(offsets.shape, -1, dtype=np.int64)
+        )
+        if self.plt is not None:
+            stub = self.plt.lookup(vaddrs)
+            found = np.where((found < 0) & (stub >= 0), self._plt_base + stub, found)
         return np.where(ok, found, -1)
 
     def names(self, indices: list[int], demangle: Demangler) -> list[str]:
         """Demangled names of symbols ``indices``."""
-        assert self.table is not None
         todo = [i for i in indices if i not in self._names]
         if todo:
-            raw = [self.table.name(i) for i in todo]
+            raw = [self._raw_name(i) for i in todo]
             for i, r, name in zip(todo, raw, demangle.many(raw), strict=True):
-                self._names[i] = name
+                self._names[i] = name + "@plt" if i >= self._plt_base and self.plt else name
                 if name != r:
                     self._cpp.add(i)
         return [self._names[i] for i in indices]
+
+    def _raw_name(self, i: int) -> str:
+        if self.plt is not None and i >= self._plt_base:
+            return self.plt.names[i - self._plt_base].decode("utf-8", "replace")
+        assert self.table is not None
+        return self.table.name(i)
 
     def mangled(self, i: int) -> bool:
         """Whether symbol ``i`` (named by :meth:`names`) had a C++ mangled name."""
