@@ -105,15 +105,24 @@ class FlamePage:
 
     def requests(self) -> list[str]:
         """URLs the page asked the network for since it was opened."""
-        urls = []
-        for entry in self.driver.get_log("performance"):
-            msg = json.loads(entry["message"])["message"]
-            if msg["method"] == "Network.requestWillBeSent":
-                urls.append(msg["params"]["request"]["url"])
-        return urls
+        return network_requests(self.driver)
 
     def alerts(self) -> list[str]:
         return self.js("return window.__alerts;")
 
     def console_errors(self) -> list[str]:
-        return [e["message"] for e in self.driver.get_log("browser") if e["level"] == "SEVERE"]
+        return console_errors(self.driver)
+
+
+def network_requests(driver) -> list[str]:  # type: ignore[no-untyped-def]
+    """URLs a page asked the network for since the performance log was last read."""
+    urls = []
+    for entry in driver.get_log("performance"):
+        msg = json.loads(entry["message"])["message"]
+        if msg["method"] == "Network.requestWillBeSent":
+            urls.append(msg["params"]["request"]["url"])
+    return urls
+
+
+def console_errors(driver) -> list[str]:  # type: ignore[no-untyped-def]
+    return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]

@@ -16,6 +16,7 @@ from aiflame.render.analyze_html import roofline_data
 from aiflame.sources.kineto_names import python_frame
 
 try:
+    from flamepage import console_errors, network_requests
     from selenium.webdriver.common.by import By
 except ImportError:  # no selenium: the driver fixture skips, or fails when it is required
     By = None  # type: ignore[assignment, misc]
@@ -61,15 +62,10 @@ class ReportPage:
         return self.driver.find_elements(By.CSS_SELECTOR, css)
 
     def requests(self) -> list[str]:
-        urls = []
-        for entry in self.driver.get_log("performance"):
-            msg = json.loads(entry["message"])["message"]
-            if msg["method"] == "Network.requestWillBeSent":
-                urls.append(msg["params"]["request"]["url"])
-        return urls
+        return network_requests(self.driver)
 
     def console_errors(self) -> list[str]:
-        return [e["message"] for e in self.driver.get_log("browser") if e["level"] == "SEVERE"]
+        return console_errors(self.driver)
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+from typing import Any
 
 from aiflame.errors import AiflameError
 
@@ -77,3 +79,15 @@ def check_attachable(pid: int) -> None:
             f"not permitted to trace PID {pid} ({name(pid)}): it belongs to another user; "
             "run aiflame as that user or as root"
         ) from None
+
+
+def start(argv: list[str], **popen: Any) -> subprocess.Popen:
+    """Start the program to record; a missing or unrunnable one is one clear error."""
+    try:
+        return subprocess.Popen(argv, **popen)
+    except FileNotFoundError:
+        raise AiflameError(f"{argv[0]}: command not found") from None
+    except PermissionError:
+        raise AiflameError(f"{argv[0]}: permission denied (not executable?)") from None
+    except OSError as e:
+        raise AiflameError(f"{argv[0]}: cannot run: {e.strerror or e}") from None

@@ -108,15 +108,8 @@ class Session:
     def launch(self, argv: list[str]) -> RecordResult:
         self._start_ebpf(follow_children=True)  # before the program: a failure runs nothing
         env = self._target_env()
-        try:
-            preexec = self.ebpf.preexec if self.ebpf is not None else None
-            target = subprocess.Popen(argv, env=env, preexec_fn=preexec)
-        except FileNotFoundError:
-            raise AiflameError(f"{argv[0]}: command not found") from None
-        except PermissionError:
-            raise AiflameError(f"{argv[0]}: permission denied (not executable?)") from None
-        except OSError as e:
-            raise AiflameError(f"{argv[0]}: cannot run: {e.strerror or e}") from None
+        preexec = self.ebpf.preexec if self.ebpf is not None else None
+        target = procs.start(argv, env=env, preexec_fn=preexec)
         if self.ebpf is not None:
             self.ebpf.add_target(target.pid)
         t0 = time.monotonic()

@@ -325,7 +325,9 @@ def _meta(
             "reserved_bytes": r.reserved[keep].tolist(),
             "peak_index": int(np.searchsorted(keep, r.peak_point)),
             "points": n,
-            "blocks": _timeline_blocks(r, keep, first_sample.get(main, 0)),
+            "blocks": timeline_blocks(
+                r.alloc_point, r.free_point, r.size, keep, first_sample.get(main, 0)
+            ),
         }
         if r.has_time:
             meta["time_range_ns"] = (t0 * 1000, int(r.time_us[-1]) * 1000)
@@ -336,19 +338,25 @@ def _meta(
     when = ""
     if r.peak_point >= 0 and r.has_time:
         when = f" at +{(r.time_us[r.peak_point] - r.time_us[0]) / 1000:.3f} ms"
-    meta["info:peak bytes"] = f"{_fmt_bytes(r.peak_bytes)}{when} (device {main})"
+    meta["info:peak bytes"] = f"{fmt_bytes(r.peak_bytes)}{when} (device {main})"
     meta["info:allocated"] = (
-        f"{_fmt_bytes(totals['allocated_bytes'])} in {totals['allocations']:,} allocations"
+        f"{fmt_bytes(totals['allocated_bytes'])} in {totals['allocations']:,} allocations"
     )
     reserved, frag = totals["reserved_bytes"], totals["fragmentation_bytes"]
     share = f", {frag / reserved:.1%} of it unallocated" if reserved else ""
-    meta["info:reserved"] = f"{_fmt_bytes(reserved)}{share}"
+    meta["info:reserved"] = f"{fmt_bytes(reserved)}{share}"
     if ooms:
         meta["info:oom events"] = str(len(ooms))
     return meta
 
 
-def _timeline_blocks(r: Replay, keep: np.ndarray, first: int) -> dict[str, object]:
+def timeline_blocks(
+    alloc_point: np.ndarray,
+    free_point: np.ndarray,
+    size: np.ndarray,
+    keep: np.ndarray,
+    first: int,
+) -> dict[str, object]:
     """Each allocation's lifetime in points of the (decimated) timeline, for the page to
     show what was live when: allocation ``i`` (sample ``first + i``) is live at point ``k``
     iff ``alloc[i] <= k < free[i]``, and at some moment between points ``j`` and ``k`` iff
@@ -356,17 +364,18 @@ def _timeline_blocks(r: Replay, keep: np.ndarray, first: int) -> dict[str, objec
     dropped between two kept points is in the second form), so the page can quantize
     lifetimes to the points it draws and stay small on long traces."""
     m = len(keep)
-    alloc = np.where(r.alloc_point >= 0, np.searchsorted(keep, r.alloc_point), 0)
-    free = np.where(r.free_point >= 0, np.searchsorted(keep, r.free_point), m)
+    alloc = np.where(alloc_point >= 0, np.searchsorted(keep, alloc_point), 0)
+    free = np.where(free_point >= 0, np.searchsorted(keep, free_point), m)
     return {
         "first_sample": first,
         "alloc": alloc.tolist(),
         "free": free.tolist(),
-        "size": r.size.tolist(),
+        "size": size.tolist(),
     }
 
 
-def _fmt_bytes(v: float) -> str:
+def fmt_bytes(v: float) -> str:
+    """``1.50 MiB (1,572,864 bytes)``: readable, and exact for comparing with other tools."""
     for scale, suffix in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
         if abs(v) >= scale:
             return f"{v / scale:.2f} {suffix} ({int(v):,} bytes)"

@@ -351,15 +351,19 @@ class SymbolTable:
         return np.where(hit, j, np.where(outer, self._reacher[j], -1))
 
     def _raw_name(self, off: int) -> bytes:
-        at = self._strtab_off + off
-        if at >= self._strtab_end:
-            return b""
-        end = self._data.find(b"\0", at, self._strtab_end)
-        return bytes(self._data[at : end if end >= 0 else self._strtab_end])
+        return c_string(self._data, self._strtab_off + off, self._strtab_end)
 
     def name(self, i: int) -> str:
         """The symbol's name as stored (mangled)."""
         return self._raw_name(int(self.name_off[i])).decode("utf-8", "replace")
+
+
+def c_string(data: bytes | mmap.mmap, at: int, limit: int) -> bytes:
+    """The NUL-terminated string at ``at`` of a string table that ends at ``limit``."""
+    if at >= limit:
+        return b""
+    end = data.find(b"\0", at, limit)
+    return bytes(data[at : end if end >= 0 else limit])
 
 
 def _alias_order(
@@ -451,11 +455,9 @@ def plt_entries(image: ElfImage) -> PltEntries | None:
     if offset + count * _RELA64.itemsize > len(image.data):
         return None
     relocs = np.frombuffer(image.data, dtype=_RELA64, count=count, offset=offset)
-    symtab = SymbolTable.__new__(SymbolTable)  # only for its string-table reader
     strsec = image.sections[int(image.sections[dynsym_i]["link"])]
-    symtab._data = image.data
-    symtab._strtab_off = int(strsec["offset"])
-    symtab._strtab_end = min(int(strsec["offset"] + strsec["size"]), len(image.data))
+    str_off = int(strsec["offset"])
+    str_end = min(str_off + int(strsec["size"]), len(image.data))
     dyn = image.sections[dynsym_i]
     nsym = int(dyn["size"]) // image.dt["sym"].itemsize
     syms = image._records("sym", int(dyn["offset"]), nsym)
@@ -464,7 +466,7 @@ def plt_entries(image: ElfImage) -> PltEntries | None:
     for i, info in enumerate(relocs["info"].tolist()):
         sym = info >> 32
         if 0 < sym < nsym:  # IRELATIVE and other symbol-less slots stay unnamed
-            names.append(symtab._raw_name(int(syms["name"][sym])))
+            names.append(c_string(image.data, str_off + int(syms["name"][sym]), str_end))
             starts.append(base + i * PLT_ENTRY)
     if not starts:
         return None

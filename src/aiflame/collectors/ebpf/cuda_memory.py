@@ -35,6 +35,7 @@ import numpy as np
 from aiflame.collectors.ebpf.cuda_apis import ALLOC, APIS, FREE
 from aiflame.collectors.ebpf.cuda_events import call_size
 from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
+from aiflame.sources.torch_memory import fmt_bytes, timeline_blocks
 from aiflame.sources.torch_memory_replay import decimate
 
 SAMPLE_TYPES = (
@@ -283,9 +284,6 @@ def _timeline_meta(tl: Timeline, pid: int) -> dict[str, object]:
     n = len(tl.live)
     keep = decimate(n, tl.live, tl.peak_point, TIMELINE_POINTS)
     t0 = int(tl.time_ns[0])
-    m = len(keep)
-    alloc = np.searchsorted(keep, tl.alloc_point)
-    free = np.where(tl.free_point >= 0, np.searchsorted(keep, tl.free_point), m)
     return {
         "device": f"PID {pid}",
         "scope": f"process {pid}, every GPU it allocated on",
@@ -295,17 +293,6 @@ def _timeline_meta(tl: Timeline, pid: int) -> dict[str, object]:
         "live_bytes": tl.live[keep].tolist(),
         "peak_index": int(np.searchsorted(keep, tl.peak_point)),
         "points": n,
-        "blocks": {
-            "first_sample": 0,  # the main process's GPU allocations are the first samples
-            "alloc": alloc.tolist(),
-            "free": free.tolist(),
-            "size": tl.size.tolist(),
-        },
+        # the main process's GPU allocations are the first samples
+        "blocks": timeline_blocks(tl.alloc_point, tl.free_point, tl.size, keep, 0),
     }
-
-
-def fmt_bytes(v: float) -> str:
-    for scale, suffix in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
-        if abs(v) >= scale:
-            return f"{v / scale:.2f} {suffix} ({int(v):,} bytes)"
-    return f"{int(v):,} bytes"

@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 
 from aiflame.collectors import procs
 from aiflame.collectors.ebpf.cuda import CudaOptions, CudaProbes
-from aiflame.errors import AiflameError
 from aiflame.model import Profile
 
 SYSTEM_SCAN_S = 2.0  # every process's maps, system-wide: a slower pace
@@ -117,14 +116,7 @@ def launch(argv: list[str], options: CudaRecordOptions) -> CudaRecording:
     """Run ``argv`` and record it; the program's exit status stays in ``target``."""
     probes = CudaProbes(options.probes)
     try:
-        try:
-            target = subprocess.Popen(argv)
-        except FileNotFoundError:
-            raise AiflameError(f"{argv[0]}: command not found") from None
-        except PermissionError:
-            raise AiflameError(f"{argv[0]}: permission denied (not executable?)") from None
-        except OSError as e:
-            raise AiflameError(f"{argv[0]}: cannot run: {e.strerror or e}") from None
+        target = procs.start(argv)
         rec = CudaRecording(probes, target)
         _record(rec, target.pid, options, target)
         return rec
