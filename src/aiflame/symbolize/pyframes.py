@@ -55,6 +55,7 @@ class PythonNaming:
         cleaned = {os.path.normpath(r) for r in roots if r and os.path.isabs(r)}
         self.roots = sorted(cleaned, key=len, reverse=True)  # the longest prefix wins
         self.classes = ClassResolver(read_sources)
+        self._found: dict[str, str | None] = {}  # profiler path -> file (one search per file)
 
     def relative(self, file: str) -> str:
         """``file`` as the profiler writes it: relative to the longest ``sys.path`` entry
@@ -67,6 +68,11 @@ class PythonNaming:
 
     def absolute(self, file: str) -> str | None:
         """The file a relative profiler path names, if one of the roots holds it."""
+        if file not in self._found:
+            self._found[file] = self._search(file)
+        return self._found[file]
+
+    def _search(self, file: str) -> str | None:
         if os.path.isabs(file):
             return file if os.path.isfile(file) else None
         for root in self.roots:
