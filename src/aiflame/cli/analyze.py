@@ -22,7 +22,8 @@ def configure(p: argparse.ArgumentParser) -> None:
         "traces",
         nargs="+",
         metavar="TRACE",
-        help="Kineto trace (.json or .json.gz) or Nsight Systems SQLite export (.sqlite)",
+        help="Kineto trace (.json or .json.gz), a directory of them (one per rank), or an "
+        "Nsight Systems SQLite export (.sqlite)",
     )
     p.add_argument("--json", metavar="OUT", help="write the report as JSON ('-': stdout)")
     p.add_argument(
