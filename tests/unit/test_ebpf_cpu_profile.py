@@ -189,3 +189,53 @@ def test_perf_event_attr_and_cpu_lists():
     assert len(attr) == 128
     type_, size, config, freq, _, _, flags = struct.unpack_from("<IIQQQQQ", attr)
     assert (type_, size, config, freq, flags) == (1, 128, 0, 99, 1 << 10)
+
+
+def test_python_frames_then_what_they_called_then_kernel(resolver, tmp_path):
+    """A Python thread's stack: its Python frames (outermost first), then the native frames
+    innermost of the interpreter's (which the Python frames stand for), then the kernel."""
+    from aiflame.collectors.ebpf.pycode import PyFunction
+    from aiflame.symbolize.pyframes import PythonNaming
+
+    labs, clone, strlen = (_libc_function(n) for n in ("labs", "clone", "strlen"))
+    in_python = ctypes.cast(ctypes.pythonapi.Py_GetVersion, ctypes.c_void_p).value or 0
+    symbols = resolver.process(os.getpid()).symbolize([labs, strlen, clone, in_python])
+    interpreter = symbols[3].module  # libpython, or the executable when linked statically
+    assert interpreter != symbols[0].module
+    src = tmp_path / "app.py"
+    src.write_text("class Net:\n    def forward(self):\n        pass\n\ndef main():\n    pass\n")
+    functions = (  # innermost first, as walked
+        PyFunction("Net.forward", str(src), 2),
+        PyFunction("main", str(src), 5),
+        PyFunction("<module>", str(src), 1),
+    )
+    # labs <- strlen <- the interpreter <- clone: libc code called from Python code
+    stacks = {
+        7: (labs + 2, strlen + 1, in_python + 1, clone + 1),
+        9: (K_GETPID, K_DO + 1, K_ENTRY + 1),
+        11: (),
+    }
+    key = SampleKey(os.getpid(), os.getpid(), 1, 7, 9, "worker", 11)
+    no_python = SampleKey(os.getpid(), os.getpid() + 1, 1, 7, 9, "omp", -1)
+    raw = _raw(
+        [(key, 4), (no_python, 2)],
+        stacks,
+        python_frames={(os.getpid(), 11): functions},
+        python_modules={os.getpid(): interpreter},
+    )
+    profile, stats = build_profile(raw, resolver, naming=PythonNaming([str(tmp_path)]))
+    by_stack = {
+        tuple(f.name for f in profile.stack_frames(s)): v for s, v in profile.iter_stack_values(0)
+    }
+    kernel = ("entry_SYSCALL_64", "do_syscall_64", "__x64_sys_getpid")
+    python = ("<module> (app.py:1)", "main (app.py:5)", "Net > forward (app.py:2)")
+    labs_, strlen_, clone_, py_ = (sym.name for sym in symbols)
+    assert by_stack == {
+        (*python, strlen_, labs_, *kernel): 4,  # the interpreter's frames and below: replaced
+        (clone_, py_, strlen_, labs_, *kernel): 2,  # a thread without Python keeps them all
+    }
+    stacks_ = [profile.stack_frames(s) for s, _ in profile.iter_stack_values(0)]
+    kinds = {f.name: f.kind for frames in stacks_ for f in frames}
+    assert {kinds[n] for n in python} == {FrameKind.PYTHON}
+    assert stats.python == 4 and stats.user_stacks == 6
+    assert "4 samples with Python frames" in str(profile.meta["info:python stacks"])

@@ -85,10 +85,17 @@ def configure(p: argparse.ArgumentParser) -> None:
     ebpf.add_argument(
         "--ebpf",
         action="store_true",
-        help="require the eBPF CPU sampler (used by default as root): native, JIT and kernel "
-        "stacks of every thread in cpu-samples, Python stacks in python-samples",
+        help="require the eBPF CPU sampler (used by default as root): Python (CPython "
+        "3.11-3.13, walked in the kernel), native, JIT and kernel frames of every thread in "
+        "cpu-samples",
     )
     ebpf.add_argument("--no-ebpf", action="store_true", help="never use the eBPF sampler")
+    p.add_argument(
+        "--py-spy",
+        action="store_true",
+        help="with eBPF, take the Python stacks from py-spy (python-samples) even where the "
+        "eBPF sampler can walk them",
+    )
     p.add_argument(
         "--all",
         action="store_true",
@@ -209,6 +216,7 @@ def run(args: argparse.Namespace) -> int:
         status=print_status_line if live else None,
         ebpf="on" if args.ebpf else ("off" if args.no_ebpf else "auto"),
         system_wide=args.all,
+        python_in_kernel=not args.py_spy,
     )
     session = Session(options)
     try:

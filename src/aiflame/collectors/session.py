@@ -16,9 +16,10 @@ The torch traces, if any, are loaded with the Kineto importer and merged in.
 
 With eBPF (``ebpf`` "auto" as root, or "on"), :mod:`.ebpf.recording` samples every thread
 of the target and its children in the kernel instead: ``cpu-samples`` then holds native,
-JIT and kernel frames (Python functions too on Python >= 3.12, through the perf-map
-trampolines that ``PYTHONPERFSUPPORT=1`` turns on), and py-spy's Python stacks become
-``python-samples``. ``system_wide`` records every process with eBPF alone.
+JIT and kernel frames, and, for CPython 3.11-3.13, the Python frames too, which the BPF
+program walks itself: no py-spy process then (``python_in_kernel``). For other
+interpreters, py-spy's Python stacks are kept beside as ``python-samples``.
+``system_wide`` records every process with eBPF alone.
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ class RecordOptions:
     status: Callable[[str], None] | None = None  # receives the live status line
     ebpf: str = "off"  # "auto": eBPF when it works, else one note; "on": required
     system_wide: bool = False  # every process, eBPF only (launch/attach not used)
+    python_in_kernel: bool = True  # with eBPF, walk Python stacks there where it can (no py-spy)
 
 
 @dataclass
@@ -101,6 +103,7 @@ class Session:
         self.samplers: list[tuple[str, subprocess.Popen, SamplerConfig]] = []
         self.notes: list[str] = []
         self.failures: list[str] = []  # why a sampler recorded nothing
+        self.python_in_kernel = False  # the eBPF sampler walks the target's Python stacks
         self._signals: list[int] = []
         self._own_perf_maps = False  # we asked oneDNN for them: ours to delete
 
@@ -173,7 +176,10 @@ class Session:
         if "ONEDNN_JIT_PROFILE" not in env and "DNNL_JIT_PROFILE" not in env:
             env["ONEDNN_JIT_PROFILE"] = "2"  # perf map only (no jitdump files)
             self._own_perf_maps = True
-        if self.ebpf is not None and "PYTHONPERFSUPPORT" not in env:
+        # Perf-map trampolines name Python functions in native stacks (3.12+); not needed
+        # where the sampler walks the Python frames itself.
+        in_kernel = self.options.python_in_kernel
+        if self.ebpf is not None and not in_kernel and "PYTHONPERFSUPPORT" not in env:
             # Python >= 3.12 names its functions in the perf map for eBPF stacks.
             env["PYTHONPERFSUPPORT"] = "1"
             self._own_perf_maps = True
@@ -224,7 +230,9 @@ class Session:
     # -- sampling -----------------------------------------------------------------------------
     def _configs(self) -> list[tuple[str, SamplerConfig]]:
         o = self.options
-        out = [("cpu", SamplerConfig(o.rate, False, False, o.subprocesses, o.duration))]
+        out = []
+        if not self.python_in_kernel:
+            out.append(("cpu", SamplerConfig(o.rate, False, False, o.subprocesses, o.duration)))
         native_rate = o.native_rate
         if native_rate is None:
             native_rate = 0 if self.ebpf is not None else o.native_fallback
@@ -235,6 +243,8 @@ class Session:
         return out
 
     def _start_samplers(self, pid: int) -> None:
+        if self.ebpf is not None and self.options.python_in_kernel:
+            self.python_in_kernel = self.ebpf.walks_python(pid)
         for name, config in self._configs():
             out = os.path.join(self.dir, f"pyspy-{name}.json")
             log = open(os.path.join(self.dir, f"pyspy-{name}.log"), "wb")  # noqa: SIM115
@@ -336,7 +346,7 @@ class Session:
         self._stop_samplers_after(SAMPLER_EXIT_GRACE_S)
         if self.ebpf is not None:
             try:
-                self.ebpf_profile = self.ebpf.finish()
+                self.ebpf_profile = self.ebpf.finish(PythonNaming(python_roots(self.dir)))
             finally:
                 self.ebpf.close()
             self.notes.extend(self.ebpf.notes)
@@ -475,14 +485,15 @@ class Session:
 
     def _meta(self, configs: list[tuple[str, SamplerConfig]]) -> dict[str, object]:
         rates = ", ".join(f"{n} {c.rate} Hz" for n, c in configs)
+        pyspy = f"py-spy ({rates})" if configs else ""
         meta: dict[str, object] = {
             "source": "aiflame record",
             "format": "record",
-            "info:sampler": f"py-spy ({rates})",
+            "info:sampler": pyspy,
         }
         if self.ebpf_profile is not None:
-            ebpf = self.ebpf_profile.meta.get("info:sampler")
-            meta["info:sampler"] = f"{ebpf}; py-spy ({rates})"
+            ebpf = str(self.ebpf_profile.meta.get("info:sampler"))
+            meta["info:sampler"] = f"{ebpf}; {pyspy}" if pyspy else ebpf
         if self.options.torch_window > 0:
             meta["info:torch window"] = f"{self.options.torch_window:g} s"
         return meta

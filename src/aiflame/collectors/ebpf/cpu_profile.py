@@ -1,7 +1,12 @@
 """A :class:`RawProfile` of the eBPF CPU sampler as a Profile with the ``cpu-samples`` metric.
 
 Stacks read root first: (a process frame, with several processes), the user frames from
-the outermost caller to the interrupted function, then the kernel frames. Every address
+the outermost caller to the interrupted function, then the kernel frames. In a Python
+thread whose frames the kernel walked, the user part is the Python stack (outermost call
+first, named like the PyTorch profiler's frames) followed by the native frames the Python
+code called into: those above the interpreter's own frames (``_PyEval_EvalFrameDefault``
+and its helpers, which the Python frames stand for), so a stack reads ``train >
+Linear > forward > at::native::addmm > mkl_sgemm > [kernel]``. Every address
 becomes a frame: unknown ones show as ``module+0xOFFSET`` (or ``[unknown]`` outside every
 mapping), a stack the kernel could not record as a labelled placeholder, so samples are
 never dropped. Labels: pid, tid, comm (the thread's name), process, cgroup.
@@ -20,9 +25,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aiflame.collectors.ebpf.cgroups import cgroup_paths
+from aiflame.collectors.ebpf.pycode import PyFunction
 from aiflame.collectors.ebpf.sampler import MAX_STACK_DEPTH, RawProfile, SampleKey
 from aiflame.model import Frame, FrameKind, Profile, ProfileBuilder, SampleType
 from aiflame.symbolize.process import UNKNOWN_NAME, Symbol, SymbolResolver
+from aiflame.symbolize.pyframes import PythonNaming
 
 CPU_SAMPLES = SampleType("cpu-samples", "count")
 # Where a complete user stack ends (glibc, musl, Go, Rust/C++ runtimes, the dynamic loader).
@@ -50,6 +57,7 @@ START_FUNCTIONS = frozenset(
 )
 _STACK_LOST = {-errno.ENOMEM: "[stack lost: stack map full]"}
 USER_STACK_MISSING = "[user stack unreadable]"
+PYTHON_FRAME_UNREADABLE = "[Python frame unreadable]"
 TRUNCATED_COMMENT = "aiflame truncated user stacks:"
 NO_USER_STACK = -1  # a kernel thread's
 
@@ -59,6 +67,7 @@ class StackStats:
     user_stacks: int = 0  # samples with a user stack
     truncated: int = 0  # of those, cut short
     at_depth_limit: int = 0  # of those, at the unwinder's depth limit
+    python: int = 0  # of those, with the Python stack walked in the kernel
 
     @property
     def truncated_share(self) -> float:
@@ -101,11 +110,45 @@ def _lookup_addresses(stack: tuple[int, ...]) -> list[int]:
     return [stack[0], *(a - 1 for a in stack[1:])] if stack else []
 
 
+class _PythonFrames:
+    """Python stacks of ``raw`` as model frames, each function named once."""
+
+    def __init__(self, raw: RawProfile, naming: PythonNaming) -> None:
+        self.raw = raw
+        self.naming = naming
+        self._named: dict[PyFunction | None, Frame] = {}
+
+    def of(self, key: SampleKey) -> list[Frame] | None:
+        """The sample's Python frames, outermost first; None when it has none."""
+        if key.python_stack < 0:
+            return None
+        functions = self.raw.python_frames.get((key.pid, key.python_stack))
+        if not functions:
+            return None
+        return [self._frame(f) for f in reversed(functions)]
+
+    def _frame(self, function: PyFunction | None) -> Frame:
+        frame = self._named.get(function)
+        if frame is None:
+            if function is None:
+                frame = Frame(PYTHON_FRAME_UNREADABLE, FrameKind.LABEL)
+            else:
+                named = self.naming.sampled(function.qualname, function.file, function.first_line)
+                frame = Frame(named.name, FrameKind.PYTHON, named.file, named.line)
+            self._named[function] = frame
+        return frame
+
+
 def build_profile(
-    raw: RawProfile, resolver: SymbolResolver, process_frames: bool = False
+    raw: RawProfile,
+    resolver: SymbolResolver,
+    process_frames: bool = False,
+    naming: PythonNaming | None = None,
 ) -> tuple[Profile, StackStats]:
-    """The Profile of ``raw``; ``process_frames``: root each stack at its process's name."""
+    """The Profile of ``raw``; ``process_frames``: root each stack at its process's name;
+    ``naming``: how Python frames are named (the target's ``sys.path``)."""
     builder = ProfileBuilder([CPU_SAMPLES])
+    python = _PythonFrames(raw, naming or PythonNaming())
     kernel_addrs = {
         a
         for k, _ in raw.counts
@@ -129,14 +172,19 @@ def build_profile(
     }
     cgroups = cgroup_paths({k.cgroup for k, _ in raw.counts})
     stats = StackStats()
-    cache: dict[tuple[int, int, int, str], int] = {}
+    cache: dict[tuple[int, int, int, int, str], int] = {}
     for key, count in raw.counts:
-        ck = (key.pid, key.user_stack, key.kernel_stack, key.comm if process_frames else "")
+        comm = key.comm if process_frames else ""
+        ck = (key.pid, key.user_stack, key.kernel_stack, key.python_stack, comm)
         stack_id = cache.get(ck)
+        py_frames = python.of(key)
         if stack_id is None:
-            frames = _frames(raw, key, ksyms, usyms.get(key.pid, {}), process_frames)
+            frames = _frames(raw, key, ksyms, usyms.get(key.pid, {}), process_frames, py_frames)
             stack_id = cache[ck] = builder.stack(builder.frames.intern_frame(f) for f in frames)
-        if key.user_stack >= 0:
+        if py_frames is not None:  # complete down to the program's first Python frame
+            stats.user_stacks += count
+            stats.python += count
+        elif key.user_stack >= 0:
             user = _stack(raw, key.user_stack)
             # glibc's internal aliases (__GI___clone) name the same functions
             names = {usyms[key.pid][a].name.removeprefix("__GI_") for a in _lookup_addresses(user)}
@@ -167,12 +215,19 @@ def _frames(
     ksyms: dict[int, Symbol],
     usyms: dict[int, Symbol],
     process_frames: bool,
+    python: list[Frame] | None = None,
 ) -> list[Frame]:
     out: list[Frame] = []
     if process_frames:
         name = raw.process_names.get(key.pid) or key.comm or "?"
         out.append(Frame(f"{name} ({key.pid})" if key.pid else name, FrameKind.LABEL))
-    if key.user_stack >= 0:
+    if python is not None:
+        out.extend(python)
+        if key.user_stack >= 0:
+            addrs = _lookup_addresses(_stack(raw, key.user_stack))
+            interpreter = raw.python_modules.get(key.pid, "")
+            out.extend(_frame(usyms[a]) for a in reversed(_above(addrs, usyms, interpreter)))
+    elif key.user_stack >= 0:
         addrs = _lookup_addresses(_stack(raw, key.user_stack))
         out.extend(_frame(usyms[a]) for a in reversed(addrs))
     elif key.user_stack in _STACK_LOST:
@@ -189,6 +244,16 @@ def _frames(
     return out
 
 
+def _above(addrs: list[int], usyms: dict[int, Symbol], interpreter: str) -> list[int]:
+    """The innermost native frames, up to the first one in the interpreter (whose frames
+    the Python stack stands for). An unwinder stopped before it (code without frame
+    pointers) leaves only those frames: all are kept."""
+    for i, a in enumerate(addrs):
+        if interpreter and usyms[a].module == interpreter:
+            return addrs[:i]
+    return addrs
+
+
 def _meta(raw: RawProfile, stats: StackStats) -> dict[str, object]:
     s = raw.stats
     meta: dict[str, object] = {
@@ -202,6 +267,8 @@ def _meta(raw: RawProfile, stats: StackStats) -> dict[str, object]:
             f"{stats.truncated_share * 100:.1f}% of {stats.user_stacks:,} user stacks end "
             f"before a start function (code without frame pointers{depth})"
         )
+    if stats.python or raw.python_unsupported:
+        meta["info:python stacks"] = _python_line(raw, stats)
     meta["info:ebpf losses"] = losses_line(s)
     # pprof keeps comments, not meta: `aiflame info` reads the share back from there
     meta["comments"] = [
@@ -223,6 +290,23 @@ def truncated_stacks(meta: dict[str, object]) -> tuple[int, int] | None:
             if t.isdigit() and n.isdigit():
                 return int(t), int(n)
     return None
+
+
+def _python_line(raw: RawProfile, stats: StackStats) -> str:
+    walked = len(raw.python_modules)
+    parts = [
+        f"walked in the kernel in {walked} process{'es' if walked != 1 else ''}: "
+        f"{stats.python:,} samples with Python frames"
+    ]
+    failed = raw.stats.get("python_failed", 0)
+    if failed:
+        parts.append(f"{failed:,} unreadable")
+    if raw.stats.get("python_depth"):
+        parts.append(f"{raw.stats['python_depth']:,} cut at the depth limit")
+    reasons = sorted(set(raw.python_unsupported.values()))
+    if reasons:
+        parts.append("not walked: " + "; ".join(reasons[:3]))
+    return ", ".join(parts)
 
 
 def losses_line(s: dict[str, int]) -> str:

@@ -27,6 +27,7 @@ from aiflame.collectors.ebpf.libbpf import BpfError
 from aiflame.collectors.ebpf.sampler import CpuSampler, SamplerOptions
 from aiflame.model import Profile, ProfileBuilder
 from aiflame.symbolize.process import SymbolResolver
+from aiflame.symbolize.pyframes import PythonNaming
 from aiflame.transforms.merge import merge
 
 TRUNCATION_NOTE = 0.2  # share of truncated user stacks worth a note
@@ -85,8 +86,22 @@ class EbpfRecorder:
                 left = min(left, CUDA_TICK_S)
             self.sampler.poll(max(1, int(left * 1000)))
 
-    def finish(self) -> Profile | None:
-        """Stop sampling and build the profile (None when nothing was sampled)."""
+    def walks_python(self, pid: int) -> bool:
+        """Whether the sampler reads this process's Python stacks itself (CPython 3.11-3.13
+        found in it), so that no other sampler is needed for them."""
+        from aiflame.collectors.ebpf.pyruntime import UnsupportedPython, find_python
+
+        if not self.running:
+            return False
+        try:
+            find_python(pid)
+        except UnsupportedPython:
+            return False
+        return True
+
+    def finish(self, naming: PythonNaming | None = None) -> Profile | None:
+        """Stop sampling and build the profile (None when nothing was sampled); ``naming``
+        names the Python frames (the targets' ``sys.path``)."""
         if not self.running:
             return None
         self.running = False
@@ -98,7 +113,7 @@ class EbpfRecorder:
             # no CPU sample (a program that mostly waits): cpu-samples stays the first type
             return _with_calls(ProfileBuilder([CPU_SAMPLES]).build(), calls)
         multi = self.system_wide or len({k.pid for k, _ in raw.counts}) > 1
-        profile, stats = build_profile(raw, SymbolResolver(), process_frames=multi)
+        profile, stats = build_profile(raw, SymbolResolver(), multi, naming)
         losses = str(profile.meta.get("info:ebpf losses", "none"))
         if losses != "none":
             self.notes.append(f"eBPF sampler {losses}")

@@ -8,8 +8,11 @@
     sampler.close()             # idempotent; also done by stop() and on garbage collection
 
 Only aggregates cross into user space: (pid, tid, cgroup, comm, user stack id, kernel stack
-id) -> count, plus each distinct stack once. The kernel sheds every probe when this process
-dies (links are file descriptors), so even a SIGKILL leaves nothing attached.
+id, Python stack id) -> count, plus each distinct stack once. Python stacks are walked in
+the kernel for the CPython processes described to it (:mod:`.pyruntime`); their code
+objects are named from the live process as each new stack is announced (:mod:`.pycode`).
+The kernel sheds every probe when this process dies (links are file descriptors), so even
+a SIGKILL leaves nothing attached.
 """
 
 from __future__ import annotations
@@ -24,14 +27,23 @@ from dataclasses import dataclass, field
 from aiflame.collectors.ebpf import object_bytes
 from aiflame.collectors.ebpf.libbpf import BpfError, BpfObject
 from aiflame.collectors.ebpf.perf import cpu_clock_attr, online_cpus, perf_event_open
+from aiflame.collectors.ebpf.pycode import CodeReader, PyFunction
+from aiflame.collectors.ebpf.pyruntime import UnsupportedPython, find_python
 
 MAX_STACK_DEPTH = 127  # profile.bpf.c MAX_STACK_DEPTH
 # A process is announced at its first sample, maybe before the dynamic loader has mapped
 # its libraries: its maps are read again this much later (and once more at the end).
 RESNAPSHOT_S = 0.2
-# struct sample_key: pid, tid, cgroup, user/kernel stack, user/kernel error, comm[16]
-_KEY = struct.Struct("<IIQQQii16s")
-_PID_EVENT = struct.Struct("<II")
+PY_ENTRY = 1  # profile.bpf.c: low bit of a code address, the frame a C call entered
+PY_NO_THREAD = -1  # python_stack: the thread runs no Python
+PY_NOT_PYTHON = -2  # python_stack: the process is not a described CPython
+# A launched interpreter maps libpython a moment after exec: look for it this long.
+PYTHON_SEARCH_S = 3.0
+# struct sample_key: pid, tid, cgroup, user/kernel/Python stack, their errors, pad, comm[16]
+_KEY = struct.Struct("<IIQQQQiiiI16s")
+# struct pid_event: pid, kind (EV_PROCESS, EV_PYTHON_STACK), stack
+_PID_EVENT = struct.Struct("<IIQ")
+EV_PROCESS, EV_PYTHON_STACK = 0, 1
 # enum stat of profile.bpf.c, in order
 STAT_NAMES = (
     "samples",
@@ -41,6 +53,9 @@ STAT_NAMES = (
     "stacks_full",
     "kernel_stack_failed",
     "events_lost",
+    "python_stacks",
+    "python_failed",
+    "python_depth",
 )
 
 
@@ -62,6 +77,7 @@ class SampleKey:
     user_stack: int  # key in RawProfile.stacks (>= 0), or -errno; -1: a kernel thread
     kernel_stack: int  # key in RawProfile.stacks, or -errno (-EFAULT: in user mode)
     comm: str
+    python_stack: int = PY_NOT_PYTHON  # key in RawProfile.stacks (code addresses), or <0
 
 
 @dataclass
@@ -76,6 +92,12 @@ class RawProfile:
     freq: int = 99
     duration_s: float = 0.0
     cpus: int = 0
+    # (pid, Python stack id) -> its functions, innermost first (None: unreadable)
+    python_frames: dict[tuple[int, int], tuple[PyFunction | None, ...]] = field(
+        default_factory=dict
+    )
+    python_modules: dict[int, str] = field(default_factory=dict)  # pid -> interpreter file
+    python_unsupported: dict[int, str] = field(default_factory=dict)  # pid -> why not walked
 
 
 def _weak_callback(method: Callable[[bytes], None]) -> Callable[[bytes], None]:
@@ -123,6 +145,11 @@ class CpuSampler:
         self._recheck: dict[int, float] = {}  # pid -> when to read its maps again
         self._started: dict[int, int] = {}  # pid -> its start time (pids are reused)
         self._rb = None
+        self._readers: dict[int, CodeReader] = {}  # pid -> its code objects' reader
+        self._python_search: dict[int, float] = {}  # pid -> until when to look for Python
+        self._python_unsupported: dict[int, str] = {}
+        self._python_stacks: list[tuple[int, int]] = []  # (pid, stack) announced, unread
+        self._python_frames: dict[tuple[int, int], tuple[PyFunction | None, ...]] = {}
         self._t0 = 0.0
         self._t1 = 0.0
 
@@ -160,6 +187,7 @@ class CpuSampler:
         """Sample ``pid`` too (with ``pids`` given); its maps are snapshotted now."""
         assert self.obj is not None
         self.obj.map("targets").update(struct.pack("<I", pid), b"\x01")
+        self._python_search[pid] = time.monotonic() + PYTHON_SEARCH_S
         self._snapshot(pid)
         self._recheck[pid] = time.monotonic() + RESNAPSHOT_S
 
@@ -180,6 +208,12 @@ class CpuSampler:
         for pid in [p for p, due in self._recheck.items() if due <= now]:
             del self._recheck[pid]
             self._snapshot(pid)
+        for pid, until in list(self._python_search.items()):
+            if pid in self._readers or until < now:
+                del self._python_search[pid]
+            else:
+                self._snapshot(pid)
+        self._name_python_stacks()
 
     def stop(self) -> RawProfile:
         """Stop sampling, read the aggregates, free everything."""
@@ -200,6 +234,8 @@ class CpuSampler:
         if self.obj is not None:
             self.obj.close()
             self.obj = None
+        for reader in self._readers.values():
+            reader.close()
         self._rb = None
         self._perf_links.clear()
 
@@ -208,7 +244,11 @@ class CpuSampler:
 
     # -- process snapshots -------------------------------------------------------------------
     def _on_event(self, data: bytes) -> None:
-        pid, _ = _PID_EVENT.unpack_from(data)
+        pid, kind, stack = _PID_EVENT.unpack_from(data)
+        if kind == EV_PYTHON_STACK:
+            self._python_stacks.append((pid, stack))
+            return
+        self._python_search.setdefault(pid, time.monotonic() + PYTHON_SEARCH_S)
         self._snapshot(pid)
         self._recheck[pid] = time.monotonic() + RESNAPSHOT_S
 
@@ -223,23 +263,66 @@ class CpuSampler:
         texts = self.maps.setdefault(pid, [])
         if not texts or texts[-1] != text:
             texts.append(text)
+            self._describe_python(pid, text)
         comm = _read(f"/proc/{pid}/comm")
         if comm:
             self.process_names[pid] = comm.strip()
+
+    # -- Python stacks -----------------------------------------------------------------------
+    def _describe_python(self, pid: int, maps_text: str) -> None:
+        """Tell the BPF program where this process's interpreter keeps its frames (again
+        after an exec, which clears the description)."""
+        if self.obj is None:
+            return
+        try:
+            python = find_python(pid, maps_text)
+        except UnsupportedPython as e:
+            self._python_unsupported[pid] = str(e)
+            return
+        old = self._readers.get(pid)
+        if old is not None and old.python == python:
+            return
+        self.obj.map("py_procs").update(
+            struct.pack("<I", pid), python.offsets.bpf_struct(python.runtime)
+        )
+        if old is not None:
+            old.close()
+        self._readers[pid] = CodeReader(python)
+        self._python_unsupported.pop(pid, None)
+
+    def _name_python_stacks(self) -> None:
+        """Read the code objects of the Python stacks announced since the last call."""
+        if not self._python_stacks or self.obj is None:
+            return
+        stacks_map = self.obj.map("stacks")
+        todo, self._python_stacks = self._python_stacks, []
+        for pid, stack in todo:
+            reader = self._readers.get(pid)
+            if reader is None or (pid, stack) in self._python_frames:
+                continue
+            raw = stacks_map.lookup(struct.pack("<Q", stack))
+            if raw is not None:
+                addrs = struct.unpack(f"<{len(raw) // 8}Q", raw)
+                self._python_frames[pid, stack] = reader.read([a & ~PY_ENTRY for a in addrs if a])
 
     # -- reading -----------------------------------------------------------------------------
     def _read_all(self) -> RawProfile:
         assert self.obj is not None
         counts: list[tuple[SampleKey, int]] = []
+        self._name_python_stacks()
         for raw_key, raw_value in self.obj.map("counts").items():
-            pid, tid, cgroup, ustack, kstack, uerr, kerr, comm = _KEY.unpack(raw_key)
+            pid, tid, cgroup, ustack, kstack, pystack, uerr, kerr, pyerr, _, comm = _KEY.unpack(
+                raw_key
+            )
             name = comm.split(b"\0", 1)[0].decode("utf-8", "replace")
-            key = SampleKey(pid, tid, cgroup, uerr or ustack, kerr or kstack, name)
+            key = SampleKey(
+                pid, tid, cgroup, uerr or ustack, kerr or kstack, name, pyerr or pystack
+            )
             counts.append((key, struct.unpack("<Q", raw_value)[0]))
         stacks_map = self.obj.map("stacks")
         stacks: dict[int, tuple[int, ...]] = {}
         for key, _ in counts:
-            for sid in (key.user_stack, key.kernel_stack):
+            for sid in (key.user_stack, key.kernel_stack, key.python_stack):
                 if sid >= 0 and sid not in stacks:
                     raw = stacks_map.lookup(struct.pack("<Q", sid))
                     if raw is not None:
@@ -252,6 +335,13 @@ class CpuSampler:
             stats[name] = sum(struct.unpack("<Q", v)[0] for v in per_cpu)
         for pid in {k.pid for k, _ in counts if k.pid}:
             self._snapshot(pid)  # libraries loaded since; or the announcement was lost
+        frames = self._python_frames
+        for key, _ in counts:  # stacks whose announcement was lost are read now
+            reader = self._readers.get(key.pid)
+            fresh = (key.pid, key.python_stack) not in frames
+            if reader is not None and key.python_stack >= 0 and fresh:
+                addrs = [a & ~PY_ENTRY for a in stacks.get(key.python_stack, ())]
+                frames[key.pid, key.python_stack] = reader.read(addrs)
         return RawProfile(
             counts,
             stacks,
@@ -261,4 +351,7 @@ class CpuSampler:
             self.options.freq,
             max(self._t1 - self._t0, 0.0),
             len(self.cpus),
+            frames,
+            {pid: r.python.module for pid, r in self._readers.items()},
+            dict(self._python_unsupported),
         )

@@ -64,6 +64,8 @@ static void *(*bpf_ringbuf_reserve)(void *ringbuf, __u64 size, __u64 flags) = (v
 static void (*bpf_ringbuf_submit)(void *data, __u64 flags) = (void *)132;
 static void (*bpf_ringbuf_discard)(void *data, __u64 flags) = (void *)133;
 static __u64 (*bpf_ringbuf_query)(void *ringbuf, __u64 flags) = (void *)134;
+static long (*bpf_loop)(__u32 nr_loops, void *callback_fn, void *callback_ctx,
+			__u64 flags) = (void *)181;
 
 /* CO-RE: read a kernel field at the offset the running kernel's BTF gives */
 #define CORE_READ_INTO(dst, src_ptr, field)                                              \

@@ -4,11 +4,25 @@
  * stack is stored once, under a 64-bit hash of its addresses (a stack-trace map would
  * drop stacks whose 14-bit bucket collides), so user space reads aggregates, not samples.
  * The first sample of each process (and the first after it execs) is announced on a ring
- * buffer, so user space can snapshot its memory mappings while it still runs. */
+ * buffer, so user space can snapshot its memory mappings while it still runs.
+ *
+ * In CPython processes that user space has described in `py_procs` (3.11+), each sample
+ * also walks the sampled thread's Python frames: the chain of _PyInterpreterFrame from the
+ * thread state to the outermost call, kept as the addresses of their code objects (a Python
+ * stack, stored like the others). Each new Python stack is announced on the ring buffer so
+ * user space reads the code objects' names while the process still runs. No frame pointers
+ * are needed in the interpreter for this, unlike its native stack. */
 #include "aiflame_core.h"
 
 #define MAX_STACK_DEPTH 127 /* the kernel's default perf_event_max_stack */
 #define COMM_LEN 16
+#define MAX_PY_DEPTH 127   /* Python frames kept per stack (the outermost are cut) */
+#define MAX_PY_THREADS 128 /* thread states searched for the sampled thread */
+#define PY_ENTRY 1ULL      /* low bit of a code address: its frame was entered from C */
+#define PY_NO_OFFSET 0xffffffffU
+#define PY_OWNED_BY_CSTACK 3 /* 3.12+: the shim frame of an entry into the eval loop */
+#define PY_NO_THREAD (-1)  /* python_error: no thread state (not a Python thread) */
+#define PY_NOT_PYTHON (-2) /* python_error: not a described Python process */
 
 /* read-only configuration, set by the loader before load */
 const volatile __u8 filter_pids = 0;     /* 1: only processes in `targets` */
@@ -23,6 +37,9 @@ enum stat {
 	ST_STACKS_FULL,      /* stack lost: the stack map was full */
 	ST_KERNEL_FAILED,    /* kernel stack failed for another reason */
 	ST_EVENTS_LOST,      /* ring buffer full: a process announcement was dropped */
+	ST_PY_STACKS,        /* samples with a Python stack */
+	ST_PY_FAILED,        /* Python frames unreadable (memory not paged in, torn update) */
+	ST_PY_DEPTH,         /* Python stacks cut at MAX_PY_DEPTH */
 	ST_N,
 };
 
@@ -32,18 +49,42 @@ struct sample_key {
 	__u64 cgroup;
 	__u64 user_stack;   /* key in `stacks` when user_error is 0 */
 	__u64 kernel_stack; /* key in `stacks` when kernel_error is 0 */
+	__u64 python_stack; /* key in `stacks` (code object addresses) when python_error is 0 */
 	__s32 user_error;   /* -errno, or -1 for a kernel thread (no user stack) */
 	__s32 kernel_error; /* -errno; -EFAULT: the sample hit user mode */
+	__s32 python_error; /* PY_NO_THREAD, PY_NOT_PYTHON, or -errno */
+	__u32 pad;
 	char comm[COMM_LEN];
+};
+
+/* Where CPython keeps what the walk reads, for one process (offsets in bytes). */
+struct py_proc {
+	__u64 runtime;           /* address of _PyRuntime in the process */
+	__u32 interpreters_head; /* in _PyRuntimeState: the first interpreter */
+	__u32 threads_head;      /* in PyInterpreterState: its first thread state */
+	__u32 tstate_next;       /* in PyThreadState */
+	__u32 native_thread_id;  /* in PyThreadState: the OS thread id */
+	__u32 tstate_frame;      /* in PyThreadState: cframe (3.11, 3.12) or current_frame */
+	__u32 cframe_frame;      /* in _PyCFrame: current_frame; PY_NO_OFFSET from 3.13 */
+	__u32 frame_code;        /* in _PyInterpreterFrame: f_code / f_executable */
+	__u32 frame_previous;    /* in _PyInterpreterFrame */
+	__u32 frame_owner;       /* in _PyInterpreterFrame (a char) */
+	__u32 frame_is_entry;    /* in _PyInterpreterFrame (3.11); PY_NO_OFFSET later */
 };
 
 struct stack {
 	__u64 ips[MAX_STACK_DEPTH]; /* innermost first, zero-filled */
 };
 
+enum event_kind {
+	EV_PROCESS,      /* a process was sampled first: snapshot its mappings */
+	EV_PYTHON_STACK, /* a new Python stack: read its code objects */
+};
+
 struct pid_event {
 	__u32 pid;
-	__u32 unused;
+	__u32 kind;
+	__u64 stack; /* EV_PYTHON_STACK: its key in `stacks` */
 };
 
 struct {
@@ -82,6 +123,27 @@ struct {
 } seen SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); /* Python stacks: entries past MAX_PY_DEPTH stay 0 */
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct stack);
+} py_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct py_proc);
+} py_procs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH); /* thread id -> its PyThreadState */
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u64);
+} py_threads SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 65536);
 } events SEC(".maps");
@@ -100,17 +162,10 @@ static __always_inline void stat_add(__u32 idx)
 		*v += 1;
 }
 
-/* Store the current user or kernel stack under its hash in *id; 0 or -errno. */
-static __always_inline long record_stack(void *ctx, __u64 flags, __u64 *id)
+/* Store the first `depth` entries of buf (zero after them) under their hash in *id;
+ * 0 when it was stored before, 1 when it is new, or -ENOMEM. */
+static __always_inline long store_stack(struct stack *buf, __u32 depth, __u64 *id)
 {
-	__u32 zero = 0;
-	struct stack *buf = bpf_map_lookup_elem(&scratch, &zero);
-	if (!buf)
-		return -ENOMEM;
-	long n = bpf_get_stack(ctx, buf->ips, sizeof(buf->ips), flags); /* zero-fills the rest */
-	if (n <= 0)
-		return n ? n : -EFAULT;
-	__u32 depth = n / sizeof(__u64);
 	__u64 h = 0xcbf29ce484222325ULL; /* FNV-1a over the addresses */
 	for (__u32 i = 0; i < MAX_STACK_DEPTH; i++) {
 		if (i >= depth)
@@ -121,11 +176,155 @@ static __always_inline long record_stack(void *ctx, __u64 flags, __u64 *id)
 	if (bpf_map_lookup_elem(&stacks, &h))
 		return 0; /* stored before, as most are: no bucket lock, no copy */
 	long err = bpf_map_update_elem(&stacks, &h, buf, BPF_NOEXIST);
-	if (err && err != -EEXIST) { /* -EEXIST: stored before, as most are */
+	if (err == -EEXIST) /* another CPU stored it meanwhile */
+		return 0;
+	if (err) {
 		stat_add(ST_STACKS_FULL);
 		return -ENOMEM;
 	}
+	return 1;
+}
+
+/* Store the current user or kernel stack under its hash in *id; 0 or -errno. */
+static __always_inline long record_stack(void *ctx, __u64 flags, __u64 *id)
+{
+	__u32 zero = 0;
+	struct stack *buf = bpf_map_lookup_elem(&scratch, &zero);
+	if (!buf)
+		return -ENOMEM;
+	long n = bpf_get_stack(ctx, buf->ips, sizeof(buf->ips), flags); /* zero-fills the rest */
+	if (n <= 0)
+		return n ? n : -EFAULT;
+	long err = store_stack(buf, n / sizeof(__u64), id);
+	return err < 0 ? err : 0;
+}
+
+static __always_inline long read_u64(__u64 *dst, __u64 addr)
+{
+	return bpf_probe_read_user(dst, sizeof(*dst), (const void *)addr);
+}
+
+/* The PyThreadState of thread `tid`: cached, else found in the interpreter's list. */
+static __always_inline __u64 python_thread(const struct py_proc *py, __u32 tid)
+{
+	__u64 ts = 0, native = 0;
+	__u64 *cached = bpf_map_lookup_elem(&py_threads, &tid);
+	if (cached) {
+		ts = *cached;
+		if (read_u64(&native, ts + py->native_thread_id) == 0 && native == tid)
+			return ts; /* still this thread's (a freed state is reused by others) */
+		bpf_map_delete_elem(&py_threads, &tid);
+	}
+	__u64 interp = 0;
+	if (read_u64(&interp, py->runtime + py->interpreters_head) || !interp)
+		return 0;
+	if (read_u64(&ts, interp + py->threads_head))
+		return 0;
+	for (__u32 i = 0; i < MAX_PY_THREADS; i++) {
+		if (!ts)
+			break;
+		if (read_u64(&native, ts + py->native_thread_id))
+			return 0;
+		if (native == tid) {
+			bpf_map_update_elem(&py_threads, &tid, &ts, BPF_ANY);
+			return ts;
+		}
+		if (read_u64(&ts, ts + py->tstate_next))
+			return 0;
+	}
 	return 0;
+}
+
+struct py_walk {
+	struct py_proc py; /* a copy: bpf_loop's callbacks see plain values */
+	__u64 frame;       /* the next frame to read; 0 at the end of the chain */
+	__u32 n;           /* frames kept */
+	__s32 err;
+};
+
+static long py_scratch_index(struct py_walk *w, struct stack **buf)
+{
+	__u32 zero = 0;
+	*buf = bpf_map_lookup_elem(&py_scratch, &zero);
+	return *buf ? 0 : -ENOMEM;
+}
+
+/* bpf_loop callback: keep one frame's code object and step to its caller. */
+static long py_walk_step(__u64 index, struct py_walk *w)
+{
+	if (!w->frame)
+		return 1;
+	struct stack *buf;
+	if (py_scratch_index(w, &buf)) {
+		w->err = -ENOMEM;
+		return 1;
+	}
+	__u64 code = 0;
+	__u8 owner = 0, entry = 0;
+	if (read_u64(&code, w->frame + w->py.frame_code) ||
+	    bpf_probe_read_user(&owner, 1, (const void *)(w->frame + w->py.frame_owner)) ||
+	    (w->py.frame_is_entry != PY_NO_OFFSET &&
+	     bpf_probe_read_user(&entry, 1, (const void *)(w->frame + w->py.frame_is_entry)))) {
+		w->err = -EFAULT;
+		return 1;
+	}
+	__u32 n = w->n;
+	if (owner == PY_OWNED_BY_CSTACK && w->py.frame_is_entry == PY_NO_OFFSET) {
+		if (n > 0 && n <= MAX_PY_DEPTH)
+			buf->ips[n - 1] |= PY_ENTRY; /* the shim sits below the frame it entered */
+	} else if (code && n < MAX_PY_DEPTH) {
+		buf->ips[n] = code | (entry ? PY_ENTRY : 0);
+		w->n = n + 1;
+	}
+	if (read_u64(&w->frame, w->frame + w->py.frame_previous)) {
+		w->err = -EFAULT;
+		return 1;
+	}
+	return 0;
+}
+
+/* bpf_loop callback: zero what an earlier, deeper stack left after the frames kept. */
+static long py_zero_step(__u64 index, struct py_walk *w)
+{
+	struct stack *buf;
+	if (py_scratch_index(w, &buf))
+		return 1;
+	__u64 i = w->n + index;
+	if (i >= MAX_PY_DEPTH)
+		return 1;
+	buf->ips[i] = 0;
+	return 0;
+}
+
+/* Store the thread's Python stack (code object addresses, innermost first, PY_ENTRY on
+ * frames a C call entered) in *id; 0, 1 when new, or a python_error. */
+static __always_inline long python_stack(const struct py_proc *py, __u32 tid, __u64 *id)
+{
+	__u64 ts = python_thread(py, tid);
+	if (!ts)
+		return PY_NO_THREAD;
+	struct py_walk w = {};
+	w.py = *py;
+	if (read_u64(&w.frame, ts + py->tstate_frame))
+		return -EFAULT;
+	if (py->cframe_frame != PY_NO_OFFSET && w.frame &&
+	    read_u64(&w.frame, w.frame + py->cframe_frame))
+		return -EFAULT;
+	if (!w.frame)
+		return PY_NO_THREAD; /* a thread state with no Python running */
+	bpf_loop(MAX_PY_DEPTH, py_walk_step, &w, 0);
+	if (w.err)
+		return w.err;
+	if (w.frame)
+		stat_add(ST_PY_DEPTH);
+	if (!w.n)
+		return PY_NO_THREAD;
+	bpf_loop(MAX_PY_DEPTH, py_zero_step, &w, 0);
+	__u32 zero = 0;
+	struct stack *buf = bpf_map_lookup_elem(&py_scratch, &zero);
+	if (!buf)
+		return -ENOMEM;
+	return store_stack(buf, w.n, id);
 }
 
 static __always_inline void announce(__u32 pid)
@@ -135,7 +334,7 @@ static __always_inline void announce(__u32 pid)
 		return; /* announced already (an LRU update would take a free node first) */
 	if (bpf_map_update_elem(&seen, &pid, &one, BPF_NOEXIST) != 0)
 		return;
-	struct pid_event e = {pid, 0};
+	struct pid_event e = {pid, EV_PROCESS, 0};
 	if (bpf_ringbuf_output(&events, &e, sizeof(e), 0) != 0) {
 		stat_add(ST_EVENTS_LOST);
 		bpf_map_delete_elem(&seen, &pid); /* try again on its next sample */
@@ -172,6 +371,21 @@ int on_sample(struct bpf_perf_event_data *ctx)
 			stat_add(ST_USER_EMPTY);
 		if (pid)
 			announce(pid);
+	}
+	key.python_error = PY_NOT_PYTHON;
+	const struct py_proc *py = pid ? bpf_map_lookup_elem(&py_procs, &pid) : 0;
+	if (py) {
+		long got = python_stack(py, tid, &key.python_stack);
+		key.python_error = got > 0 ? 0 : got;
+		if (got >= 0)
+			stat_add(ST_PY_STACKS);
+		else if (got != PY_NO_THREAD)
+			stat_add(ST_PY_FAILED);
+		if (got > 0) { /* a new stack: its code objects are to be named */
+			struct pid_event e = {pid, EV_PYTHON_STACK, key.python_stack};
+			if (bpf_ringbuf_output(&events, &e, sizeof(e), 0) != 0)
+				stat_add(ST_EVENTS_LOST);
+		}
 	}
 	key.kernel_error = record_stack(ctx, 0, &key.kernel_stack);
 	if (key.kernel_error && key.kernel_error != -EFAULT && key.kernel_error != -ENOMEM)
@@ -223,6 +437,7 @@ int on_exec(struct bpf_raw_tracepoint_args *ctx)
 {
 	__u32 pid = bpf_get_current_pid_tgid() >> 32;
 	bpf_map_delete_elem(&seen, &pid);
+	bpf_map_delete_elem(&py_procs, &pid); /* another program now, maybe not Python */
 	return 0;
 }
 

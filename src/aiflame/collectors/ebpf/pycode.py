@@ -1,0 +1,112 @@
+"""Name the code objects that the eBPF walker saw on Python stacks, from the live process.
+
+The BPF program keeps only each frame's code object address; its names are read here from
+``/proc/PID/mem`` (the function's qualified name, file and first line), as soon as a new
+stack is announced, while the process still runs. Addresses are reused: a module's code
+object is freed once the module has run, and a function defined later may get its place.
+So each new stack is read afresh, and a name is reused only where the code object still
+points at the same strings and first line; a code object freed and replaced in the
+moment between a sample and its reading would still be misnamed, as in every sampling
+profiler that reads names out of process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from aiflame.collectors.ebpf.pyruntime import Offsets, PythonProcess
+
+MAX_STRING = 4096  # characters read of a name or path
+_HEADER = struct.Struct("<Q")
+
+
+@dataclass(frozen=True, slots=True)
+class PyFunction:
+    qualname: str
+    file: str
+    first_line: int
+
+
+class CodeReader:
+    """Reads code objects of one process; keeps its memory file open while it runs."""
+
+    def __init__(self, python: PythonProcess) -> None:
+        self.python = python
+        # (address, qualname, name and file string addresses, first line) -> its function
+        self._functions: dict[tuple[int, ...], PyFunction | None] = {}
+        # (address, length, hash, state) of a string -> its text
+        self._strings: dict[tuple[int, int, int, int], str | None] = {}
+        self._mem: BinaryIO | None = None
+        with contextlib.suppress(OSError):  # gone already: its frames stay unnamed
+            self._mem = open(f"/proc/{python.pid}/mem", "rb", buffering=0)  # noqa: SIM115
+
+    def close(self) -> None:
+        if self._mem is not None:
+            self._mem.close()
+            self._mem = None
+
+    def read(self, addresses: list[int]) -> tuple[PyFunction | None, ...]:
+        """The functions of the code objects at ``addresses`` now (None: unreadable)."""
+        return tuple(self._code(a) for a in addresses)
+
+    def _memory(self, address: int, size: int) -> bytes | None:
+        if self._mem is None or address <= 0:
+            return None
+        try:
+            self._mem.seek(address)
+            data = self._mem.read(size)
+        except (OSError, OverflowError, ValueError):
+            return None
+        return data if data is not None and len(data) == size else None
+
+    def _code(self, addr: int) -> PyFunction | None:
+        o = self.python.offsets
+        end = max(o.code_filename, o.code_name, o.code_qualname, o.code_firstlineno) + 8
+        raw = self._memory(addr, end)
+        if raw is None:
+            return None
+        ob_type = _HEADER.unpack_from(raw, 8)[0]
+        if self.python.code_type and ob_type != self.python.code_type:
+            return None  # not a code object (freed, or a frame being set up)
+        ptrs = [_HEADER.unpack_from(raw, at)[0] for at in (o.code_qualname, o.code_name)]
+        file_ptr = _HEADER.unpack_from(raw, o.code_filename)[0]
+        line = struct.unpack_from("<i", raw, o.code_firstlineno)[0]
+        key = (addr, *ptrs, file_ptr, line)
+        if key not in self._functions:
+            qualname = self._string(ptrs[0]) or self._string(ptrs[1])
+            file = self._string(file_ptr)
+            ok = qualname is not None and file is not None
+            self._functions[key] = PyFunction(qualname, file, line) if ok else None  # type: ignore[arg-type]
+        return self._functions[key]
+
+    def _string(self, addr: int) -> str | None:
+        o = self.python.offsets
+        header = self._memory(addr, o.compact_size)
+        if header is None:
+            return None
+        length = struct.unpack_from("<q", header, o.unicode_length)[0]
+        state = struct.unpack_from("<I", header, o.unicode_state)[0]
+        key = (addr, length, struct.unpack_from("<q", header, o.unicode_length + 8)[0], state)
+        if key not in self._strings:
+            self._strings[key] = unicode_text(self._memory, addr, length, state, o)
+        return self._strings[key]
+
+
+def unicode_text(
+    memory: Callable[[int, int], bytes | None], addr: int, length: int, state: int, o: Offsets
+) -> str | None:
+    """The text of a compact ``str`` object (every identifier and path is one)."""
+    kind, compact, ascii_ = (state >> 2) & 7, (state >> 5) & 1, (state >> 6) & 1
+    if not compact or kind not in (1, 2, 4) or length < 0:
+        return None
+    length = min(length, MAX_STRING)
+    start = o.ascii_size if ascii_ else o.compact_size
+    data = memory(addr + start, length * kind) if length else b""
+    if data is None:
+        return None
+    codec = {1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}[kind]
+    return data.decode(codec, errors="replace")

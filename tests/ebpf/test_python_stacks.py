@@ -1,0 +1,157 @@
+"""Python stacks walked by the BPF program, on real interpreters of each supported version.
+
+The program below runs known functions in two threads (a class method calling a function
+in the main thread, another function in a second thread) and one that calls into zlib (C
+code outside the interpreter). Every sample of a thread must show that thread's Python
+stack, outermost call first, named per function as the PyTorch profiler names them; the
+zlib samples must go on from the Python frames into native frames outside the interpreter.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from test_cpu_sampling import sample
+
+from aiflame.collectors.ebpf.cpu_profile import build_profile
+from aiflame.collectors.ebpf.pyruntime import find_python
+from aiflame.model import FrameKind, Profile
+from aiflame.symbolize.process import SymbolResolver
+from aiflame.symbolize.pyframes import PythonNaming
+
+pytestmark = pytest.mark.usefixtures("ebpf")
+
+PROGRAM = """
+import threading
+import time
+import zlib
+
+
+class Model:
+    def forward(self, seconds):
+        return spin(seconds)
+
+
+def spin(seconds):
+    t0 = time.thread_time()
+    while time.thread_time() - t0 < seconds:
+        sum(i * i for i in range(200))
+
+
+def background(seconds):
+    t0 = time.thread_time()
+    while time.thread_time() - t0 < seconds:
+        sorted(range(300), key=lambda i: -i)
+
+
+def squeeze(seconds):
+    data = bytes(range(256)) * 4096
+    t0 = time.thread_time()
+    while time.thread_time() - t0 < seconds:
+        zlib.compress(data, 9)
+
+
+def main():
+    worker = threading.Thread(target=background, args=(0.5,), name="bg")
+    worker.start()
+    Model().forward(0.5)
+    squeeze(0.5)
+    worker.join()
+
+
+main()
+"""
+
+
+def interpreters() -> list[str]:
+    """This interpreter, and the other supported CPythons installed here (pyenv, Debian's
+    static, non-PIE /usr/bin/python3.11)."""
+    found = {os.path.realpath(sys.executable): sys.executable}
+    patterns = ["/usr/bin/python3.1[1-3]"]
+    pyenv = os.path.expanduser("~/.pyenv/versions")
+    patterns += [f"{pyenv}/3.{m}.*/bin/python3.{m}" for m in (11, 12, 13)]
+    for pattern in patterns:
+        for exe in sorted(glob.glob(pattern)):
+            found.setdefault(os.path.realpath(exe), exe)
+    return list(found.values())
+
+
+def named(func: str, owner: str = "") -> str:
+    """How the frame of ``def func`` in PROGRAM is named (the line of its ``def``)."""
+    lines = textwrap.dedent(PROGRAM).split("\n")
+    line = next(i for i, x in enumerate(lines) if x.strip().startswith(f"def {func}("))
+    shown = f"{owner} > {func}" if owner else func
+    return f"{shown} (threads.py:{line + 1})"
+
+
+MODULE = "<module> (threads.py:1)"
+
+
+def python_frames(profile: Profile, stack: int) -> list[str]:
+    return [f.name for f in profile.stack_frames(stack) if f.kind == FrameKind.PYTHON]
+
+
+@pytest.mark.parametrize("exe", interpreters())
+def test_each_thread_gets_its_python_stack(exe, tmp_path):
+    prog = tmp_path / "threads.py"
+    prog.write_text(textwrap.dedent(PROGRAM))
+    raw, pid = sample([exe, str(prog)], freq=499)
+    assert raw.python_modules.get(pid), raw.python_unsupported
+    profile, _ = build_profile(raw, SymbolResolver(), naming=PythonNaming([str(tmp_path)]))
+
+    by_leaf: Counter = Counter()
+    total = 0.0
+    for stack, value in profile.iter_stack_values(0):
+        py = python_frames(profile, stack)
+        total += value
+        if named("main") in py:  # the main thread, once the program runs
+            assert py[:2] == [MODULE, named("main")], py
+            if named("forward", "Model") in py:
+                assert py[2:4] == [named("forward", "Model"), named("spin")], py
+                by_leaf["forward"] += value
+            if named("squeeze") in py:
+                by_leaf["squeeze"] += value
+        if named("background") in py:  # the second thread: its own stack only
+            assert named("main") not in py and MODULE not in py, py
+            assert not {named("spin"), named("squeeze")} & set(py), py
+            by_leaf["background"] += value
+    # 0.5 s of CPU each at 499 Hz (two cores: the threads share them), with room for noise
+    for name in ("forward", "background", "squeeze"):
+        assert by_leaf[name] >= 0.5 * 0.5 * 499 * 0.6, (name, by_leaf, total)
+    assert sum(by_leaf.values()) >= 0.8 * total, (by_leaf, total)
+
+
+def test_native_frames_follow_the_python_frames(tmp_path):
+    prog = tmp_path / "threads.py"
+    prog.write_text(textwrap.dedent(PROGRAM))
+    raw, pid = sample([sys.executable, str(prog)], freq=499)
+    profile, _ = build_profile(raw, SymbolResolver(), naming=PythonNaming([str(tmp_path)]))
+    interpreter = Path(raw.python_modules[pid]).name
+    in_zlib = 0.0
+    for stack, value in profile.iter_stack_values(0):
+        frames = profile.stack_frames(stack)
+        names = [f.name for f in frames]
+        if named("squeeze") not in names:
+            continue
+        after = frames[names.index(named("squeeze")) + 1 :]
+        native = [f for f in after if f.kind not in (FrameKind.PYTHON, FrameKind.KERNEL)]
+        # what the Python code called, never the interpreter's own frames
+        assert all(f.module != interpreter for f in native), [(f.name, f.module) for f in after]
+        if any("libz" in f.module or "zlib" in f.module for f in native):
+            in_zlib += value
+    assert in_zlib >= 0.5 * 0.5 * 499 * 0.5, in_zlib
+
+
+def test_interpreter_found_in_this_process():
+    python = find_python(os.getpid())
+    assert python.version == sys.version_info[:2]
+    assert os.path.realpath(python.module) in {
+        os.path.realpath(sys.executable),
+        *(os.path.realpath(p) for p in glob.glob(f"{sys.base_prefix}/lib/libpython3*.so*")),
+    }

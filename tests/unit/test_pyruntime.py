@@ -1,0 +1,125 @@
+"""Where CPython keeps its frames: the tabled offsets against the interpreters' own headers,
+and finding (or refusing) the interpreter of real processes."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from aiflame.collectors.ebpf.pyruntime import TABLES, UnsupportedPython, find_python
+
+OFFSETS_C = r"""
+#define Py_BUILD_CORE 1
+#include <Python.h>
+#include <stddef.h>
+#include <stdio.h>
+#include "internal/pycore_runtime.h"
+#include "internal/pycore_interp.h"
+#include "internal/pycore_frame.h"
+#define P(name, value) printf("%s %zu\n", name, (size_t)(value))
+int main(void)
+{
+    P("interpreters_head", offsetof(_PyRuntimeState, interpreters.head));
+    P("threads_head", offsetof(PyInterpreterState, threads.head));
+    P("tstate_next", offsetof(PyThreadState, next));
+    P("native_thread_id", offsetof(PyThreadState, native_thread_id));
+    P("tstate_frame", offsetof(PyThreadState, cframe));
+    P("cframe_frame", offsetof(_PyCFrame, current_frame));
+    P("frame_code", offsetof(_PyInterpreterFrame, f_code));
+    P("frame_previous", offsetof(_PyInterpreterFrame, previous));
+    P("frame_owner", offsetof(_PyInterpreterFrame, owner));
+#if PY_VERSION_HEX < 0x030C0000
+    P("frame_is_entry", offsetof(_PyInterpreterFrame, is_entry));
+#endif
+    P("code_filename", offsetof(PyCodeObject, co_filename));
+    P("code_name", offsetof(PyCodeObject, co_name));
+    P("code_qualname", offsetof(PyCodeObject, co_qualname));
+    P("code_firstlineno", offsetof(PyCodeObject, co_firstlineno));
+    P("unicode_state", offsetof(PyASCIIObject, state));
+    P("unicode_length", offsetof(PyASCIIObject, length));
+    P("ascii_size", sizeof(PyASCIIObject));
+    P("compact_size", sizeof(PyCompactUnicodeObject));
+    return 0;
+}
+"""
+
+
+def include_dirs(version: tuple[int, int]) -> list[str]:
+    """Header directories of that version installed here (pyenv, python3.X-dev)."""
+    major, minor = version
+    found = glob.glob(os.path.expanduser(f"~/.pyenv/versions/{major}.{minor}.*/include"))
+    found += [os.path.dirname(sysconfig_include())] if sys.version_info[:2] == version else []
+    found += ["/usr/include"]
+    return [
+        f"{d}/python{major}.{minor}"
+        for d in dict.fromkeys(found)
+        if os.path.exists(f"{d}/python{major}.{minor}/internal/pycore_frame.h")
+    ]
+
+
+def sysconfig_include() -> str:
+    import sysconfig
+
+    return sysconfig.get_paths()["include"]
+
+
+@pytest.mark.parametrize("version", sorted(TABLES))
+def test_table_matches_the_headers(version, tmp_path):
+    dirs = include_dirs(version)
+    gcc = shutil.which("gcc")
+    if not dirs or gcc is None:
+        pytest.skip(f"no headers of Python {version[0]}.{version[1]} (or no gcc) here")
+    source = tmp_path / "offsets.c"
+    source.write_text(OFFSETS_C)
+    for include in dirs:
+        exe = tmp_path / "offsets"
+        subprocess.run([gcc, f"-I{include}", str(source), "-o", str(exe)], check=True)
+        out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+        measured = {name: int(v) for name, v in (line.split() for line in out.splitlines())}
+        table = TABLES[version]
+        for name, value in measured.items():
+            assert getattr(table, name) == value, (include, name)
+
+
+def test_this_interpreter_is_found():
+    python = find_python(os.getpid())
+    assert python.version == sys.version_info[:2]
+    assert python.runtime and python.code_type
+
+
+def test_a_program_that_is_not_python_is_refused():
+    proc = subprocess.Popen(["sleep", "5"])
+    try:
+        time.sleep(0.1)
+        with pytest.raises(UnsupportedPython, match="no Python interpreter is mapped"):
+            find_python(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_an_old_python_is_refused_with_its_version():
+    old = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.10.*/bin/python3.10")))
+    if not old:
+        pytest.skip("no Python 3.10 installed here")
+    proc = subprocess.Popen([old[0], "-c", "import time; time.sleep(5)"])
+    try:
+        time.sleep(0.3)
+        with pytest.raises(UnsupportedPython, match=r"3\.10 is not read"):
+            find_python(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_gone_process_is_refused():
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    with pytest.raises(UnsupportedPython, match="cannot read the mappings"):
+        find_python(proc.pid)
