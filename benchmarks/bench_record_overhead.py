@@ -66,9 +66,11 @@ def samplers(pid: int, seconds: int, tmp: str, rate: int) -> dict[str, list[str]
     spy += ["-f", "speedscope", "-o", f"{tmp}/p.json"]
     return {
         "off": None,
-        # As root record samples with eBPF (native + kernel stacks in the kernel) and keeps
-        # py-spy for the Python stacks; --no-ebpf is the py-spy-only path of other users.
-        "aiflame record, root default (eBPF 99 Hz + py-spy Python 99 Hz)": rec,
+        # As root record samples with eBPF: native and kernel stacks, and the Python frames
+        # walked by the BPF program itself; --py-spy keeps py-spy for the Python stacks
+        # (the previous default); --no-ebpf is the py-spy-only path of other users.
+        "aiflame record, root default (eBPF 99 Hz, Python walked in the kernel)": rec,
+        "aiflame record --py-spy (eBPF 99 Hz + py-spy Python 99 Hz)": [*rec, "--py-spy"],
         "aiflame record --no-ebpf, 99 Hz Python only": [*rec, "--no-ebpf", "--native-rate", "0"],
         "aiflame record --no-ebpf, 99 Hz Python + 5 Hz native": [
             *rec,
@@ -76,7 +78,7 @@ def samplers(pid: int, seconds: int, tmp: str, rate: int) -> dict[str, list[str]
             "--native-rate",
             "5",
         ],
-        "py-spy record -r 99": spy,
+        "py-spy record -r 99 (pauses the program)": spy,
         "py-spy record -r 99 --native": [*spy, "--native"],
     }
 
@@ -126,12 +128,48 @@ def attach_cycles(args: argparse.Namespace, tmp: str) -> list[Interval]:
             iv.sampler_cpu_s = run_sampler(cfg[name])  # type: ignore[arg-type]
         intervals.append(iv)
         print(f"cycle {cycle + 1}: {name}", file=sys.stderr, flush=True)
+    args.kernel = kernel_cost(target.pid, args.interval)
     target.send_signal(signal.SIGINT)
     target.wait(timeout=120)
     rows = json.loads(Path(log).read_text())
     for iv in intervals:
         measure(iv, rows)
     return intervals
+
+
+def kernel_cost(pid: int, seconds: float) -> dict[str, float]:
+    """The eBPF sampler on the training process for ``seconds``, with the kernel timing its
+    program (BPF_ENABLE_STATS): the program's run time per sample and per second, and the
+    CPU time of the user-space side (reading new stacks' code objects) meanwhile."""
+    from bench_ebpf_overhead import enable_bpf_stats, perf_prog_stats
+
+    from aiflame.collectors.ebpf.sampler import CpuSampler, SamplerOptions
+
+    stats_fd = enable_bpf_stats()
+    if stats_fd is None:
+        return {}
+    sampler = CpuSampler(SamplerOptions(freq=99, pids=[pid]))
+    try:
+        sampler.start()
+        sampler.add_target(pid)
+        cpu0, t0 = time.process_time(), time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            sampler.poll(100)
+        ns, runs = perf_prog_stats(os.getpid())
+        user_cpu = time.process_time() - cpu0
+        raw = sampler.stop()
+    finally:
+        sampler.close()
+        os.close(stats_fd)
+    target = sum(n for k, n in raw.counts if k.pid == pid)
+    return {
+        "runs": runs,
+        "target_samples": target,
+        "python_samples": raw.stats["python_stacks"],
+        "ns_per_run": ns / max(runs, 1),
+        "cpu_share": ns / 1e9 / seconds,
+        "user_cpu_share": user_cpu / seconds,
+    }
 
 
 def measure(iv: Interval, rows: list[list[float]]) -> None:
@@ -238,6 +276,15 @@ def report(
             f"| {name} | {med_range(est)} | {pct(statistics.median(paused))} | "
             f"{med_range(cpu_rel[name])} | {cores:.2f} cores | {med_range(wall_rel[name])} | "
             f"{longest * 1000:.0f} ms |"
+        )
+    if getattr(args, "kernel", None):
+        k = args.kernel
+        print(
+            f"\neBPF sampler on the training process for {args.interval} s (BPF_ENABLE_STATS): "
+            f"{k['runs']:.0f} program runs ({k['target_samples']:.0f} samples of the process, "
+            f"{k['python_samples']:.0f} with a Python stack walked), "
+            f"{k['ns_per_run'] / 1000:.1f} us per run = {k['cpu_share'] * 100:.3f}% of one CPU; "
+            f"user-space side (naming new stacks' code objects) {k['user_cpu_share'] * 100:.2f}%"
         )
     if torch_res:
         torch_rows(args, torch_res)

@@ -155,3 +155,24 @@ def test_interpreter_found_in_this_process():
         os.path.realpath(sys.executable),
         *(os.path.realpath(p) for p in glob.glob(f"{sys.base_prefix}/lib/libpython3*.so*")),
     }
+
+
+@pytest.mark.parametrize("exe", interpreters())
+def test_gil_label_held_in_python_released_in_zlib(exe, tmp_path):
+    """zlib.compress lets go of the GIL around deflate(); pure Python code holds it."""
+    prog = tmp_path / "threads.py"
+    prog.write_text(textwrap.dedent(PROGRAM))
+    raw, _ = sample([exe, str(prog)], freq=499)
+    profile, _ = build_profile(raw, SymbolResolver(), naming=PythonNaming([str(tmp_path)]))
+    gil: dict[str, Counter] = {"spin": Counter(), "zlib": Counter()}
+    for i, stack in enumerate(profile.sample_stack):
+        frames = profile.stack_frames(int(stack))
+        state = dict(profile.label_sets[profile.sample_labels[i]]).get("gil", "none")
+        value = float(profile.values[i, 0])
+        if frames and frames[-1].name.startswith(named("spin")):  # in the Python loop itself
+            gil["spin"][state] += value
+        elif any("libz" in f.module for f in frames):
+            gil["zlib"][state] += value
+    for where, held in (("spin", "held"), ("zlib", "released")):
+        counts = gil[where]
+        assert counts[held] >= 0.9 * sum(counts.values()) > 0, (where, counts)

@@ -45,6 +45,13 @@ int main(void)
     P("unicode_length", offsetof(PyASCIIObject, length));
     P("ascii_size", sizeof(PyASCIIObject));
     P("compact_size", sizeof(PyCompactUnicodeObject));
+#if PY_VERSION_HEX < 0x030C0000
+    P("gil_locked", offsetof(_PyRuntimeState, ceval.gil.locked));
+    P("gil_holder", offsetof(_PyRuntimeState, ceval.gil.last_holder));
+#else
+    P("gil_locked", offsetof(PyInterpreterState, _gil.locked));
+    P("gil_holder", offsetof(PyInterpreterState, _gil.last_holder));
+#endif
     return 0;
 }
 """

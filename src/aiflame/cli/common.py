@@ -145,7 +145,7 @@ def check_metric(profile, metric: str | None) -> None:  # type: ignore[no-untype
         raise AiflameError(f"{src}: empty profile (no samples with a value)")
 
 
-GROUP_KEYS = ("rank", "device", "stream")
+GROUP_KEYS = ("rank", "device", "stream", "pid", "tid", "gil")
 
 
 def add_trace_options(p: argparse.ArgumentParser) -> None:
@@ -153,7 +153,8 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--group-by",
         choices=GROUP_KEYS,
-        help="put each rank, device or stream at the root of the flame graph",
+        help="put each rank, device, stream, process, thread or GIL state (recorded Python "
+        "threads: held or released) at the root of the flame graph",
     )
     p.add_argument(
         "--kernel-names",

@@ -9,7 +9,9 @@ and its helpers, which the Python frames stand for), so a stack reads ``train >
 Linear > forward > at::native::addmm > mkl_sgemm > [kernel]``. Every address
 becomes a frame: unknown ones show as ``module+0xOFFSET`` (or ``[unknown]`` outside every
 mapping), a stack the kernel could not record as a labelled placeholder, so samples are
-never dropped. Labels: pid, tid, comm (the thread's name), process, cgroup.
+never dropped. Labels: pid, tid, comm (the thread's name), process, cgroup, and for
+Python threads gil (``held``, or ``released``: running native code that let go of it, such
+as most PyTorch operators, or waiting for it).
 
 A user stack that does not reach a thread or process start function (``_start``,
 ``__libc_start_main``, ``start_thread``, ``clone``...) was cut short: the unwinder follows
@@ -26,7 +28,13 @@ from dataclasses import dataclass
 
 from aiflame.collectors.ebpf.cgroups import cgroup_paths
 from aiflame.collectors.ebpf.pycode import PyFunction
-from aiflame.collectors.ebpf.sampler import MAX_STACK_DEPTH, RawProfile, SampleKey
+from aiflame.collectors.ebpf.sampler import (
+    GIL_HELD,
+    GIL_RELEASED,
+    MAX_STACK_DEPTH,
+    RawProfile,
+    SampleKey,
+)
 from aiflame.model import Frame, FrameKind, Profile, ProfileBuilder, SampleType
 from aiflame.symbolize.process import UNKNOWN_NAME, Symbol, SymbolResolver
 from aiflame.symbolize.pyframes import PythonNaming
@@ -58,6 +66,8 @@ START_FUNCTIONS = frozenset(
 _STACK_LOST = {-errno.ENOMEM: "[stack lost: stack map full]"}
 USER_STACK_MISSING = "[user stack unreadable]"
 PYTHON_FRAME_UNREADABLE = "[Python frame unreadable]"
+# Python threads on a CPU: holding the GIL, or not (in native code that released it)
+GIL_LABELS = {GIL_HELD: "held", GIL_RELEASED: "released"}
 TRUNCATED_COMMENT = "aiflame truncated user stacks:"
 NO_USER_STACK = -1  # a kernel thread's
 
@@ -199,6 +209,7 @@ def build_profile(
             "comm": key.comm,
             "process": raw.process_names.get(key.pid, key.comm if key.pid == key.tid else ""),
             "cgroup": cgroups.get(key.cgroup, f"id {key.cgroup}"),
+            "gil": GIL_LABELS.get(key.python_gil, "") if py_frames is not None else "",
         }
         builder.add(stack_id, float(count), builder.labels({k: v for k, v in labels.items() if v}))
     builder.meta.update(_meta(raw, stats))

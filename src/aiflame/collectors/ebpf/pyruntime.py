@@ -55,11 +55,14 @@ class Offsets:
     unicode_length: int
     ascii_size: int  # sizeof(PyASCIIObject): where a compact ASCII string's text starts
     compact_size: int  # sizeof(PyCompactUnicodeObject): other compact strings' text
+    gil_locked: int  # the GIL's locked flag and last holder: in _PyRuntimeState (3.11), in
+    gil_holder: int  # the main interpreter's own GIL (3.12+, PyInterpreterState._gil)
+    gil_in_runtime: bool
 
     def bpf_struct(self, runtime: int) -> bytes:
         """``struct py_proc`` of profile.bpf.c."""
         return struct.pack(
-            "<Q10I",
+            "<Q14I",
             runtime,
             self.interpreters_head,
             self.threads_head,
@@ -71,6 +74,10 @@ class Offsets:
             self.frame_previous,
             self.frame_owner,
             self.frame_is_entry,
+            self.gil_locked,
+            self.gil_holder,
+            int(self.gil_in_runtime),
+            0,
         )
 
 
@@ -95,6 +102,9 @@ TABLES: dict[tuple[int, int], Offsets] = {
         unicode_length=16,
         ascii_size=48,
         compact_size=72,
+        gil_locked=376,  # _PyRuntimeState.ceval.gil.locked
+        gil_holder=368,
+        gil_in_runtime=True,
     ),
     (3, 12): Offsets(
         interpreters_head=40,
@@ -115,6 +125,9 @@ TABLES: dict[tuple[int, int], Offsets] = {
         unicode_length=16,
         ascii_size=40,
         compact_size=56,
+        gil_locked=1056,  # PyInterpreterState._gil.locked
+        gil_holder=1048,
+        gil_in_runtime=False,
     ),
 }
 # 3.13's _Py_DebugOffsets: uint64 fields after cookie[8]; (section, index) of each one used.
@@ -123,6 +136,8 @@ _DEBUG_313_FIELDS = {
     "free_threaded": 2,
     "interpreters_head": 3 + 2,  # runtime_state {size, finalizing, interpreters_head}
     "threads_head": 6 + 3,  # interpreter_state {size, id, next, threads_head, ...13}
+    "gil_locked": 6 + 11,  # ... gil_runtime_state_locked, gil_runtime_state_holder}
+    "gil_holder": 6 + 12,
     "tstate_next": 19 + 2,  # thread_state {size, prev, next, interp, current_frame, ...9}
     "current_frame": 19 + 4,
     "native_thread_id": 19 + 6,
@@ -302,6 +317,9 @@ def _debug_offsets(pid: int, runtime: int, version: tuple[int, int]) -> Offsets:
         unicode_length=value["unicode_length"],
         ascii_size=value["ascii_size"],
         compact_size=value["ascii_size"] + 16,  # + utf8_length, utf8 (PyCompactUnicodeObject)
+        gil_locked=value["gil_locked"],
+        gil_holder=value["gil_holder"],
+        gil_in_runtime=False,
     )
 
 

@@ -39,11 +39,12 @@ PY_NO_THREAD = -1  # python_stack: the thread runs no Python
 PY_NOT_PYTHON = -2  # python_stack: the process is not a described CPython
 # A launched interpreter maps libpython a moment after exec: look for it this long.
 PYTHON_SEARCH_S = 3.0
-# struct sample_key: pid, tid, cgroup, user/kernel/Python stack, their errors, pad, comm[16]
+# struct sample_key: pid, tid, cgroup, user/kernel/Python stack, their errors, GIL, comm[16]
 _KEY = struct.Struct("<IIQQQQiiiI16s")
 # struct pid_event: pid, kind (EV_PROCESS, EV_PYTHON_STACK), stack
 _PID_EVENT = struct.Struct("<IIQ")
 EV_PROCESS, EV_PYTHON_STACK = 0, 1
+GIL_HELD, GIL_RELEASED = 1, 2  # enum gil_state
 # enum stat of profile.bpf.c, in order
 STAT_NAMES = (
     "samples",
@@ -78,6 +79,7 @@ class SampleKey:
     kernel_stack: int  # key in RawProfile.stacks, or -errno (-EFAULT: in user mode)
     comm: str
     python_stack: int = PY_NOT_PYTHON  # key in RawProfile.stacks (code addresses), or <0
+    python_gil: int = 0  # GIL_HELD / GIL_RELEASED for a Python thread, else 0
 
 
 @dataclass
@@ -311,12 +313,12 @@ class CpuSampler:
         counts: list[tuple[SampleKey, int]] = []
         self._name_python_stacks()
         for raw_key, raw_value in self.obj.map("counts").items():
-            pid, tid, cgroup, ustack, kstack, pystack, uerr, kerr, pyerr, _, comm = _KEY.unpack(
+            pid, tid, cgroup, ustack, kstack, pystack, uerr, kerr, pyerr, gil, comm = _KEY.unpack(
                 raw_key
             )
             name = comm.split(b"\0", 1)[0].decode("utf-8", "replace")
             key = SampleKey(
-                pid, tid, cgroup, uerr or ustack, kerr or kstack, name, pyerr or pystack
+                pid, tid, cgroup, uerr or ustack, kerr or kstack, name, pyerr or pystack, gil
             )
             counts.append((key, struct.unpack("<Q", raw_value)[0]))
         stacks_map = self.obj.map("stacks")

@@ -53,7 +53,7 @@ struct sample_key {
 	__s32 user_error;   /* -errno, or -1 for a kernel thread (no user stack) */
 	__s32 kernel_error; /* -errno; -EFAULT: the sample hit user mode */
 	__s32 python_error; /* PY_NO_THREAD, PY_NOT_PYTHON, or -errno */
-	__u32 pad;
+	__u32 python_gil;   /* enum gil_state */
 	char comm[COMM_LEN];
 };
 
@@ -70,6 +70,16 @@ struct py_proc {
 	__u32 frame_previous;    /* in _PyInterpreterFrame */
 	__u32 frame_owner;       /* in _PyInterpreterFrame (a char) */
 	__u32 frame_is_entry;    /* in _PyInterpreterFrame (3.11); PY_NO_OFFSET later */
+	__u32 gil_locked;        /* the GIL's `locked` (an int) and `last_holder` (a thread */
+	__u32 gil_holder;        /* state), in _PyRuntimeState (3.11) or the interpreter */
+	__u32 gil_in_runtime;    /* 1: those offsets are in _PyRuntimeState */
+	__u32 pad;
+};
+
+enum gil_state {
+	GIL_UNKNOWN,  /* not a Python thread, or unreadable */
+	GIL_HELD,     /* the sampled thread holds the GIL */
+	GIL_RELEASED, /* it runs without the GIL (native code that released it, or waiting) */
 };
 
 struct stack {
@@ -296,13 +306,29 @@ static long py_zero_step(__u64 index, struct py_walk *w)
 	return 0;
 }
 
+/* Whether thread state `ts` holds the GIL. */
+static __always_inline __u32 gil_state(const struct py_proc *py, __u64 ts)
+{
+	__u64 base = py->runtime, holder = 0;
+	__s32 locked = 0;
+	if (!py->gil_in_runtime && (read_u64(&base, py->runtime + py->interpreters_head) || !base))
+		return GIL_UNKNOWN;
+	if (bpf_probe_read_user(&locked, sizeof(locked), (const void *)(base + py->gil_locked)) ||
+	    read_u64(&holder, base + py->gil_holder))
+		return GIL_UNKNOWN;
+	return locked && holder == ts ? GIL_HELD : GIL_RELEASED;
+}
+
 /* Store the thread's Python stack (code object addresses, innermost first, PY_ENTRY on
- * frames a C call entered) in *id; 0, 1 when new, or a python_error. */
-static __always_inline long python_stack(const struct py_proc *py, __u32 tid, __u64 *id)
+ * frames a C call entered) in *id and its GIL state in *gil; 0, 1 when new, or a
+ * python_error. */
+static __always_inline long python_stack(const struct py_proc *py, __u32 tid, __u64 *id,
+					 __u32 *gil)
 {
 	__u64 ts = python_thread(py, tid);
 	if (!ts)
 		return PY_NO_THREAD;
+	*gil = gil_state(py, ts);
 	struct py_walk w = {};
 	w.py = *py;
 	if (read_u64(&w.frame, ts + py->tstate_frame))
@@ -375,7 +401,7 @@ int on_sample(struct bpf_perf_event_data *ctx)
 	key.python_error = PY_NOT_PYTHON;
 	const struct py_proc *py = pid ? bpf_map_lookup_elem(&py_procs, &pid) : 0;
 	if (py) {
-		long got = python_stack(py, tid, &key.python_stack);
+		long got = python_stack(py, tid, &key.python_stack, &key.python_gil);
 		key.python_error = got > 0 ? 0 : got;
 		if (got >= 0)
 			stat_add(ST_PY_STACKS);
