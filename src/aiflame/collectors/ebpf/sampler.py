@@ -175,15 +175,29 @@ class CpuSampler:
                 obj.attach_raw_tracepoint("on_fork", "sched_process_fork")
             self._rb = obj.ring_buffer("events", _weak_callback(self._on_event))
             self.cpus = online_cpus()
-            attr = cpu_clock_attr(o.freq)
-            for cpu in self.cpus:
-                self._perf_links.append(
-                    obj.attach_perf_event("on_sample", perf_event_open(attr, -1, cpu))
-                )
+            self.resume()
         except BaseException:
             self.close()
             raise
         self._t0 = time.monotonic()
+
+    def pause(self) -> None:
+        """Stop the timers (no sample, no cost to the targets); the counts so far stay."""
+        assert self.obj is not None
+        for link in self._perf_links:
+            self.obj.detach(link)
+        self._perf_links.clear()
+
+    def resume(self) -> None:
+        """Start the timers on every CPU (again, after :meth:`pause`)."""
+        assert self.obj is not None
+        if self._perf_links:
+            return
+        attr = cpu_clock_attr(self.options.freq)
+        for cpu in self.cpus:
+            self._perf_links.append(
+                self.obj.attach_perf_event("on_sample", perf_event_open(attr, -1, cpu))
+            )
 
     def add_target(self, pid: int) -> None:
         """Sample ``pid`` too (with ``pids`` given); its maps are snapshotted now."""
@@ -223,9 +237,7 @@ class CpuSampler:
             raise BpfError("the sampler is not running")
         self._t1 = time.monotonic()
         try:
-            for link in self._perf_links:  # sampling ends here; the maps stay readable
-                self.obj.detach(link)
-            self._perf_links.clear()
+            self.pause()  # sampling ends here; the maps stay readable
             if self._rb is not None:
                 self._rb.consume()
             return self._read_all()
