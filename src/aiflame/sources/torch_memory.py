@@ -38,11 +38,13 @@ from aiflame.sources.torch_memory_replay import (
     FREED_BEFORE_ALLOC_SEEN,
     FROM_TRACE,
     Replay,
+    Trace,
     block_frames_and_size,
     decimate,
     iter_blocks,
     replay,
 )
+from aiflame.sources.torch_memory_stream import Fallback, Truncated, read_plain_data
 
 FORMAT = "torch-memory"
 
@@ -67,6 +69,7 @@ LEGEND = (
     " allocated before recording started, and reserved memory nothing holds (fragmentation)."
 )
 TIMELINE_POINTS = 4096  # enough for a chart; keeps the page small on long traces
+_NOT_READ = object()
 
 
 # -- reading --------------------------------------------------------------------------------
@@ -112,16 +115,33 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def read_snapshot(source: Input) -> dict[str, Any]:
-    """The snapshot as plain data, never running code from the file."""
-    with source.open_binary() as f, _gc_paused():
-        data = _unpickle(f, source.path)
+def read_snapshot(source: Input, stream: bool = True) -> dict[str, Any]:
+    """The snapshot as plain data, never running code from the file.
+
+    Read by the streaming reader (:mod:`torch_memory_stream`: each device's trace as a
+    :class:`Trace` of columns, in memory that does not grow with the trace's events), or,
+    for what it does not read exactly as the unpickler would, and when ``stream`` is False,
+    by the restricted unpickler (traces as lists of event dicts). Both give the same
+    profile.
+    """
+    data = _NOT_READ
+    if stream:
+        with source.open_binary() as f, _gc_paused():
+            try:
+                data = read_plain_data(f)
+            except Truncated:
+                raise InputError(source.path, "truncated pickle (unexpected end of data)") from None
+            except Fallback:
+                pass  # left the except block first: what it read is freed
+    if data is _NOT_READ:
+        with source.open_binary() as f, _gc_paused():
+            data = _unpickle(f, source.path)
     if isinstance(data, list):  # old snapshots: the list of segments alone
         data = {"segments": data, "device_traces": []}
     if not isinstance(data, dict) or not isinstance(data.get("segments"), list):
         raise InputError(source.path, "not a PyTorch memory snapshot (no 'segments' list)")
     traces = data.get("device_traces") or []
-    if not isinstance(traces, list) or not all(isinstance(t, list) for t in traces):
+    if not isinstance(traces, list) or not all(isinstance(t, list | Trace) for t in traces):
         raise InputError(
             source.path, "not a PyTorch memory snapshot ('device_traces' is not lists)"
         )
@@ -140,7 +160,14 @@ def _unpickle(f: BinaryIO, path: str) -> Any:
         ) from None
     except EOFError:
         raise InputError(path, "truncated pickle (unexpected end of data)") from None
-    except (pickle.UnpicklingError, ValueError, TypeError, IndexError, KeyError) as e:
+    except (
+        pickle.UnpicklingError,
+        ValueError,
+        TypeError,
+        IndexError,
+        KeyError,
+        OverflowError,
+    ) as e:
         if "truncated" in str(e):
             raise InputError(path, "truncated pickle (unexpected end of data)") from None
         raise InputError(path, f"corrupt pickle ({e})") from None
@@ -162,7 +189,7 @@ def load(
     data = read_snapshot(source)
     try:
         with _gc_paused():
-            return build_profile(data, frames=frames, resolve_classes=resolve_classes)
+            return build_profile(data, frames=frames, resolve_classes=resolve_classes, consume=True)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise InputError(
             source.path, f"not a valid PyTorch memory snapshot ({type(e).__name__}: {e})"
@@ -170,8 +197,13 @@ def load(
 
 
 def build_profile(
-    data: dict[str, Any], frames: str = "pytorch", resolve_classes: bool = True
+    data: dict[str, Any],
+    frames: str = "pytorch",
+    resolve_classes: bool = True,
+    consume: bool = False,
 ) -> Profile:
+    """The profile of a snapshot read by :func:`read_snapshot`. ``consume`` drops each
+    device's trace from ``data`` once replayed, so that its memory is free for the rest."""
     builder = ProfileBuilder(SAMPLE_TYPES)
     namer = FrameNamer(builder, frames=frames, resolve_classes=resolve_classes)
     segments: list[dict[str, Any]] = data["segments"]
@@ -185,7 +217,11 @@ def build_profile(
     )
     for d in devices:
         segs = [s for s in segments if int(s.get("device", 0)) == d]
-        r = replays[d] = replay(traces[d] if d < len(traces) else [], segs)
+        trace = traces[d] if d < len(traces) else []
+        if consume and d < len(traces):
+            traces[d] = []
+        r = replays[d] = replay(trace, segs)
+        del trace
         first_sample[d] = len(builder)
         end_ns = _add_allocations(builder, namer, r, d, free_ns)
         reserved, frag = _add_reserved(builder, namer, r, segs, d, end_ns, free_ns)

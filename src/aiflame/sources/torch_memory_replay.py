@@ -78,42 +78,101 @@ class Replay:
         return (a <= p) & ((f < 0) | (f > p))
 
 
-_KIND = {ALLOC: 1, **dict.fromkeys(FREES, 2), **dict.fromkeys(SEGMENT_GROW, 3)}
-_KIND.update(dict.fromkeys(SEGMENT_SHRINK, 4))
-_KIND["oom"] = 5
+# Kind of each action: 1 alloc, 2 free, 3 segment grow, 4 segment shrink, 5 OOM; others 0.
+ACTION_KIND = {ALLOC: 1, **dict.fromkeys(FREES, 2), **dict.fromkeys(SEGMENT_GROW, 3)}
+ACTION_KIND.update(dict.fromkeys(SEGMENT_SHRINK, 4))
+ACTION_KIND["oom"] = 5
+OOM = 5
+PAIRING_CHUNK = 1 << 16
+
+
+@dataclass
+class Trace:
+    """One device's allocator trace as columns: one row per event that changes memory
+    (kinds 1-4 of :data:`ACTION_KIND`), in trace order; the other events are only counted,
+    except OOMs, kept as :func:`oom_of` gives them.
+
+    Built from the event dicts (:meth:`from_events`) or, without them, by the streaming
+    reader (:mod:`torch_memory_stream`). ``stream`` and ``frames`` hold the events' raw
+    values (``frames`` None when absent), converted only for the rows the replay keeps.
+    """
+
+    index: np.ndarray  # int64: the event's position in the trace
+    kind: np.ndarray  # int8, 1-4
+    addr: Sequence[int]
+    size: np.ndarray  # int64
+    time_us: np.ndarray | None  # int64; None when an event has no time
+    stream: Sequence[Any]
+    frames: Sequence[Any]
+    ooms: list[dict[str, int]]
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    @classmethod
+    def from_events(cls, trace: Sequence[dict[str, Any]]) -> Trace:
+        """Columns pulled out of the event dicts once (the checks and errors of reading
+        each field come in the same order whatever the trace)."""
+        all_kinds = np.array(
+            list(map(ACTION_KIND.get, map(itemgetter("action"), trace), repeat(0))),
+            dtype=np.int8,
+        )
+        ooms = [oom_of(trace[i]) for i in np.nonzero(all_kinds == OOM)[0].tolist()]
+        where = np.nonzero((all_kinds >= 1) & (all_kinds <= 4))[0]
+        ev = list(map(trace.__getitem__, where.tolist()))
+        addr = [int(a) for a in map(itemgetter("addr"), ev)]
+        size = np.array(list(map(itemgetter("size"), ev)), dtype=np.int64)
+        stamps = [e.get("time_us") for e in ev]
+        return cls(
+            index=where.astype(np.int64),
+            kind=all_kinds[where],
+            addr=addr,
+            size=size,
+            time_us=np.array(stamps, dtype=np.int64) if None not in stamps else None,
+            stream=[e.get("stream", 0) for e in ev],
+            frames=[e.get("frames") for e in ev],
+            ooms=ooms,
+        )
+
+
+def _take(column: Sequence[Any], points: list[int]) -> np.ndarray:
+    if isinstance(column, np.ndarray):
+        return column[np.asarray(points, dtype=np.int64)].astype(np.int64)
+    return np.array([column[p] for p in points], dtype=np.int64)
 
 
 def replay(
-    trace: Sequence[dict[str, Any]],
+    trace: Sequence[dict[str, Any]] | Trace,
     segments: Sequence[dict[str, Any]],
 ) -> Replay:
-    """Replay one device's ``trace`` against the ``segments`` of that device at the snapshot.
+    """Replay one device's ``trace`` (event dicts, or a :class:`Trace`) against the
+    ``segments`` of that device at the snapshot.
 
-    Columns are pulled out of the event dicts once, and only the pairing of frees with
-    allocations by address is a Python loop; the rest is numpy.
+    Only the pairing of frees with allocations by address is a Python loop; the rest is
+    numpy over the trace's columns.
     """
     r = Replay()
-    all_kinds = np.array(
-        list(map(_KIND.get, map(itemgetter("action"), trace), repeat(0))), dtype=np.int8
-    )
-    r.ooms = [_oom(trace[i]) for i in np.nonzero(all_kinds == 5)[0].tolist()]
-    where = np.nonzero((all_kinds >= 1) & (all_kinds <= 4))[0]
-    ev = list(map(trace.__getitem__, where.tolist()))
-    kind = all_kinds[where]
-    addr = [int(a) for a in map(itemgetter("addr"), ev)]
-    size = np.array(list(map(itemgetter("size"), ev)), dtype=np.int64)
-    stamps = [e.get("time_us") for e in ev]
-    r.has_time = None not in stamps
-    r.time_us = np.array(stamps, dtype=np.int64) if r.has_time else where.astype(np.int64)
+    t = trace if isinstance(trace, Trace) else Trace.from_events(trace)
+    r.ooms = list(t.ooms)
+    kind = t.kind
+    addr = t.addr
+    size = t.size
+    r.has_time = t.time_us is not None
+    r.time_us = t.time_us if t.time_us is not None else t.index.astype(np.int64)
     # Pair each free with the latest alloc at its address (MemoryViz's addr_to_alloc).
-    n = len(ev)
+    n = len(kind)
     alloc_of_free = np.full(n, -1, dtype=np.int64)
     live: dict[int, int] = {}
-    for p, (k, a) in enumerate(zip(kind.tolist(), addr, strict=True)):
-        if k == 1:
-            live[a] = p
-        elif k == 2:
-            alloc_of_free[p] = live.pop(a, -1)
+    for start in range(0, n, PAIRING_CHUNK):  # a chunk at a time: a few Python ints alive
+        stop = min(n, start + PAIRING_CHUNK)
+        where = addr[start:stop]
+        if isinstance(where, np.ndarray):
+            where = where.tolist()
+        for p, k, a in zip(range(start, stop), kind[start:stop].tolist(), where, strict=True):
+            if k == 1:
+                live[a] = p
+            elif k == 2:
+                alloc_of_free[p] = live.pop(a, -1)
     frees = np.nonzero(kind == 2)[0]
     matched = frees[alloc_of_free[frees] >= 0]
     unmatched = frees[alloc_of_free[frees] < 0]
@@ -122,25 +181,25 @@ def replay(
     delta[unmatched] = -size[unmatched]
     res_delta = np.where(kind == 3, size, 0) - np.where(kind == 4, size, 0)
     for p in np.nonzero(kind == 3)[0].tolist():
-        r.segment_frames[addr[p]] = ev[p].get("frames") or []
+        r.segment_frames[int(addr[p])] = t.frames[p] or []
     # Allocations: the trace's allocs, then frees of allocations made before the trace.
     allocs = np.nonzero(kind == 1)[0]
     free_of_alloc = np.full(n, -1, dtype=np.int64)
     free_of_alloc[alloc_of_free[matched]] = matched
     points = np.concatenate([allocs, unmatched])
-    chosen = list(map(ev.__getitem__, points.tolist()))
-    r.frames = [e.get("frames") or () for e in chosen]
+    chosen = points.tolist()
+    r.frames = [t.frames[p] or () for p in chosen]
     r.origin = np.repeat(
         np.array([FROM_TRACE, FREED_BEFORE_ALLOC_SEEN], dtype=np.int8),
         [len(allocs), len(unmatched)],
     )
     r.size = size[points]
-    r.stream = np.array([e.get("stream", 0) for e in chosen], dtype=np.int64)
-    r.addr = np.array(addr, dtype=np.int64)[points]
+    r.stream = _take(t.stream, chosen)
+    r.addr = np.asarray(t.addr, dtype=np.int64)[points]
     r.alloc_point = np.concatenate([allocs, np.full(len(unmatched), -1, dtype=np.int64)])
     r.free_point = np.concatenate([free_of_alloc[allocs], unmatched])
-    index_of_alloc = {int(p): i for i, p in enumerate(allocs.tolist())}
-    r.live_at_end = {a: index_of_alloc[p] for a, p in live.items()}
+    at_end = np.fromiter(live.values(), dtype=np.int64, count=len(live))
+    r.live_at_end = dict(zip(live, np.searchsorted(allocs, at_end).tolist(), strict=True))
     _add_blocks_live_before_trace(r, segments, live)
     before = int(r.size[r.origin != FROM_TRACE].sum())
     reserved_end = sum(int(s.get("total_size", 0)) for s in segments)
@@ -154,7 +213,7 @@ def replay(
     return r
 
 
-def _oom(e: dict[str, Any]) -> dict[str, int]:
+def oom_of(e: dict[str, Any]) -> dict[str, int]:
     return {
         "time_us": int(e.get("time_us", 0) or 0),
         "size": int(e.get("size", 0)),
