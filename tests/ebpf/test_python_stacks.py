@@ -176,3 +176,31 @@ def test_gil_label_held_in_python_released_in_zlib(exe, tmp_path):
     for where, held in (("spin", "held"), ("zlib", "released")):
         counts = gil[where]
         assert counts[held] >= 0.9 * sum(counts.values()) > 0, (where, counts)
+
+
+def test_a_kernel_without_the_walk_still_samples(monkeypatch, tmp_path):
+    """Where the Python walk does not load (no bpf_loop before Linux 5.17), the sampler
+    loads the program without it, says so, and record's Python stacks come from py-spy."""
+    from aiflame.collectors.ebpf.libbpf import BpfError
+    from aiflame.collectors.ebpf.recording import EbpfRecorder
+    from aiflame.collectors.ebpf.sampler import CpuSampler
+
+    real_load = CpuSampler._load
+
+    def old_kernel(self: CpuSampler, python: bool) -> None:
+        if python:
+            raise BpfError("load profile: Invalid argument (unknown func bpf_loop#181)")
+        real_load(self, python)
+
+    monkeypatch.setattr(CpuSampler, "_load", old_kernel)
+    prog = tmp_path / "threads.py"
+    prog.write_text(textwrap.dedent(PROGRAM))
+    raw, _ = sample([sys.executable, str(prog)], freq=199)
+    assert raw.stats["samples"] >= 100 and raw.stats["python_stacks"] == 0
+    assert not raw.python_frames and not raw.python_modules
+    rec = EbpfRecorder(cuda=False)
+    rec.start()
+    try:
+        assert rec.sampler.python_unavailable and not rec.walks_python(os.getpid())
+    finally:
+        rec.close()

@@ -88,6 +88,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "bpf_object__close": (None, [c_void_p]),
     "bpf_object__btf": (c_void_p, [c_void_p]),
     "bpf_object__find_program_by_name": (c_void_p, [c_void_p, c_char_p]),
+    "bpf_program__set_autoload": (c_int, [c_void_p, ctypes.c_bool]),
     "bpf_object__find_map_by_name": (c_void_p, [c_void_p, c_char_p]),
     "bpf_object__next_map": (c_void_p, [c_void_p, c_void_p]),
     "bpf_map__name": (c_char_p, [c_void_p]),
@@ -422,6 +423,14 @@ class BpfObject:
             raise BpfError(f"{self.name}: attach types are fixed once loaded")
         rc = self._lib.bpf_program__set_expected_attach_type(self._prog_ptr(program), attach_type)
         _check_rc(rc, f"program {program}: set_expected_attach_type")
+
+    def set_autoload(self, program: str, load: bool) -> None:
+        """Leave ``program`` out of the load (another program of the object is used instead,
+        e.g. where the kernel lacks a helper it calls)."""
+        if self.loaded:
+            raise BpfError(f"{self.name}: programs are fixed once loaded")
+        rc = self._lib.bpf_program__set_autoload(self._prog_ptr(program), load)
+        _check_rc(rc, f"program {program}: set_autoload")
 
     def load(self) -> None:
         mark = len(_log)

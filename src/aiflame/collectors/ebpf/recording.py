@@ -91,7 +91,7 @@ class EbpfRecorder:
         found in it), so that no other sampler is needed for them."""
         from aiflame.collectors.ebpf.pyruntime import UnsupportedPython, find_python
 
-        if not self.running:
+        if not self.running or self.sampler.python_unavailable:
             return False
         try:
             find_python(pid)
@@ -106,6 +106,8 @@ class EbpfRecorder:
             return None
         self.running = False
         raw = self.sampler.stop()
+        if self.sampler.python_unavailable:
+            self.notes.append(self.sampler.python_unavailable)
         calls = self._finish_cuda()
         if not raw.counts:
             if calls is None:

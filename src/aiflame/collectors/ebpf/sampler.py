@@ -151,23 +151,31 @@ class CpuSampler:
         self._python_search: dict[int, float] = {}  # pid -> until when to look for Python
         self._python_unsupported: dict[int, str] = {}
         self._python_stacks: list[tuple[int, int]] = []  # (pid, stack) announced, unread
+        self._program = "on_sample_python"
+        self.python_unavailable = ""  # why this kernel does not walk Python stacks
         self._python_frames: dict[tuple[int, int], tuple[PyFunction | None, ...]] = {}
         self._t0 = 0.0
         self._t1 = 0.0
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
-        o = self.options
-        obj = self.obj = BpfObject(object_bytes("profile"), "profile")
         try:
-            obj.set_rodata(
-                filter_pids=int(o.pids is not None),
-                follow_children=int(o.follow_children),
-                include_idle=int(o.include_idle),
+            self._load(python=True)
+        except BpfError:
+            # Walking Python stacks needs bpf_loop (Linux 5.17+): sample without it.
+            self.close()
+            self.python_unavailable = (
+                "this kernel refused the Python stack walk (it needs bpf_loop, Linux 5.17+)"
             )
-            obj.set_max_entries("stacks", o.stack_entries)
-            obj.set_max_entries("counts", o.count_entries)
-            obj.load()
+            try:
+                self._load(python=False)
+            except BaseException:
+                self.close()
+                raise
+        obj = self.obj
+        assert obj is not None
+        o = self.options
+        try:
             for pid in o.pids or ():
                 self.add_target(pid)
             obj.attach_raw_tracepoint("on_exec", "sched_process_exec")
@@ -180,6 +188,20 @@ class CpuSampler:
             self.close()
             raise
         self._t0 = time.monotonic()
+
+    def _load(self, python: bool) -> None:
+        o = self.options
+        obj = self.obj = BpfObject(object_bytes("profile"), "profile")
+        self._program = "on_sample_python" if python else "on_sample"
+        obj.set_autoload("on_sample" if python else "on_sample_python", False)
+        obj.set_rodata(
+            filter_pids=int(o.pids is not None),
+            follow_children=int(o.follow_children),
+            include_idle=int(o.include_idle),
+        )
+        obj.set_max_entries("stacks", o.stack_entries)
+        obj.set_max_entries("counts", o.count_entries)
+        obj.load()
 
     def pause(self) -> None:
         """Stop the timers (no sample, no cost to the targets); the counts so far stay."""
@@ -196,7 +218,7 @@ class CpuSampler:
         attr = cpu_clock_attr(self.options.freq)
         for cpu in self.cpus:
             self._perf_links.append(
-                self.obj.attach_perf_event("on_sample", perf_event_open(attr, -1, cpu))
+                self.obj.attach_perf_event(self._program, perf_event_open(attr, -1, cpu))
             )
 
     def add_target(self, pid: int) -> None:
@@ -286,7 +308,7 @@ class CpuSampler:
     def _describe_python(self, pid: int, maps_text: str) -> None:
         """Tell the BPF program where this process's interpreter keeps its frames (again
         after an exec, which clears the description)."""
-        if self.obj is None:
+        if self.obj is None or self.python_unavailable:
             return
         try:
             python = find_python(pid, maps_text)

@@ -367,8 +367,9 @@ static __always_inline void announce(__u32 pid)
 	}
 }
 
-SEC("perf_event")
-int on_sample(struct bpf_perf_event_data *ctx)
+/* One sample; `python`: walk the Python stack of described processes (a compile-time
+ * constant: on_sample_python needs bpf_loop, Linux 5.17+, and on_sample does not). */
+static __always_inline int sample(struct bpf_perf_event_data *ctx, const int python)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 pid = id >> 32, tid = (__u32)id;
@@ -399,7 +400,7 @@ int on_sample(struct bpf_perf_event_data *ctx)
 			announce(pid);
 	}
 	key.python_error = PY_NOT_PYTHON;
-	const struct py_proc *py = pid ? bpf_map_lookup_elem(&py_procs, &pid) : 0;
+	const struct py_proc *py = python && pid ? bpf_map_lookup_elem(&py_procs, &pid) : 0;
 	if (py) {
 		long got = python_stack(py, tid, &key.python_stack, &key.python_gil);
 		key.python_error = got > 0 ? 0 : got;
@@ -434,6 +435,18 @@ int on_sample(struct bpf_perf_event_data *ctx)
 	}
 	stat_add(ST_SAMPLES);
 	return 0;
+}
+
+SEC("perf_event")
+int on_sample_python(struct bpf_perf_event_data *ctx)
+{
+	return sample(ctx, 1);
+}
+
+SEC("perf_event")
+int on_sample(struct bpf_perf_event_data *ctx)
+{
+	return sample(ctx, 0);
 }
 
 /* sched_process_fork(struct task_struct *parent, struct task_struct *child) */
