@@ -56,6 +56,10 @@ def test_python_program_python_frames_walked_in_the_kernel(tmp_path):
     assert in_busy >= 0.8 * total
     assert "top stacks by self cpu-samples" in rec.stderr and "busy_function" in rec.stderr
     assert "python-samples" not in rec.stderr
+    info = subprocess.run(
+        [sys.executable, "-m", "aiflame", "info", str(out)], capture_output=True, text=True
+    )
+    assert "python:      walked in the kernel in 1 process" in info.stdout, info.stdout
 
 
 def test_py_spy_flag_keeps_python_samples_beside(tmp_path):

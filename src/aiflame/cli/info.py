@@ -51,10 +51,23 @@ def describe(profile: Profile) -> list[str]:
         if key.startswith("info:"):
             out.append(f"{key[5:] + ':':<12} {value}")
     out.extend(_truncated_line(profile))
+    out.extend(_python_line(profile))
     ignored = profile.meta.get("ignored_lines")
     if ignored:
         out.append(f"ignored:     {ignored:,} lines that were not samples")
     return out
+
+
+def _python_line(profile: Profile) -> list[str]:
+    """How the eBPF sampler read Python stacks, kept as a comment in pprof files."""
+    from aiflame.collectors.ebpf.cpu_profile import PYTHON_COMMENT
+
+    if "info:python stacks" in profile.meta:
+        return []
+    for comment in profile.meta.get("comments", ()) or ():  # type: ignore[attr-defined]
+        if str(comment).startswith(PYTHON_COMMENT):
+            return [f"python:      {str(comment)[len(PYTHON_COMMENT) :].strip()}"]
+    return []
 
 
 def _truncated_line(profile: Profile) -> list[str]:

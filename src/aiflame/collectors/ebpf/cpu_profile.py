@@ -69,6 +69,7 @@ PYTHON_FRAME_UNREADABLE = "[Python frame unreadable]"
 # Python threads on a CPU: holding the GIL, or not (in native code that released it)
 GIL_LABELS = {GIL_HELD: "held", GIL_RELEASED: "released"}
 TRUNCATED_COMMENT = "aiflame truncated user stacks:"
+PYTHON_COMMENT = "Python stacks:"
 NO_USER_STACK = -1  # a kernel thread's
 
 
@@ -286,6 +287,8 @@ def _meta(raw: RawProfile, stats: StackStats) -> dict[str, object]:
         f"{TRUNCATED_COMMENT} {stats.truncated}/{stats.user_stacks}",
         f"eBPF losses: {meta['info:ebpf losses']}",
     ]
+    if "info:python stacks" in meta:
+        meta["comments"].append(f"{PYTHON_COMMENT} {meta['info:python stacks']}")  # type: ignore[attr-defined]
     return meta
 
 
