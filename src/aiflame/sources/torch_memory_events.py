@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, compress
 from operator import itemgetter
 from typing import Any
 
@@ -46,7 +46,7 @@ RUN = rb"[^e]*+(?:e(?!u)[^e]*+)*+"
 INT_KEYS = ("addr", "size", "stream", "time_us")  # decoded, in this order
 MAX_SHAPES = 8
 MAX_OTHER_KEYS = 4
-WINDOW = 1 << 18  # bytes of events matched by one call; a longer event: opcode by opcode
+WINDOW = 1 << 19  # bytes of events matched by one call; a longer event: opcode by opcode
 
 # Steps through an event's head: skip bytes, skip a reference, skip another value, read
 # the integer of column ``arg``.
@@ -55,8 +55,9 @@ FIXED, SKIP_REF, SKIP_OTHER, READ_INT = range(4)
 
 @dataclass(frozen=True)
 class Shape:
-    """One event layout. ``span`` matches the events that follow each other from a
-    position; ``findall`` gives them, one tuple of groups each. Getters of a tuple:
+    """One event layout. ``findall`` gives the events that follow each other from a
+    position, one tuple of groups each, then (its last group non-empty) a tuple for the
+    rest. Getters of a tuple:
     ``whole`` the event, ``head`` its bytes up to its last integer of :data:`INT_KEYS`,
     read by ``steps`` (:func:`decode_heads`).
     ``key`` the groups that decide an event's row but for its integers and a frame list
@@ -66,7 +67,6 @@ class Shape:
     one reference APPEND), ``b""`` when none is. ``shared`` the reference to a frame list
     read before (``b""`` when there is none)."""
 
-    span: Callable[..., re.Match[bytes] | None]
     findall: Callable[..., list[tuple[bytes, ...]]]
     key: Callable[[tuple[bytes, ...]], tuple[bytes, ...]]
     head: Callable[[tuple[bytes, ...]], bytes]
@@ -140,13 +140,13 @@ def learn_shape(event: dict[Any, Any], memo_index: dict[int, int]) -> Shape | No
         parts.append(b"|")
         shared = group(REF)
         parts.append(b")")
-    parts.append(b"u)")
+    # SETITEMS; then APPENDS MARK, when the events are pickled a thousand at a time: for the
+    # trace list, with nothing to append, as if they were not there
+    parts.append(rb"u(?:e\()?)")
     blank = group(b"")  # always b"": stands for absent frames
     one = b"".join(b"(" if p is None else p for p in parts)
-    bare = b"".join(b"(?:" if p is None else p for p in parts)
     return Shape(
-        span=re.compile(b"(?:" + bare + b")++", _ANY).match,
-        findall=re.compile(one, _ANY).findall,
+        findall=re.compile(one + rb"|(.).*", _ANY).findall,  # ANY_ALL: skips to the end
         key=itemgetter(*decide, made if made >= 0 else blank),
         head=itemgetter(1),
         shared=itemgetter(shared if shared >= 0 else blank),
@@ -279,10 +279,10 @@ class TraceSink:
         for k, _, _, shape, rows in pending:
             if shape is None:
                 values[at : at + len(k)], present[at : at + len(k)] = rows
-            else:
+            else:  # only the events that change memory
                 _, where, heads = by_shape.setdefault(id(shape), (shape, [], []))
-                where.append(np.arange(at, at + len(k)))
-                heads.append(rows)
+                where.append(at + np.nonzero(k)[0])
+                heads.append(compress(rows, k))
             at += len(k)
         for shape, where, heads in by_shape.values():  # one decoding per shape
             where_all = np.concatenate(where)

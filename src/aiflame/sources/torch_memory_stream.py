@@ -120,6 +120,7 @@ class _Machine:
         self.entries: dict[tuple[bytes, ...], tuple[Any, ...]] = {}  # see _entry
         self.slots = _Slots()
         self.window = MIN_WINDOW
+        self.since = 0
         self.info = _Entries()
         self.frame_end = 0  # the data every FRAME announced must be there
 
@@ -477,27 +478,29 @@ class _Machine:
         found = self.by_run.get(run)
         if found is not None:
             return found
-        memo = self.memo
-        items = SharedFrames()
+        indices: list[int] = []
         frames: list[int] = []
         i = 0
         while i < len(run):
+            k = _leading_long_bingets(run, i)  # most references: numpy reads them
+            if k:
+                indices += np.frombuffer(run, _LONG_BINGET, k, i)["index"].tolist()
+                i += 5 * k
+                continue
             op = run[i]
-            if op == 0x6A and i + 5 <= len(run):  # LONG_BINGET
-                index = int.from_bytes(run[i + 1 : i + 5], "little")
-                i += 5
-            elif op == 0x68 and i + 2 <= len(run):  # BINGET
-                index = run[i + 1]
+            if op == 0x68 and i + 2 <= len(run):  # BINGET
+                indices.append(run[i + 1])
                 i += 2
             elif op == 0x95 and i + 9 <= len(run):  # FRAME: only says how much follows
                 frames += (len(run) - i, int.from_bytes(run[i + 1 : i + 9], "little"))
                 i += 9
-                continue
             else:
                 return None
-            if index >= limit or type(memo[index]) is _Gone:
-                return None
-            items.append(memo[index])
+        if indices and max(indices) >= limit:
+            return None
+        items = SharedFrames(map(self.memo.__getitem__, indices))
+        if GONE in items:
+            return None
         fid = self._frames_id(items)
         if frames:  # seen once: not kept for later events
             return fid, tuple(frames)
@@ -545,30 +548,33 @@ class _Machine:
         """Reads the events from ``pos`` on while a shape matches them, a window of bytes
         at a time, with no Python code per event when they are like those read before;
         returns the position of the first thing not read (an event to read opcode by
-        opcode, the end of the list...). The window grows while all of it is read, and
-        shrinks at such an event, so that little is matched for nothing where they are
-        frequent."""
+        opcode, the end of the list...). Windows are twice what was read between the last
+        two such events, so that little is matched for nothing where they are frequent."""
         buf = self.buf
         end = len(buf)
-        window = self.window
         while self.shapes:
             if end - pos < WINDOW and not self.eof:
                 buf, pos, end = self._fill(pos, WINDOW)
-            stop = min(end, pos + window)
+            stop = min(end, pos + self.window)
             for shape in self.shapes:
-                span = shape.span(buf, pos, stop)
-                if span is not None:
+                rows = shape.findall(buf, pos, stop)  # the events, then the rest (last group)
+                if not rows[0][-1]:
                     break
             else:  # an event read otherwise
-                self.window = max(MIN_WINDOW, window // 4)
                 break
-            rows = shape.findall(buf, pos, span.end())  # all of them, one after the other
+            cut = bool(rows[-1][-1])
+            if cut:
+                rows.pop()
             taken = self._window(sink, shape, rows, self.base + pos)
+            pos += sum(map(len, map(WHOLE, rows[:taken])))
             if taken < len(rows):
-                self.window = max(MIN_WINDOW, window // 4)
-                return pos + sum(map(len, map(WHOLE, rows[:taken])))
-            pos = span.end()
-            window = self.window = min(WINDOW, 2 * window)
+                break
+            if not cut:  # the window ended with an event
+                self.window = min(WINDOW, 2 * self.window)
+        read = self.base + pos - self.since  # since the last event read otherwise
+        if read:
+            self.window = min(WINDOW, max(MIN_WINDOW, 2 * read))
+            self.since += read
         return pos
 
     def _window(self, sink: TraceSink, shape: Shape, rows: list[tuple[bytes, ...]], at: int) -> int:
@@ -650,6 +656,16 @@ class _Machine:
                     self.frame_end = max(self.frame_end, start + 9 + frames[k + 1])
         sink.add(kind[:n], fid[:n], shape, list(map(shape.head, rows[:n])))
         return n
+
+
+_LONG_BINGET = np.dtype([("op", "u1"), ("index", "<u4")])
+
+
+def _leading_long_bingets(run: bytes, i: int) -> int:
+    """How many LONG_BINGETs ``run`` has one after the other from ``i``."""
+    ops = run[i::5]
+    k = len(ops) - len(ops.lstrip(b"j"))
+    return min(k, (len(run) - i) // 5)
 
 
 class _Slots:
