@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain, compress
 from operator import itemgetter
 from typing import Any
@@ -46,7 +46,7 @@ RUN = rb"[^e]*+(?:e(?!u)[^e]*+)*+"
 INT_KEYS = ("addr", "size", "stream", "time_us")  # decoded, in this order
 MAX_SHAPES = 8
 MAX_OTHER_KEYS = 4
-WINDOW = 1 << 19  # bytes of events matched by one call; a longer event: opcode by opcode
+WINDOW = 1 << 18  # bytes of events matched by one call; a longer event: opcode by opcode
 
 # Steps through an event's head: skip bytes, skip a reference, skip another value, read
 # the integer of column ``arg``.
@@ -65,7 +65,8 @@ class Shape:
     at an object read before the event) or string (stored in the memo) or ``b""``, then
     the list made here after its EMPTY_LIST (MEMOIZE, maybe MARK references APPENDS or
     one reference APPEND), ``b""`` when none is. ``shared`` the reference to a frame list
-    read before (``b""`` when there is none)."""
+    read before (``b""`` when there is none). ``entries``: the reader's cache of what keys
+    decide, for this shape only (the same key means something else in another)."""
 
     findall: Callable[..., list[tuple[bytes, ...]]]
     key: Callable[[tuple[bytes, ...]], tuple[bytes, ...]]
@@ -73,6 +74,7 @@ class Shape:
     shared: Callable[[tuple[bytes, ...]], bytes]
     steps: tuple[tuple[int, int], ...]
     has_frames: bool
+    entries: dict[tuple[bytes, ...], int] = field(default_factory=dict)  # key -> entry id
 
 
 WHOLE = itemgetter(0)
@@ -244,7 +246,7 @@ class TraceSink:
     integers; decoded into columns every ``BATCH`` events. Events that change no memory
     are only counted (kind 0), OOMs kept apart."""
 
-    BATCH = 16384
+    BATCH = 8192
     __hash__ = None  # type: ignore[assignment]  # hashes like the list it stands for
 
     def __init__(self) -> None:
@@ -324,7 +326,7 @@ class TraceSink:
             size=col["size"],
             time_us=col["time_us"] if self.has_time else None,
             stream=col["stream"],
-            frames=lists[col.pop("fid")].tolist(),
+            frames=lists[col.pop("fid")],  # an object array: 8 bytes an event
             ooms=self.ooms,
         )
 

@@ -25,6 +25,7 @@ out of data raises :class:`Truncated`.
 from __future__ import annotations
 
 import struct
+import sys
 from itertools import chain, compress
 from typing import Any, BinaryIO
 
@@ -44,7 +45,7 @@ from aiflame.sources.torch_memory_events import (
 )
 from aiflame.sources.torch_memory_replay import ACTION_KIND, OOM, Trace, oom_of
 
-CHUNK = 1 << 21  # bytes read at a time
+CHUNK = 1 << 20  # bytes read at a time
 MEMOIZE = 0x94
 MIN_WINDOW = 1 << 12  # bytes of events matched at first, after an event read otherwise
 MAX_CACHED = 1 << 16  # event entries kept (see _Machine._entry)
@@ -75,10 +76,16 @@ class SharedFrames(list):  # type: ignore[type-arg]
     __slots__ = ()
 
 
-def read_plain_data(f: BinaryIO) -> Any:
+def read_plain_data(f: BinaryIO, stats: dict[str, int] | None = None) -> Any:
     """The object pickled in ``f``, with each trace list of the top-level dict's
-    ``device_traces`` given as a :class:`Trace`."""
-    return _Machine(f).load()
+    ``device_traces`` given as a :class:`Trace`. ``stats`` gets how many trace events
+    there were and how many were read opcode by opcode (not by a shape's pattern)."""
+    machine = _Machine(f)
+    data = machine.load()
+    if stats is not None:
+        stats["events"] = sum(sink.count for sink in machine.sinks)
+        stats["read_slowly"] = machine.read_slowly
+    return data
 
 
 def _trace_slot(stack: list[Any], marks: list[int]) -> bool:
@@ -117,10 +124,10 @@ class _Machine:
         self.frame_lists: list[Any] = [None]
         self.by_id: dict[int, int] = {id(None): 0}
         self.by_run: dict[bytes, int] = {}
-        self.entries: dict[tuple[bytes, ...], tuple[Any, ...]] = {}  # see _entry
         self.slots = _Slots()
         self.window = MIN_WINDOW
         self.since = 0
+        self.read_slowly = 0  # trace events read opcode by opcode
         self.info = _Entries()
         self.frame_end = 0  # the data every FRAME announced must be there
 
@@ -150,6 +157,10 @@ class _Machine:
             raise
         except Exception as e:  # anything odd: the unpickler says what it makes of it
             raise Fallback(str(e)) from None
+        self.memo.clear()  # what the result does not hold goes before the columns are made
+        self.slots = self.info = None  # type: ignore[assignment]
+        for shape in self.shapes:
+            shape.entries.clear()
         try:
             traces = result.get("device_traces") if type(result) is dict else None
             if self.sinks:
@@ -321,9 +332,10 @@ class _Machine:
             elif op == 0x95:  # FRAME: only says how much follows
                 if pos + 8 > end:
                     raise Truncated
-                self.frame_end = max(
-                    self.frame_end, self.base + pos + 8 + from_bytes(buf[pos : pos + 8], "little")
-                )
+                n = from_bytes(buf[pos : pos + 8], "little")
+                if n > sys.maxsize:
+                    raise Fallback("FRAME length exceeds the system's maximum")
+                self.frame_end = max(self.frame_end, self.base + pos + 8 + n)
                 pos += 8
             elif op in (0x71, 0x72):  # BINPUT, LONG_BINPUT: only in order
                 n = 1 if op == 0x71 else 4
@@ -433,6 +445,7 @@ class _Machine:
         """An event read opcode by opcode: its row, and its memo slot dropped."""
         if type(event) is not dict:
             raise Fallback("a trace event that is not a dict")
+        self.read_slowly += 1
         memo = self.memo
         for i in range(item_memo, len(memo)):
             if memo[i] is event:
@@ -493,6 +506,8 @@ class _Machine:
                 i += 2
             elif op == 0x95 and i + 9 <= len(run):  # FRAME: only says how much follows
                 frames += (len(run) - i, int.from_bytes(run[i + 1 : i + 9], "little"))
+                if frames[-1] > sys.maxsize:
+                    return None
                 i += 9
             else:
                 return None
@@ -583,7 +598,7 @@ class _Machine:
         Each event's entry (see :meth:`_entry`) is cached by its key: a long trace repeats
         a few thousand."""
         memo = self.memo
-        cache = self.entries
+        cache = shape.entries
         stores = self.info.stores.__getitem__
         base = len(memo)
         keys = list(map(shape.key, rows))
