@@ -253,7 +253,7 @@ def _add_allocations(
     start_ns = int(times[0]) if len(times) and r.has_time else 0
     end_ns = int(times[-1]) if len(times) and r.has_time else 0
     origin = r.origin
-    stacks = np.array(namer.stacks(r.frames), dtype=np.int64)  # allocation stacks
+    stacks = np.fromiter(namer.iter_stacks(r.frames), np.int64, n)  # allocation stacks
     for k in np.nonzero(origin != FROM_TRACE)[0].tolist():  # the few made before the trace
         if origin[k] == FREED_BEFORE_ALLOC_SEEN:
             stacks[k] = namer.stack(r.frames[k], (namer.label_frame(FREED_ONLY),))

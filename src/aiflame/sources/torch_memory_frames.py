@@ -21,7 +21,7 @@ with the C/C++ frames of the interpreter and of PyTorch.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from aiflame.model import FrameKind, ProfileBuilder
@@ -161,12 +161,15 @@ class FrameNamer:
         and stops at identical elements: about 10x cheaper than a key of every frame's id.
         An empty list gives -1 (the empty stack): the caller says why it has no frames.
         """
+        return list(self.iter_stacks(frame_lists))
+
+    def iter_stacks(self, frame_lists: Iterable[Sequence[dict[str, Any]]]) -> Iterator[int]:
+        """:meth:`stacks`, one at a time (for ``np.fromiter``: no list of ints)."""
         buckets: dict[tuple[int, ...], list[tuple[Sequence[dict[str, Any]], int]]] = {}
-        out = []
         for frames in frame_lists:
             n = len(frames)
             if not n:
-                out.append(-1)
+                yield -1
                 continue
             key = (n, id(frames[0]), id(frames[n >> 1]), id(frames[-1]))
             found = buckets.get(key)
@@ -181,8 +184,7 @@ class FrameNamer:
             if sid < 0:
                 sid = self.stack(frames)
                 found.append((frames, sid))
-            out.append(sid)
-        return out
+            yield sid
 
     def _new_stack(self, frames: Sequence[dict[str, Any]], root: tuple[int, ...]) -> int:
         fid = self.frame_id

@@ -135,10 +135,10 @@ class Trace:
         )
 
 
-def _take(column: Sequence[Any], points: list[int]) -> np.ndarray:
+def _take(column: Sequence[Any], points: np.ndarray) -> np.ndarray:
     if isinstance(column, np.ndarray):
-        return column[np.asarray(points, dtype=np.int64)].astype(np.int64)
-    return np.array([column[p] for p in points], dtype=np.int64)
+        return column[points].astype(np.int64)
+    return np.array([column[p] for p in points.tolist()], dtype=np.int64)
 
 
 def replay(
@@ -187,14 +187,16 @@ def replay(
     free_of_alloc = np.full(n, -1, dtype=np.int64)
     free_of_alloc[alloc_of_free[matched]] = matched
     points = np.concatenate([allocs, unmatched])
-    chosen = points.tolist()
-    r.frames = [t.frames[p] or () for p in chosen]
+    if isinstance(t.frames, np.ndarray):  # an object array: no Python int per row
+        r.frames = [f or () for f in t.frames[points]]
+    else:
+        r.frames = [t.frames[p] or () for p in points.tolist()]
     r.origin = np.repeat(
         np.array([FROM_TRACE, FREED_BEFORE_ALLOC_SEEN], dtype=np.int8),
         [len(allocs), len(unmatched)],
     )
     r.size = size[points]
-    r.stream = _take(t.stream, chosen)
+    r.stream = _take(t.stream, points)
     r.addr = np.asarray(t.addr, dtype=np.int64)[points]
     r.alloc_point = np.concatenate([allocs, np.full(len(unmatched), -1, dtype=np.int64)])
     r.free_point = np.concatenate([free_of_alloc[allocs], unmatched])
