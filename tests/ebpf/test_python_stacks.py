@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import sys
 import textwrap
 from collections import Counter
@@ -204,3 +205,24 @@ def test_a_kernel_without_the_walk_still_samples(monkeypatch, tmp_path):
         assert rec.sampler.python_unavailable and not rec.walks_python(os.getpid())
     finally:
         rec.close()
+
+
+def test_a_program_in_its_own_pid_namespace(tmp_path):
+    """In a container the interpreter knows its threads by their ids in the container's PID
+    namespace, not the host's: the walk matches those."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.skip("no unshare (util-linux) here")
+    prog = tmp_path / "threads.py"
+    prog.write_text(textwrap.dedent(PROGRAM))
+    argv = [unshare, "--pid", "--fork", "--mount-proc", sys.executable, str(prog)]
+    raw, _ = sample(argv, freq=499, follow_children=True)
+    profile, _ = build_profile(raw, SymbolResolver(), naming=PythonNaming([str(tmp_path)]))
+    in_spin = total = 0.0
+    for stack, value in profile.iter_stack_values(0):
+        py = python_frames(profile, stack)
+        total += value
+        if named("spin") in py:
+            assert py[:4] == [MODULE, named("main"), named("forward", "Model"), named("spin")]
+            in_spin += value
+    assert in_spin >= 0.5 * 0.5 * 499 * 0.6, (in_spin, total, raw.stats)

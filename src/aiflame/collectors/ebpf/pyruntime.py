@@ -31,6 +31,7 @@ _PYTHON_FILE = re.compile(r"(?:^|/)(?:lib)?python(\d)\.(\d+)[a-z]*(?:\.so[.\d]*)
 _WANTED = (b"_PyRuntime", b"Py_Version", b"PyCode_Type")
 SHT_DYNSYM, SHT_SYMTAB = 11, 2
 NO_RUNTIME = " has no _PyRuntime symbol"
+NO_INTERPRETER = "no Python interpreter is mapped"
 
 
 @dataclass(frozen=True)
@@ -195,7 +196,7 @@ def find_python(pid: int, maps_text: str | None = None) -> PythonProcess:
     maps = Maps.parse(maps_text)
     candidates = candidate_files(maps)
     if not candidates:
-        raise UnsupportedPython("no Python interpreter is mapped")
+        raise UnsupportedPython(NO_INTERPRETER)
     reasons = []
     for mapping in candidates:
         try:

@@ -28,7 +28,7 @@ from aiflame.collectors.ebpf import object_bytes
 from aiflame.collectors.ebpf.libbpf import BpfError, BpfObject
 from aiflame.collectors.ebpf.perf import cpu_clock_attr, online_cpus, perf_event_open
 from aiflame.collectors.ebpf.pycode import CodeReader, PyFunction
-from aiflame.collectors.ebpf.pyruntime import UnsupportedPython, find_python
+from aiflame.collectors.ebpf.pyruntime import NO_INTERPRETER, UnsupportedPython, find_python
 
 MAX_STACK_DEPTH = 127  # profile.bpf.c MAX_STACK_DEPTH
 # A process is announced at its first sample, maybe before the dynamic loader has mapped
@@ -313,7 +313,8 @@ class CpuSampler:
         try:
             python = find_python(pid, maps_text)
         except UnsupportedPython as e:
-            self._python_unsupported[pid] = str(e)
+            if str(e) != NO_INTERPRETER:  # a Python we cannot read, not another program
+                self._python_unsupported[pid] = str(e)
             return
         old = self._readers.get(pid)
         if old is not None and old.python == python:

@@ -57,11 +57,22 @@ struct bpf_perf_event_data {
 	__u64 addr;
 };
 
+struct upid {
+	int nr;
+	struct pid_namespace *ns;
+};
+
+struct pid {
+	unsigned int level; /* of the namespace the pid was made in: numbers[level] is its id there */
+	struct upid numbers[1];
+};
+
 struct task_struct {
 	unsigned int flags;
 	pid_t pid;
 	pid_t tgid;
 	struct task_struct *real_parent;
+	struct pid *thread_pid;
 };
 #define PF_KTHREAD 0x00200000
 

@@ -147,9 +147,9 @@ struct {
 } py_procs SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH); /* thread id -> its PyThreadState */
+	__uint(type, BPF_MAP_TYPE_LRU_HASH); /* pid << 32 | thread id -> its PyThreadState */
 	__uint(max_entries, 16384);
-	__type(key, __u32);
+	__type(key, __u64);
 	__type(value, __u64);
 } py_threads SEC(".maps");
 
@@ -214,16 +214,35 @@ static __always_inline long read_u64(__u64 *dst, __u64 addr)
 	return bpf_probe_read_user(dst, sizeof(*dst), (const void *)addr);
 }
 
-/* The PyThreadState of thread `tid`: cached, else found in the interpreter's list. */
-static __always_inline __u64 python_thread(const struct py_proc *py, __u32 tid)
+/* The current thread's id as its own process sees it (in a container: the id in the
+ * container's PID namespace), which is what CPython records in native_thread_id. */
+static __always_inline __u32 namespace_tid(__u32 tid)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct pid *pid = 0;
+	unsigned int level = 0;
+	int nr = 0;
+	if (CORE_READ_INTO(&pid, task, thread_pid) || !pid || CORE_READ_INTO(&level, pid, level))
+		return tid;
+	if (level > 31) /* the kernel nests PID namespaces 32 deep at most */
+		return tid;
+	struct upid *up = (struct upid *)__builtin_preserve_access_index(&pid->numbers[0]);
+	if (bpf_probe_read_kernel(&nr, sizeof(nr), (void *)((char *)up + level * sizeof(*up))))
+		return tid;
+	return nr ? (__u32)nr : tid;
+}
+
+/* The PyThreadState of the current thread (`id`: pid_tgid; `tid`: its id in its own PID
+ * namespace): cached, else found in the interpreter's list. */
+static __always_inline __u64 python_thread(const struct py_proc *py, __u64 id, __u32 tid)
 {
 	__u64 ts = 0, native = 0;
-	__u64 *cached = bpf_map_lookup_elem(&py_threads, &tid);
+	__u64 *cached = bpf_map_lookup_elem(&py_threads, &id);
 	if (cached) {
 		ts = *cached;
 		if (read_u64(&native, ts + py->native_thread_id) == 0 && native == tid)
 			return ts; /* still this thread's (a freed state is reused by others) */
-		bpf_map_delete_elem(&py_threads, &tid);
+		bpf_map_delete_elem(&py_threads, &id);
 	}
 	__u64 interp = 0;
 	if (read_u64(&interp, py->runtime + py->interpreters_head) || !interp)
@@ -236,7 +255,7 @@ static __always_inline __u64 python_thread(const struct py_proc *py, __u32 tid)
 		if (read_u64(&native, ts + py->native_thread_id))
 			return 0;
 		if (native == tid) {
-			bpf_map_update_elem(&py_threads, &tid, &ts, BPF_ANY);
+			bpf_map_update_elem(&py_threads, &id, &ts, BPF_ANY);
 			return ts;
 		}
 		if (read_u64(&ts, ts + py->tstate_next))
@@ -325,7 +344,7 @@ static __always_inline __u32 gil_state(const struct py_proc *py, __u64 ts)
 static __always_inline long python_stack(const struct py_proc *py, __u32 tid, __u64 *id,
 					 __u32 *gil)
 {
-	__u64 ts = python_thread(py, tid);
+	__u64 ts = python_thread(py, bpf_get_current_pid_tgid(), namespace_tid(tid));
 	if (!ts)
 		return PY_NO_THREAD;
 	*gil = gil_state(py, ts);
