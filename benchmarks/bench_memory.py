@@ -76,10 +76,10 @@ def stages(snapshot: Path) -> list[tuple[str, float]]:
     out = []
     t = time.perf_counter()
     data = read_snapshot(Input(str(snapshot)))
-    out.append(("unpickle (restricted)", time.perf_counter() - t))
+    out.append(("read (streaming)", time.perf_counter() - t))
     t = time.perf_counter()
     with _gc_paused():
-        profile = build_profile(data)
+        profile = build_profile(data, consume=True)
     out.append(("replay + stacks", time.perf_counter() - t))
     t = time.perf_counter()
     render_html(profile, metric="peak-bytes")

@@ -424,8 +424,8 @@ class _Machine:
             elif op == 0x80:  # PROTO
                 if pos + 1 > end:
                     raise Truncated
-                if buf[pos] > 5:
-                    raise Fallback("unsupported pickle protocol")
+                if not 4 <= buf[pos] <= 5:  # 2, 3: BINPUTs, which the patterns do not read,
+                    raise Fallback("pickle protocol")  # so every event opcode by opcode: slow
                 pos += 1
             elif op == 0x2E:  # STOP
                 if len(stack) <= (marks[-1] if marks else 0):
