@@ -573,7 +573,7 @@ class _Machine:
             stop = min(end, pos + self.window)
             for shape in self.shapes:
                 rows = shape.findall(buf, pos, stop)  # the events, then the rest (last group)
-                if not rows[0][-1]:
+                if rows and not rows[0][-1]:
                     break
             else:  # an event read otherwise
                 break
