@@ -112,7 +112,7 @@ def test_whole_system_for_a_duration(hot, tmp_path):
     assert rec.returncode == 0, rec.stderr
     profile = load(str(out))
     roots = {profile.stack_frames(s)[0].name for s, _ in profile.iter_stack_values(0)}
-    assert f"hot ({busy.pid})" in roots  # each stack under its process
+    assert f"hot 3 ({busy.pid})" in roots  # each stack under its process's command line
     info = subprocess.run(
         [sys.executable, "-m", "aiflame", "info", str(out)], capture_output=True, text=True
     )

@@ -231,7 +231,7 @@ def _frames(
 ) -> list[Frame]:
     out: list[Frame] = []
     if process_frames:
-        name = raw.process_names.get(key.pid) or key.comm or "?"
+        name = raw.commands.get(key.pid) or raw.process_names.get(key.pid) or key.comm or "?"
         out.append(Frame(f"{name} ({key.pid})" if key.pid else name, FrameKind.LABEL))
     if python is not None:
         out.extend(python)

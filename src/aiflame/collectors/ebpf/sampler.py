@@ -100,6 +100,7 @@ class RawProfile:
     )
     python_modules: dict[int, str] = field(default_factory=dict)  # pid -> interpreter file
     python_unsupported: dict[int, str] = field(default_factory=dict)  # pid -> why not walked
+    commands: dict[int, str] = field(default_factory=dict)  # pid -> `python train.py --x`
 
 
 def _weak_callback(method: Callable[[bytes], None]) -> Callable[[bytes], None]:
@@ -126,6 +127,20 @@ def _start_time(pid: int) -> int | None:
         return None
 
 
+def _command_line(pid: int, limit: int = 80) -> str:
+    """``python train.py --lr 3``: the program's name and arguments, cut at ``limit``."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read(4096).split(b"\0")
+    except OSError:
+        return ""
+    words = [a.decode("utf-8", "replace") for a in args if a]
+    if not words:
+        return ""  # a kernel thread, or a zombie
+    text = " ".join([os.path.basename(words[0]), *words[1:]])
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _read(path: str) -> str | None:
     try:
         with open(path, encoding="utf-8", errors="surrogateescape") as f:
@@ -142,6 +157,7 @@ class CpuSampler:
         self.obj: BpfObject | None = None
         self.maps: dict[int, list[str]] = {}
         self.process_names: dict[int, str] = {}
+        self.commands: dict[int, str] = {}  # pid -> its command line, shortened
         self.cpus: list[int] = []
         self._perf_links: list[int] = []
         self._recheck: dict[int, float] = {}  # pid -> when to read its maps again
@@ -303,6 +319,9 @@ class CpuSampler:
         comm = _read(f"/proc/{pid}/comm")
         if comm:
             self.process_names[pid] = comm.strip()
+        command = _command_line(pid)
+        if command:
+            self.commands[pid] = command
 
     # -- Python stacks -----------------------------------------------------------------------
     def _describe_python(self, pid: int, maps_text: str) -> None:
@@ -391,4 +410,5 @@ class CpuSampler:
             frames,
             {pid: r.python.module for pid, r in self._readers.items()},
             dict(self._python_unsupported),
+            dict(self.commands),
         )
