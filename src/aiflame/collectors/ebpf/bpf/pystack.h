@@ -1,0 +1,230 @@
+// SPDX-License-Identifier: (BSD-2-Clause OR GPL-2.0-only)
+/* Walking a CPython thread's Python stack from a BPF program (3.11-3.13).
+ *
+ * User space describes each CPython process in `py_procs` (where _PyRuntime is, and the
+ * offsets of the few fields read, which change between minor versions). walk_python()
+ * then finds the current thread's PyThreadState (the interpreter's list of thread states,
+ * matched on the thread id in the process's own PID namespace, cached per thread) and
+ * follows its chain of _PyInterpreterFrame with bpf_loop (Linux 5.17+), keeping each
+ * frame's code object address in `py_scratch`, innermost first. Included by
+ * profile.bpf.c (CPU samples) and cuda.bpf.c (CUDA/HIP call sites). */
+#ifndef AIFLAME_PYSTACK_H
+#define AIFLAME_PYSTACK_H
+
+#define MAX_PY_DEPTH 127   /* Python frames kept per stack (the outermost are cut) */
+#define MAX_PY_THREADS 128 /* thread states searched for the sampled thread */
+#define PY_ENTRY 1ULL      /* low bit of a code address: its frame was entered from C */
+#define PY_NO_OFFSET 0xffffffffU
+#define PY_OWNED_BY_CSTACK 3 /* 3.12+: the shim frame of an entry into the eval loop */
+#define PY_NO_THREAD (-1)  /* python_error: no thread state (not a Python thread) */
+#define PY_NOT_PYTHON (-2) /* python_error: not a described Python process */
+
+struct py_codes {
+	__u64 code[MAX_PY_DEPTH]; /* innermost first; zero after the frames kept */
+};
+
+/* Where CPython keeps what the walk reads, for one process (offsets in bytes). */
+struct py_proc {
+	__u64 runtime;           /* address of _PyRuntime in the process */
+	__u32 interpreters_head; /* in _PyRuntimeState: the first interpreter */
+	__u32 threads_head;      /* in PyInterpreterState: its first thread state */
+	__u32 tstate_next;       /* in PyThreadState */
+	__u32 native_thread_id;  /* in PyThreadState: the OS thread id */
+	__u32 tstate_frame;      /* in PyThreadState: cframe (3.11, 3.12) or current_frame */
+	__u32 cframe_frame;      /* in _PyCFrame: current_frame; PY_NO_OFFSET from 3.13 */
+	__u32 frame_code;        /* in _PyInterpreterFrame: f_code / f_executable */
+	__u32 frame_previous;    /* in _PyInterpreterFrame */
+	__u32 frame_owner;       /* in _PyInterpreterFrame (a char) */
+	__u32 frame_is_entry;    /* in _PyInterpreterFrame (3.11); PY_NO_OFFSET later */
+	__u32 gil_locked;        /* the GIL's `locked` (an int) and `last_holder` (a thread */
+	__u32 gil_holder;        /* state), in _PyRuntimeState (3.11) or the interpreter */
+	__u32 gil_in_runtime;    /* 1: those offsets are in _PyRuntimeState */
+	__u32 pad;
+};
+
+enum gil_state {
+	GIL_UNKNOWN,  /* not a Python thread, or unreadable */
+	GIL_HELD,     /* the sampled thread holds the GIL */
+	GIL_RELEASED, /* it runs without the GIL (native code that released it, or waiting) */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); /* Python stacks: entries past MAX_PY_DEPTH stay 0 */
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct py_codes);
+} py_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct py_proc);
+} py_procs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH); /* pid << 32 | thread id -> its PyThreadState */
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, __u64);
+} py_threads SEC(".maps");
+
+static __always_inline long read_u64(__u64 *dst, __u64 addr)
+{
+	return bpf_probe_read_user(dst, sizeof(*dst), (const void *)addr);
+}
+
+/* The current thread's id as its own process sees it (in a container: the id in the
+ * container's PID namespace), which is what CPython records in native_thread_id. */
+static __always_inline __u32 namespace_tid(__u32 tid)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct pid *pid = 0;
+	unsigned int level = 0;
+	int nr = 0;
+	if (CORE_READ_INTO(&pid, task, thread_pid) || !pid || CORE_READ_INTO(&level, pid, level))
+		return tid;
+	if (level > 31) /* the kernel nests PID namespaces 32 deep at most */
+		return tid;
+	struct upid *up = (struct upid *)__builtin_preserve_access_index(&pid->numbers[0]);
+	if (bpf_probe_read_kernel(&nr, sizeof(nr), (void *)((char *)up + level * sizeof(*up))))
+		return tid;
+	return nr ? (__u32)nr : tid;
+}
+
+/* The PyThreadState of the current thread (`id`: pid_tgid; `tid`: its id in its own PID
+ * namespace): cached, else found in the interpreter's list. */
+static __always_inline __u64 python_thread(const struct py_proc *py, __u64 id, __u32 tid)
+{
+	__u64 ts = 0, native = 0;
+	__u64 *cached = bpf_map_lookup_elem(&py_threads, &id);
+	if (cached) {
+		ts = *cached;
+		if (read_u64(&native, ts + py->native_thread_id) == 0 && native == tid)
+			return ts; /* still this thread's (a freed state is reused by others) */
+		bpf_map_delete_elem(&py_threads, &id);
+	}
+	__u64 interp = 0;
+	if (read_u64(&interp, py->runtime + py->interpreters_head) || !interp)
+		return 0;
+	if (read_u64(&ts, interp + py->threads_head))
+		return 0;
+	for (__u32 i = 0; i < MAX_PY_THREADS; i++) {
+		if (!ts)
+			break;
+		if (read_u64(&native, ts + py->native_thread_id))
+			return 0;
+		if (native == tid) {
+			bpf_map_update_elem(&py_threads, &id, &ts, BPF_ANY);
+			return ts;
+		}
+		if (read_u64(&ts, ts + py->tstate_next))
+			return 0;
+	}
+	return 0;
+}
+
+struct py_walk {
+	struct py_proc py; /* a copy: bpf_loop's callbacks see plain values */
+	__u64 frame;       /* the next frame to read; 0 at the end of the chain */
+	__u32 n;           /* frames kept */
+	__s32 err;
+};
+
+static long py_scratch_index(struct py_walk *w, struct py_codes **buf)
+{
+	__u32 zero = 0;
+	*buf = bpf_map_lookup_elem(&py_scratch, &zero);
+	return *buf ? 0 : -ENOMEM;
+}
+
+/* bpf_loop callback: keep one frame's code object and step to its caller. */
+static long py_walk_step(__u64 index, struct py_walk *w)
+{
+	if (!w->frame)
+		return 1;
+	struct py_codes *buf;
+	if (py_scratch_index(w, &buf)) {
+		w->err = -ENOMEM;
+		return 1;
+	}
+	__u64 code = 0;
+	__u8 owner = 0, entry = 0;
+	if (read_u64(&code, w->frame + w->py.frame_code) ||
+	    bpf_probe_read_user(&owner, 1, (const void *)(w->frame + w->py.frame_owner)) ||
+	    (w->py.frame_is_entry != PY_NO_OFFSET &&
+	     bpf_probe_read_user(&entry, 1, (const void *)(w->frame + w->py.frame_is_entry)))) {
+		w->err = -EFAULT;
+		return 1;
+	}
+	__u32 n = w->n;
+	if (owner == PY_OWNED_BY_CSTACK && w->py.frame_is_entry == PY_NO_OFFSET) {
+		if (n > 0 && n <= MAX_PY_DEPTH)
+			buf->code[n - 1] |= PY_ENTRY; /* the shim sits below the frame it entered */
+	} else if (code && n < MAX_PY_DEPTH) {
+		buf->code[n] = code | (entry ? PY_ENTRY : 0);
+		w->n = n + 1;
+	}
+	if (read_u64(&w->frame, w->frame + w->py.frame_previous)) {
+		w->err = -EFAULT;
+		return 1;
+	}
+	return 0;
+}
+
+/* bpf_loop callback: zero what an earlier, deeper stack left after the frames kept. */
+static long py_zero_step(__u64 index, struct py_walk *w)
+{
+	struct py_codes *buf;
+	if (py_scratch_index(w, &buf))
+		return 1;
+	__u64 i = w->n + index;
+	if (i >= MAX_PY_DEPTH)
+		return 1;
+	buf->code[i] = 0;
+	return 0;
+}
+
+/* Whether thread state `ts` holds the GIL. */
+static __always_inline __u32 gil_state(const struct py_proc *py, __u64 ts)
+{
+	__u64 base = py->runtime, holder = 0;
+	__s32 locked = 0;
+	if (!py->gil_in_runtime && (read_u64(&base, py->runtime + py->interpreters_head) || !base))
+		return GIL_UNKNOWN;
+	if (bpf_probe_read_user(&locked, sizeof(locked), (const void *)(base + py->gil_locked)) ||
+	    read_u64(&holder, base + py->gil_holder))
+		return GIL_UNKNOWN;
+	return locked && holder == ts ? GIL_HELD : GIL_RELEASED;
+}
+
+/* Walk the current thread's Python stack into `py_scratch` (zero after the frames kept):
+ * the number of frames kept (> 0), PY_NO_THREAD, or -errno; *gil: its GIL state; *cut: 1
+ * when frames beyond MAX_PY_DEPTH were left out. */
+static __always_inline long walk_python(const struct py_proc *py, __u32 *gil, int *cut)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u64 ts = python_thread(py, id, namespace_tid((__u32)id));
+	if (!ts)
+		return PY_NO_THREAD;
+	*gil = gil_state(py, ts);
+	struct py_walk w = {};
+	w.py = *py;
+	if (read_u64(&w.frame, ts + py->tstate_frame))
+		return -EFAULT;
+	if (py->cframe_frame != PY_NO_OFFSET && w.frame &&
+	    read_u64(&w.frame, w.frame + py->cframe_frame))
+		return -EFAULT;
+	if (!w.frame)
+		return PY_NO_THREAD; /* a thread state with no Python running */
+	bpf_loop(MAX_PY_DEPTH, py_walk_step, &w, 0);
+	if (w.err)
+		return w.err;
+	*cut = w.frame != 0;
+	if (!w.n)
+		return PY_NO_THREAD;
+	bpf_loop(MAX_PY_DEPTH, py_zero_step, &w, 0);
+	return w.n;
+}
+
+#endif
