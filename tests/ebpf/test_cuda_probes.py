@@ -23,6 +23,7 @@ import pytest
 from aiflame.collectors.ebpf.cuda import CudaOptions, CudaProbes
 from aiflame.collectors.ebpf.cuda_apis import ApiClass
 from aiflame.collectors.ebpf.cuda_session import CudaRecorder
+from aiflame.symbolize.pyframes import PythonNaming
 
 pytestmark = pytest.mark.usefixtures("ebpf")
 HERE = Path(__file__).parent / "cuda"
@@ -364,3 +365,103 @@ def test_ctrl_c_ends_a_recording_and_detaches(built):
     finally:
         rec.target.kill()
         rec.target.wait()
+
+
+PY_TARGET = """
+import ctypes
+import sys
+
+rt = ctypes.CDLL(sys.argv[1])
+rt.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+rt.cudaFree.argtypes = [ctypes.c_void_p]
+rt.cudaDeviceSynchronize.argtypes = []
+
+
+class Model:
+    def allocate(self, n):
+        out = []
+        for _ in range(n):
+            p = ctypes.c_void_p()
+            assert rt.cudaMalloc(ctypes.byref(p), 1 << 20) == 0
+            out.append(p)
+        return out
+
+
+def release(blocks):
+    for p in blocks:
+        rt.cudaFree(p)
+
+
+def main():
+    print("ready", flush=True)
+    sys.stdin.readline()
+    blocks = Model().allocate(3)
+    release(blocks[:2])
+    rt.cudaDeviceSynchronize()
+    print("done", flush=True)
+    sys.stdin.readline()  # until the events are read: code objects are named meanwhile
+
+
+main()
+"""
+
+
+def test_python_frames_of_cuda_calls(built, tmp_path):
+    """A Python program calling the runtime through ctypes: each call site reads its Python
+    frames (named as the CPU samples and the PyTorch profiler name them), then the native
+    frames between them and the API (ctypes, libffi), then the API function."""
+    prog = tmp_path / "alloc.py"
+    prog.write_text(PY_TARGET)
+    argv = [sys.executable, str(prog), str(built / "libcudart.so.12")]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        with CudaProbes() as probes:
+            probes.watch(proc.pid)
+            assert probes.python is not None  # this kernel has bpf_loop
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline().strip() == "done"
+            probes.poll(50)
+            probes.drain()
+            proc.stdin.write("end\n")
+            proc.stdin.flush()
+            assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    probes.naming = PythonNaming([str(tmp_path)])  # files relative to the program's sys.path
+    memory = probes.memory_profile()
+    lines = [(i + 1, ln) for i, ln in enumerate(PY_TARGET.split("\n"))]
+    at = {name: n for n, ln in lines for name in ("allocate", "main") if f"def {name}(" in ln}
+    allocate = f"Model > allocate (alloc.py:{at['allocate']})"
+    outer = ["<module> (alloc.py:1)", f"main (alloc.py:{at['main']})", allocate]
+    peak = by_stack(memory, "peak-bytes")
+    assert sum(peak.values()) == 3 * MiB  # the three blocks, before two are freed
+    for stack in peak:
+        frames = stack.split(";")
+        assert frames[:3] == outer, frames
+        assert frames[-1] == "cudaMalloc"
+        native = frames[3:-1]  # ctypes and libffi, never the interpreter's frames
+        assert native and not any("_PyEval" in f for f in native), frames
+    calls = probes.calls_profile()
+    sync = by_stack(calls, "sync-time")
+    (stack,) = sync
+    assert stack.split(";")[:2] == outer[:2] and stack.endswith(";cudaDeviceSynchronize"), stack
+
+
+def test_probes_without_the_python_walk_on_older_kernels(built, libcudart, monkeypatch):
+    """No bpf_loop (Linux < 5.17): the programs without the walk load, and count as before."""
+    from aiflame.collectors.ebpf.libbpf import BpfError, BpfObject
+
+    real_open = CudaProbes._open
+
+    def old_kernel(self: CudaProbes, multi: bool, names: tuple[str, str]) -> BpfObject:
+        if names == CudaProbes.PYTHON_PROGRAMS:
+            raise BpfError("load aiflame-cuda: Invalid argument (unknown func bpf_loop#181)")
+        return real_open(self, multi, names)
+
+    monkeypatch.setattr(CudaProbes, "_open", old_kernel)
+    probes = run_probed([str(built / "target"), libcudart, "m2,l3,f4"])
+    assert probes.python is None
+    assert probes.log.all_calls()

@@ -56,8 +56,10 @@ from aiflame.collectors.ebpf.cuda_profile import (
     resolver_symbolizer,
     user_stack_interner,
 )
+from aiflame.collectors.ebpf.cuda_python import PY_MARK, PythonStacks
 from aiflame.collectors.ebpf.libbpf import BPF_TRACE_UPROBE_MULTI, BpfError, BpfObject
 from aiflame.model import Profile
+from aiflame.symbolize.pyframes import PythonNaming
 
 # Default per-second budgets (events per class); memory is unlimited: pairing frees with
 # allocations needs every one, and allocators call far less often than launches.
@@ -107,6 +109,7 @@ class CudaProbes:
     RCU grace period instead of one per probe (5 s for libcudart's 50 probes on 6.18)."""
 
     PROGRAMS = ("cuda_entry", "cuda_return")
+    PYTHON_PROGRAMS = ("cuda_entry_python", "cuda_return_python")  # walk Python stacks too
 
     def __init__(self, options: CudaOptions | None = None, multi: bool | None = None) -> None:
         self.options = options or CudaOptions()
@@ -118,14 +121,19 @@ class CudaProbes:
         self._watched: set[int] = set()
         self._seen_libs: dict[int, set[tuple[str, int]]] = {}
         self._stacks_checked = 0
+        self.naming: PythonNaming | None = None  # how Python frames are named (sys.path)
         self._final_stats: dict[str, int] | None = None
+        self._entry, self._return = self.PYTHON_PROGRAMS
         if multi is None:
             try:
-                self._obj, self.multi = self._open(True), True
+                self._obj, self.multi = self._open_any(True), True
             except BpfError:  # a kernel before 6.6: one link per probe
-                self._obj, self.multi = self._open(False), False
+                self._obj, self.multi = self._open_any(False), False
         else:
-            self._obj, self.multi = self._open(multi), multi
+            self._obj, self.multi = self._open_any(multi), multi
+        self.python = PythonStacks(self._obj) if self._entry.endswith("_python") else None
+        if self.python is not None:
+            self.log.on_new_stack = self.python.seen
         try:
             self._fill_apis()
             self._rb = self._obj.ring_buffer("events", self.log)
@@ -133,11 +141,28 @@ class CudaProbes:
             self._obj.close()
             raise
 
-    def _open(self, multi: bool) -> BpfObject:
+    def _open_any(self, multi: bool) -> BpfObject:
+        """The programs that walk Python stacks, else (no bpf_loop: Linux < 5.17) those
+        that do not."""
+        for names in (self.PYTHON_PROGRAMS, self.PROGRAMS):
+            try:
+                obj = self._open(multi, names)
+            except BpfError:
+                if names == self.PROGRAMS:
+                    raise
+                continue
+            self._entry, self._return = names
+            return obj
+        raise AssertionError("unreachable")
+
+    def _open(self, multi: bool, names: tuple[str, str]) -> BpfObject:
         obj = BpfObject(object_bytes("cuda"), name="aiflame-cuda")
         try:
+            for prog in (*self.PROGRAMS, *self.PYTHON_PROGRAMS):
+                if prog not in names:
+                    obj.set_autoload(prog, False)
             if multi:
-                for prog in self.PROGRAMS:
+                for prog in names:
                     obj.set_expected_attach_type(prog, BPF_TRACE_UPROBE_MULTI)
             caps = [int(self.options.caps.get(ApiClass(c), 0)) for c in range(N_CLASSES)]
             obj.set_rodata(caps=struct.pack(f"<{N_CLASSES}Q", *caps))
@@ -189,6 +214,8 @@ class CudaProbes:
             return
         self.maps.refresh(pid, text)
         self.comm.setdefault(pid, comm_of(pid))
+        if self.python is not None:
+            self.python.describe(pid, text)
         att = self.attached.setdefault(pid, Attached(pid))
         self._set_ranges(pid, libs)  # before the probes: nested calls must already be known
         for lib in new:
@@ -217,12 +244,12 @@ class CudaProbes:
             ck = probe_cookie(api_id, api)
             try:
                 self._obj.attach_uprobe(
-                    "cuda_entry", lib.host_path, offset=offset, pid=att.pid, cookie=ck
+                    self._entry, lib.host_path, offset=offset, pid=att.pid, cookie=ck
                 )
                 att.links += 1
                 if api.needs_return:
                     self._obj.attach_uprobe(
-                        "cuda_return",
+                        self._return,
                         lib.host_path,
                         offset=offset,
                         pid=att.pid,
@@ -242,13 +269,11 @@ class CudaProbes:
         offsets = [off for _, off in targets]
         back = [k for k, (i, _) in enumerate(targets) if APIS[i].needs_return]
         try:
-            self._obj.attach_uprobe_multi(
-                "cuda_entry", lib.host_path, offsets, cookies, pid=att.pid
-            )
+            self._obj.attach_uprobe_multi(self._entry, lib.host_path, offsets, cookies, pid=att.pid)
             att.links += 1
             if back:
                 self._obj.attach_uprobe_multi(
-                    "cuda_return",
+                    self._return,
                     lib.host_path,
                     [offsets[k] for k in back],
                     [cookies[k] for k in back],
@@ -281,7 +306,8 @@ class CudaProbes:
         self._stacks_checked = len(stacks)
         for pid in self.log.pids:
             if pid in self.attached:
-                self.maps.ensure(pid, [a for s in stacks[-64:] for a in s[:4]])
+                native = [s[: s.index(PY_MARK)] if PY_MARK in s else s for s in stacks[-64:]]
+                self.maps.ensure(pid, [a for s in native for a in s[:4]])
 
     def stats(self) -> dict[str, int]:
         """Counters of the BPF program, summed over CPUs (as they were at close)."""
@@ -329,7 +355,8 @@ class CudaProbes:
 
     # -- results ----------------------------------------------------------------------------
     def symbolizer(self) -> Symbolizer:
-        return resolver_symbolizer(self.maps)
+        native = resolver_symbolizer(self.maps)
+        return self.python.symbolizer(native, self.naming) if self.python else native
 
     def calls_profile(self, symbolize: Symbolizer | None = None) -> Profile:
         self.collect()
@@ -381,6 +408,8 @@ class CudaProbes:
             except BpfError:
                 self._final_stats = {}
         self._obj.close()
+        if self.python is not None:
+            self.python.close()
 
     def __enter__(self) -> CudaProbes:
         return self

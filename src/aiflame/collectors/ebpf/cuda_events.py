@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import struct
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,7 +52,7 @@ HEADER = np.dtype(
 _HDR = struct.Struct("<QQ7QQQqIIHBBI")
 assert _HDR.size == HEADER.itemsize == 112
 
-EV_CALL, EV_NAME = 0, 1
+EV_CALL, EV_NAME, EV_STACK = 0, 1, 2
 F_RETURNED, F_NAME_FAULT = 1, 2
 
 # Memory events: the header plus the interned stack id, as columns.
@@ -116,6 +117,9 @@ class EventLog:
     first_ts: int = 0
     last_ts: int = 0
 
+    # called with (pid, stack) for each new stack: its Python frames are named meanwhile
+    on_new_stack: Callable[[int, tuple[int, ...]], None] | None = None
+
     def __post_init__(self) -> None:
         self._stack_ids: dict[bytes, int] = {}
         self._memory = bytearray()
@@ -135,6 +139,9 @@ class EventLog:
             self.first_ts = ts
         self.last_ts = max(self.last_ts, ts + dur)
         body = data[_HDR.size : _HDR.size + payload]
+        if typ == EV_STACK:  # a summed call's new stack, announced for its Python frames
+            self._stack_id(body, pid)
+            return
         returned = bool(flags & F_RETURNED)
         failed = returned and ret != 0
         if typ == EV_NAME:
@@ -150,7 +157,7 @@ class EventLog:
         args = (a0, a1, a2, a3, a4, a5, a6)
         if not returned and caller and body[:8] != caller.to_bytes(8, "little"):
             body = caller.to_bytes(8, "little") + body  # the caller's frame, see above
-        stack = self._stack_id(body)
+        stack = self._stack_id(body, pid)
         if api.role in (ALLOC, FREE):
             self._memory += data[: _HDR.size]
             self._memory_stacks.append(stack)
@@ -185,7 +192,7 @@ class EventLog:
         raw = struct.pack(f"<{len(stack)}Q", *stack)
         if not api.needs_return and caller and raw[:8] != caller.to_bytes(8, "little"):
             raw = caller.to_bytes(8, "little") + raw  # see the module docstring
-        sid = self._stack_id(raw)
+        sid = self._stack_id(raw, pid)
         if api.role == LAUNCH:
             tgt: int | str | None = self.kernel_name(pid, target) if api.driver else target
         elif api.role == COPY:
@@ -194,12 +201,14 @@ class EventLog:
             tgt = None
         _merge(self.summed, CallKey(pid, tid, api_id, sid, tgt, error), sums)
 
-    def _stack_id(self, raw: bytes) -> int:
+    def _stack_id(self, raw: bytes, pid: int) -> int:
         sid = self._stack_ids.get(raw)
         if sid is None:
             sid = self._stack_ids[raw] = len(self.stacks)
             n = len(raw) // 8
             self.stacks.append(struct.unpack(f"<{n}Q", raw[: n * 8]))
+            if self.on_new_stack is not None:
+                self.on_new_stack(pid, self.stacks[sid])
         return sid
 
     def _target(self, api: Api, pid: int, args: tuple[int, ...]) -> int | str | None:

@@ -108,6 +108,8 @@ class EbpfRecorder:
         raw = self.sampler.stop()
         if self.sampler.python_unavailable:
             self.notes.append(self.sampler.python_unavailable)
+        if self.cuda is not None and self.cuda.probes is not None:
+            self.cuda.probes.naming = naming  # the call sites' Python frames, named alike
         calls = self._finish_cuda()
         if not raw.counts:
             if calls is None:

@@ -19,8 +19,15 @@
  * Overhead is bounded by a per-second budget of events per class (launch, memory, copy,
  * sync); calls over the budget are counted, never silently lost. Calls made from inside a
  * probed library (cudaMalloc calling cuMemAlloc_v2) are counted as nested and skipped, so
- * one user call is one event. */
+ * one user call is one event.
+ *
+ * In CPython processes user space has described in `py_procs`, the *_python programs
+ * also walk the calling thread's Python stack (pystack.h) and append it to the native one
+ * after a PY_MARK word: code object addresses, innermost first. A new summed stack with
+ * Python frames is announced (EV_STACK) so user space names its code objects while the
+ * process runs. */
 #include "aiflame_core.h"
+#include "pystack.h"
 
 static __u64 (*bpf_get_attach_cookie)(void *ctx) = (void *)174;
 
@@ -64,6 +71,8 @@ struct call {
 };
 #define EV_CALL 0
 #define EV_NAME 1
+#define EV_STACK 2 /* a summed stack seen first, with Python frames: the stack follows */
+#define PY_MARK 0xffffffffffffffffULL /* native frames before it, Python code objects after */
 #define F_RETURNED 1 /* emitted at return: duration, ret and result are valid */
 #define F_NAME_FAULT 2
 
@@ -253,13 +262,56 @@ static __always_inline struct record *scratch_record(void)
 	return bpf_map_lookup_elem(&scratch, &zero);
 }
 
-static __always_inline void emit_stack(void *ctx, struct record *r, __u64 skip)
+struct py_copy {
+	__u32 at; /* where the first code address goes in the record's stack */
+	__u32 n;  /* code addresses to copy */
+};
+
+/* bpf_loop callback: one code address from py_scratch into the record's stack. */
+static long py_copy_step(__u64 i, struct py_copy *c)
+{
+	__u32 zero = 0;
+	struct py_codes *codes = bpf_map_lookup_elem(&py_scratch, &zero);
+	struct record *r = bpf_map_lookup_elem(&scratch, &zero);
+	__u64 to = c->at + i;
+	if (!codes || !r || i >= c->n || i >= MAX_PY_DEPTH || to >= MAX_FRAMES)
+		return 1;
+	r->stack[to] = codes->code[i];
+	return 0;
+}
+
+/* After the n bytes of native stack in r, PY_MARK and the thread's Python stack if its
+ * process is a described CPython; the new length in bytes. */
+static __always_inline long append_python(struct record *r, long n)
+{
+	__u32 pid = r->hdr.pid, gil = 0;
+	const struct py_proc *py = bpf_map_lookup_elem(&py_procs, &pid);
+	if (!py || n < 0)
+		return n;
+	int cut = 0;
+	long got = walk_python(py, &gil, &cut);
+	__u32 at = n / sizeof(__u64);
+	if (got <= 0 || at >= MAX_FRAMES - 1)
+		return n;
+	r->stack[at] = PY_MARK;
+	struct py_copy c = {at + 1, got};
+	bpf_loop(MAX_PY_DEPTH, py_copy_step, &c, 0);
+	__u32 end = at + 1 + got;
+	return (end < MAX_FRAMES ? end : MAX_FRAMES) * sizeof(__u64);
+}
+
+static __always_inline void emit_stack(void *ctx, struct record *r, __u64 skip,
+				       const int python)
 {
 	long n = bpf_get_stack(ctx, r->stack, sizeof(r->stack), BPF_F_USER_STACK | skip);
 	if (n < 0) {
 		stat(STAT_STACK);
 		n = 0;
 	}
+	if (n > (long)sizeof(r->stack))
+		n = sizeof(r->stack);
+	if (python)
+		n = append_python(r, n);
 	if (n > (long)sizeof(r->stack))
 		n = sizeof(r->stack);
 	r->hdr.payload = n;
@@ -271,7 +323,7 @@ static __always_inline void emit_stack(void *ctx, struct record *r, __u64 skip)
 
 /* Sum the call in `calls` (the header of r is filled); skip: frames to skip in the stack */
 static __always_inline void aggregate(void *ctx, struct record *r, struct api_info *info,
-				      __u64 skip, int returned)
+				      __u64 skip, int returned, const int python)
 {
 	struct call_key k = {};
 	k.pid = r->hdr.pid;
@@ -280,6 +332,11 @@ static __always_inline void aggregate(void *ctx, struct record *r, struct api_in
 	k.caller = r->hdr.caller;
 	k.error = returned ? (__s32)r->hdr.ret : 0;
 	long n = bpf_get_stack(ctx, r->stack, sizeof(r->stack), BPF_F_USER_STACK | skip);
+	long native = n;
+	if (python && n > 0)
+		n = append_python(r, n);
+	if (n > (long)sizeof(r->stack))
+		n = sizeof(r->stack);
 	if (n > 0) {
 		__u32 depth = n / sizeof(__u64);
 		__u64 h = 0xcbf29ce484222325ULL; /* FNV-1a over the addresses */
@@ -293,6 +350,14 @@ static __always_inline void aggregate(void *ctx, struct record *r, struct api_in
 			long err = bpf_map_update_elem(&stacks, &h, r->stack, BPF_NOEXIST);
 			if (err && err != -EEXIST)
 				stat(STAT_STACKS_FULL);
+			if (!err && n > native) { /* new, with Python frames: to be named now */
+				__u8 type = r->hdr.type;
+				r->hdr.type = EV_STACK;
+				r->hdr.payload = n;
+				if (bpf_ringbuf_output(&events, r, sizeof(r->hdr) + n, 0))
+					stat(STAT_LOST);
+				r->hdr.type = type;
+			}
 		}
 	} else {
 		stat(STAT_STACK);
@@ -334,8 +399,7 @@ static __always_inline struct api_info *api_info(__u32 api)
 
 /* cookie: bits 0-15 api, 16-19 class, 20-23 out arg, 24-27 name arg, 28 has return
  * probe, 29 reads the 7th argument */
-SEC("uprobe")
-int cuda_entry(struct pt_regs *ctx)
+static __always_inline int entry(struct pt_regs *ctx, const int python)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u32 cls = (cookie >> 16) & 0xF;
@@ -373,14 +437,13 @@ int cuda_entry(struct pt_regs *ctx)
 	r->hdr.flags = 0;
 	struct api_info *info = api_info(r->hdr.api);
 	if (info && info->aggregate)
-		aggregate(ctx, r, info, 1, 0);
+		aggregate(ctx, r, info, 1, 0, python);
 	else
-		emit_stack(ctx, r, 1); /* skip the probed function's own address */
+		emit_stack(ctx, r, 1, python); /* skip the probed function's own address */
 	return 0;
 }
 
-SEC("uretprobe")
-int cuda_return(struct pt_regs *ctx)
+static __always_inline int on_return(struct pt_regs *ctx, const int python)
 {
 	__u64 now = bpf_ktime_get_ns();
 	__u64 cookie = bpf_get_attach_cookie(ctx);
@@ -430,10 +493,36 @@ int cuda_return(struct pt_regs *ctx)
 	r->hdr.type = EV_CALL;
 	struct api_info *info = api_info(r->hdr.api);
 	if (info && info->aggregate)
-		aggregate(ctx, r, info, 0, 1);
+		aggregate(ctx, r, info, 0, 1, python);
 	else
-		emit_stack(ctx, r, 0); /* at return the stack starts at the call site */
+		emit_stack(ctx, r, 0, python); /* at return the stack starts at the call site */
 	return 0;
+}
+
+/* The *_python programs walk Python stacks too (bpf_loop: Linux 5.17+); user space loads
+ * one pair or the other. */
+SEC("uprobe")
+int cuda_entry_python(struct pt_regs *ctx)
+{
+	return entry(ctx, 1);
+}
+
+SEC("uretprobe")
+int cuda_return_python(struct pt_regs *ctx)
+{
+	return on_return(ctx, 1);
+}
+
+SEC("uprobe")
+int cuda_entry(struct pt_regs *ctx)
+{
+	return entry(ctx, 0);
+}
+
+SEC("uretprobe")
+int cuda_return(struct pt_regs *ctx)
+{
+	return on_return(ctx, 0);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
