@@ -465,3 +465,32 @@ def test_probes_without_the_python_walk_on_older_kernels(built, libcudart, monke
     probes = run_probed([str(built / "target"), libcudart, "m2,l3,f4"])
     assert probes.python is None
     assert probes.log.all_calls()
+
+
+def test_record_memory_of_a_python_program(built, tmp_path):
+    """``record --memory -- python script.py``: allocation stacks start at the script's
+    Python frames, named relative to the script's directory."""
+    prog = tmp_path / "alloc.py"
+    prog.write_text(
+        PY_TARGET.replace(
+            "    sys.stdin.readline()  # until the events are read: code objects"
+            " are named meanwhile\n",
+            "    time.sleep(0.5)  # the recorder reads its events\n",
+        )
+        .replace("    sys.stdin.readline()\n", "    time.sleep(0.5)  # the probes attach\n")
+        .replace("import sys\n", "import sys\nimport time\n")
+    )
+    out = tmp_path / "memory.folded"
+    cmd = [sys.executable, "-m", "aiflame", "record", "--memory", "-o", str(out), "--"]
+    rec = subprocess.run(
+        [*cmd, sys.executable, str(prog), str(built / "libcudart.so.12")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert rec.returncode == 0 and "done" in rec.stdout, rec.stderr
+    stacks = out.read_text().splitlines()
+    assert stacks and all(
+        line.startswith("<module> (alloc.py:1);main (alloc.py:") and ";Model > allocate (" in line
+        for line in stacks
+    ), stacks

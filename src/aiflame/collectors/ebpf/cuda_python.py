@@ -11,6 +11,8 @@ innermost of the interpreter's own frames), then the API function.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import struct
 from collections.abc import Sequence
 
@@ -107,6 +109,22 @@ class PythonStacks:
     def close(self) -> None:
         for reader in self.readers.values():
             reader.close()
+
+
+def target_naming(pid: int) -> PythonNaming:
+    """Python frames named relative to the program's directory and working directory (the
+    first entries of its ``sys.path``), where nothing better is known."""
+    roots = []
+    with contextlib.suppress(OSError):
+        roots.append(os.readlink(f"/proc/{pid}/cwd"))
+    with contextlib.suppress(OSError):
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = [a.decode("utf-8", "replace") for a in f.read(65536).split(b"\0") if a]
+        script = next((a for a in args[1:] if a.endswith(".py")), None)
+        if script:
+            base = roots[0] if roots else "/"
+            roots.insert(0, os.path.dirname(os.path.join(base, script)))
+    return PythonNaming(roots)
 
 
 def python_part(stack: Sequence[int]) -> tuple[int, ...]:

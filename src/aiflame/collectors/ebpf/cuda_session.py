@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from aiflame.collectors import procs
 from aiflame.collectors.ebpf.cuda import CudaOptions, CudaProbes
+from aiflame.collectors.ebpf.cuda_python import target_naming
 from aiflame.model import Profile
 
 SYSTEM_SCAN_S = 2.0  # every process's maps, system-wide: a slower pace
@@ -142,6 +143,7 @@ def _record(
     t0 = time.monotonic()
     with _trap_signals() as stop:
         probes.watch(pid)
+        probes.naming = target_naming(pid)
         next_scan = 0.0
         while not stop:
             now = time.monotonic()
