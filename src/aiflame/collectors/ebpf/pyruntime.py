@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from aiflame.symbolize.elf import ElfError, ElfImage, open_image
 from aiflame.symbolize.maps import Mapping, Maps
 
-NO_OFFSET = 0xFFFFFFFF  # profile.bpf.c PY_NO_OFFSET
+NO_OFFSET = 0xFFFFFFFF  # pystack.h PY_NO_OFFSET
+FRAME_BYTES = 72  # pystack.h PY_FRAME_BYTES: the bytes of each frame the walk reads
 DEBUG_COOKIE = b"xdebugpy"
 # libpython3.12.so.1.0, python3.11, python3.13d, libpython3.13t.so ...
 _PYTHON_FILE = re.compile(r"(?:^|/)(?:lib)?python(\d)\.(\d+)[a-z]*(?:\.so[.\d]*)?$")
@@ -231,6 +232,9 @@ def _interpreter(pid: int, maps: Maps, mapping: Mapping) -> PythonProcess:
         raise UnsupportedPython(
             f"Python {version[0]}.{version[1]} is not read by the eBPF walker (3.11+)"
         )
+    fields = (offsets.frame_code + 8, offsets.frame_previous + 8, offsets.frame_owner + 1)
+    if max(fields) > FRAME_BYTES:  # pystack.h reads this much of each frame
+        raise UnsupportedPython(f"Python {version[0]}.{version[1]}'s frames are laid out otherwise")
     return PythonProcess(pid, version, mapping.path, runtime, code_type, offsets)
 
 

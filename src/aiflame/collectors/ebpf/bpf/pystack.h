@@ -19,8 +19,11 @@
 #define PY_NO_THREAD (-1)  /* python_error: no thread state (not a Python thread) */
 #define PY_NOT_PYTHON (-2) /* python_error: not a described Python process */
 
+#define PY_FRAME_BYTES 72 /* read of each frame: every field used lies in them (3.11-3.13) */
+
 struct py_codes {
 	__u64 code[MAX_PY_DEPTH]; /* innermost first; zero after the frames kept */
+	__u8 frame[PY_FRAME_BYTES]; /* the frame being read */
 };
 
 /* Where CPython keeps what the walk reads, for one process (offsets in bytes). */
@@ -148,15 +151,21 @@ static long py_walk_step(__u64 index, struct py_walk *w)
 		w->err = -ENOMEM;
 		return 1;
 	}
-	__u64 code = 0;
-	__u8 owner = 0, entry = 0;
-	if (read_u64(&code, w->frame + w->py.frame_code) ||
-	    bpf_probe_read_user(&owner, 1, (const void *)(w->frame + w->py.frame_owner)) ||
-	    (w->py.frame_is_entry != PY_NO_OFFSET &&
-	     bpf_probe_read_user(&entry, 1, (const void *)(w->frame + w->py.frame_is_entry)))) {
+	/* one read per frame: the fields are picked out of it (user space checked that they
+	 * all lie in the first PY_FRAME_BYTES) */
+	__u32 code_at = w->py.frame_code, owner_at = w->py.frame_owner;
+	__u32 entry_at = w->py.frame_is_entry, previous_at = w->py.frame_previous;
+	if (bpf_probe_read_user(buf->frame, PY_FRAME_BYTES, (const void *)w->frame) ||
+	    code_at > PY_FRAME_BYTES - 8 || previous_at > PY_FRAME_BYTES - 8 ||
+	    owner_at > PY_FRAME_BYTES - 1) {
 		w->err = -EFAULT;
 		return 1;
 	}
+	__u64 code = *(__u64 *)(buf->frame + code_at);
+	__u64 previous = *(__u64 *)(buf->frame + previous_at);
+	__u8 owner = buf->frame[owner_at], entry = 0;
+	if (entry_at < PY_FRAME_BYTES)
+		entry = buf->frame[entry_at];
 	__u32 n = w->n;
 	if (owner == PY_OWNED_BY_CSTACK && w->py.frame_is_entry == PY_NO_OFFSET) {
 		if (n > 0 && n <= MAX_PY_DEPTH)
@@ -165,10 +174,7 @@ static long py_walk_step(__u64 index, struct py_walk *w)
 		buf->code[n] = code | (entry ? PY_ENTRY : 0);
 		w->n = n + 1;
 	}
-	if (read_u64(&w->frame, w->frame + w->py.frame_previous)) {
-		w->err = -EFAULT;
-		return 1;
-	}
+	w->frame = previous;
 	return 0;
 }
 
