@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import bpfstate
 import pytest
@@ -156,6 +157,18 @@ def test_whole_system_sees_other_processes(hot):
     assert any("hot_a" in names for names in hot_stacks)
 
 
+def _running_hot(parent: int) -> bool:
+    """Whether a child of ``parent`` runs the hot program (exec'd, not just forked)."""
+    for task in Path(f"/proc/{parent}/task").glob("*/children"):
+        for child in task.read_text().split():
+            try:
+                if Path(f"/proc/{child}/comm").read_text().strip() == "hot":
+                    return True
+            except OSError:
+                continue
+    return False
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signalled_recording_leaves_nothing_attached(hot, tmp_path, sig):
     out = tmp_path / "p.folded"
@@ -170,6 +183,8 @@ def test_a_signalled_recording_leaves_nothing_attached(hot, tmp_path, sig):
     while not any(k == "link" for k, _ in held) and time.monotonic() < deadline:
         time.sleep(0.1)
         held = bpfstate.bpf_fds(rec.pid)
+    while not _running_hot(rec.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the program starts once every collector is loaded
     time.sleep(0.5)
     assert held, "the recording never attached"
     if sig == signal.SIGINT:

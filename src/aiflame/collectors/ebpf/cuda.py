@@ -215,7 +215,7 @@ class CudaProbes:
         self.maps.refresh(pid, text)
         self.comm.setdefault(pid, comm_of(pid))
         if self.python is not None:
-            self.python.describe(pid, text)
+            self.python.describe_process(pid, text)
         att = self.attached.setdefault(pid, Attached(pid))
         self._set_ranges(pid, libs)  # before the probes: nested calls must already be known
         for lib in new:

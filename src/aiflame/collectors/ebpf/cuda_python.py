@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import struct
 from collections.abc import Sequence
 
 from aiflame.collectors.ebpf.cuda_profile import FrameInfo, Symbolizer
 from aiflame.collectors.ebpf.libbpf import BpfObject
-from aiflame.collectors.ebpf.pycode import CodeReader, PyFunction
-from aiflame.collectors.ebpf.pyruntime import NO_INTERPRETER, UnsupportedPython, find_python
+from aiflame.collectors.ebpf.pycode import PyFunction, PythonProcesses
 from aiflame.collectors.ebpf.sampler import PY_ENTRY
 from aiflame.model import FrameKind
 from aiflame.symbolize.pyframes import PythonNaming
@@ -28,35 +26,20 @@ PY_MARK = 0xFFFF_FFFF_FFFF_FFFF  # cuda.bpf.c: native frames before it, Python c
 UNREADABLE = "[Python frame unreadable]"
 
 
-class PythonStacks:
+class PythonStacks(PythonProcesses):
     """Describes CPython processes to a BPF object's ``py_procs`` and names the code
     objects of the stacks that carry them."""
 
     def __init__(self, obj: BpfObject) -> None:
+        super().__init__()
         self.obj = obj
-        self.readers: dict[int, CodeReader] = {}
-        self.unsupported: dict[int, str] = {}
-        self._last: dict[int, dict[int, PyFunction]] = {}  # pid -> address -> last name read
         # (pid, code addresses) -> their functions, innermost first
         self.names: dict[tuple[int, tuple[int, ...]], tuple[PyFunction | None, ...]] = {}
+        self._last: dict[int, dict[int, PyFunction]] = {}  # pid -> address -> last name read
 
-    def describe(self, pid: int, maps_text: str) -> None:
-        """Let the BPF program walk this process's Python stacks (again after an exec)."""
-        try:
-            python = find_python(pid, maps_text)
-        except UnsupportedPython as e:
-            if str(e) != NO_INTERPRETER:
-                self.unsupported[pid] = str(e)
-            return
-        old = self.readers.get(pid)
-        if old is not None and old.python == python:
-            return
-        self.obj.map("py_procs").update(
-            struct.pack("<I", pid), python.offsets.bpf_struct(python.runtime)
-        )
-        if old is not None:
-            old.close()
-        self.readers[pid] = CodeReader(python)
+    def describe_process(self, pid: int, maps_text: str) -> None:
+        """Let the BPF program walk this process's Python stacks."""
+        self.describe(self.obj, pid, maps_text)
 
     def seen(self, pid: int, stack: Sequence[int]) -> None:
         """A stack arrived: name its Python part now, while the process runs (a process
@@ -105,10 +88,6 @@ class PythonStacks:
             return infos + [frame(f) for f in functions]
 
         return symbolize
-
-    def close(self) -> None:
-        for reader in self.readers.values():
-            reader.close()
 
 
 def target_naming(pid: int) -> PythonNaming:

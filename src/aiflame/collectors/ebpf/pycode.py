@@ -18,7 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from aiflame.collectors.ebpf.pyruntime import Offsets, PythonProcess
+from aiflame.collectors.ebpf.libbpf import BpfObject
+from aiflame.collectors.ebpf.pyruntime import (
+    NO_INTERPRETER,
+    Offsets,
+    PythonProcess,
+    UnsupportedPython,
+    find_python,
+)
 
 MAX_STRING = 4096  # characters read of a name or path
 _HEADER = struct.Struct("<Q")
@@ -110,3 +117,36 @@ def unicode_text(
         return None
     codec = {1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}[kind]
     return data.decode(codec, errors="replace")
+
+
+class PythonProcesses:
+    """The CPython processes described to a BPF object (its ``py_procs`` map, which
+    ``bpf/pystack.h`` walks), each with a reader of its code objects."""
+
+    def __init__(self) -> None:
+        self.readers: dict[int, CodeReader] = {}
+        self.unsupported: dict[int, str] = {}  # pid -> why a Python there is not walked
+
+    def describe(self, obj: BpfObject, pid: int, maps_text: str) -> None:
+        """Let ``obj`` walk this process's Python stacks (again after an exec, which
+        clears the description)."""
+        try:
+            python = find_python(pid, maps_text)
+        except UnsupportedPython as e:
+            if str(e) != NO_INTERPRETER:  # a Python we cannot read, not another program
+                self.unsupported[pid] = str(e)
+            return
+        old = self.readers.get(pid)
+        if old is not None and old.python == python:
+            return
+        obj.map("py_procs").update(
+            struct.pack("<I", pid), python.offsets.bpf_struct(python.runtime)
+        )
+        if old is not None:
+            old.close()
+        self.readers[pid] = CodeReader(python)
+        self.unsupported.pop(pid, None)
+
+    def close(self) -> None:
+        for reader in self.readers.values():
+            reader.close()

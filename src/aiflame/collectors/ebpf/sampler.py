@@ -27,8 +27,7 @@ from dataclasses import dataclass, field
 from aiflame.collectors.ebpf import object_bytes
 from aiflame.collectors.ebpf.libbpf import BpfError, BpfObject
 from aiflame.collectors.ebpf.perf import cpu_clock_attr, online_cpus, perf_event_open
-from aiflame.collectors.ebpf.pycode import CodeReader, PyFunction
-from aiflame.collectors.ebpf.pyruntime import NO_INTERPRETER, UnsupportedPython, find_python
+from aiflame.collectors.ebpf.pycode import PyFunction, PythonProcesses
 
 MAX_STACK_DEPTH = 127  # profile.bpf.c MAX_STACK_DEPTH
 # A process is announced at its first sample, maybe before the dynamic loader has mapped
@@ -163,9 +162,8 @@ class CpuSampler:
         self._recheck: dict[int, float] = {}  # pid -> when to read its maps again
         self._started: dict[int, int] = {}  # pid -> its start time (pids are reused)
         self._rb = None
-        self._readers: dict[int, CodeReader] = {}  # pid -> its code objects' reader
+        self._pythons = PythonProcesses()  # described to the BPF program, with readers
         self._python_search: dict[int, float] = {}  # pid -> until when to look for Python
-        self._python_unsupported: dict[int, str] = {}
         self._python_stacks: list[tuple[int, int]] = []  # (pid, stack) announced, unread
         self._program = "on_sample_python"
         self.python_unavailable = ""  # why this kernel does not walk Python stacks
@@ -263,7 +261,7 @@ class CpuSampler:
             del self._recheck[pid]
             self._snapshot(pid)
         for pid, until in list(self._python_search.items()):
-            if pid in self._readers or until < now:
+            if pid in self._pythons.readers or until < now:
                 del self._python_search[pid]
             else:
                 self._snapshot(pid)
@@ -286,7 +284,7 @@ class CpuSampler:
         if self.obj is not None:
             self.obj.close()
             self.obj = None
-        for reader in self._readers.values():
+        for reader in self._pythons.readers.values():
             reader.close()
         self._rb = None
         self._perf_links.clear()
@@ -325,26 +323,8 @@ class CpuSampler:
 
     # -- Python stacks -----------------------------------------------------------------------
     def _describe_python(self, pid: int, maps_text: str) -> None:
-        """Tell the BPF program where this process's interpreter keeps its frames (again
-        after an exec, which clears the description)."""
-        if self.obj is None or self.python_unavailable:
-            return
-        try:
-            python = find_python(pid, maps_text)
-        except UnsupportedPython as e:
-            if str(e) != NO_INTERPRETER:  # a Python we cannot read, not another program
-                self._python_unsupported[pid] = str(e)
-            return
-        old = self._readers.get(pid)
-        if old is not None and old.python == python:
-            return
-        self.obj.map("py_procs").update(
-            struct.pack("<I", pid), python.offsets.bpf_struct(python.runtime)
-        )
-        if old is not None:
-            old.close()
-        self._readers[pid] = CodeReader(python)
-        self._python_unsupported.pop(pid, None)
+        if self.obj is not None and not self.python_unavailable:
+            self._pythons.describe(self.obj, pid, maps_text)
 
     def _name_python_stacks(self) -> None:
         """Read the code objects of the Python stacks announced since the last call."""
@@ -353,7 +333,7 @@ class CpuSampler:
         stacks_map = self.obj.map("stacks")
         todo, self._python_stacks = self._python_stacks, []
         for pid, stack in todo:
-            reader = self._readers.get(pid)
+            reader = self._pythons.readers.get(pid)
             if reader is None or (pid, stack) in self._python_frames:
                 continue
             raw = stacks_map.lookup(struct.pack("<Q", stack))
@@ -393,7 +373,7 @@ class CpuSampler:
             self._snapshot(pid)  # libraries loaded since; or the announcement was lost
         frames = self._python_frames
         for key, _ in counts:  # stacks whose announcement was lost are read now
-            reader = self._readers.get(key.pid)
+            reader = self._pythons.readers.get(key.pid)
             fresh = (key.pid, key.python_stack) not in frames
             if reader is not None and key.python_stack >= 0 and fresh:
                 addrs = [a & ~PY_ENTRY for a in stacks.get(key.python_stack, ())]
@@ -408,7 +388,7 @@ class CpuSampler:
             max(self._t1 - self._t0, 0.0),
             len(self.cpus),
             frames,
-            {pid: r.python.module for pid, r in self._readers.items()},
-            dict(self._python_unsupported),
+            {pid: r.python.module for pid, r in self._pythons.readers.items()},
+            dict(self._pythons.unsupported),
             dict(self.commands),
         )
