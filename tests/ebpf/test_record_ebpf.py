@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -117,3 +118,19 @@ def test_whole_system_for_a_duration(hot, tmp_path):
         [sys.executable, "-m", "aiflame", "info", str(out)], capture_output=True, text=True
     )
     assert "truncated:" in info.stdout and "user stacks cut short" in info.stdout
+
+
+def test_attaching_to_a_process_that_never_runs_says_so(tmp_path):
+    waiting = subprocess.Popen(["sleep", "30"])
+    try:
+        out = tmp_path / "none.folded"
+        rec = record("--ebpf", "--pid", str(waiting.pid), "-d", "0.5", "-o", str(out))
+    finally:
+        waiting.kill()
+        waiting.wait()
+    assert rec.returncode == 1 and not out.exists()
+    assert re.fullmatch(
+        rf"aiflame: error: nothing was sampled in process {waiting.pid} \(sleep\) in [\d.]+ s: "
+        r"it did not run on a CPU \(a program it started is followed with --subprocesses\)",
+        rec.stderr.strip(),
+    ), rec.stderr

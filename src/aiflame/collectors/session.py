@@ -135,6 +135,13 @@ class Session:
             self._start_samplers(pid)
             self._run_loop(pid, None)
         result = self._finish(pid, None, t0)
+        if result.profile is None and self.ebpf is not None and not self.options.subprocesses:
+            # eBPF samples any program: nothing means it never ran (a launcher that waits)
+            raise AiflameError(
+                f"nothing was sampled in process {pid} ({procs.name(pid) or '?'}) in "
+                f"{result.elapsed_s:.1f} s: it did not run on a CPU (a program it started is "
+                "followed with --subprocesses)"
+            )
         if result.failure and result.profile is None:
             raise AiflameError(result.failure)
         return result
