@@ -136,7 +136,8 @@ def test_nothing_left_attached_after_target_exit_or_error(hot):
 
 
 def test_whole_system_sees_other_processes(hot):
-    sampler = CpuSampler(SamplerOptions(freq=99))
+    # not 99 Hz: hot's 10 ms cycle would alias with a 10.1 ms period and could miss hot_a
+    sampler = CpuSampler(SamplerOptions(freq=997))
     sampler.start()
     try:
         proc = subprocess.Popen([str(hot), "0.5"])
@@ -172,8 +173,10 @@ def _running_hot(parent: int) -> bool:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signalled_recording_leaves_nothing_attached(hot, tmp_path, sig):
     out = tmp_path / "p.folded"
+    # -r 997: hot's 10 ms cycle would alias with 99 Hz and could miss hot_a
+    argv = [sys.executable, "-m", "aiflame", "record", "--ebpf", "-r", "997", "-o", str(out)]
     rec = subprocess.Popen(
-        [sys.executable, "-m", "aiflame", "record", "--ebpf", "-o", str(out), "--", str(hot), "30"],
+        [*argv, "--", str(hot), "30"],
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # a process group, as in a terminal

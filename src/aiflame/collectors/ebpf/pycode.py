@@ -135,6 +135,10 @@ class PythonProcesses:
         except UnsupportedPython as e:
             if str(e) != NO_INTERPRETER:  # a Python we cannot read, not another program
                 self.unsupported[pid] = str(e)
+            old = self.readers.pop(pid, None)
+            if old is not None:  # it exec'd another program after it was described
+                obj.map("py_procs").delete(struct.pack("<I", pid))
+                old.close()
             return
         old = self.readers.get(pid)
         if old is not None and old.python == python:
