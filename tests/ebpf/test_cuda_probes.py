@@ -108,6 +108,12 @@ def run_probed(argv: list[str], options: CudaOptions | None = None, multi: bool 
     return probes
 
 
+def record(mode: str, out: Path, argv: list[str]) -> subprocess.CompletedProcess:
+    """``aiflame record MODE -o OUT -- ARGV`` as a user runs it."""
+    cmd = [sys.executable, "-m", "aiflame", "record", mode, "-o", str(out), "--", *argv]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
 def by_stack(profile, metric: str) -> dict[str, float]:
     col = profile.type_index(metric)
     return {";".join(profile.stack_names(s)): v for s, v in profile.iter_stack_values(col) if v}
@@ -227,13 +233,7 @@ def test_the_per_second_cap_bounds_events_and_counts_the_rest(built, libcudart):
 def test_record_memory_command_writes_the_profile(built, tmp_path):
     out = tmp_path / "memory.pb.gz"
     target = [str(built / "memory_target"), str(built / "libcudart.so.12")]
-    cmd = [sys.executable, "-m", "aiflame", "record", "--memory", "-o", str(out), "--"]
-    rec = subprocess.run(
-        [*cmd, *target, str(built / "libcuda.so.1"), "500"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    rec = record("--memory", out, [*target, str(built / "libcuda.so.1"), "500"])
     assert rec.returncode == 0, rec.stderr
     assert "peak 11.50 MiB" in rec.stderr and "1 failed allocation calls" in rec.stderr
     from aiflame.sources.registry import load
@@ -301,13 +301,7 @@ def test_the_recorder_beside_other_collectors(built, libcudart, system_wide):
 def test_record_ebpf_has_the_cuda_metrics_beside_cpu_samples(built, tmp_path):
     out = tmp_path / "run.pb.gz"
     target = [str(built / "memory_target"), str(built / "libcudart.so.12")]
-    cmd = [sys.executable, "-m", "aiflame", "record", "--ebpf", "-o", str(out), "--"]
-    rec = subprocess.run(
-        [*cmd, *target, str(built / "libcuda.so.1"), "500"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    rec = record("--ebpf", out, [*target, str(built / "libcuda.so.1"), "500"])
     assert rec.returncode == 0, rec.stderr
     from aiflame.sources.registry import load
 
@@ -481,13 +475,7 @@ def test_record_memory_of_a_python_program(built, tmp_path):
         .replace("import sys\n", "import sys\nimport time\n")
     )
     out = tmp_path / "memory.folded"
-    cmd = [sys.executable, "-m", "aiflame", "record", "--memory", "-o", str(out), "--"]
-    rec = subprocess.run(
-        [*cmd, sys.executable, str(prog), str(built / "libcudart.so.12")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    rec = record("--memory", out, [sys.executable, str(prog), str(built / "libcudart.so.12")])
     assert rec.returncode == 0 and "done" in rec.stdout, rec.stderr
     stacks = out.read_text().splitlines()
     assert stacks and all(

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aiflame.collectors.ebpf.cgroups import cgroup_paths
-from aiflame.collectors.ebpf.pycode import PyFunction
+from aiflame.collectors.ebpf.pycode import PyFunction, called_from_python
 from aiflame.collectors.ebpf.sampler import (
     GIL_HELD,
     GIL_RELEASED,
@@ -238,7 +238,8 @@ def _frames(
         if key.user_stack >= 0:
             addrs = _lookup_addresses(_stack(raw, key.user_stack))
             interpreter = raw.python_modules.get(key.pid, "")
-            out.extend(_frame(usyms[a]) for a in reversed(_above(addrs, usyms, interpreter)))
+            keep = called_from_python([usyms[a].module for a in addrs], interpreter)
+            out.extend(_frame(usyms[a]) for a in reversed(addrs[:keep]))
     elif key.user_stack >= 0:
         addrs = _lookup_addresses(_stack(raw, key.user_stack))
         out.extend(_frame(usyms[a]) for a in reversed(addrs))
@@ -254,16 +255,6 @@ def _frames(
     if not out:
         out.append(Frame(key.comm or "[unknown]", FrameKind.LABEL))
     return out
-
-
-def _above(addrs: list[int], usyms: dict[int, Symbol], interpreter: str) -> list[int]:
-    """The innermost native frames, up to the first one in the interpreter (whose frames
-    the Python stack stands for). An unwinder stopped before it (code without frame
-    pointers) leaves only those frames: all are kept."""
-    for i, a in enumerate(addrs):
-        if interpreter and usyms[a].module == interpreter:
-            return addrs[:i]
-    return addrs
 
 
 def _meta(raw: RawProfile, stats: StackStats) -> dict[str, object]:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from aiflame.collectors.ebpf.cuda_profile import FrameInfo, Symbolizer
 from aiflame.collectors.ebpf.libbpf import BpfObject
-from aiflame.collectors.ebpf.pycode import PyFunction, PythonProcesses
+from aiflame.collectors.ebpf.pycode import PyFunction, PythonProcesses, called_from_python
 from aiflame.collectors.ebpf.sampler import PY_ENTRY
 from aiflame.model import FrameKind
 from aiflame.symbolize.pyframes import PythonNaming
@@ -80,10 +80,7 @@ class PythonStacks(PythonProcesses):
             infos = native(pid, addrs[:cut], exact) if cut else []
             reader = self.readers.get(pid)
             interpreter = reader.python.module if reader is not None else ""
-            for i, (_, _, module) in enumerate(infos):
-                if interpreter and module == interpreter:
-                    infos = infos[:i]  # the interpreter's frames: the Python ones stand for them
-                    break
+            infos = infos[: called_from_python([m for _, _, m in infos], interpreter)]
             functions = self.names.get((pid, codes)) or (None,) * len(codes)
             return infos + [frame(f) for f in functions]
 

@@ -119,6 +119,16 @@ def unicode_text(
     return data.decode(codec, errors="replace")
 
 
+def called_from_python(modules: list[str], interpreter: str) -> int:
+    """How many of a stack's innermost native frames (their modules, innermost first) the
+    Python code called into: those before the first frame in the interpreter, whose own
+    frames the Python stack stands for. An unwinder stopped before it (code without frame
+    pointers) leaves only such frames: all count."""
+    if interpreter and interpreter in modules:
+        return modules.index(interpreter)
+    return len(modules)
+
+
 class PythonProcesses:
     """The CPython processes described to a BPF object (its ``py_procs`` map, which
     ``bpf/pystack.h`` walks), each with a reader of its code objects."""

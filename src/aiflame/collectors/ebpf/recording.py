@@ -89,15 +89,7 @@ class EbpfRecorder:
     def walks_python(self, pid: int) -> bool:
         """Whether the sampler reads this process's Python stacks itself (CPython 3.11-3.13
         found in it), so that no other sampler is needed for them."""
-        from aiflame.collectors.ebpf.pyruntime import UnsupportedPython, find_python
-
-        if not self.running or self.sampler.python_unavailable:
-            return False
-        try:
-            find_python(pid)
-        except UnsupportedPython:
-            return False
-        return True
+        return self.running and self.sampler.walks_python(pid)
 
     def finish(self, naming: PythonNaming | None = None) -> Profile | None:
         """Stop sampling and build the profile (None when nothing was sampled); ``naming``

@@ -322,6 +322,15 @@ class CpuSampler:
             self.commands[pid] = command
 
     # -- Python stacks -----------------------------------------------------------------------
+    def walks_python(self, pid: int) -> bool:
+        """Whether this process's Python stacks are walked here (described now if its
+        maps were not read yet)."""
+        if self.obj is None or self.python_unavailable:
+            return False
+        if pid not in self._pythons.readers:
+            self._snapshot(pid)
+        return pid in self._pythons.readers
+
     def _describe_python(self, pid: int, maps_text: str) -> None:
         if self.obj is not None and not self.python_unavailable:
             self._pythons.describe(self.obj, pid, maps_text)
