@@ -261,7 +261,11 @@ class CpuSampler:
             del self._recheck[pid]
             self._snapshot(pid)
         for pid, until in list(self._python_search.items()):
-            if pid in self._pythons.readers or until < now:
+            texts = self.maps.get(pid)
+            # only interpreters are looked at again (its executable is mapped from the exec
+            # on, libpython a moment later): not every process of a system-wide recording
+            not_python = bool(texts) and "python" not in texts[-1]
+            if pid in self._pythons.readers or until < now or not_python:
                 del self._python_search[pid]
             else:
                 self._snapshot(pid)
