@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from aiflame.cli.browser import add_open, check_open, open_page
 from aiflame.cli.common import (
     add_inputs,
     add_metric,
@@ -33,6 +34,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_metric(p)
     add_trace_options(p)
     p.add_argument("--title", help="title of an html output")
+    add_open(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
         raise AiflameError(
             f"cannot tell the output format from '{args.output}'; give -f {'|'.join(FORMATS)}"
         )
+    check_open(args, args.output, is_page=fmt == "html")
     if fmt == "folded" and is_plain_perf_collapse(args):
         from aiflame.sources.inputs import Input
         from aiflame.sources.perf_script import folded_chunks
@@ -49,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     profile = load_inputs(args)
     write_output(args.output, render(profile, fmt, args.metric, args.title))
+    if args.open:
+        open_page(args.output)
     return 0
 
 
