@@ -10,6 +10,7 @@ import importlib
 import os
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -76,15 +77,27 @@ def load(path: str, fmt: str | None = None, **options: Any) -> Profile:
     return profile
 
 
-def load_many(paths: Sequence[str], fmt: str | None = None, **options: Any) -> Profile:
+def load_many(
+    paths: Sequence[str],
+    fmt: str | None = None,
+    *,
+    label_files: str | None = None,
+    **options: Any,
+) -> Profile:
     """Load several inputs and merge them into one profile.
 
     A directory stands for the trace files in it (``*.json``, ``*.json.gz``), e.g. one file
-    per rank of a PyTorch profiler run.
+    per rank of a PyTorch profiler run. ``label_files``: a label key given to every sample,
+    whose value names the input file it came from (its shortest distinct path suffix).
     """
+    from aiflame.transforms.group import with_label
     from aiflame.transforms.merge import merge
 
-    profiles = [load(p, fmt, **options) for p in expand_inputs(paths)]
+    files = expand_inputs(paths)
+    profiles = [load(p, fmt, **options) for p in files]
+    if label_files:
+        names = distinct_names(files)
+        profiles = [with_label(p, label_files, n) for p, n in zip(profiles, names, strict=True)]
     if len(profiles) == 1:
         return profiles[0]
     merged = merge(profiles)
@@ -121,6 +134,25 @@ def expand_inputs(paths: Sequence[str]) -> list[str]:
             raise InputError(path, "directory holds no trace files (*.json, *.json.gz)")
         out.extend(found)
     return out
+
+
+def distinct_names(paths: Sequence[str]) -> list[str]:
+    """Short names that tell ``paths`` apart: the file names, with as many parent folders
+    as it takes where two are alike (``a/rank0.json``, ``b/rank0.json``)."""
+    parts = [Path(p).parts if p != "-" else ("stdin",) for p in paths]
+    depth = [1] * len(paths)
+    while True:
+        names = ["/".join(ps[-d:]) for ps, d in zip(parts, depth, strict=True)]
+        seen: dict[str, list[int]] = {}
+        for i, n in enumerate(names):
+            seen.setdefault(n, []).append(i)
+        grow = [
+            i for same in seen.values() if len(same) > 1 for i in same if depth[i] < len(parts[i])
+        ]
+        if not grow:
+            return names
+        for i in grow:
+            depth[i] += 1
 
 
 def combine_meta(profiles: Sequence[Profile]) -> dict[str, object]:
