@@ -14,6 +14,7 @@ import sys
 
 from aiflame.cli.browser import add_open, check_open, open_page
 from aiflame.cli.common import add_output, check_metric, write_output
+from aiflame.errors import AiflameError
 from aiflame.model import Profile
 from aiflame.sources.inputs import Input
 from aiflame.sources.registry import detect, load
@@ -60,6 +61,11 @@ def run(args: argparse.Namespace) -> int:
 
     out_fmt = "html" if args.output == "-" else (format_for_path(args.output) or "html")
     check_open(args, args.output, is_page=out_fmt == "html")
+    if out_fmt == "chrome":
+        raise AiflameError(
+            f"{args.output}: aiflame memory writes a page (.html) or a profile (.pb.gz, "
+            ".folded, .speedscope.json); a trace's timeline is 'aiflame convert TRACE -f chrome'"
+        )
     fmt = args.input_format or detect(Input(args.input)).FORMAT
     options = {}
     if fmt == SNAPSHOT_FORMAT:

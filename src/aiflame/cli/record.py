@@ -155,7 +155,7 @@ def _output_format(path: str) -> str:
     from aiflame.render.registry import format_for_path
 
     fmt = format_for_path(path)
-    if fmt is None:
+    if fmt is None or fmt == "chrome":  # a recording is stacks, not a timeline of slices
         raise AiflameError(
             f"cannot tell the output format from '{path}' "
             "(use .html, .pb.gz, .folded or .speedscope.json)"

@@ -1,7 +1,9 @@
 """Format detection and loading: every importer registers a sniffer and a loader.
 
 An importer module defines ``FORMAT`` (its name), ``sniff(head: bytes, path: str) -> bool``
-and ``load(source: Input, **options) -> Profile``, and is listed in ``IMPORTERS``.
+and ``load(source: Input, **options) -> Profile``, and is listed in ``IMPORTERS``. An
+importer of traces also defines ``load_timeline(source: Input, **options) -> Timeline``:
+the slices in time that the Chrome trace exporter writes.
 """
 
 from __future__ import annotations
@@ -103,6 +105,59 @@ def load_many(
     merged = merge(profiles)
     merged.meta.update(combine_meta(profiles))
     return merged
+
+
+def load_timeline(path: str, fmt: str | None = None, metric: str | None = None, **options: Any):  # type: ignore[no-untyped-def]
+    """The timeline of one input: a trace's own, or the slices of a profile's timed samples
+    (``metric`` chooses their weight); refused for inputs that have no times."""
+    from aiflame.transforms.timeline import sample_timeline
+
+    source = Input(path)
+    if fmt:
+        mods = {m.FORMAT: m for m in _modules()}
+        if fmt not in mods:
+            raise AiflameError(f"unknown input format '{fmt}' (known: {', '.join(mods)})")
+        mod = mods[fmt]
+    else:
+        mod = detect(source)
+    reader = getattr(mod, "load_timeline", None)
+    if reader is None:
+        profile = load(path, mod.FORMAT, **options)
+        if profile.timestamps is None:
+            raise InputError(
+                path,
+                f"{_WHAT.get(mod.FORMAT, mod.FORMAT + ' input')} has no timeline (no times): a "
+                "Chrome trace is written from traces (PyTorch profiler, Nsight Systems, Chrome "
+                "trace JSON) or from profiles with sample times",
+            )
+        try:
+            return sample_timeline(profile, metric)
+        except AiflameError as e:
+            raise InputError(path, str(e)) from None
+    try:
+        timeline = reader(source, **options)
+    except (AiflameError, MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as e:  # as load(): a parser bug or corrupt data is one clear line
+        raise InputError(path, f"cannot read as {mod.FORMAT}: {type(e).__name__}: {e}") from e
+    timeline.meta.setdefault("source", path)
+    return timeline
+
+
+_WHAT = {
+    "folded": "folded stacks input",
+    "perf-script": "'perf script' input (collapsed to stacks)",
+    "pprof": "a pprof profile",
+    "speedscope": "a sampled speedscope profile",
+}
+
+
+def load_timelines(paths: Sequence[str], fmt: str | None = None, **options: Any):  # type: ignore[no-untyped-def]
+    """The timelines of several inputs (directories expanded), as one."""
+    from aiflame.transforms.timeline import merge_timelines
+
+    files = expand_inputs(paths)
+    return merge_timelines([load_timeline(p, fmt, **options) for p in files], distinct_names(files))
 
 
 TRACE_SUFFIXES = (".json", ".json.gz")
