@@ -1,0 +1,246 @@
+"""Merged stacks of a selection: as an aiflame Profile (the flame graph page, pprof) and as
+Pyroscope's ``FlameGraph`` (names and levels, what Grafana draws).
+
+Stack and frame rows never change once written, so they are cached in memory by id: a
+query fetches from the store only the stacks it has not seen.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
+from aiflame.proto.pyroscope.querier.v1 import querier_pb2
+from aiflame.server.labels import ProfileType
+from aiflame.server.query.select import Selection, stack_values_sql
+from aiflame.server.store.connection import Store
+from aiflame.sources.stacktrie import intern_paths
+
+_STACK_CACHE_LIMIT = 400_000
+_FRAME_CACHE_LIMIT = 1_000_000
+DEFAULT_MAX_NODES = 16384
+MAX_NODES = 1 << 20
+
+
+class Symbols:
+    """Caches of stack id -> frame ids and frame id -> (name, kind, file, line, module)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.stacks: dict[int, np.ndarray] = {}
+        self.frames: dict[int, tuple[str, int, str, int, str]] = {}
+        self._lock = threading.Lock()
+
+    def stack_frames(self, ids: np.ndarray) -> list[np.ndarray]:
+        keys = ids.tolist()
+        with self._lock:
+            missing = [k for k in keys if k not in self.stacks]
+        if missing:
+            t = self.store.arrow(
+                f"SELECT stack_id, any(frames) AS frames FROM {self.store.db}.stacks "
+                "WHERE stack_id IN {ids:Array(UInt64)} GROUP BY stack_id",
+                {"ids": missing},
+            )
+            got = t.column("stack_id").to_numpy().tolist()
+            lists = t.column("frames").combine_chunks()
+            offsets = lists.offsets.to_numpy()
+            values = lists.values.to_numpy()
+            with self._lock:
+                if len(self.stacks) > _STACK_CACHE_LIMIT:
+                    self.stacks.clear()
+                for i, sid in enumerate(got):
+                    self.stacks[sid] = values[offsets[i] : offsets[i + 1]]
+        with self._lock:
+            empty = np.zeros(0, dtype=np.uint64)
+            return [self.stacks.get(k, empty) for k in keys]
+
+    def frame_info(self, ids: list[int]) -> dict[int, tuple[str, int, str, int, str]]:
+        with self._lock:
+            missing = [k for k in ids if k not in self.frames]
+        if missing:
+            rows = self.store.rows(
+                f"SELECT frame_id, any(name), any(kind), any(file), any(line), any(module) "
+                f"FROM {self.store.db}.frames WHERE frame_id IN {{ids:Array(UInt64)}} "
+                "GROUP BY frame_id",
+                {"ids": missing},
+            )
+            with self._lock:
+                if len(self.frames) > _FRAME_CACHE_LIMIT:
+                    self.frames.clear()
+                for fid, name, kind, file, line, module in rows:
+                    self.frames[int(fid)] = (name, int(kind), file, int(line), module)
+        with self._lock:
+            unknown = ("[unknown frame]", int(FrameKind.UNKNOWN), "", 0, "")
+            return {k: self.frames.get(k, unknown) for k in ids}
+
+
+@dataclass
+class Merged:
+    """Stacks of a selection with their summed values: frame ids root first, flattened."""
+
+    frames: np.ndarray  # uint64 frame ids
+    lengths: np.ndarray
+    values: np.ndarray  # int64, one per stack
+
+    @property
+    def total(self) -> int:
+        return int(self.values.sum())
+
+
+def merged_stacks(store: Store, symbols: Symbols, sel: Selection) -> Merged:
+    params: dict[str, object] = {}
+    t = store.arrow(stack_values_sql(sel, store.db, params), params)
+    ids = t.column("stack_id").to_numpy()
+    values = t.column("value").to_numpy().astype(np.int64)
+    seqs = symbols.stack_frames(ids)
+    lengths = np.fromiter((s.size for s in seqs), dtype=np.int64, count=len(seqs))
+    frames = np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.uint64)
+    return Merged(frames.astype(np.uint64), lengths, values)
+
+
+def to_profile(merged: Merged, symbols: Symbols, profile_type: str, title: str = "") -> Profile:
+    """The merged stacks as an aiflame Profile with one sample type (the profile type's)."""
+    pt = ProfileType.parse(profile_type)
+    b = ProfileBuilder([SampleType(pt.sample_type, pt.sample_unit or "count")])
+    uniq, local = np.unique(merged.frames, return_inverse=True)
+    info = symbols.frame_info(uniq.tolist())
+    ids = np.array([b.frame(*_frame_args(info[f])) for f in uniq.tolist()], dtype=np.int64)
+    leaf = intern_paths(b.stacks, ids[local] if local.size else local, merged.lengths)
+    b.add_many(leaf, merged.values.astype(np.float64).reshape(-1, 1))
+    b.meta["title"] = title
+    b.meta["profile_type"] = profile_type
+    return b.build()
+
+
+def _frame_args(info: tuple[str, int, str, int, str]) -> tuple[str, FrameKind, str, int, str]:
+    name, kind, file, line, module = info
+    try:
+        k = FrameKind(kind)
+    except ValueError:
+        k = FrameKind.UNKNOWN
+    return name, k, file, line, module
+
+
+# -- Pyroscope's flame graph encoding ---------------------------------------------------------
+@dataclass
+class NameTree:
+    """The call tree by function name (how Pyroscope and Grafana merge frames), with one or
+    more value columns: node 0 is the root ("total"); a parent comes before its children."""
+
+    names: list[str]
+    parent: np.ndarray
+    name: np.ndarray  # index into names
+    depth: np.ndarray
+    self_value: np.ndarray  # (nodes, columns)
+    total: np.ndarray  # (nodes, columns)
+
+
+def name_tree(
+    frames: np.ndarray, lengths: np.ndarray, values: np.ndarray, symbols: Symbols
+) -> NameTree:
+    """``values``: (stacks, columns)."""
+    from aiflame.model.stacks import StackTable
+
+    uniq, local = np.unique(frames, return_inverse=True)
+    info = symbols.frame_info(uniq.tolist())
+    index: dict[str, int] = {"total": 0}
+    name_of = np.array(
+        [index.setdefault(info[f][0], len(index)) for f in uniq.tolist()], dtype=np.int64
+    )
+    table = StackTable()
+    leaf = intern_paths(table, name_of[local] if local.size else local, lengths)
+    n = len(table) + 1  # stack node i is tree node i + 1
+    parent = np.full(n, -1, dtype=np.int64)
+    name = np.zeros(n, dtype=np.int64)
+    parent[1:] = table.parents_array() + 1  # EMPTY_STACK (-1) becomes the root
+    name[1:] = table.frames_array()
+    self_v = np.zeros((n, values.shape[1]), dtype=np.int64)
+    np.add.at(self_v, leaf + 1, values)
+    depth = np.zeros(n, dtype=np.int64)
+    if n > 1:
+        depth[1:] = table.depths() + 1
+    total = self_v.copy()
+    for d in range(int(depth.max()), 0, -1):
+        at = np.flatnonzero(depth == d)
+        np.add.at(total, parent[at], total[at])
+    return NameTree(list(index), parent, name, depth, self_v, total)
+
+
+def truncate(tree: NameTree, max_nodes: int) -> NameTree:
+    """At most ``max_nodes`` nodes, ranked by total over all columns: the smaller ones are
+    folded into an ``other`` child of their parent, as Pyroscope does."""
+    rank = tree.total.sum(axis=1)
+    n = rank.size
+    if n <= max_nodes:
+        return tree
+    threshold = np.sort(rank)[::-1][max_nodes - 1]
+    keep = rank >= threshold
+    keep[0] = True  # totals only grow toward the root, so a kept node's parent is kept
+    dropped = np.flatnonzero(~keep & keep[np.maximum(tree.parent, 0)])
+    kept = np.flatnonzero(keep)
+    remap = np.full(n, -1, dtype=np.int64)
+    remap[kept] = np.arange(kept.size)
+    up = np.unique(tree.parent[dropped])  # parents that get an "other" child
+    sums = np.zeros_like(tree.total)
+    np.add.at(sums, tree.parent[dropped], tree.total[dropped])
+    parent = np.concatenate((remap[np.maximum(tree.parent[kept], 0)], remap[up]))
+    parent[0] = -1
+    return NameTree(
+        names=[*tree.names, "other"],
+        parent=parent,
+        name=np.concatenate((tree.name[kept], np.full(up.size, len(tree.names)))),
+        depth=np.concatenate((tree.depth[kept], tree.depth[up] + 1)),
+        self_value=np.concatenate((tree.self_value[kept], sums[up])),
+        total=np.concatenate((tree.total[kept], sums[up])),
+    )
+
+
+def levels(tree: NameTree, column: int = 0) -> list[list[int]]:
+    """Pyroscope's level encoding of one value column: per depth, [x offset from the
+    previous node's end, total, self, name index] for each node left to right, children
+    ordered by name (the same order for every column, so diff sides line up)."""
+    n = tree.parent.size
+    total = tree.total[:, column]
+    self_v = tree.self_value[:, column]
+    x = np.zeros(n, dtype=np.int64)
+    by_name = sorted(range(len(tree.names)), key=tree.names.__getitem__)
+    name_rank = np.empty(len(tree.names), dtype=np.int64)
+    name_rank[by_name] = np.arange(len(by_name))
+    rank_in_level = np.zeros(n, dtype=np.int64)
+    out: list[list[int]] = []
+    for d in range(int(tree.depth.max()) + 1 if n else 0):
+        at = np.flatnonzero(tree.depth == d)
+        if d > 0:
+            at = at[np.lexsort((name_rank[tree.name[at]], rank_in_level[tree.parent[at]]))]
+            p = tree.parent[at]
+            tot = total[at]
+            cum = np.cumsum(tot) - tot
+            first = np.ones(at.size, dtype=bool)
+            first[1:] = p[1:] != p[:-1]
+            group_start = np.maximum.accumulate(np.where(first, np.arange(at.size), 0))
+            x[at] = x[p] + cum - cum[group_start]
+        rank_in_level[at] = np.arange(at.size)
+        xs, tot = x[at], total[at]
+        delta = xs - np.concatenate(([0], (xs + tot)[:-1]))
+        out.append(np.stack((delta, tot, self_v[at], tree.name[at]), axis=1).ravel().tolist())
+    return out
+
+
+def node_limit(max_nodes: int | None) -> int:
+    return DEFAULT_MAX_NODES if not max_nodes or max_nodes <= 0 else min(max_nodes, MAX_NODES)
+
+
+def flame_graph(merged: Merged, symbols: Symbols, max_nodes: int | None) -> querier_pb2.FlameGraph:
+    tree = name_tree(merged.frames, merged.lengths, merged.values.reshape(-1, 1), symbols)
+    tree = truncate(tree, node_limit(max_nodes))
+    fg = querier_pb2.FlameGraph(
+        names=tree.names,
+        total=int(tree.total[0, 0]),
+        max_self=int(tree.self_value[:, 0].max()),
+    )
+    for row in levels(tree):
+        fg.levels.add(values=row)
+    return fg
