@@ -29,8 +29,9 @@ _MS = pa.timestamp("ms", tz="UTC")
 
 
 def tenant_of(request: Request) -> str:
-    """``X-Scope-OrgID`` (Pyroscope's tenant header); absent means ``anonymous``."""
-    t = request.headers.get("x-scope-orgid", "").strip()
+    """``X-Scope-OrgID`` (Pyroscope's tenant header), or ``?tenant=`` where a browser
+    cannot set headers (the UI's flame graph frames); absent means ``anonymous``."""
+    t = (request.headers.get("x-scope-orgid") or request.query_params.get("tenant") or "").strip()
     if not t:
         return TENANT_DEFAULT
     if not _TENANT.match(t) or t in (".", ".."):
