@@ -439,8 +439,8 @@ async def list_trace_requests(request: Request) -> Response:
     tenant = tenant_of(request)
     rows = await run_blocking(
         state.store.rows,
-        "SELECT r.request_id, toUnixTimestamp64Milli(r.created), toUnixTimestamp64Milli(r.expires), "
-        "r.selector, r.duration_ms, r.iterations, "
+        "SELECT r.request_id, toUnixTimestamp64Milli(r.created), "
+        "toUnixTimestamp64Milli(r.expires), r.selector, r.duration_ms, r.iterations, "
         f"(SELECT groupUniqArray(host) FROM {db}.trace_deliveries d WHERE d.tenant = {{t:String}} "
         "AND d.request_id = r.request_id), "
         f"(SELECT groupUniqArray(trace_id) FROM {db}.traces t WHERE t.tenant = {{t:String}} "

@@ -128,7 +128,8 @@ def trace_metrics(store: Store, q: Query) -> dict[str, dict[str, Any]]:
         f"SELECT labels[{{g:String}}] AS key, count() AS traces, sum(gpu_time_us), "
         "sumIf(achieved_tflops * gpu_time_us, achieved_tflops IS NOT NULL) / "
         "nullIf(sumIf(gpu_time_us, achieved_tflops IS NOT NULL), 0), "
-        "sumIf(mfu * gpu_time_us, mfu IS NOT NULL) / nullIf(sumIf(gpu_time_us, mfu IS NOT NULL), 0), "
+        "sumIf(mfu * gpu_time_us, mfu IS NOT NULL) / "
+        "nullIf(sumIf(gpu_time_us, mfu IS NOT NULL), 0), "
         "sumIf(pct_of_roofline * gpu_time_us, pct_of_roofline IS NOT NULL) / "
         "nullIf(sumIf(gpu_time_us, pct_of_roofline IS NOT NULL), 0) "
         f"FROM {store.db}.traces FINAL WHERE tenant = {{tenant:String}} AND status = 'done' "
@@ -226,7 +227,7 @@ def attribution(store: Store, q: Query) -> dict[str, Any]:
         k = key if key in shown else OTHER
         for c in ("allocated", "busy", "useful", "flop"):
             series[k][c][index[t]] += s[c] / 3600.0 if c != "flop" else s[c]
-    table, _, resolution = q.source()
+    resolution = q.source()[2]
     return {
         "from": q.start_ms,
         "to": q.end_ms,
