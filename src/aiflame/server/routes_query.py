@@ -30,7 +30,10 @@ _MAX_QUERY_BODY = 4 << 20
 
 
 def _selection(request: Request, m) -> Selection:  # type: ignore[no-untyped-def]
-    return Selection.make(tenant_of(request), m.profile_typeID, m.label_selector, m.start, m.end)
+    ids = tuple(getattr(m, "profile_id_selector", ()))
+    return Selection.make(
+        tenant_of(request), m.profile_typeID, m.label_selector, m.start, m.end, ids
+    )
 
 
 def _symbols(state: ServerState) -> flame.Symbols:

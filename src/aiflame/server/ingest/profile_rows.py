@@ -92,6 +92,7 @@ def profile_tables(
             "tenant": [pa.array([it.tenant for it in items])],
             "profile_id": [pa.array([it.profile_id for it in items])],
             "series_id": [pa.array([it.series_ids[0] for it in items], pa.uint64())],
+            "series_ids": [pa.array([it.series_ids for it in items], pa.list_(pa.uint64()))],
             "name": [pa.array([it.name for it in items])],
             "time": [pa.array([it.time_ms for it in items], _MS)],
             "duration_ns": [pa.array([it.duration_ns for it in items], pa.int64())],

@@ -170,20 +170,27 @@ def name_tree(
 
 
 def truncate(tree: NameTree, max_nodes: int) -> NameTree:
-    """At most ``max_nodes`` nodes, ranked by total over all columns: the smaller ones are
-    folded into an ``other`` child of their parent, as Pyroscope does."""
+    """At most ``max_nodes`` nodes, ``other`` nodes included: the largest by total over all
+    columns are kept (a parent before its children on ties), the rest folded into an
+    ``other`` child of their parent, as Pyroscope does."""
     rank = tree.total.sum(axis=1)
     n = rank.size
     if n <= max_nodes:
         return tree
-    threshold = np.sort(rank)[::-1][max_nodes - 1]
-    keep = rank >= threshold
-    keep[0] = True  # totals only grow toward the root, so a kept node's parent is kept
-    dropped = np.flatnonzero(~keep & keep[np.maximum(tree.parent, 0)])
+    order = np.lexsort((tree.depth, -rank))  # a parent's total >= its child's: parents first
+    budget = max_nodes
+    for _ in range(4):  # leave room for the "other" nodes the cut creates
+        keep = np.zeros(n, dtype=bool)
+        keep[order[: max(budget, 1)]] = True
+        keep[0] = True
+        dropped = np.flatnonzero(~keep & keep[np.maximum(tree.parent, 0)])
+        up = np.unique(tree.parent[dropped])
+        if budget + up.size <= max_nodes or budget <= 1:
+            break
+        budget = max_nodes - up.size
     kept = np.flatnonzero(keep)
     remap = np.full(n, -1, dtype=np.int64)
     remap[kept] = np.arange(kept.size)
-    up = np.unique(tree.parent[dropped])  # parents that get an "other" child
     sums = np.zeros_like(tree.total)
     np.add.at(sums, tree.parent[dropped], tree.total[dropped])
     parent = np.concatenate((remap[np.maximum(tree.parent[kept], 0)], remap[up]))

@@ -18,10 +18,17 @@ class Selection:
     selector: str
     start_ms: int
     end_ms: int
+    profile_ids: tuple[str, ...] = ()  # only these profiles (Pyroscope's profile_id_selector)
 
     @classmethod
     def make(
-        cls, tenant: str, profile_type: str, selector: str, start_ms: int, end_ms: int
+        cls,
+        tenant: str,
+        profile_type: str,
+        selector: str,
+        start_ms: int,
+        end_ms: int,
+        profile_ids: tuple[str, ...] = (),
     ) -> Selection:
         ProfileType.parse(profile_type)
         if end_ms <= start_ms:
@@ -29,7 +36,9 @@ class Selection:
         if end_ms - start_ms > MAX_RANGE_MS:
             raise BadRequest("the time range is longer than 400 days")
         parse_selector(selector)  # a bad selector is a 400 before any SQL runs
-        return cls(tenant, profile_type, selector, int(start_ms), int(end_ms))
+        if len(profile_ids) > 100_000:
+            raise BadRequest("at most 100,000 profile ids in one selection")
+        return cls(tenant, profile_type, selector, int(start_ms), int(end_ms), tuple(profile_ids))
 
     def params(self) -> dict[str, object]:
         return {
@@ -62,6 +71,18 @@ def stack_values_sql(sel: Selection, db: str, params: dict[str, object]) -> str:
     the hourly roll-up, the partial hours at either end from the samples themselves."""
     params.update(sel.params())
     series = sel.series_sql(db, params)
+    if sel.profile_ids:
+        # Those profiles' own rows: their series and time, from the profiles table.
+        params["pids"] = list(sel.profile_ids)
+        return (
+            f"SELECT stack_id, sum(value) AS value FROM {db}.samples WHERE tenant = "
+            "{tenant:String} AND profile_type = {pt:String} AND series_id IN (" + series + ") "
+            "AND time >= fromUnixTimestamp64Milli({t0:Int64}, 'UTC') "
+            "AND time < fromUnixTimestamp64Milli({t1:Int64}, 'UTC') "
+            "AND (series_id, time) IN (SELECT arrayJoin(series_ids), time FROM "
+            f"{db}.profiles WHERE tenant = {{tenant:String}} AND profile_id IN "
+            "{pids:Array(String)}) GROUP BY stack_id HAVING value != 0"
+        )
     h0, h1 = sel.hours()
     base = (
         "tenant = {tenant:String} AND profile_type = {pt:String} AND series_id IN (" + series + ")"

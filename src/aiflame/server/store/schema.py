@@ -102,6 +102,7 @@ TABLES: tuple[Table, ...] = (
             ("tenant", _LC),
             ("profile_id", "String"),
             ("series_id", "UInt64"),
+            ("series_ids", "Array(UInt64)"),  # with the series its sample labels made
             ("name", _LC),
             ("time", _T),
             ("duration_ns", "Int64"),
