@@ -31,9 +31,19 @@ class ServerProcess:
 
     def start(self, timeout: float = 90.0) -> ServerProcess:
         env = dict(os.environ, PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        cmd = [sys.executable, "-m", "aiflame", "server", "--store", f"chdb://{self.store}",
-               "--listen", f"127.0.0.1:{self.port}", "--log-level", "warning",
-               *self.args]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "aiflame",
+            "server",
+            "--store",
+            f"chdb://{self.store}",
+            "--listen",
+            f"127.0.0.1:{self.port}",
+            "--log-level",
+            "warning",
+            *self.args,
+        ]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout

@@ -36,10 +36,14 @@ def _stored(url: str, tenant: str) -> float:
     now = int(time.time() * 1000)
     r = c.connect(
         "SelectMergeStacktraces",
-        q.SelectMergeStacktracesRequest(profile_typeID=payloads.CPU_TYPE, label_selector="{}",
-                                        start=now - 3600_000, end=now + 60_000),
+        q.SelectMergeStacktracesRequest(
+            profile_typeID=payloads.CPU_TYPE,
+            label_selector="{}",
+            start=now - 3600_000,
+            end=now + 60_000,
+        ),
         q.SelectMergeStacktracesResponse,
-    )  # fmt: skip
+    )
     return r.flamegraph.total
 
 
@@ -59,30 +63,52 @@ def test_token_scopes(guarded, tenant):
     assert _stored(guarded.url, tenant) == 0  # nothing of the refused pushes
     # Telemetry and traces refuse the same way.
     doc = payloads.telemetry("b1", "h1", time.time() - 10, time.time(), [], [])
-    assert Client(guarded.url, tenant=tenant).post("/api/v1/telemetry", doc, "application/json")[0] == 401
+    assert (
+        Client(guarded.url, tenant=tenant).post("/api/v1/telemetry", doc, "application/json")[0]
+        == 401
+    )
     # The right scope, as Bearer and as basic auth's password (Pyroscope SDKs, Alloy).
     assert Client(guarded.url, token=INGEST, tenant=tenant).post(push, body)[0] == 200
     body2, _, _ = payloads.cpu_push({"service_name": "auth"}, 2, time.time_ns())
-    status, _ = Client(guarded.url, tenant=tenant).post(push, body2, headers={"Authorization": basic(tenant, INGEST)})
+    status, _ = Client(guarded.url, tenant=tenant).post(
+        push, body2, headers={"Authorization": basic(tenant, INGEST)}
+    )
     assert status == 200
     assert _stored(guarded.url, tenant) > 0
     # Reading needs read; an ingest token may not read.
     status, _, _ = Client(guarded.url, token=INGEST, tenant=tenant).request("GET", "/api/v1/traces")
     assert status == 403
     status, _, headers = Client(guarded.url, tenant=tenant).request("GET", "/ui/fleet")
-    assert status == 401 and "Basic" in headers.get("www-authenticate", headers.get("WWW-Authenticate", ""))
+    assert status == 401 and "Basic" in headers.get(
+        "www-authenticate", headers.get("WWW-Authenticate", "")
+    )
     # Admin covers everything; a fleet-wide trace request needs it.
     req = b'{"selector": {"job_id": "7"}, "duration_ms": 1000}'
-    assert Client(guarded.url, token=READ, tenant=tenant).post("/api/v1/trace-requests", req, "application/json")[0] == 403
-    assert Client(guarded.url, token=ADMIN, tenant=tenant).post("/api/v1/trace-requests", req, "application/json")[0] == 200
+    assert (
+        Client(guarded.url, token=READ, tenant=tenant).post(
+            "/api/v1/trace-requests", req, "application/json"
+        )[0]
+        == 403
+    )
+    assert (
+        Client(guarded.url, token=ADMIN, tenant=tenant).post(
+            "/api/v1/trace-requests", req, "application/json"
+        )[0]
+        == 200
+    )
     # The load balancer's probe needs no token.
     assert Client(guarded.url).request("GET", "/ready")[0] == 200
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(SRC))
-    return subprocess.run([sys.executable, "-m", "aiflame", "server", *args], env=env,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "aiflame", "server", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_no_token_file_means_loopback_only(tmp_path):

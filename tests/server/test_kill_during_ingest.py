@@ -20,9 +20,12 @@ TENANT = "kill-test"
 def _total(url: str, ids: list[str], start_ms: int, end_ms: int) -> int:
     c = Client(url, tenant=TENANT)
     m = q.SelectMergeStacktracesRequest(
-        profile_typeID=payloads.CPU_TYPE, label_selector="{}", start=start_ms, end=end_ms,
+        profile_typeID=payloads.CPU_TYPE,
+        label_selector="{}",
+        start=start_ms,
+        end=end_ms,
         profile_id_selector=ids,
-    )  # fmt: skip
+    )
     return c.connect("SelectMergeStacktraces", m, q.SelectMergeStacktracesResponse).flamegraph.total
 
 

@@ -170,8 +170,9 @@ def test_pyroscope_sdk_push_is_stored_and_returned(server, tenant, tmp_path):
     # Over time: the points of SelectSeries add up to the same total.
     series = c.connect(
         "SelectSeries",
-        q.SelectSeriesRequest(profile_typeID=cpu, label_selector="{}", start=now - 3600_000,
-                              end=now + 60_000, step=60),
+        q.SelectSeriesRequest(
+            profile_typeID=cpu, label_selector="{}", start=now - 3600_000, end=now + 60_000, step=60
+        ),
         q.SelectSeriesResponse,
-    )  # fmt: skip
+    )
     assert sum(p.value for s in series.series for p in s.points) == total_pushed

@@ -42,7 +42,9 @@ def test_schema_migrates_once_and_records_its_version(store):
     assert migrations.migrate(store, schema.DEFAULT_RETENTION_S) == migrations.CURRENT_VERSION
     names = {r[0] for r in store.rows("SELECT name FROM system.tables WHERE database = 'aiflame'")}
     assert {t.name for t in schema.TABLES} | {v.name for v in schema.VIEWS} <= names
-    assert store.rows("SELECT version, name FROM aiflame.schema_migrations") == [(1, "initial schema")]
+    assert store.rows("SELECT version, name FROM aiflame.schema_migrations") == [
+        (1, "initial schema")
+    ]
 
 
 def test_a_newer_store_is_refused(store):
@@ -56,9 +58,15 @@ def test_retention_sets_the_ttls(store):
     migrations.migrate(store, schema.DEFAULT_RETENTION_S)
     shorter = dict(schema.DEFAULT_RETENTION_S, traces=7 * 86400)
     migrations.migrate(store, shorter)
-    ddl = store.rows("SELECT create_table_query FROM system.tables WHERE database = 'aiflame' AND name = 'findings'")[0][0]
+    ddl = store.rows(
+        "SELECT create_table_query FROM system.tables "
+        "WHERE database = 'aiflame' AND name = 'findings'"
+    )[0][0]
     assert "toIntervalSecond(604800)" in ddl
-    ddl = store.rows("SELECT create_table_query FROM system.tables WHERE database = 'aiflame' AND name = 'samples'")[0][0]
+    ddl = store.rows(
+        "SELECT create_table_query FROM system.tables "
+        "WHERE database = 'aiflame' AND name = 'samples'"
+    )[0][0]
     assert "toIntervalSecond(2592000)" in ddl  # profiles keep their 30 days
 
 
@@ -74,7 +82,10 @@ def test_cluster_ddl_is_valid_clickhouse(store):
     for t in schema.TABLES:
         assert f"aiflame.{t.name}_local ON CLUSTER 'prod'" in text
         assert f"Distributed('prod', 'aiflame', '{t.name}_local', {t.shard_key})" in text
-    assert "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/{table}', '{replica}', last_seen)" in text
+    assert (
+        "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/{table}', "
+        "'{replica}', last_seen)" in text
+    )
     assert "TO aiflame.samples_1h_local AS SELECT" in text
 
 

@@ -12,7 +12,13 @@ from srvclient import Client
 
 from aiflame.cli.main import main as cli
 
-BERT = payloads.DATA / "kineto" / "tracelens" / "h100" / "gaunernst_bert-small-uncased__1016001.json.gz"
+BERT = (
+    payloads.DATA
+    / "kineto"
+    / "tracelens"
+    / "h100"
+    / "gaunernst_bert-small-uncased__1016001.json.gz"
+)
 SNAPSHOT = payloads.DATA / "memory" / "medium_128_inference_memory_snapshot.pickle.gz"
 
 
@@ -66,7 +72,7 @@ def test_kineto_trace_is_analyzed_like_aiflame_analyze(server, tenant, tmp_path)
     if eff.get("mfu") is not None:
         assert abs(got["mfu"] - eff["mfu"]) < 1e-12
     # Its flame graph page, from the same trace.
-    status, page, headers = c.request("GET", "/api/v1/traces/t-bert-0001/flamegraph")
+    status, page, _headers = c.request("GET", "/api/v1/traces/t-bert-0001/flamegraph")
     assert status == 200 and b'id="aiflame-data"' in page
     # Listed, with its findings counted.
     listed = c.get_json("/api/v1/traces", selector='{job_id="bert-1"}')["traces"]

@@ -16,35 +16,66 @@ from aiflame.server import auth
 from aiflame.server.config import parse_retention
 from aiflame.server.errors import BadRequest, Forbidden, Unauthorized
 from aiflame.server.ingest import pprof_columns
-from aiflame.server.labels import Matcher, ProfileType, check_labels, format_selector, parse_selector, series_id
+from aiflame.server.labels import (
+    Matcher,
+    ProfileType,
+    check_labels,
+    format_selector,
+    parse_selector,
+    series_id,
+)
 from aiflame.server.store.url import parse_store_url
 
 
 def test_selectors():
     assert parse_selector("") == [] and parse_selector("{}") == []
-    assert parse_selector('{service_name="x", pod=~"a.*",job!="", "otel.scope.name"!~\'b\\\'c\'}') == [
+    assert parse_selector(
+        '{service_name="x", pod=~"a.*",job!="", "otel.scope.name"!~\'b\\\'c\'}'
+    ) == [
         Matcher("service_name", "=", "x"),
         Matcher("pod", "=~", "a.*"),
         Matcher("job", "!=", ""),
         Matcher("otel.scope.name", "!~", "b'c"),
     ]
-    assert parse_selector('process_cpu{a="\\"q\\"\\n"}') == [Matcher("__name__", "=", "process_cpu"), Matcher("a", "=", '"q"\n')]
-    for bad in ('{a="x"', '{a=x}', '{a~"x"}', '{="x"}', '{a="x"} junk', '{a="x" b="y"}', '{a="\\q"}'):
+    assert parse_selector('process_cpu{a="\\"q\\"\\n"}') == [
+        Matcher("__name__", "=", "process_cpu"),
+        Matcher("a", "=", '"q"\n'),
+    ]
+    for bad in (
+        '{a="x"',
+        "{a=x}",
+        '{a~"x"}',
+        '{="x"}',
+        '{a="x"} junk',
+        '{a="x" b="y"}',
+        '{a="\\q"}',
+    ):
         with pytest.raises(BadRequest):
             parse_selector(bad)
     labels = {"a": 'x"y', "otel.scope.name": "n"}
-    assert {(m.name, m.value) for m in parse_selector(format_selector(labels))} == set(labels.items())
+    assert {(m.name, m.value) for m in parse_selector(format_selector(labels))} == set(
+        labels.items()
+    )
 
 
 def test_profile_types_and_labels():
     pt = ProfileType.parse("process_cpu:cpu:nanoseconds:cpu:nanoseconds")
-    assert (pt.name, pt.sample_type, pt.sample_unit, pt.id) == ("process_cpu", "cpu", "nanoseconds", "process_cpu:cpu:nanoseconds:cpu:nanoseconds")
+    assert (pt.name, pt.sample_type, pt.sample_unit, pt.id) == (
+        "process_cpu",
+        "cpu",
+        "nanoseconds",
+        "process_cpu:cpu:nanoseconds:cpu:nanoseconds",
+    )
     for bad in ("process_cpu", "a:b:c:d", ":cpu:ns:cpu:ns"):
         with pytest.raises(BadRequest):
             ProfileType.parse(bad)
-    assert series_id({"a": "1", "b": "2"}) == series_id({"b": "2", "a": "1"}) != series_id({"a": "1", "b": "3"})
+    assert (
+        series_id({"a": "1", "b": "2"})
+        == series_id({"b": "2", "a": "1"})
+        != series_id({"a": "1", "b": "3"})
+    )
     # Stable across processes and versions: stored ids must not change (BLAKE2b, not hash()).
-    assert series_id({"service_name": "x", "__name__": "process_cpu"}) == 0x9c0e7353aa5f5ab5
+    assert series_id({"service_name": "x", "__name__": "process_cpu"}) == 0x9C0E7353AA5F5AB5
     with pytest.raises(BadRequest, match="invalid label name"):
         check_labels([("1abc", "x")])
     with pytest.raises(BadRequest, match="at most 2"):
@@ -55,14 +86,25 @@ def test_profile_types_and_labels():
 
 def test_tokens(tmp_path):
     f = tmp_path / "tokens"
-    f.write_text("aaaaaaaaaaaaaaaa1 ingest\nbbbbbbbbbbbbbbbb2 read,ingest\ncccccccccccccccc3 admin\n")
+    f.write_text(
+        "aaaaaaaaaaaaaaaa1 ingest\nbbbbbbbbbbbbbbbb2 read,ingest\ncccccccccccccccc3 admin\n"
+    )
     check = auth.TokenCheck(str(f))
     check.require("Bearer aaaaaaaaaaaaaaaa1", "ingest")
-    check.require("Basic " + __import__("base64").b64encode(b"tenant:bbbbbbbbbbbbbbbb2").decode(), "read")
+    check.require(
+        "Basic " + __import__("base64").b64encode(b"tenant:bbbbbbbbbbbbbbbb2").decode(), "read"
+    )
     check.require("Bearer cccccccccccccccc3", "read")  # admin includes read and ingest
     with pytest.raises(Forbidden):
         check.require("Bearer aaaaaaaaaaaaaaaa1", "read")
-    for bad in (None, "", "Bearer", "Bearer nope-nope-nope-nope", "Basic !!!", "Token aaaaaaaaaaaaaaaa1"):
+    for bad in (
+        None,
+        "",
+        "Bearer",
+        "Bearer nope-nope-nope-nope",
+        "Basic !!!",
+        "Token aaaaaaaaaaaaaaaa1",
+    ):
         with pytest.raises(Unauthorized):
             check.require(bad, "ingest")
     auth.TokenCheck(None).require(None, "admin")  # no token file: open (loopback only)
@@ -70,7 +112,15 @@ def test_tokens(tmp_path):
 
 def test_store_urls_and_retention():
     u = parse_store_url("clickhouse://ana:s%40cret@ch.example:9000/prof?cluster=prod")
-    assert (u.kind, u.host, u.port, u.user, u.password, u.database, u.cluster) == ("clickhouse", "ch.example", 9000, "ana", "s@cret", "prof", "prod")
+    assert (u.kind, u.host, u.port, u.user, u.password, u.database, u.cluster) == (
+        "clickhouse",
+        "ch.example",
+        9000,
+        "ana",
+        "s@cret",
+        "prof",
+        "prod",
+    )
     assert "s@cret" not in u.describe()
     assert parse_store_url("clickhouses://h/db").port == 8443
     assert parse_store_url("chdb://./x").path.endswith("/x")
@@ -78,7 +128,12 @@ def test_store_urls_and_retention():
         with pytest.raises(AiflameError):
             parse_store_url(bad)
     r = parse_retention(["traces=90d", "7d"])
-    assert r == {"profiles": 7 * 86400, "telemetry": 7 * 86400, "rollups": 7 * 86400, "traces": 90 * 86400}
+    assert r == {
+        "profiles": 7 * 86400,
+        "telemetry": 7 * 86400,
+        "rollups": 7 * 86400,
+        "traces": 90 * 86400,
+    }
     for bad in (["10x"], ["blobs=1d"], ["30m"]):
         with pytest.raises(AiflameError):
             parse_retention(bad)
@@ -86,8 +141,11 @@ def test_store_urls_and_retention():
 
 def _pprofs() -> list[Path]:
     data = payloads.DATA
-    return [data / "server" / "torch_train_cpu.pb.gz", *sorted((data / "pprof").glob("*/*.pb.gz")),
-            data / "pprof" / "speedscope_go" / "simple.prof"]  # fmt: skip
+    return [
+        data / "server" / "torch_train_cpu.pb.gz",
+        *sorted((data / "pprof").glob("*/*.pb.gz")),
+        data / "pprof" / "speedscope_go" / "simple.prof",
+    ]
 
 
 @pytest.mark.parametrize("path", _pprofs(), ids=lambda p: p.name)
@@ -114,7 +172,11 @@ def test_columnar_decoder_unpacked_fields_and_corruption():
         unpacked += b"\x08" + _varint(loc)
     for v in m.sample[0].value:
         unpacked += b"\x10" + _varint(v)
-    patched = data.replace(_field(2, sample_bytes), _field(2, bytes(unpacked) + sample_bytes[len(_packed_prefix(m)):]), 1)
+    patched = data.replace(
+        _field(2, sample_bytes),
+        _field(2, bytes(unpacked) + sample_bytes[len(_packed_prefix(m)) :]),
+        1,
+    )
     cols = pprof_columns.decode(patched)
     assert cols.num_samples == len(m.sample)
     assert list(cols.sample_locs[: len(m.sample[0].location_id)]) == list(m.sample[0].location_id)

@@ -20,8 +20,17 @@ ALLOWED = {
     "collectors": {"model", "errors", "symbolize", "sources", "transforms"},
     # The fleet server uses every layer below it (importers, renderers, the analyze engine
     # through the command's own functions); nothing but the command line imports it.
-    "server": {"model", "errors", "symbolize", "sources", "transforms", "analysis", "render",
-               "proto", "cli"},
+    "server": {
+        "model",
+        "errors",
+        "symbolize",
+        "sources",
+        "transforms",
+        "analysis",
+        "render",
+        "proto",
+        "cli",
+    },
 }
 
 

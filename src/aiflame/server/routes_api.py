@@ -140,7 +140,7 @@ def _workload(
     hosts = state.store.rows(
         f"SELECT host, groupUniqArray(labels['rank']), groupUniqArray(labels['gpu_model']), "
         f"sum(allocated_gpu_seconds) / 3600, sum(ifNull(busy_gpu_seconds, 0)) / 3600, "
-        f"uniqExact(arrayJoin(if(empty(gpu_uuids), [''], gpu_uuids))) "
+        f"length(groupUniqArrayArray(gpu_uuids)) "
         f"FROM {db}.workload_telemetry WHERE {where} GROUP BY host ORDER BY host",
         params,
     )

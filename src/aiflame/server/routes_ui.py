@@ -24,7 +24,11 @@ PAGES = {
     "explore": "Explore",
     "findings": "Findings",
 }
-_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
+_TYPES = {
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+}
 # The UI's own scripts only; charts draw inline styles; flame graphs come from this server.
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
@@ -75,7 +79,12 @@ async def asset(request: Request) -> Response:
     )
 
 
+async def favicon(request: Request) -> Response:
+    return Response(_file("favicon.svg"), media_type="image/svg+xml")
+
+
 ROUTES = [
+    Route("/favicon.ico", favicon),
     Route("/ui/assets/{name:path}", asset),
     Route("/ui/{page}", page),
 ]

@@ -55,7 +55,7 @@
     const groups = data.groups.map((g) => g.key);
     UI.chart("gpu-hours", Object.assign(
       UI.timeAxisOption(ts, groups.map((k) => ({ name: k, values: data.series[k].allocated })), "GPU hours", true),
-      { title: { text: `allocated GPU hours per ${data.step_s} s by ${data.group_by}`, left: "center", bottom: 30, textStyle: { fontSize: 12, color: "#667085" } } }));
+      { title: { text: `allocated GPU hours per ${data.step_s} s, by ${data.group_by}`, right: 24, top: 4, textStyle: { fontSize: 12, color: "#667085", fontWeight: "normal" } } }));
     const sum = (c) => ts.map((_, i) => groups.reduce((a, k) => a + data.series[k][c][i], 0));
     UI.chart("busy", UI.timeAxisOption(ts, [
       { name: "allocated", values: sum("allocated") },
