@@ -4,6 +4,7 @@ pprof decoder against protobuf's own (every real pprof of the test data), durati
 from __future__ import annotations
 
 import gzip
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -207,3 +208,23 @@ def _packed_prefix(m) -> bytes:
     locs = b"".join(_varint(x) for x in s.location_id)
     vals = b"".join(_varint(x) for x in s.value)
     return _field(1, locs) + _field(2, vals)
+
+
+def test_time_ranges_read_the_coarsest_roll_up_that_fits():
+    from aiflame.server.query.select import _pieces
+
+    h, m = 3_600_000, 60_000
+    day = 1_796_000_000_000 // h * h
+    assert _pieces(day, day + 2 * h) == [("samples_1h", "hour", day, day + 2 * h)]
+    # "The last hour" at 10:07: 10-minute buckets inside, raw samples for the 7 + 3 minutes.
+    start, end = day + 7 * m, day + h + 7 * m
+    assert _pieces(start, end) == [
+        ("samples_10m", "bucket", day + 10 * m, day + h),
+        ("samples", "time", start, day + 10 * m),
+        ("samples", "time", day + h, end),
+    ]
+    pieces = _pieces(day - 5 * m, day + 2 * h + 25 * m)
+    assert ("samples_1h", "hour", day, day + 2 * h) in pieces
+    covered = sorted((a, b) for _, _, a, b in pieces)
+    assert covered[0][0] == day - 5 * m and covered[-1][1] == day + 2 * h + 25 * m
+    assert all(x[1] == y[0] for x, y in itertools.pairwise(covered))

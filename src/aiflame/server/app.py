@@ -43,7 +43,7 @@ def scope_of(method: str, path: str) -> str | None:
         return "ingest"
     if method in ("POST", "DELETE") and any(path.startswith(p) for p in ADMIN_POSTS):
         return "admin"
-    if method == "DELETE":
+    if method == "DELETE" or path.startswith("/api/v1/admin/"):
         return "admin"
     return "read"
 

@@ -476,6 +476,21 @@ async def list_agents(request: Request) -> Response:
     return JSONResponse({"agents": out})
 
 
+async def store_stats(request: Request) -> Response:
+    """Rows and bytes of every table (active parts), for capacity planning."""
+    state = _state(request)
+    rows = await run_blocking(
+        state.store.rows,
+        "SELECT table, sum(rows), count(), sum(bytes_on_disk), sum(data_compressed_bytes), "
+        "sum(data_uncompressed_bytes) FROM system.parts WHERE database = {db:String} "
+        "AND active GROUP BY table ORDER BY table",
+        {"db": state.store.db},
+    )
+    keys = ("rows", "parts", "bytes_on_disk", "compressed_bytes", "uncompressed_bytes")
+    tables = {r[0]: dict(zip(keys, (int(x) for x in r[1:]), strict=True)) for r in rows}
+    return JSONResponse({"store": state.url.describe(), "tables": tables})
+
+
 async def metrics(request: Request) -> Response:
     """The server's own counters in Prometheus' text format."""
     state = _state(request)
@@ -523,5 +538,6 @@ ROUTES = [
     Route("/api/v1/trace-requests", post_trace_request, methods=["POST"]),
     Route("/api/v1/trace-requests", list_trace_requests, methods=["GET"]),
     Route("/api/v1/agents", list_agents),
+    Route("/api/v1/admin/store", store_stats),
     Route("/metrics", metrics),
 ]

@@ -16,12 +16,17 @@ from aiflame.server.query.flame import Merged, Symbols, levels, name_tree, node_
 def flame_graph_diff(
     left: Merged, right: Merged, symbols: Symbols, max_nodes: int | None
 ) -> querier_pb2.FlameGraphDiff:
-    frames = np.concatenate((left.frames, right.frames))
-    lengths = np.concatenate((left.lengths, right.lengths))
-    values = np.zeros((lengths.size, 2), dtype=np.int64)
+    both = Merged(
+        np.concatenate((left.frames, right.frames)),
+        np.concatenate((left.lengths, right.lengths)),
+        np.concatenate((left.values, right.values)),
+        np.concatenate((_ids(left), _ids(right))),
+        [*(left.seqs or []), *(right.seqs or [])],
+    )
+    values = np.zeros((both.lengths.size, 2), dtype=np.int64)
     values[: left.lengths.size, 0] = left.values
     values[left.lengths.size :, 1] = right.values
-    tree = truncate(name_tree(frames, lengths, values, symbols), node_limit(max_nodes))
+    tree = truncate(name_tree(both, symbols, values), node_limit(max_nodes))
     fg = querier_pb2.FlameGraphDiff(
         names=tree.names,
         total=int(tree.total[0].sum()),
@@ -35,3 +40,7 @@ def flame_graph_diff(
             row.extend((*lrow[i : i + 3], *rrow[i : i + 3], lrow[i + 3]))
         fg.levels.add(values=row)
     return fg
+
+
+def _ids(m: Merged) -> np.ndarray:
+    return m.ids if m.ids is not None else np.zeros(0, dtype=np.uint64)

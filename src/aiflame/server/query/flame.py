@@ -32,6 +32,11 @@ class Symbols:
         self.store = store
         self.stacks: dict[int, np.ndarray] = {}
         self.frames: dict[int, tuple[str, int, str, int, str]] = {}
+        # Function names interned once, and each stack as name ids (how flame graphs of
+        # Pyroscope and Grafana merge frames).
+        self.names: list[str] = ["total"]
+        self._name_index: dict[str, int] = {"total": 0}
+        self._stack_names: dict[int, np.ndarray] = {}
         self._lock = threading.Lock()
 
     def stack_frames(self, ids: np.ndarray) -> list[np.ndarray]:
@@ -76,6 +81,36 @@ class Symbols:
             unknown = ("[unknown frame]", int(FrameKind.UNKNOWN), "", 0, "")
             return {k: self.frames.get(k, unknown) for k in ids}
 
+    def name_paths(self, ids: np.ndarray, seqs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """The stacks as name ids (root first), flattened, and their lengths."""
+        keys = ids.tolist()
+        with self._lock:
+            cached = [self._stack_names.get(k) for k in keys]
+        missing = [i for i, c in enumerate(cached) if c is None]
+        if missing:
+            cat = np.concatenate([seqs[i] for i in missing])
+            uniq, inv = np.unique(cat, return_inverse=True)
+            info = self.frame_info(uniq.tolist())
+            with self._lock:
+                index, names = self._name_index, self.names
+                of_uniq = np.empty(uniq.size, dtype=np.int32)
+                for j, f in enumerate(uniq.tolist()):
+                    name = info[f][0]
+                    i = index.get(name)
+                    if i is None:
+                        i = index[name] = len(names)
+                        names.append(name)
+                    of_uniq[j] = i
+                if len(self._stack_names) > _STACK_CACHE_LIMIT:
+                    self._stack_names.clear()
+                sizes = np.fromiter((seqs[i].size for i in missing), dtype=np.int64)
+                parts = np.split(of_uniq[inv], np.cumsum(sizes)[:-1])
+                for i, arr in zip(missing, parts, strict=True):
+                    self._stack_names[keys[i]] = cached[i] = arr
+        lengths = np.fromiter((c.size for c in cached), dtype=np.int64, count=len(cached))
+        flat = np.concatenate(cached) if cached else np.zeros(0, dtype=np.int32)
+        return flat, lengths
+
 
 @dataclass
 class Merged:
@@ -84,6 +119,8 @@ class Merged:
     frames: np.ndarray  # uint64 frame ids
     lengths: np.ndarray
     values: np.ndarray  # int64, one per stack
+    ids: np.ndarray | None = None  # the stack ids
+    seqs: list[np.ndarray] | None = None  # each stack's frame ids
 
     @property
     def total(self) -> int:
@@ -98,7 +135,7 @@ def merged_stacks(store: Store, symbols: Symbols, sel: Selection) -> Merged:
     seqs = symbols.stack_frames(ids)
     lengths = np.fromiter((s.size for s in seqs), dtype=np.int64, count=len(seqs))
     frames = np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.uint64)
-    return Merged(frames.astype(np.uint64), lengths, values)
+    return Merged(frames.astype(np.uint64), lengths, values, ids, seqs)
 
 
 def to_profile(merged: Merged, symbols: Symbols, profile_type: str, title: str = "") -> Profile:
@@ -138,35 +175,66 @@ class NameTree:
     total: np.ndarray  # (nodes, columns)
 
 
-def name_tree(
-    frames: np.ndarray, lengths: np.ndarray, values: np.ndarray, symbols: Symbols
-) -> NameTree:
-    """``values``: (stacks, columns)."""
-    from aiflame.model.stacks import StackTable
+def name_tree(merged: Merged, symbols: Symbols, values: np.ndarray | None = None) -> NameTree:
+    """The by-name call tree of merged stacks; ``values``: (stacks, columns), by default
+    the stacks' values. Nodes are numbered depth by depth, each depth left to right
+    (children ordered by name), which is the order of Pyroscope's levels."""
+    ids = merged.ids if merged.ids is not None else np.zeros(0, dtype=np.uint64)
+    flat, lengths = symbols.name_paths(ids, merged.seqs or [])
+    vals = merged.values.reshape(-1, 1) if values is None else values
+    return build_tree(flat, lengths, vals, symbols.names)
 
-    uniq, local = np.unique(frames, return_inverse=True)
-    info = symbols.frame_info(uniq.tolist())
-    index: dict[str, int] = {"total": 0}
-    name_of = np.array(
-        [index.setdefault(info[f][0], len(index)) for f in uniq.tolist()], dtype=np.int64
-    )
-    table = StackTable()
-    leaf = intern_paths(table, name_of[local] if local.size else local, lengths)
-    n = len(table) + 1  # stack node i is tree node i + 1
-    parent = np.full(n, -1, dtype=np.int64)
-    name = np.zeros(n, dtype=np.int64)
-    parent[1:] = table.parents_array() + 1  # EMPTY_STACK (-1) becomes the root
-    name[1:] = table.frames_array()
-    self_v = np.zeros((n, values.shape[1]), dtype=np.int64)
-    np.add.at(self_v, leaf + 1, values)
-    depth = np.zeros(n, dtype=np.int64)
-    if n > 1:
-        depth[1:] = table.depths() + 1
+
+def build_tree(
+    flat: np.ndarray, lengths: np.ndarray, values: np.ndarray, all_names: list[str]
+) -> NameTree:
+    used = np.flatnonzero(np.bincount(flat, minlength=1)) if flat.size else np.zeros(0, np.int64)
+    used = used[used != 0]
+    names = ["total", *(all_names[i] for i in used.tolist())]
+    local = np.zeros(max(len(all_names), int(flat.max()) + 1 if flat.size else 1), dtype=np.int64)
+    local[used] = np.arange(1, used.size + 1)
+    # Rank of each local name in alphabetical order: children are laid out by name.
+    by_name = sorted(range(len(names)), key=names.__getitem__)
+    rank = np.empty(len(names), dtype=np.int64)
+    rank[by_name] = np.arange(len(names))
+    unrank = np.asarray(by_name, dtype=np.int64)
+    seq = rank[local[flat]] if flat.size else flat.astype(np.int64)
+    n = lengths.size
+    starts = np.cumsum(lengths) - lengths
+    node = np.zeros(n, dtype=np.int64)
+    leaf = np.zeros(n, dtype=np.int64)
+    parents, labels, depths = [np.array([-1])], [np.array([0])], [np.array([0])]
+    next_id = 1
+    width = len(names)
+    active = np.flatnonzero(lengths > 0)
+    d = 0
+    while active.size:
+        keys = node[active] * width + seq[starts[active] + d]
+        uniq, inv = np.unique(keys, return_inverse=True)
+        parents.append(uniq // width)
+        labels.append(unrank[uniq % width])
+        depths.append(np.full(uniq.size, d + 1))
+        node[active] = next_id + inv
+        next_id += uniq.size
+        done = lengths[active] == d + 1
+        leaf[active[done]] = node[active[done]]
+        active = active[~done]
+        d += 1
+    parent = np.concatenate(parents)
+    depth = np.concatenate(depths)
+    k = values.shape[1]
+    self_v = np.zeros((next_id, k), dtype=np.int64)
+    for c in range(k):
+        self_v[:, c] = np.bincount(leaf, weights=values[:, c], minlength=next_id).astype(np.int64)
     total = self_v.copy()
-    for d in range(int(depth.max()), 0, -1):
-        at = np.flatnonzero(depth == d)
-        np.add.at(total, parent[at], total[at])
-    return NameTree(list(index), parent, name, depth, self_v, total)
+    bounds = np.searchsorted(depth, np.arange(d + 2))
+    for dd in range(d, 0, -1):
+        lo, hi = bounds[dd], bounds[dd + 1]
+        for c in range(k):
+            total[:, c] += np.bincount(
+                parent[lo:hi], weights=total[lo:hi, c], minlength=next_id
+            ).astype(np.int64)
+    return NameTree(names, parent, np.concatenate(labels), depth, self_v, total)
 
 
 def truncate(tree: NameTree, max_nodes: int) -> NameTree:
@@ -207,21 +275,22 @@ def truncate(tree: NameTree, max_nodes: int) -> NameTree:
 
 def levels(tree: NameTree, column: int = 0) -> list[list[int]]:
     """Pyroscope's level encoding of one value column: per depth, [x offset from the
-    previous node's end, total, self, name index] for each node left to right, children
-    ordered by name (the same order for every column, so diff sides line up)."""
+    previous node's end, total, self, name index] for each node left to right (children
+    ordered by name: the same order for every column, so the sides of a diff line up)."""
     n = tree.parent.size
     total = tree.total[:, column]
     self_v = tree.self_value[:, column]
-    x = np.zeros(n, dtype=np.int64)
     by_name = sorted(range(len(tree.names)), key=tree.names.__getitem__)
     name_rank = np.empty(len(tree.names), dtype=np.int64)
     name_rank[by_name] = np.arange(len(by_name))
-    rank_in_level = np.zeros(n, dtype=np.int64)
+    x = np.zeros(n, dtype=np.int64)
+    order_in_level = np.zeros(n, dtype=np.int64)
     out: list[list[int]] = []
     for d in range(int(tree.depth.max()) + 1 if n else 0):
         at = np.flatnonzero(tree.depth == d)
         if d > 0:
-            at = at[np.lexsort((name_rank[tree.name[at]], rank_in_level[tree.parent[at]]))]
+            key = order_in_level[tree.parent[at]] * len(tree.names) + name_rank[tree.name[at]]
+            at = at[np.argsort(key, kind="stable")]
             p = tree.parent[at]
             tot = total[at]
             cum = np.cumsum(tot) - tot
@@ -229,7 +298,7 @@ def levels(tree: NameTree, column: int = 0) -> list[list[int]]:
             first[1:] = p[1:] != p[:-1]
             group_start = np.maximum.accumulate(np.where(first, np.arange(at.size), 0))
             x[at] = x[p] + cum - cum[group_start]
-        rank_in_level[at] = np.arange(at.size)
+        order_in_level[at] = np.arange(at.size)
         xs, tot = x[at], total[at]
         delta = xs - np.concatenate(([0], (xs + tot)[:-1]))
         out.append(np.stack((delta, tot, self_v[at], tree.name[at]), axis=1).ravel().tolist())
@@ -241,8 +310,7 @@ def node_limit(max_nodes: int | None) -> int:
 
 
 def flame_graph(merged: Merged, symbols: Symbols, max_nodes: int | None) -> querier_pb2.FlameGraph:
-    tree = name_tree(merged.frames, merged.lengths, merged.values.reshape(-1, 1), symbols)
-    tree = truncate(tree, node_limit(max_nodes))
+    tree = truncate(name_tree(merged, symbols), node_limit(max_nodes))
     fg = querier_pb2.FlameGraph(
         names=tree.names,
         total=int(tree.total[0, 0]),

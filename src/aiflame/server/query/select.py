@@ -59,16 +59,39 @@ class Selection:
             f"AND {cond}"
         )
 
-    def hours(self) -> tuple[int, int]:
-        """Whole hours inside the range [h0, h1) (empty when h0 >= h1), in ms."""
-        h0 = -(-self.start_ms // HOUR_MS) * HOUR_MS
-        h1 = self.end_ms // HOUR_MS * HOUR_MS
-        return h0, h1
+
+TEN_MIN_MS = 600_000
+
+
+def _pieces(start: int, end: int) -> list[tuple[str, str, int, int]]:
+    """[start, end) as whole hours (hourly roll-up), whole ten minutes (10-minute roll-up)
+    and the rest (the samples): (table, time column, from ms, to ms)."""
+    out: list[tuple[str, str, int, int]] = []
+
+    def split(a: int, b: int, unit: int, table: str, col: str, finer) -> None:
+        u0, u1 = -(-a // unit) * unit, b // unit * unit
+        if u0 < u1:
+            out.append((table, col, u0, u1))
+            for x, y in ((a, u0), (u1, b)):
+                if x < y:
+                    finer(x, y)
+        elif a < b:
+            finer(a, b)
+
+    def raw(a: int, b: int) -> None:
+        out.append(("samples", "time", a, b))
+
+    def tens(a: int, b: int) -> None:
+        split(a, b, TEN_MIN_MS, "samples_10m", "bucket", raw)
+
+    split(start, end, HOUR_MS, "samples_1h", "hour", tens)
+    return out
 
 
 def stack_values_sql(sel: Selection, db: str, params: dict[str, object]) -> str:
     """``(stack_id, value)`` rows of the selection, summed per stack. Whole hours come from
-    the hourly roll-up, the partial hours at either end from the samples themselves."""
+    the hourly roll-up, whole ten minutes from the 10-minute one, the rest from the samples
+    themselves, so "the last hour" reads at most 20 minutes of raw samples."""
     params.update(sel.params())
     series = sel.series_sql(db, params)
     if sel.profile_ids:
@@ -83,27 +106,18 @@ def stack_values_sql(sel: Selection, db: str, params: dict[str, object]) -> str:
             f"{db}.profiles WHERE tenant = {{tenant:String}} AND profile_id IN "
             "{pids:Array(String)}) GROUP BY stack_id HAVING value != 0"
         )
-    h0, h1 = sel.hours()
     base = (
         "tenant = {tenant:String} AND profile_type = {pt:String} AND series_id IN (" + series + ")"
     )
     ms = "fromUnixTimestamp64Milli({%s:Int64}, 'UTC')"
     parts = []
-    if h0 < h1:
-        params.update(h0=h0, h1=h1)
+    for table, col, a, b in _pieces(sel.start_ms, sel.end_ms):
+        ka, kb = f"p{len(parts)}a", f"p{len(parts)}b"
+        params[ka], params[kb] = a, b
         parts.append(
-            f"SELECT stack_id, value FROM {db}.samples_1h WHERE {base} "
-            f"AND hour >= {ms % 'h0'} AND hour < {ms % 'h1'}"
+            f"SELECT stack_id, value FROM {db}.{table} WHERE {base} "
+            f"AND {col} >= {ms % ka} AND {col} < {ms % kb}"
         )
-        edges = [("t0", "h0"), ("h1", "t1")]
-    else:
-        edges = [("t0", "t1")]
-    for a, b in edges:
-        if params[a] < params[b]:
-            parts.append(
-                f"SELECT stack_id, value FROM {db}.samples WHERE {base} "
-                f"AND time >= {ms % a} AND time < {ms % b}"
-            )
     inner = " UNION ALL ".join(parts)
     return (
         f"SELECT stack_id, sum(value) AS value FROM ({inner}) GROUP BY stack_id HAVING value != 0"

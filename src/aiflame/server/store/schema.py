@@ -97,6 +97,22 @@ TABLES: tuple[Table, ...] = (
         ttl="hour + {profiles}",
     ),
     Table(
+        "samples_10m",
+        _cols(
+            ("tenant", _LC),
+            ("profile_type", _LC),
+            ("series_id", "UInt64"),
+            ("bucket", "DateTime('UTC') CODEC(DoubleDelta, ZSTD(1))"),
+            ("stack_id", "UInt64 CODEC(ZSTD(1))"),
+            ("value", "Int64 CODEC(T64, ZSTD(1))"),
+        ),
+        "SummingMergeTree",
+        "(tenant, profile_type, series_id, bucket, stack_id)",
+        "cityHash64(series_id)",
+        partition_by="toYYYYMMDD(bucket)",
+        ttl="bucket + {profiles}",
+    ),
+    Table(
         "profiles",
         _cols(
             ("tenant", _LC),
@@ -423,6 +439,14 @@ _WORKLOAD_ROLLUP = """SELECT tenant, {bucket}(start) AS bucket, workload_id, any
 FROM {source} GROUP BY tenant, bucket, workload_id"""
 
 VIEWS: tuple[View, ...] = (
+    View(
+        "samples_10m_mv",
+        "samples",
+        "samples_10m",
+        "SELECT tenant, profile_type, series_id, toStartOfTenMinutes(time) AS bucket, "
+        "stack_id, sum(value) AS value FROM {source} GROUP BY tenant, profile_type, series_id, "
+        "bucket, stack_id",
+    ),
     View(
         "samples_1h_mv",
         "samples",

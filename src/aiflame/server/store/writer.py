@@ -297,6 +297,12 @@ def _insert_order(tables: dict[str, pa.Table]) -> list[str]:
 
 # -- crash recovery -----------------------------------------------------------------------------
 _ROLLUP_UNDO = {
+    "samples_10m": (
+        "samples",
+        "SELECT tenant, profile_type, series_id, toStartOfTenMinutes(time) AS bucket, stack_id, "
+        "-sum(value) AS value FROM {db}.samples WHERE batch_id IN {{ids:Array(UInt64)}} "
+        "GROUP BY tenant, profile_type, series_id, bucket, stack_id",
+    ),
     "samples_1h": (
         "samples",
         "SELECT tenant, profile_type, series_id, toStartOfHour(time) AS hour, stack_id, "
