@@ -7,12 +7,26 @@ import http.client
 import json
 from urllib.parse import urlencode, urlsplit
 
+_INGEST = ("/push.v1.", "/ingest", "/api/v1/telemetry", "/api/v1/traces")
+_dirty: set[tuple[str, int]] = set()  # servers that accepted pushes not yet settled
+
 
 class Client:
-    def __init__(self, url: str, token: str | None = None, tenant: str | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        tenant: str | None = None,
+        admin_token: str | None = None,
+        settle: bool | None = None,
+    ) -> None:
         parts = urlsplit(url)
         self.host, self.port = parts.hostname, parts.port
         self.token, self.tenant = token, tenant
+        self.admin_token = admin_token
+        # Settling needs the admin scope: without a token file any client may; with one,
+        # only a client given the admin token settles before reading.
+        self.auto_settle = (admin_token is not None or token is None) if settle is None else settle
 
     def request(
         self,
@@ -23,6 +37,11 @@ class Client:
         params: dict | None = None,
         timeout: float = 60,
     ) -> tuple[int, bytes, dict[str, str]]:
+        server = (self.host, self.port)
+        if method == "POST" and path.startswith(_INGEST):
+            _dirty.add(server)
+        elif self.auto_settle and server in _dirty and not path.startswith("/api/v1/admin/"):
+            self.settle()  # reading after writing: what was accepted is committed first
         h = dict(headers or {})
         if self.token and "Authorization" not in h:
             h["Authorization"] = f"Bearer {self.token}"
@@ -44,6 +63,14 @@ class Client:
         headers = {"Content-Type": ctype, **kw.pop("headers", {})}
         status, data, _ = self.request("POST", path, body, headers, **kw)
         return status, data
+
+    def settle(self) -> None:
+        """Wait until what the server accepted is in the store (a push is answered once it
+        is in the write-ahead log, and committed a moment later)."""
+        auth = {"Authorization": f"Bearer {self.admin_token}"} if self.admin_token else {}
+        status, data, _ = self.request("POST", "/api/v1/admin/flush", b"", headers=auth)
+        assert status == 200, (status, data)
+        _dirty.discard((self.host, self.port))
 
     def get_json(self, path: str, **params) -> dict:
         status, data, _ = self.request("GET", path, params=params or None)

@@ -32,7 +32,7 @@ def guarded(tmp_path_factory):
 
 
 def _stored(url: str, tenant: str) -> float:
-    c = Client(url, token=READ, tenant=tenant)
+    c = Client(url, token=READ, tenant=tenant, admin_token=ADMIN)
     now = int(time.time() * 1000)
     r = c.connect(
         "SelectMergeStacktraces",
@@ -58,46 +58,54 @@ def test_token_scopes(guarded, tenant):
     ]
     for auth, expected in cases:
         headers = {"Authorization": auth} if auth else {}
-        status, data = Client(guarded.url, tenant=tenant).post(push, body, headers=headers)
+        status, data = Client(guarded.url, tenant=tenant, settle=False).post(
+            push, body, headers=headers
+        )
         assert status == expected, (auth, status, data)
     assert _stored(guarded.url, tenant) == 0  # nothing of the refused pushes
     # Telemetry and traces refuse the same way.
     doc = payloads.telemetry("b1", "h1", time.time() - 10, time.time(), [], [])
     assert (
-        Client(guarded.url, tenant=tenant).post("/api/v1/telemetry", doc, "application/json")[0]
+        Client(guarded.url, tenant=tenant, settle=False).post(
+            "/api/v1/telemetry", doc, "application/json"
+        )[0]
         == 401
     )
     # The right scope, as Bearer and as basic auth's password (Pyroscope SDKs, Alloy).
-    assert Client(guarded.url, token=INGEST, tenant=tenant).post(push, body)[0] == 200
+    assert Client(guarded.url, token=INGEST, tenant=tenant, settle=False).post(push, body)[0] == 200
     body2, _, _ = payloads.cpu_push({"service_name": "auth"}, 2, time.time_ns())
-    status, _ = Client(guarded.url, tenant=tenant).post(
+    status, _ = Client(guarded.url, tenant=tenant, settle=False).post(
         push, body2, headers={"Authorization": basic(tenant, INGEST)}
     )
     assert status == 200
     assert _stored(guarded.url, tenant) > 0
     # Reading needs read; an ingest token may not read.
-    status, _, _ = Client(guarded.url, token=INGEST, tenant=tenant).request("GET", "/api/v1/traces")
+    status, _, _ = Client(guarded.url, token=INGEST, tenant=tenant, settle=False).request(
+        "GET", "/api/v1/traces"
+    )
     assert status == 403
-    status, _, headers = Client(guarded.url, tenant=tenant).request("GET", "/ui/fleet")
+    status, _, headers = Client(guarded.url, tenant=tenant, settle=False).request(
+        "GET", "/ui/fleet"
+    )
     assert status == 401 and "Basic" in headers.get(
         "www-authenticate", headers.get("WWW-Authenticate", "")
     )
     # Admin covers everything; a fleet-wide trace request needs it.
     req = b'{"selector": {"job_id": "7"}, "duration_ms": 1000}'
     assert (
-        Client(guarded.url, token=READ, tenant=tenant).post(
+        Client(guarded.url, token=READ, tenant=tenant, settle=False).post(
             "/api/v1/trace-requests", req, "application/json"
         )[0]
         == 403
     )
     assert (
-        Client(guarded.url, token=ADMIN, tenant=tenant).post(
+        Client(guarded.url, token=ADMIN, tenant=tenant, settle=False).post(
             "/api/v1/trace-requests", req, "application/json"
         )[0]
         == 200
     )
     # The load balancer's probe needs no token.
-    assert Client(guarded.url).request("GET", "/ready")[0] == 200
+    assert Client(guarded.url, settle=False).request("GET", "/ready")[0] == 200
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:

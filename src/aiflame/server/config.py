@@ -53,7 +53,9 @@ class ServerConfig:
     limits: Limits = field(default_factory=Limits)
     analysis_workers: int = 1
     flush_interval_s: float = 0.2
-    store_connections: int = 4
+    store_connections: int = 8
+    wal_dir: str = "./aiflame-wal"  # the write-ahead log when the store is a ClickHouse server
+    wal_fsync: bool = False
     log_level: str = "info"
 
     def host_port(self) -> tuple[str, int]:

@@ -491,6 +491,14 @@ async def store_stats(request: Request) -> Response:
     return JSONResponse({"store": state.url.describe(), "tables": tables})
 
 
+async def flush(request: Request) -> Response:
+    """Wait until everything accepted before this request is in the store (pushes are
+    answered once logged, and stored a moment later)."""
+    state = _state(request)
+    await state.store_works([])
+    return JSONResponse({"flushed": True})
+
+
 async def metrics(request: Request) -> Response:
     """The server's own counters in Prometheus' text format."""
     state = _state(request)
@@ -518,6 +526,10 @@ async def metrics(request: Request) -> Response:
         f"aiflame_server_batches_total {state.writer.committed_batches}",
         "# TYPE aiflame_server_rows_written_total counter",
         f"aiflame_server_rows_written_total {state.writer.committed_rows}",
+        "# TYPE aiflame_server_commit_seconds_total counter",
+        f"aiflame_server_commit_seconds_total {state.writer.commit_seconds:.3f}",
+        "# TYPE aiflame_server_wal_bytes gauge",
+        f"aiflame_server_wal_bytes {state.wal.size}",
         "# TYPE aiflame_server_uptime_seconds gauge",
         f"aiflame_server_uptime_seconds {time.time() - state.started:.0f}",
     ]
@@ -539,5 +551,6 @@ ROUTES = [
     Route("/api/v1/trace-requests", list_trace_requests, methods=["GET"]),
     Route("/api/v1/agents", list_agents),
     Route("/api/v1/admin/store", store_stats),
+    Route("/api/v1/admin/flush", flush, methods=["POST"]),
     Route("/metrics", metrics),
 ]

@@ -20,6 +20,7 @@ from aiflame.server.ingest.profiles import profile_item
 from aiflame.server.ingest.push import check_time, content_key, decode_pprof, push_items
 from aiflame.server.labels import TENANT_DEFAULT, check_labels
 from aiflame.server.state import ServerState, run_blocking
+from aiflame.server.store.wal import Record
 from aiflame.server.store.writer import Work
 from aiflame.server.traces import check_upload, trace_columns
 
@@ -51,43 +52,37 @@ def _profile_works(items: list) -> list[Work]:
     ]
 
 
-async def push(request: Request) -> Response:
-    """``POST /push.v1.PusherService/Push`` (Connect, proto or JSON)."""
-    state: ServerState = request.app.state.server
-    codec = connect.codec_of(request)
-    tenant = tenant_of(request)
-    body = await read_body(request, state.limits.max_body_bytes)
-    now_ms = int(time.time() * 1000)
-
-    def decode() -> list:
-        raw = content_decoded(request, body, state.limits.max_profile_bytes)
-        msg = connect.parse(push_pb2.PushRequest, raw, codec)
-        return push_items(
-            msg,  # type: ignore[arg-type]
-            tenant=tenant,
-            received_ms=now_ms,
-            limits=state.limits,
-            strings=state.strings,
-            min_time_ms=state.retention_floor_ms("profiles"),
-        )
-
-    items = await run_blocking(decode)
-    await state.store_works(_profile_works(items))
-    state.counters.profiles += len(items)
-    state.counters.samples += sum(int(it.row_value.size) for it in items)
-    return connect.respond(push_pb2.PushResponse(), codec)
+def _encoding(body: bytes, encoding: str, limit: int) -> bytes:
+    encoding = (encoding or "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    if encoding in ("gzip", "x-gzip"):
+        return gunzip(body, limit)
+    raise BadRequest(f"unsupported Content-Encoding {encoding!r} (use gzip or none)")
 
 
-async def ingest(request: Request) -> Response:
-    """``POST /ingest?name=app.cpu{k=v}&format=pprof|folded|lines&from&until&sampleRate``."""
-    state: ServerState = request.app.state.server
-    q = request.query_params
-    tenant = tenant_of(request)
+# -- decoding: a pure function of what was received (the request, or its WAL record) ------
+def decode_push(state: ServerState, rec: Record) -> list[Work]:
+    raw = _encoding(rec.body, rec.meta.get("encoding", ""), state.limits.max_profile_bytes)
+    msg = connect.parse(push_pb2.PushRequest, raw, rec.meta.get("codec", "proto"))
+    items = push_items(
+        msg,  # type: ignore[arg-type]
+        tenant=rec.tenant,
+        received_ms=rec.received_ms,
+        limits=state.limits,
+        strings=state.strings,
+        min_time_ms=state.retention_floor_ms("profiles"),
+    )
+    return _profile_works(items)
+
+
+def decode_ingest(state: ServerState, rec: Record) -> list[Work]:
+    q = rec.meta
     _app, suffix, labels = legacy.parse_name(q.get("name", ""), state.limits.max_labels)
     fmt = (q.get("format") or "folded").lower()
     if fmt not in legacy.FORMATS:
         raise BadRequest(f"unknown format {fmt!r} (accepted: {', '.join(legacy.FORMATS)})")
-    now = time.time()
+    now = rec.received_ms / 1000
     try:
         start = float(q.get("from") or now - 10)
         until = float(q.get("until") or now)
@@ -100,57 +95,99 @@ async def ingest(request: Request) -> Response:
         start /= 1e3 if start < 1e14 else 1e9
     if until > 1e11:
         until /= 1e3 if until < 1e14 else 1e9
-    body = await read_body(request, state.limits.max_body_bytes)
-    ctype = request.headers.get("content-type", "")
-    spy = q.get("spyName", "")
-    if spy:
-        labels.setdefault("spy_name", spy[:64])
+    if q.get("spyName"):
+        labels.setdefault("spy_name", q["spyName"][:64])
     labels = legacy.name_labels(labels, suffix)
-    now_ms = int(now * 1000)
+    raw = _encoding(rec.body, q.get("__encoding", ""), state.limits.max_profile_bytes)
+    ctype = q.get("__content_type", "")
+    if fmt == "pprof":
+        data = legacy.multipart_profile(raw, ctype) if ctype.startswith("multipart/") else raw
+        cols = decode_pprof(data, state.limits)
+    else:
+        if raw[:2] == GZIP_MAGIC:
+            raw = gunzip(raw, state.limits.max_profile_bytes)
+        cols = legacy.folded_columns(raw, fmt, suffix, rate, int(start * 1e9), int(until * 1e9))
+        if cols.time_nanos <= 0:
+            cols.time_nanos = rec.received_ms * 1_000_000
+    item = profile_item(
+        cols,
+        labels,
+        tenant=rec.tenant,
+        profile_id=content_key({**labels, "__from": str(start)}, raw),
+        received_ms=rec.received_ms,
+        pprof_bytes=len(rec.body),
+        strings=state.strings,
+    )
+    check_time(item, state.retention_floor_ms("profiles"), rec.received_ms)
+    return _profile_works([item])
 
-    def decode():  # type: ignore[no-untyped-def]
-        raw = content_decoded(request, body, state.limits.max_profile_bytes)
-        if fmt == "pprof":
-            data = legacy.multipart_profile(raw, ctype) if ctype.startswith("multipart/") else raw
-            cols = decode_pprof(data, state.limits)
-        else:
-            if raw[:2] == GZIP_MAGIC:
-                raw = gunzip(raw, state.limits.max_profile_bytes)
-            cols = legacy.folded_columns(raw, fmt, suffix, rate, int(start * 1e9), int(until * 1e9))
-            if cols.time_nanos <= 0:
-                cols.time_nanos = now_ms * 1_000_000
-        item = profile_item(
-            cols,
-            labels,
-            tenant=tenant,
-            profile_id=content_key({**labels, "__from": str(start)}, raw),
-            received_ms=now_ms,
-            pprof_bytes=len(body),
-            strings=state.strings,
-        )
-        check_time(item, state.retention_floor_ms("profiles"), now_ms)
-        return item
 
-    item = await run_blocking(decode)
-    await state.store_works(_profile_works([item]))
+def decode_telemetry(state: ServerState, rec: Record) -> list[Work]:
+    limit = state.limits.max_telemetry_bytes
+    doc = telemetry.parse(_encoding(rec.body, rec.meta.get("encoding", ""), limit))
+    if doc.end * 1000 < state.retention_floor_ms("telemetry"):
+        raise BadRequest("telemetry older than the retention of telemetry")
+    tables = telemetry.tables(doc, rec.tenant, rec.received_ms, state.limits.max_labels)
+    rows = sum(len(next(iter(t.values()))) for t in tables.values())
+    return [Work(tables=tables, key=("telemetry_batches", rec.tenant, doc.batch_id), rows=rows)]
+
+
+DECODERS = {"push": decode_push, "ingest": decode_ingest, "telemetry": decode_telemetry}
+
+
+async def _accept(state: ServerState, rec: Record) -> list[Work]:
+    """Decode (a bad request ends here as a 4xx), log, and hand to the writer."""
+    works = await run_blocking(DECODERS[rec.kind], state, rec)
+    state.accept(rec, works)
+    return works
+
+
+async def push(request: Request) -> Response:
+    """``POST /push.v1.PusherService/Push`` (Connect, proto or JSON)."""
+    state: ServerState = request.app.state.server
+    codec = connect.codec_of(request)
+    rec = Record(
+        kind="push",
+        tenant=tenant_of(request),
+        received_ms=int(time.time() * 1000),
+        meta={"codec": codec, "encoding": request.headers.get("content-encoding", "")},
+        body=await read_body(request, state.limits.max_body_bytes),
+    )
+    works = await _accept(state, rec)
+    state.counters.profiles += len(works)
+    state.counters.samples += sum(w.rows for w in works)
+    return connect.respond(push_pb2.PushResponse(), codec)
+
+
+async def ingest(request: Request) -> Response:
+    """``POST /ingest?name=app.cpu{k=v}&format=pprof|folded|lines&from&until&sampleRate``."""
+    state: ServerState = request.app.state.server
+    meta = dict(request.query_params)
+    meta["__content_type"] = request.headers.get("content-type", "")
+    meta["__encoding"] = request.headers.get("content-encoding", "")
+    rec = Record(
+        kind="ingest",
+        tenant=tenant_of(request),
+        received_ms=int(time.time() * 1000),
+        meta=meta,
+        body=await read_body(request, state.limits.max_body_bytes),
+    )
+    works = await _accept(state, rec)
     state.counters.profiles += 1
-    state.counters.samples += int(item.row_value.size)
+    state.counters.samples += sum(w.rows for w in works)
     return Response(status_code=200)
 
 
 async def post_telemetry(request: Request) -> Response:
     state: ServerState = request.app.state.server
-    tenant = tenant_of(request)
-    body = await read_body(request, state.limits.max_telemetry_bytes)
-    raw = content_decoded(request, body, state.limits.max_telemetry_bytes)
-    doc = telemetry.parse(raw)
-    now_ms = int(time.time() * 1000)
-    if doc.end * 1000 < state.retention_floor_ms("telemetry"):
-        raise BadRequest("telemetry older than the retention of telemetry")
-    tables = telemetry.tables(doc, tenant, now_ms, state.limits.max_labels)
-    rows = sum(len(next(iter(t.values()))) for t in tables.values())
-    work = Work(tables=tables, key=("telemetry_batches", tenant, doc.batch_id), rows=rows)
-    await state.store_works([work])
+    rec = Record(
+        kind="telemetry",
+        tenant=tenant_of(request),
+        received_ms=int(time.time() * 1000),
+        meta={"encoding": request.headers.get("content-encoding", "")},
+        body=await read_body(request, state.limits.max_telemetry_bytes),
+    )
+    await _accept(state, rec)
     state.counters.telemetry += 1
     return JSONResponse({"status": "stored"})
 

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 
 from aiflame.server.auth import TokenCheck
 from aiflame.server.config import ServerConfig
-from aiflame.server.errors import Overloaded
+from aiflame.server.errors import Overloaded, RequestError
 from aiflame.server.ingest.hashing import StringHashes
 from aiflame.server.store import migrations
 from aiflame.server.store.connection import Store, open_store
 from aiflame.server.store.url import parse_store_url
+from aiflame.server.store.wal import Record, WriteAheadLog
 from aiflame.server.store.writer import Work, Writer, recover
 from aiflame.server.traces import TraceAnalyzer
 
@@ -57,6 +58,9 @@ class ServerState:
             base, "tmp" if self.url.kind == "chdb" else f"aiflame-{os.getpid()}"
         )
         self.analyzer = TraceAnalyzer(self.writer, self.tmpdir, config.analysis_workers)
+        wal_dir = os.path.join(base, "wal") if self.url.kind == "chdb" else config.wal_dir
+        self.wal = WriteAheadLog(wal_dir, fsync=config.wal_fsync)
+        self._replay_wal()
         self.page_cache: dict[str, str] = {}
         self._stop = threading.Event()
         self._janitor = threading.Thread(target=self._janitor_loop, daemon=True)
@@ -64,6 +68,35 @@ class ServerState:
         self._requeue_traces()
 
     # -- writing --------------------------------------------------------------------------
+    def accept(self, record: Record, works: list[Work]) -> None:
+        """Log a decoded push and queue it: once this returns, the push may be answered."""
+        rows = sum(w.rows for w in works)
+        if self.writer.behind(rows) or self.wal.over_limit():
+            raise Overloaded("the store is behind; retry later", retry_after=2)
+        segment = self.wal.append(record)
+        fut = self.writer.submit(works, durable=True)
+        fut.add_done_callback(lambda f: self.wal.committed(segment))
+
+    def _replay_wal(self) -> None:
+        """Pushes acknowledged by a process that died before storing them."""
+        upto = self.wal.current
+        from aiflame.server.routes_ingest import DECODERS
+
+        futures, skipped = [], 0
+        for rec in self.wal.replay(upto):
+            try:
+                works = DECODERS[rec.kind](self, rec)
+            except RequestError as e:  # e.g. older than the retention by now
+                skipped += 1
+                log.warning("wal: a logged %s cannot be stored: %s", rec.kind, e.message)
+                continue
+            futures.append(self.writer.submit(works, durable=True))
+        for f in futures:
+            f.result()
+        if futures or skipped:
+            log.info("wal: %d logged request(s) replayed into the store", len(futures))
+        self.wal.drop_before(upto)
+
     async def store_works(self, works: list[Work]) -> None:
         """Hand works to the writer and wait until they are committed."""
         fut = self.writer.submit(works)
@@ -124,6 +157,7 @@ class ServerState:
         self._stop.set()
         self.analyzer.close()
         self.writer.close()
+        self.wal.close()
         self.store.close()
 
 

@@ -60,10 +60,11 @@ class Work:
 class _Pending:
     works: list[Work]
     future: concurrent.futures.Future
+    durable: bool = False  # already in the write-ahead log: retried until stored
 
 
 _ID_COLUMN = {"profiles": "profile_id", "telemetry_batches": "id", "traces": "trace_id"}
-# Tables whose rows carry the batch id; order of insertion (markers last).
+# Tables whose rows carry the batch id (rolled back with it).
 _JOURNALLED = (
     "samples",
     "gpu_telemetry",
@@ -99,6 +100,7 @@ class Writer:
         flush_interval_s: float = 0.2,
         max_pending_rows: int = 8_000_000,
         commit_timeout_s: float = 60.0,
+        insert_threads: int = 4,
     ) -> None:
         self.store = store
         self.flush_interval_s = flush_interval_s
@@ -112,31 +114,45 @@ class Writer:
         self.stacks = KnownIds()
         self.frames = KnownIds()
         self._series_seen: dict[tuple, float] = {}
+        self._failures = 0
         self.committed_batches = 0
         self.committed_rows = 0
+        self.commit_seconds = 0.0
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=insert_threads, thread_name_prefix="aiflame-insert"
+        )
         self._thread = threading.Thread(target=self._run, name="aiflame-writer", daemon=True)
         self._thread.start()
 
     # -- requests ---------------------------------------------------------------------------
-    def submit(self, works: list[Work]) -> concurrent.futures.Future:
-        """Queue the works of one request; the future resolves once they are stored."""
+    def submit(self, works: list[Work], durable: bool = False) -> concurrent.futures.Future:
+        """Queue the works of one request; the future resolves once they are stored.
+
+        ``durable`` works are in the write-ahead log: a failed commit is retried (never
+        handed back to a client that was already answered)."""
         fut: concurrent.futures.Future = concurrent.futures.Future()
         rows = sum(w.rows for w in works)
         with self._cond:
-            if self._stop:
+            if self._stop and not durable:
                 raise Overloaded("the server is shutting down", retry_after=5)
-            if self._pending_rows + rows > self.max_pending_rows and self._pending:
+            if not durable and self._pending_rows + rows > self.max_pending_rows and self._pending:
                 raise Overloaded("the store is behind; retry later", retry_after=2)
-            self._pending.append(_Pending(works, fut))
+            self._pending.append(_Pending(works, fut, durable))
             self._pending_rows += rows
             self._cond.notify()
         return fut
+
+    def behind(self, rows: int) -> bool:
+        """Whether queueing ``rows`` more would exceed the writer's bound."""
+        with self._cond:
+            return self._pending_rows + rows > self.max_pending_rows
 
     def close(self, timeout: float = 30.0) -> None:
         with self._cond:
             self._stop = True
             self._cond.notify()
         self._thread.join(timeout)
+        self._pool.shutdown(wait=False)
 
     # -- the batch loop ---------------------------------------------------------------------
     def _run(self) -> None:
@@ -149,16 +165,26 @@ class Writer:
             # Let a batch gather (group commit), unless shutting down.
             if not self._stop:
                 time.sleep(self.flush_interval_s)
+            t0 = time.perf_counter()
             with self._cond:
                 batch, self._pending = self._pending, []
                 self._pending_rows = 0
             try:
                 self._commit(batch)
-            except Exception as e:  # the store failed: every request of the batch retries
+                self._failures = 0
+                self.commit_seconds += time.perf_counter() - t0
+            except Exception as e:  # the store failed: the clients retry, the log is kept
                 log.error("store: a batch of %d requests failed: %s", len(batch), e)
+                again = [p for p in batch if p.durable]
                 for p in batch:
-                    if not p.future.done():
+                    if not p.durable and not p.future.done():
                         p.future.set_exception(Overloaded(f"the store failed: {e}", 5))
+                if again:
+                    with self._cond:
+                        self._pending[:0] = again
+                        self._pending_rows += sum(w.rows for p in again for w in p.works)
+                    self._failures = min(self._failures + 1, 6)
+                    time.sleep(0.5 * 2**self._failures)
 
     def _commit(self, batch: list[_Pending]) -> None:
         works = [w for p in batch for w in p.works]
@@ -171,8 +197,11 @@ class Writer:
             if journalled:
                 self._journal(batch_id, "open")
             try:
-                for name in _insert_order(tables):
-                    self.store.insert(name, tables[name])
+                # With the journal, the order of the inserts does not matter: an open batch
+                # is rolled back whole. So they run at once, each on its own connection.
+                futures = [self._pool.submit(self.store.insert, n, t) for n, t in tables.items()]
+                for f in futures:
+                    f.result()
             except Exception:
                 if journalled:
                     try:
@@ -287,12 +316,6 @@ def _concat(parts: list) -> pa.Array | pa.ChunkedArray:
     if all(isinstance(p, list) for p in parts):
         return pa.array([x for p in parts for x in p])
     return pa.chunked_array([p if isinstance(p, pa.Array) else pa.array(p) for p in parts])
-
-
-def _insert_order(tables: dict[str, pa.Table]) -> list[str]:
-    """Content-addressed tables first, journal markers (profiles, ...) last."""
-    first = [t for t in tables if t not in _JOURNALLED]
-    return first + [t for t in _JOURNALLED if t in tables]
 
 
 # -- crash recovery -----------------------------------------------------------------------------
