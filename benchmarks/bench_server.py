@@ -25,6 +25,7 @@ of them), and the attribution query by team, hourly and at 5-minute resolution.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gzip
 import json
 import os
@@ -33,10 +34,8 @@ import shutil
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
-from http.client import HTTPConnection
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -130,79 +129,101 @@ def ingest(args: argparse.Namespace) -> dict:
     blobs = sorted({id(b): b for h in fleet for b in h.profiles}.items())
     unique_blobs = [b for _, b in blobs]
     proc = start_server(work / "data", port)
-    lat = {"push": [], "telemetry": []}
+    lat: dict[str, list[float]] = {"push": [], "telemetry": []}
     errors: dict[str, int] = {}
     acked = {"push": 0, "telemetry": 0}
-    lock = threading.Lock()
     period = fleet_sim.PERIOD_S
-    t_start = time.time() + 1.0
-    # Every host pushes at its own phase in the period: a steady rate, not a burst.
-    schedule = sorted(
-        (t_start + (h.index / len(fleet)) * period + k * period, h.index, kind)
-        for h in fleet
-        for k in range(int(args.duration / period))
-        for kind in ("push", "telemetry")
-    )
-    cursor = [0]
+    periods = int(args.duration / period)
     rng = random.Random(1)
 
-    def worker() -> None:
-        conn = HTTPConnection("127.0.0.1", port, timeout=60)
-        while True:
-            with lock:
-                if cursor[0] >= len(schedule):
-                    return
-                due, h, kind = schedule[cursor[0]]
-                cursor[0] += 1
-            delay = due - time.time()
-            if delay > 0:
-                time.sleep(delay)
-            host = fleet[h]
-            if kind == "push":
-                body, _ = fleet_sim.push_body(host, int((due - t_start) // period))
-                path, ctype = "/push.v1.PusherService/Push", "application/proto"
-            else:
-                body = fleet_sim.telemetry_body(host, due - period, rng)
-                path, ctype = "/api/v1/telemetry", "application/json"
-            t0 = time.perf_counter()
-            try:
-                conn.request("POST", path, body=body, headers={"Content-Type": ctype})
-                resp = conn.getresponse()
-                resp.read()
-                status = resp.status
-            except OSError as e:
-                status = type(e).__name__
-                conn = HTTPConnection("127.0.0.1", port, timeout=60)
-            dt = time.perf_counter() - t0
-            with lock:
-                # Latency from when the push was due: a server that falls behind shows it.
-                lat[kind].append(dt + max(0.0, -delay))
+    async def post(conn, path: str, body: bytes, ctype: str) -> int:
+        reader, writer = conn
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: {ctype}\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        writer.write(head + body)
+        await writer.drain()
+        status = int((await reader.readline()).split()[1])
+        length = 0
+        while (line := await reader.readline()) not in (b"\r\n", b""):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        await reader.readexactly(length)
+        return status
+
+    async def agent(host, t_start: float) -> None:
+        """One host, as an agent behaves: its own connection, a push and a telemetry
+        document every period, at its own phase."""
+        conn = await asyncio.open_connection("127.0.0.1", port)
+        phase = (host.index / len(fleet)) * period
+        for k in range(periods):
+            due = t_start + phase + k * period
+            await asyncio.sleep(max(0.0, due - time.time()))
+            for kind in ("push",) if args.profiles_only else ("push", "telemetry"):
+                if kind == "push":
+                    body, _ = fleet_sim.push_body(host, k)
+                    path, ctype = "/push.v1.PusherService/Push", "application/proto"
+                else:
+                    body = fleet_sim.telemetry_body(host, due - period, rng)
+                    path, ctype = "/api/v1/telemetry", "application/json"
+                t0 = time.time()
+                try:
+                    status = await post(conn, path, body, ctype)
+                except (OSError, asyncio.IncompleteReadError, ValueError, IndexError) as e:
+                    status = type(e).__name__
+                    conn = await asyncio.open_connection("127.0.0.1", port)
+                # Latency from when the request was due: a server that falls behind shows it.
+                lat[kind].append(time.time() - (due if kind == "push" else t0))
                 if status == 200:
                     acked[kind] += 1
                 else:
                     errors[str(status)] = errors.get(str(status), 0) + 1
+        conn[1].close()
 
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(args.connections)]
-    while time.time() < t_start - 0.5:
-        time.sleep(0.05)
+    async def run_all() -> None:
+        t_start = time.time() + 2.0
+        await asyncio.gather(*(agent(h, t_start) for h in fleet))
+
     cpu0, wall0, self0 = cpu_seconds(proc.pid), time.time(), time.process_time()
     spy = None
     if args.profile:  # where the server's time goes: aiflame's own eBPF recorder (root)
         spy = subprocess.Popen(
-            [sys.executable, "-m", "aiflame", "record", "--ebpf", "--pid", str(proc.pid),
-             "-d", str(int(args.duration * 0.8)), "-r", "49", "-o", args.profile],
+            [
+                sys.executable,
+                "-m",
+                "aiflame",
+                "record",
+                "--ebpf",
+                "--pid",
+                str(proc.pid),
+                "-d",
+                str(int(args.duration * 0.8)),
+                "-r",
+                "49",
+                "-o",
+                args.profile,
+            ],
             env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    asyncio.run(run_all())
     if spy is not None:
         spy.wait(120)
+    schedule = [None] * (2 * periods * len(fleet))
     wall = time.time() - wall0
-    time.sleep(1.0)  # the last batch commits
     server_cpu = cpu_seconds(proc.pid) - cpu0
+    # Then everything accepted is committed (pushes are answered once logged).
+    t_flush = time.time()
+    urllib.request.urlopen(
+        urllib.request.Request(
+            f"http://127.0.0.1:{port}/api/v1/admin/flush", data=b"", method="POST"
+        ),
+        timeout=600,
+    ).read()
+    backlog_s = time.time() - t_flush
+    server_cpu_total = cpu_seconds(proc.pid) - cpu0
     client_cpu = time.process_time() - self0
     stats = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/admin/store").read())
     proc.terminate()
@@ -236,7 +257,10 @@ def ingest(args: argparse.Namespace) -> dict:
             for k, v in lat.items()
         },
         "server_cpu_cores": round(server_cpu / wall, 2),
-        "server_cpu_ms_per_request": round(1000 * server_cpu / max(sum(acked.values()), 1), 2),
+        "backlog_commit_s": round(backlog_s, 1),
+        "server_cpu_ms_per_request": round(
+            1000 * server_cpu_total / max(sum(acked.values()), 1), 2
+        ),
         "client_cpu_cores": round(client_cpu / wall, 2),
         "pprof_gz_bytes": round(pprof_gz),
         "decode_ms": {k: round(1000 * v, 2) for k, v in costs.items()},
@@ -448,8 +472,12 @@ def main() -> None:
     a = sub.add_parser("ingest")
     a.add_argument("--hosts", type=int, default=100)
     a.add_argument("--duration", type=float, default=60)
-    a.add_argument("--connections", type=int, default=64)
-    a.add_argument("--profile", metavar="FOLDED", help="record the server (aiflame record --ebpf) into this file, e.g. srv.folded")
+    a.add_argument("--profiles-only", action="store_true", help="no telemetry: CPU per profile")
+    a.add_argument(
+        "--profile",
+        metavar="FOLDED",
+        help="record the server (aiflame record --ebpf) into this file, e.g. srv.folded",
+    )
     b = sub.add_parser("query")
     b.add_argument("--hosts", type=int, default=100)
     c = sub.add_parser("attribution")

@@ -52,7 +52,7 @@ class ServerConfig:
     retention_s: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_RETENTION_S))
     limits: Limits = field(default_factory=Limits)
     analysis_workers: int = 1
-    flush_interval_s: float = 0.2
+    flush_interval_s: float = 1.0  # pushes are answered once logged: batches can be large
     store_connections: int = 8
     wal_dir: str = "./aiflame-wal"  # the write-ahead log when the store is a ClickHouse server
     wal_fsync: bool = False

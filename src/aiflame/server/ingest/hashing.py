@@ -48,16 +48,14 @@ class StringHashes:
         cache = self._cache
         if len(cache) > _CACHE_LIMIT:
             cache.clear()
-        out = np.empty(len(strings), dtype=U64)
-        for i, s in enumerate(strings):
-            h = cache.get(s)
-            if h is None:
-                h = cache[s] = int.from_bytes(
-                    hashlib.blake2b(s.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
-                    "little",
-                )
-            out[i] = h
-        return out
+        got = list(map(cache.get, strings))  # one C-level pass for the strings seen before
+        if None in got:
+            for i, h in enumerate(got):
+                if h is None:
+                    s = strings[i]
+                    digest = hashlib.blake2b(s.encode("utf-8", "surrogatepass"), digest_size=8)
+                    got[i] = cache[s] = int.from_bytes(digest.digest(), "little")
+        return np.array(got, dtype=U64)
 
 
 def frame_ids(

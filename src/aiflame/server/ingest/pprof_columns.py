@@ -73,12 +73,16 @@ def _lean_profile_class() -> type:
     vt = fd.message_type.add(name="ValueType")
     vt.field.add(name="type", number=1, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
     vt.field.add(name="unit", number=2, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
+    # Mappings are few and have many fields: parsed as messages, not walked.
+    mp = fd.message_type.add(name="Mapping")
+    mp.field.add(name="id", number=1, type=F.TYPE_UINT64, label=F.LABEL_OPTIONAL)
+    mp.field.add(name="filename", number=5, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
     p = fd.message_type.add(name="Profile")
     rep, opt = F.LABEL_REPEATED, F.LABEL_OPTIONAL
     for number, name, typ, label in (
         (1, "sample_type", F.TYPE_MESSAGE, rep),
         (2, "sample", F.TYPE_BYTES, rep),
-        (3, "mapping", F.TYPE_BYTES, rep),
+        (3, "mapping", F.TYPE_MESSAGE, rep),
         (4, "location", F.TYPE_BYTES, rep),
         (5, "function", F.TYPE_BYTES, rep),
         (6, "string_table", F.TYPE_STRING, rep),
@@ -89,7 +93,9 @@ def _lean_profile_class() -> type:
     ):
         f = p.field.add(name=name, number=number, type=typ, label=label)
         if typ == F.TYPE_MESSAGE:
-            f.type_name = ".aiflame.lean.ValueType"
+            f.type_name = (
+                ".aiflame.lean.Mapping" if name == "mapping" else ".aiflame.lean.ValueType"
+            )
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fd)
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("aiflame.lean.Profile"))
@@ -258,17 +264,20 @@ def _part(f: _Fields, lo: int, hi: int) -> _Fields:
 def _fast(top) -> PprofColumns:
     strings = list(top.string_table)
     # All sub-messages in one buffer, walked together: one pass per nesting level.
-    groups = (top.function, top.mapping, top.location, top.sample)
+    groups = (top.function, top.location, top.sample)
     counts = [len(g) for g in groups]
     bounds = np.concatenate(([0], np.cumsum(counts)))
     buf, s, e = _joined(groups)
     v = _Varints(buf)
     f = _walk(v, s, e)
-    fn_f, map_f, loc_f, smp_f = (_part(f, bounds[i], bounds[i + 1]) for i in range(4))
-    nf, nm, nl, n = counts
-    # Functions: id 1, name 2, system_name 3, filename 4. Mappings: id 1, filename 5.
+    fn_f, loc_f, smp_f = (_part(f, bounds[i], bounds[i + 1]) for i in range(3))
+    nf, nl, n = counts
+    # Functions: id 1, name 2, system_name 3, filename 4. Mappings: id, filename.
     fn = [_scalar(fn_f, k, nf) for k in (1, 2, 3, 4)]
-    maps = [_scalar(map_f, k, nm) for k in (1, 5)]
+    maps = [
+        np.fromiter((m.id for m in top.mapping), dtype=U64, count=len(top.mapping)),
+        np.fromiter((m.filename for m in top.mapping), dtype=np.int64, count=len(top.mapping)),
+    ]
     # Locations: id 1, mapping_id 2, address 3, line 4. Samples: location_id 1, value 2,
     # label 3. Lines (function_id 1, line 2) and labels (key 1, str 2) are walked together.
     locs = [_scalar(loc_f, k, nl) for k in (1, 2, 3)]
@@ -301,7 +310,7 @@ def _fast(top) -> PprofColumns:
         fn_system_name=fn[2].view(np.int64),
         fn_filename=fn[3].view(np.int64),
         map_id=maps[0],
-        map_filename=maps[1].view(np.int64),
+        map_filename=maps[1],
         loc_id=locs[0],
         loc_mapping=locs[1],
         loc_address=locs[2],
