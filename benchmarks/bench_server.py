@@ -31,6 +31,7 @@ import json
 import os
 import random
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -123,111 +124,118 @@ def ingest(args: argparse.Namespace) -> dict:
     work = OUT / f"ingest-{args.hosts}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    port = 4100 + args.hosts % 800
+    with socket.socket() as sock:  # a free port (a server left running must not answer)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
     print(f"building {args.hosts} hosts' payloads...", file=sys.stderr)
     fleet = fleet_sim.make_fleet(args.hosts)
     blobs = sorted({id(b): b for h in fleet for b in h.profiles}.items())
     unique_blobs = [b for _, b in blobs]
     proc = start_server(work / "data", port)
-    lat: dict[str, list[float]] = {"push": [], "telemetry": []}
-    errors: dict[str, int] = {}
-    acked = {"push": 0, "telemetry": 0}
-    period = fleet_sim.PERIOD_S
-    periods = int(args.duration / period)
-    rng = random.Random(1)
+    try:
+        lat: dict[str, list[float]] = {"push": [], "telemetry": []}
+        errors: dict[str, int] = {}
+        acked = {"push": 0, "telemetry": 0}
+        period = fleet_sim.PERIOD_S
+        periods = int(args.duration / period)
+        rng = random.Random(1)
 
-    async def post(conn, path: str, body: bytes, ctype: str) -> int:
-        reader, writer = conn
-        head = (
-            f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: {ctype}\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n"
-        ).encode()
-        writer.write(head + body)
-        await writer.drain()
-        status = int((await reader.readline()).split()[1])
-        length = 0
-        while (line := await reader.readline()) not in (b"\r\n", b""):
-            if line.lower().startswith(b"content-length:"):
-                length = int(line.split(b":")[1])
-        await reader.readexactly(length)
-        return status
+        async def post(conn, path: str, body: bytes, ctype: str) -> int:
+            reader, writer = conn
+            head = (
+                f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: {ctype}\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n"
+            ).encode()
+            writer.write(head + body)
+            await writer.drain()
+            status = int((await reader.readline()).split()[1])
+            length = 0
+            while (line := await reader.readline()) not in (b"\r\n", b""):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            await reader.readexactly(length)
+            return status
 
-    async def agent(host, t_start: float) -> None:
-        """One host, as an agent behaves: its own connection, a push and a telemetry
-        document every period, at its own phase."""
-        conn = await asyncio.open_connection("127.0.0.1", port)
-        phase = (host.index / len(fleet)) * period
-        for k in range(periods):
-            due = t_start + phase + k * period
-            await asyncio.sleep(max(0.0, due - time.time()))
-            for kind in ("push",) if args.profiles_only else ("push", "telemetry"):
-                if kind == "push":
-                    body, _ = fleet_sim.push_body(host, k)
-                    path, ctype = "/push.v1.PusherService/Push", "application/proto"
-                else:
-                    body = fleet_sim.telemetry_body(host, due - period, rng)
-                    path, ctype = "/api/v1/telemetry", "application/json"
-                t0 = time.time()
-                try:
-                    status = await post(conn, path, body, ctype)
-                except (OSError, asyncio.IncompleteReadError, ValueError, IndexError) as e:
-                    status = type(e).__name__
-                    conn = await asyncio.open_connection("127.0.0.1", port)
-                # Latency from when the request was due: a server that falls behind shows it.
-                lat[kind].append(time.time() - (due if kind == "push" else t0))
-                if status == 200:
-                    acked[kind] += 1
-                else:
-                    errors[str(status)] = errors.get(str(status), 0) + 1
-        conn[1].close()
+        async def agent(host, t_start: float) -> None:
+            """One host, as an agent behaves: its own connection, a push and a telemetry
+            document every period, at its own phase."""
+            conn = await asyncio.open_connection("127.0.0.1", port)
+            phase = (host.index / len(fleet)) * period
+            for k in range(periods):
+                due = t_start + phase + k * period
+                await asyncio.sleep(max(0.0, due - time.time()))
+                for kind in ("push",) if args.profiles_only else ("push", "telemetry"):
+                    if kind == "push":
+                        body, _ = fleet_sim.push_body(host, k)
+                        path, ctype = "/push.v1.PusherService/Push", "application/proto"
+                    else:
+                        body = fleet_sim.telemetry_body(host, due - period, rng)
+                        path, ctype = "/api/v1/telemetry", "application/json"
+                    t0 = time.time()
+                    try:
+                        status = await post(conn, path, body, ctype)
+                    except (OSError, asyncio.IncompleteReadError, ValueError, IndexError) as e:
+                        status = type(e).__name__
+                        conn = await asyncio.open_connection("127.0.0.1", port)
+                    # Latency from when the request was due: a server that falls behind shows it.
+                    lat[kind].append(time.time() - (due if kind == "push" else t0))
+                    if status == 200:
+                        acked[kind] += 1
+                    else:
+                        errors[str(status)] = errors.get(str(status), 0) + 1
+            conn[1].close()
 
-    async def run_all() -> None:
-        t_start = time.time() + 2.0
-        await asyncio.gather(*(agent(h, t_start) for h in fleet))
+        async def run_all() -> None:
+            t_start = time.time() + 2.0
+            await asyncio.gather(*(agent(h, t_start) for h in fleet))
 
-    cpu0, wall0, self0 = cpu_seconds(proc.pid), time.time(), time.process_time()
-    spy = None
-    if args.profile:  # where the server's time goes: aiflame's own eBPF recorder (root)
-        spy = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "aiflame",
-                "record",
-                "--ebpf",
-                "--pid",
-                str(proc.pid),
-                "-d",
-                str(int(args.duration * 0.8)),
-                "-r",
-                "49",
-                "-o",
-                args.profile,
-            ],
-            env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+        cpu0, wall0, self0 = cpu_seconds(proc.pid), time.time(), time.process_time()
+        spy = None
+        if args.profile:  # where the server's time goes: aiflame's own eBPF recorder (root)
+            spy = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "aiflame",
+                    "record",
+                    "--ebpf",
+                    "--pid",
+                    str(proc.pid),
+                    "-d",
+                    str(int(args.duration * 0.8)),
+                    "-r",
+                    "49",
+                    "-o",
+                    args.profile,
+                ],
+                env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        asyncio.run(run_all())
+        if spy is not None:
+            spy.wait(120)
+        schedule = [None] * (2 * periods * len(fleet))
+        wall = time.time() - wall0
+        server_cpu = cpu_seconds(proc.pid) - cpu0
+        # Then everything accepted is committed (pushes are answered once logged).
+        t_flush = time.time()
+        urllib.request.urlopen(
+            urllib.request.Request(
+                f"http://127.0.0.1:{port}/api/v1/admin/flush", data=b"", method="POST"
+            ),
+            timeout=600,
+        ).read()
+        backlog_s = time.time() - t_flush
+        server_cpu_total = cpu_seconds(proc.pid) - cpu0
+        client_cpu = time.process_time() - self0
+        stats = json.loads(
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/admin/store").read()
         )
-    asyncio.run(run_all())
-    if spy is not None:
-        spy.wait(120)
-    schedule = [None] * (2 * periods * len(fleet))
-    wall = time.time() - wall0
-    server_cpu = cpu_seconds(proc.pid) - cpu0
-    # Then everything accepted is committed (pushes are answered once logged).
-    t_flush = time.time()
-    urllib.request.urlopen(
-        urllib.request.Request(
-            f"http://127.0.0.1:{port}/api/v1/admin/flush", data=b"", method="POST"
-        ),
-        timeout=600,
-    ).read()
-    backlog_s = time.time() - t_flush
-    server_cpu_total = cpu_seconds(proc.pid) - cpu0
-    client_cpu = time.process_time() - self0
-    stats = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/admin/store").read())
-    proc.terminate()
-    proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(60)
     tables = stats["tables"]
     stored = {
         "push": tables.get("profiles", {}).get("rows", 0),
@@ -422,7 +430,8 @@ def attribution(args: argparse.Namespace) -> dict:
     start = end - args.days * 86400
     t0 = time.perf_counter()
     # What the telemetry of every workload makes of each bucket (the MV's sums).
-    for table, step in (("workload_1h", 3600), ("workload_1m", 60)):
+    tables = (("workload_1h", 3600), ("workload_1m", 60))[: 1 if args.hourly_only else 2]
+    for table, step in tables:
         store.command(
             f"INSERT INTO aiflame.{table} SELECT 'bench', "
             f"toDateTime({{s:UInt32}} + {step} * b.number, 'UTC'), "
@@ -438,10 +447,7 @@ def attribution(args: argparse.Namespace) -> dict:
             {"s": start, "h": hosts, "nb": args.days * 86400 // step, "nw": workloads},
         )
     fill_s = time.perf_counter() - t0
-    rows = {
-        t: store.rows(f"SELECT count() FROM aiflame.{t}")[0][0]
-        for t in ("workload_1h", "workload_1m")
-    }
+    rows = {t: store.rows(f"SELECT count() FROM aiflame.{t}")[0][0] for t, _ in tables}
     out = {
         "gpus": args.gpus,
         "days": args.days,
@@ -449,7 +455,7 @@ def attribution(args: argparse.Namespace) -> dict:
         "rows": rows,
         "fill_s": round(fill_s, 1),
     }
-    for name, step in (("hourly", 3600), ("5min", 300)):
+    for name, step in (("hourly", 3600), ("5min", 300))[: 1 if args.hourly_only else 2]:
         q = attr.Query("bench", start * 1000, end * 1000, step, "team", "", 10)
         times = []
         for _ in range(3):
@@ -483,6 +489,7 @@ def main() -> None:
     c = sub.add_parser("attribution")
     c.add_argument("--gpus", type=int, default=8000)
     c.add_argument("--days", type=int, default=7)
+    c.add_argument("--hourly-only", action="store_true", help="only the hourly roll-up")
     args = p.parse_args()
     result = {"ingest": ingest, "query": query, "attribution": attribution}[args.phase](args)
     print(json.dumps(result, indent=1))

@@ -430,6 +430,9 @@ async def post_trace_request(request: Request) -> Response:
         }
     }
     await state.store_works([Work(tables=tables, rows=1)])
+    from aiflame.server.query.requests import request_created
+
+    request_created(tenant)
     return JSONResponse({"request_id": request_id, "expires": now + int(expires_s * 1000)})
 
 

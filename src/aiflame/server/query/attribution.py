@@ -272,6 +272,11 @@ CSV_COLUMNS = (
 )
 
 
+def _cell(text: str) -> str:
+    """A label value safe in a spreadsheet (no formula from a crafted label)."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
 def attribution_csv(store: Store, q: Query) -> str:
     """Every (bucket, group) row, for spreadsheets and billing."""
     import datetime as dt
@@ -283,7 +288,7 @@ def attribution_csv(store: Store, q: Query) -> str:
         w.writerow(
             [
                 dt.datetime.fromtimestamp(t / 1000, dt.UTC).isoformat().replace("+00:00", "Z"),
-                key,
+                _cell(key),
                 f"{s['allocated'] / 3600:.6f}",
                 f"{s['busy'] / 3600:.6f}",
                 f"{s['useful'] / 3600:.6f}",
