@@ -29,7 +29,7 @@ class ServerProcess:
         self.proc: subprocess.Popen | None = None
         self.log = store.parent / f"server-{self.port}.log"
 
-    def start(self, timeout: float = 90.0) -> ServerProcess:
+    def start(self, timeout: float = 90.0, ssl_context=None) -> ServerProcess:
         env = dict(os.environ, PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         cmd = [
             sys.executable,
@@ -51,7 +51,9 @@ class ServerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the server exited: {self.log.read_text()[-3000:]}")
             try:
-                with urllib.request.urlopen(self.url + "/ready", timeout=2) as r:
+                with urllib.request.urlopen(
+                    self.url + "/ready", timeout=2, context=ssl_context
+                ) as r:
                     if r.status == 200:
                         return self
             except OSError:
