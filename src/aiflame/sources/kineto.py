@@ -157,6 +157,7 @@ class _Frames:
         self.naming = naming if py == "short" else None
         self._ids: dict[tuple[int, int], int] = {}
         self._stacks: dict[int, list[int]] = {}
+        self._functions: dict[int, list[tuple[str, str]]] = {}
         self.call_stacks = cols.call_stacks
 
     def python(self, raw: str) -> int:
@@ -198,9 +199,23 @@ class _Frames:
         """Python frame ids of a ``Call stack`` string, root first."""
         ids = self._stacks.get(cs)
         if ids is None:
-            parts = [p.strip() for p in self.call_stacks[cs].split(";")]
-            ids = self._stacks[cs] = [self.python(p) for p in reversed(parts) if p]
+            ids = self._stacks[cs] = [self.python(p) for p in self._parts(cs)]
         return ids
+
+    def call_stack_functions(self, cs: int) -> list[tuple[str, str]]:
+        """(file, function) of each frame of a ``Call stack``, root first: a frame of the
+        same function is the same call whatever line it was at."""
+        funcs = self._functions.get(cs)
+        if funcs is None:
+            funcs = self._functions[cs] = []
+            for part in self._parts(cs):
+                f = python_frame(part, "raw")
+                funcs.append((f.file, f.func) if f.func else ("", part))
+        return funcs
+
+    def _parts(self, cs: int) -> list[str]:
+        parts = [p.strip() for p in self.call_stacks[cs].split(";")]
+        return [p for p in reversed(parts) if p]
 
 
 def build_profile(
@@ -306,13 +321,18 @@ def _cpu_stacks(
 
 
 def _new_frames(frames: _Frames, outer: int, cs: int) -> list[int]:
-    """Frames of Call stack ``cs`` below the part it shares with the enclosing ``outer``."""
+    """Frames of Call stack ``cs`` below the part it shares with the enclosing ``outer``.
+
+    Shared frames are those of the same functions, not the same lines: an annotation such
+    as ``ProfilerStep#6`` starts at ``<module>`` line 54 and encloses operators called from
+    ``<module>`` line 42, one and the same ``<module>`` call, which must not repeat.
+    """
     mine = frames.call_stack(cs)
     if outer < 0:
         return mine
-    theirs = frames.call_stack(outer)
+    funcs, theirs = frames.call_stack_functions(cs), frames.call_stack_functions(outer)
     k = 0
-    while k < len(mine) and k < len(theirs) and mine[k] == theirs[k]:
+    while k < len(funcs) and k < len(theirs) and funcs[k] == theirs[k]:
         k += 1
     return mine[k:]
 
