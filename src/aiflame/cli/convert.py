@@ -1,4 +1,4 @@
-"""Convert profiles between formats (folded, pprof, speedscope, html)."""
+"""Convert profiles between formats (folded, pprof, speedscope, html, svg)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ from aiflame.cli.common import (
     add_output,
     add_trace_options,
     load_inputs,
+    output_format,
     perf_load_options,
     write_output,
 )
 from aiflame.errors import AiflameError
-from aiflame.render.registry import FORMATS, format_for_path, render
+from aiflame.render.registry import FORMATS, render
 
-HELP = "convert profiles to folded, pprof, speedscope or html"
+HELP = "convert profiles to folded, pprof, speedscope, html or svg"
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -36,8 +37,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    fmt = args.to or format_for_path(args.output)
-    if fmt is None:
+    fmt = output_format(args.output, "", FORMATS, args.to, flag=True)
+    if not fmt:
         raise AiflameError(
             f"cannot tell the output format from '{args.output}'; give -f {'|'.join(FORMATS)}"
         )

@@ -9,7 +9,7 @@ from aiflame.errors import AiflameError
 if TYPE_CHECKING:  # the model (and numpy) load with a renderer, not with the format names
     from aiflame.model import Profile
 
-FORMATS = ("folded", "pprof", "speedscope", "html")
+FORMATS = ("folded", "pprof", "speedscope", "html", "svg")
 
 _EXTENSIONS = (
     (".speedscope.json", "speedscope"),
@@ -18,10 +18,16 @@ _EXTENSIONS = (
     (".pb", "pprof"),
     (".html", "html"),
     (".htm", "html"),
+    (".svg", "svg"),
     (".folded", "folded"),
     (".collapsed", "folded"),
     (".txt", "folded"),
 )
+
+
+def extensions(fmt: str) -> list[str]:
+    """The file name endings that stand for ``fmt``."""
+    return [ext for ext, f in _EXTENSIONS if f == fmt]
 
 
 def format_for_path(path: str) -> str | None:
@@ -52,4 +58,8 @@ def render(
         from aiflame.render.html import render_html
 
         return render_html(profile, title=title, metric=metric).encode("utf-8")
+    if fmt == "svg":
+        from aiflame.render.svg import render_svg
+
+        return render_svg(profile, title=title, metric=metric).encode("utf-8")
     raise AiflameError(f"unknown output format '{fmt}' (known: {', '.join(FORMATS)})")

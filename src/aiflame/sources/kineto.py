@@ -22,6 +22,7 @@ from __future__ import annotations
 from array import array
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -113,12 +114,15 @@ def load(
     return build_profile(cols, trace_meta, source.path, python_names, kernel_names, naming)
 
 
-def read_columns(source: Input, shapes: bool = False) -> tuple[Columns, dict[str, Any]]:
+def read_columns(
+    source: Input, shapes: bool = False, memory: bool = False
+) -> tuple[Columns, dict[str, Any]]:
     """Stream the trace into columns; the top-level keys other than traceEvents beside.
 
-    ``shapes``: keep the operators' recorded input shapes and dtypes too (for FLOPs).
+    ``shapes``: keep the operators' recorded input shapes and dtypes too (for FLOPs);
+    ``memory``: keep the ``[memory]`` events (see :mod:`kineto_memory`).
     """
-    collector = EventCollector(shapes)
+    collector = EventCollector(shapes, memory)
     with source.open_binary() as f:
         stream = TraceStream(f, source.path, collector.event_type)
         for batch in stream.batches():
@@ -142,7 +146,7 @@ def _rank_of(meta: dict[str, Any]) -> str | None:
     return None
 
 
-class _Frames:
+class Frames:
     """Frame ids by (class, name id), created on first use with the chosen naming."""
 
     def __init__(
@@ -227,16 +231,13 @@ def build_profile(
     naming: PythonNaming | None = None,
 ) -> Profile:
     builder = ProfileBuilder(SAMPLE_TYPES)
-    frames = _Frames(builder, cols, python_names, kernel_names, naming)
+    frames = Frames(builder, cols, python_names, kernel_names, naming)
     warnings = Counter(cols.warnings)
     rank = _rank_of(trace_meta)
 
     cpu_corr, gpu_corr = _fill_correlation_from_flows(cols)
-    nesting = correlate.nest(cols.cpu_thread, cols.cpu_ts, cols.cpu_dur, _ranks(cols.cpu_cls))
-    if nesting.bleeding:
-        warnings["slices that end after their enclosing slice"] += nesting.bleeding
-    use_call_stacks = not np.any(cols.cpu_cls == Cls.PYTHON) and bool(cols.call_stacks)
-    stack_of = _cpu_stacks(builder, frames, cols, nesting, use_call_stacks)
+    slices = cpu_slice_stacks(builder, frames, cols, warnings)
+    nesting, stack_of, use_call_stacks = slices.nesting, slices.stack_of, slices.call_stacks
 
     # Links: runtime/driver calls first; any other slice only for what is still unlinked.
     is_rt = cols.cpu_cls == Cls.RUNTIME
@@ -262,6 +263,28 @@ def build_profile(
     return module_methods(profile) if python_names == "short" else profile
 
 
+@dataclass
+class CpuSlices:
+    """The CPU slices nested by time, and the stack id of each (its enclosing slices'
+    frames, then its own)."""
+
+    nesting: correlate.Nesting
+    stack_of: np.ndarray
+    call_stacks: bool  # Python frames came from 'Call stack' strings
+
+
+def cpu_slice_stacks(
+    builder: ProfileBuilder, frames: Frames, cols: Columns, warnings: Counter[str]
+) -> CpuSlices:
+    """Nest the CPU slices of ``cols`` and intern their stacks into ``builder``."""
+    nesting = correlate.nest(cols.cpu_thread, cols.cpu_ts, cols.cpu_dur, _ranks(cols.cpu_cls))
+    if nesting.bleeding:
+        warnings["slices that end after their enclosing slice"] += nesting.bleeding
+    use_call_stacks = not np.any(cols.cpu_cls == Cls.PYTHON) and bool(cols.call_stacks)
+    stack_of = _cpu_stacks(builder, frames, cols, nesting, use_call_stacks)
+    return CpuSlices(nesting, stack_of, use_call_stacks)
+
+
 def _ranks(cls: np.ndarray) -> np.ndarray:
     table = np.zeros(8, dtype=np.int64)
     for c, r in _RANK.items():
@@ -283,7 +306,7 @@ def _fill_correlation_from_flows(cols: Columns) -> tuple[np.ndarray, np.ndarray]
 
 def _cpu_stacks(
     builder: ProfileBuilder,
-    frames: _Frames,
+    frames: Frames,
     cols: Columns,
     nesting: correlate.Nesting,
     use_call_stacks: bool,
@@ -320,7 +343,7 @@ def _cpu_stacks(
     return np.frombuffer(stack_of, dtype=np.int64) if n else np.zeros(0, dtype=np.int64)
 
 
-def _new_frames(frames: _Frames, outer: int, cs: int) -> list[int]:
+def _new_frames(frames: Frames, outer: int, cs: int) -> list[int]:
     """Frames of Call stack ``cs`` below the part it shares with the enclosing ``outer``.
 
     Shared frames are those of the same functions, not the same lines: an annotation such
