@@ -167,3 +167,14 @@ def test_a_profile_with_a_bytes_metric_is_accepted(tmp_path, capsys):
     assert main(["memory", str(austin), "-o", str(out)]) == 0
     header, _ = extract_data(out.read_text())
     assert header["title"].startswith("Memory (alloc-bytes): ")
+
+
+def test_device_option_picks_the_charted_device(tmp_path, capsys):
+    p = kineto_memory.load(Input(str(BERT)), device="cpu")
+    cpu = [e for e in memory_events(BERT) if device(e) == "cpu"]
+    assert p.meta["memory_timeline"]["live_bytes"] == [e["args"]["Total Allocated"] for e in cpu]
+    out = tmp_path / "m.html"
+    assert main(["memory", str(BERT), "-o", str(out), "--device", "cuda:3"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "(the trace has: cpu, cuda:0)" in err
+    assert not out.exists()

@@ -186,3 +186,11 @@ def test_the_same_frames_as_flamegraph_pl_when_available(tmp_path):
         (a, b) for a, b in zip(ours, theirs, strict=True) if a[0] != b[0] or abs(a[1] - b[1]) > 0.11
     ]
     assert not mismatched
+
+
+def test_icicle_puts_the_root_on_top():
+    frames = frames_of(render_svg(load(str(PERF)), inverted=True))
+    assert frames[0]["name"] == "all"
+    assert all(f["y"] > frames[0]["y"] for f in frames[1:])
+    normal = frames_of(render_svg(load(str(PERF))))
+    assert all(f["y"] < normal[0]["y"] for f in normal[1:])

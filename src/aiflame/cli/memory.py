@@ -59,6 +59,12 @@ def configure(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="do not read .py sources to name methods 'Class > method'",
     )
+    p.add_argument(
+        "--device",
+        metavar="NAME",
+        help="profiler traces: the device whose memory over time is charted (cuda:1, cpu; "
+        "default: the GPU with the highest peak)",
+    )
     p.add_argument("--format", dest="input_format", metavar="FMT", help="input format")
 
 
@@ -91,13 +97,15 @@ def run(args: argparse.Namespace) -> int:
 
 def load_memory(args: argparse.Namespace, fmt: str) -> Profile:
     """The input's memory profile; one clear error when it holds no memory data."""
+    if args.device is not None and fmt != TRACE_FORMAT:
+        raise AiflameError("--device chooses among the devices of a profiler trace")
     if fmt == SNAPSHOT_FORMAT:
         options = {"frames": args.frames, "resolve_classes": not args.no_source}
         return load(args.input, fmt, **options)
     if fmt == TRACE_FORMAT:
         from aiflame.sources import kineto_memory
 
-        profile = kineto_memory.load(Input(args.input))
+        profile = kineto_memory.load(Input(args.input), device=args.device)
         profile.meta.setdefault("source", args.input)
         profile.meta.setdefault("format", fmt)
         return profile

@@ -80,8 +80,15 @@ class DeviceReplay:
         return float(self.live[self.peak])
 
 
-def load(source: Input, python_names: str = "short", kernel_names: str = "full") -> Profile:
-    """The memory profile of a Kineto trace; :class:`NoMemoryEvents` if it has none."""
+def load(
+    source: Input,
+    python_names: str = "short",
+    kernel_names: str = "full",
+    device: str | None = None,
+) -> Profile:
+    """The memory profile of a Kineto trace; :class:`NoMemoryEvents` if it has none.
+    ``device`` (``cuda:1``, ``cpu``): the device the chart shows (default: the GPU with the
+    highest peak)."""
     try:
         cols, _ = read_columns(source, memory=True)
     except NoKinetoEvents:
@@ -89,11 +96,22 @@ def load(source: Input, python_names: str = "short", kernel_names: str = "full")
     mem = cols.memory if cols is not None else None
     if cols is None or mem is None or mem.ts.size == 0:
         raise NoMemoryEvents(source.path, NO_MEMORY)
-    return build_profile(cols, mem, python_names, kernel_names)
+    try:
+        return build_profile(cols, mem, python_names, kernel_names, device)
+    except UnknownDevice as e:
+        raise InputError(source.path, str(e)) from None
+
+
+class UnknownDevice(ValueError):
+    pass
 
 
 def build_profile(
-    cols: Columns, mem: MemoryColumns, python_names: str, kernel_names: str
+    cols: Columns,
+    mem: MemoryColumns,
+    python_names: str,
+    kernel_names: str,
+    device: str | None = None,
 ) -> Profile:
     devices = [replay(cols.names[d], np.nonzero(mem.device == d)[0], mem) for d in _devices(mem)]
     with_lifetimes = all(d.free_point.size == 0 or np.all(mem.addr[d.events] >= 0) for d in devices)
@@ -113,7 +131,7 @@ def build_profile(
         _add_allocations(builder, dev, mem, op, stack_of, with_lifetimes, cols)
     if with_lifetimes:
         _add_before_recording(builder, devices)
-    main = _main_device(devices)
+    main = _main_device(devices, device)
     builder.meta.update(_meta(devices, main, first_sample[main.name], mem, with_lifetimes))
     if warnings:
         builder.meta["info:warnings"] = ", ".join(f"{n} {w}" for w, n in warnings.items())
@@ -202,8 +220,15 @@ def _add_before_recording(builder: ProfileBuilder, devices: list[DeviceReplay]) 
             builder.add(stack, [rest, 0.0, 0.0], lab)
 
 
-def _main_device(devices: list[DeviceReplay]) -> DeviceReplay:
-    """The device the chart shows: the GPU with the highest peak, else any device's."""
+def _main_device(devices: list[DeviceReplay], name: str | None = None) -> DeviceReplay:
+    """The device the chart shows: ``name``, else the GPU with the highest peak, else the
+    device with the highest peak."""
+    if name is not None:
+        for d in devices:
+            if d.name == name:
+                return d
+        known = ", ".join(sorted(d.name for d in devices))
+        raise UnknownDevice(f"no [memory] events of device '{name}' (the trace has: {known})")
     gpus = [d for d in devices if d.name.split(":")[0] in GPU_DEVICE_TYPES]
     return max(gpus or devices, key=lambda d: d.peak_bytes)
 
