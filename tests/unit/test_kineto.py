@@ -305,6 +305,31 @@ def test_call_stack_strings_give_python_frames_in_old_traces() -> None:
     assert "(Python stacks from 'Call stack')" in str(trace(OLDEST).meta["info:cpu slices"])
 
 
+def test_call_stack_meeting_the_time_nesting_does_not_repeat_module() -> None:
+    """``ProfilerStep#6`` starts at ``<module>`` line 54 (in ``profiler.step``) and encloses
+    operators called from ``<module>`` line 42: the same ``<module>`` call, shown once."""
+    events = raw_events(OLDEST)
+    step = next(e for e in events if e.get("name") == "ProfilerStep#6")
+    inner = [
+        e
+        for e in events
+        if e.get("cat") == "Operator"
+        and str(e.get("args", {}).get("Call stack", "")).endswith("py(42): <module>")
+        and step["ts"] <= e["ts"] <= step["ts"] + step["dur"]
+    ]
+    assert inner, "the trace has operators inside the step called from another line"
+    assert str(step["args"]["Call stack"]).endswith("py(54): <module>")
+    lines = stacks(trace(OLDEST), "cpu-time")
+    under_step = [s.split(";") for s in lines if "ProfilerStep#6" in s.split(";")]
+    assert under_step
+    for frames in (s.split(";") for s in lines):
+        assert sum(f.startswith("<module> (resnet50_profiler_api.py") for f in frames) <= 1
+    # the operators still sit under the step, below the frames they were called from
+    names = {e["name"] for e in inner}
+    assert any(set(frames) & names for frames in under_step)
+    assert any("__next__ (torch/utils/data/dataloader.py:518)" in f for f in under_step)
+
+
 def test_oldest_layout_operator_runtime_kernel() -> None:
     profile = trace(OLDEST)
     cpu = [e for e in raw_events(OLDEST) if e.get("cat") in ("Operator", "Runtime")]

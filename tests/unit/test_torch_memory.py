@@ -572,7 +572,12 @@ def test_cli_memory_writes_each_metric(tmp_path, capsys):
     assert main(["memory", str(SNAPSHOT), "-o", str(out), "--metric", "reserved-bytes"]) == 0
     assert any(ln.startswith(tm.FRAGMENTATION) for ln in out.read_text().splitlines())
     assert main(["memory", str(SNAPSHOT), "-o", str(out), "--frames", "compact"]) == 0
-    assert "PyMethod_New" not in out.read_text() and ";forward;" in out.read_text()
+    compact = out.read_text()
+    assert "PyMethod_New" not in compact and ";forward;" in compact
+    assert main(["memory", str(SNAPSHOT), "-o", str(out)]) == 0
+    assert out.read_text() == compact  # compact is the default: the op on the first screen
+    assert main(["memory", str(SNAPSHOT), "-o", str(out), "--frames", "pytorch"]) == 0
+    assert "PyMethod_New" in out.read_text()
     assert main(["memory", str(SNAPSHOT), "-o", str(out), "--metric", "nope"]) == 1
     assert "no metric 'nope'" in capsys.readouterr().err
 

@@ -12,7 +12,8 @@ from aiflame.analysis.report import analyze
 from aiflame.cli.analyze_flags import add_efficiency_flags, efficiency_options
 from aiflame.cli.analyze_output import add_source_notes, load_input, write_html_report
 from aiflame.cli.browser import add_open, check_open, open_page
-from aiflame.cli.common import write_output
+from aiflame.cli.common import output_format, write_output
+from aiflame.errors import AiflameError
 from aiflame.render.analyze_terminal import render_terminal
 
 HELP = "time breakdown, top kernels/ops, efficiency and findings of Kineto traces or nsys exports"
@@ -43,6 +44,10 @@ def run(args: argparse.Namespace) -> int:
 
     check_open(args, args.output, is_page=True)
     # A directory stands for its traces (one per rank, as torch's profiler writes them).
+    if args.output:  # before the (slow) loading: a wrong name fails at once
+        if args.output.lower().endswith(".json"):
+            raise AiflameError(f"{args.output}: -o writes the HTML report; use --json for JSON")
+        output_format(args.output, "html", ("html",))
     inputs = [load_input(path) for path in expand_inputs(args.traces)]
     report = analyze([i.trace for i in inputs], options=efficiency_options(args))
     for i, r in zip(inputs, report["ranks"], strict=True):

@@ -97,6 +97,38 @@ def add_output(p: argparse.ArgumentParser, required: bool = True, help: str = ""
     p.add_argument("-o", "--output", required=required, metavar="OUT", help=help or "output file")
 
 
+def output_format(
+    path: str,
+    default: str,
+    allowed: Iterable[str] | None = None,
+    given: str | None = None,
+    flag: bool = False,
+) -> str:
+    """The format to write ``path`` in: ``given`` (-f), else its extension's, else
+    ``default`` (no extension, or stdout). An extension this command cannot write is one
+    clear error, never a file of another format under that name; ``flag``: the command
+    has ``-f`` to name the format, which the error then mentions."""
+    from aiflame.render.registry import FORMATS, extensions, format_for_path
+
+    can = tuple(allowed if allowed is not None else FORMATS)
+    fmt = given or (None if path == "-" else format_for_path(path))
+    endings = ", ".join(e for f in can for e in extensions(f)[:2])
+    or_flag = f", or give -f {'|'.join(can)}" if flag else ""
+    if fmt is None:
+        suffix = "" if path == "-" else Path(path).suffix
+        if not suffix:
+            return default
+        raise AiflameError(
+            f"{path}: cannot write '{suffix}' files; name the output {endings}{or_flag}"
+        )
+    if fmt not in can:
+        other = "; 'aiflame convert' writes it" if fmt in FORMATS else ""
+        raise AiflameError(
+            f"{path}: this command does not write {fmt}; name the output {endings}{other}"
+        )
+    return fmt
+
+
 def write_output(path: str, data: str | bytes | Iterable[bytes]) -> None:
     """Write ``data`` (text, bytes, or chunks of bytes) to ``path`` atomically ('-' is
     stdout)."""

@@ -65,19 +65,19 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def output_format(args: argparse.Namespace) -> str:
-    from aiflame.render.registry import format_for_path
+    from aiflame.cli.common import output_format as by_extension
 
     if args.to:
         return str(args.to)
     if args.output == "-":
         return "folded"
-    fmt = format_for_path(args.output)
-    if fmt not in OUTPUTS:
+    fmt = by_extension(args.output, "", OUTPUTS, flag=True)
+    if not fmt:
         raise AiflameError(
             f"cannot tell the output format from '{args.output}': "
             "name it .html or .folded, or give -f html|folded"
         )
-    return str(fmt)
+    return fmt
 
 
 def both_folded(args: argparse.Namespace) -> bool:

@@ -30,7 +30,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         "-o",
         "--output",
         metavar="OUT",
-        help="file to write; its extension picks the format (.html, .pb.gz, .folded, "
+        help="file to write; its extension picks the format (.html, .svg, .pb.gz, .folded, "
         ".speedscope.json). Default: an HTML flame graph and a pprof file in this directory",
     )
     p.add_argument("-p", "--pid", type=int, help="record this running process instead")
@@ -158,7 +158,7 @@ def _output_format(path: str) -> str:
     if fmt is None or fmt == "chrome":  # a recording is stacks, not a timeline of slices
         raise AiflameError(
             f"cannot tell the output format from '{path}' "
-            "(use .html, .pb.gz, .folded or .speedscope.json)"
+            "(use .html, .svg, .pb.gz, .folded or .speedscope.json)"
         )
     return fmt
 

@@ -12,7 +12,7 @@ if TYPE_CHECKING:  # the model (and numpy) load with a renderer, not with the fo
     from aiflame.model import Profile
     from aiflame.model.timeline import Timeline
 
-FORMATS = ("folded", "pprof", "speedscope", "html", "chrome")
+FORMATS = ("folded", "pprof", "speedscope", "html", "svg", "chrome")
 # Written from a timeline (slices in time), not from a profile's stacks: see render_timeline.
 TIMELINE_FORMATS = ("chrome",)
 
@@ -25,10 +25,16 @@ _EXTENSIONS = (
     (".pb", "pprof"),
     (".html", "html"),
     (".htm", "html"),
+    (".svg", "svg"),
     (".folded", "folded"),
     (".collapsed", "folded"),
     (".txt", "folded"),
 )
+
+
+def extensions(fmt: str) -> list[str]:
+    """The file name endings that stand for ``fmt``."""
+    return [ext for ext, f in _EXTENSIONS if f == fmt]
 
 
 def format_for_path(path: str) -> str | None:
@@ -63,6 +69,10 @@ def render(
         from aiflame.transforms.timeline import sample_timeline
 
         return b"".join(render_timeline(sample_timeline(profile, metric), fmt))
+    if fmt == "svg":
+        from aiflame.render.svg import render_svg
+
+        return render_svg(profile, title=title, metric=metric).encode("utf-8")
     raise AiflameError(f"unknown output format '{fmt}' (known: {', '.join(FORMATS)})")
 
 

@@ -1,8 +1,10 @@
 """Folded ("collapsed") stacks: ``root;child;leaf COUNT`` per line, as written by
 FlameGraph's stackcollapse-*.pl, inferno, py-spy ``--format raw`` and many others.
 
-Counts may be fractional. Lines that do not parse are skipped and counted
-(``meta['ignored_lines']``), as flamegraph.pl does.
+Counts may be fractional. Lines that start with ``#`` are comments (Austin's metadata,
+the headers some tools write), never frames; other lines that do not parse are skipped and counted
+(``meta['ignored_lines']``), as flamegraph.pl does. ``\\;`` inside a frame name is a
+``;`` of the name (see :mod:`aiflame.model.folded`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 
 from aiflame.errors import InputError
 from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
+from aiflame.model.folded import ESCAPED, split_stack
 from aiflame.model.stacks import EMPTY_STACK
 from aiflame.sources.inputs import Input, decode_head
 from aiflame.symbolize.kinds import DELIMITER, KindGuesser
@@ -27,7 +30,8 @@ _LINE = re.compile(r"^\S.*?\s+(\d+(?:\.\d*)?)\s*$")
 
 
 def sniff(head: bytes, path: str) -> bool:
-    lines = [ln for ln in decode_head(head).splitlines()[:20] if ln.strip()]
+    lines = [ln for ln in decode_head(head).splitlines()[:40] if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith("#")][:20]  # comments are not stacks
     if not lines:
         return False
     # The last line of the head may be cut short; judge on complete ones when we can.
@@ -59,6 +63,8 @@ def read_counts(source: Input) -> tuple[dict[str, float], int]:
     get = counts.get
     with source.open_text() as f:
         for line in f:
+            if line[:1] == "#":
+                continue  # a comment: '# mode: wall' would otherwise be a frame
             # The usual "stack 123": taken here without parse_line's copies of the line
             # (a line can be a megabyte); anything else goes through parse_line.
             stack, sep, count = line.rpartition(" ")
@@ -100,9 +106,9 @@ def build_profile(
     leaves: list[int] = []  # the leaf node of each stack, in sorted order
     prev: list[str] = []  # frame names of the previous stack
     path: list[int] = []  # its node ids
-    stacks = sorted(counts, key=lambda st: st.replace(";", "\x00"))
+    stacks = sorted(counts, key=_frame_order)
     for stack in stacks:
-        names = stack.split(";")
+        names = split_stack(stack)
         k = 0
         for a, b in zip(names, prev, strict=False):
             if a != b:
@@ -144,6 +150,13 @@ def build_profile(
     values = np.fromiter(map(counts.__getitem__, stacks), np.float64, len(stacks))
     builder.add_many(np.asarray(leaves, dtype=np.int64), values.reshape(-1, 1))
     return builder
+
+
+def _frame_order(stack: str) -> str:
+    """Sort key that orders stacks frame by frame (a NUL sorts before every name byte)."""
+    if ESCAPED in stack:  # a `;` inside a frame name is not a separator
+        return "\x00".join(split_stack(stack))
+    return stack.replace(";", "\x00")
 
 
 def load(source: Input, **_: object) -> Profile:

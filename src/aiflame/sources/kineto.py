@@ -22,6 +22,7 @@ from __future__ import annotations
 from array import array
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -116,12 +117,15 @@ def load(
     return build_profile(cols, trace_meta, source.path, python_names, kernel_names, naming)
 
 
-def read_columns(source: Input, shapes: bool = False) -> tuple[Columns, dict[str, Any]]:
+def read_columns(
+    source: Input, shapes: bool = False, memory: bool = False
+) -> tuple[Columns, dict[str, Any]]:
     """Stream the trace into columns; the top-level keys other than traceEvents beside.
 
-    ``shapes``: keep the operators' recorded input shapes and dtypes too (for FLOPs).
+    ``shapes``: keep the operators' recorded input shapes and dtypes too (for FLOPs);
+    ``memory``: keep the ``[memory]`` events (see :mod:`kineto_memory`).
     """
-    collector = EventCollector(shapes)
+    collector = EventCollector(shapes, memory)
     with source.open_binary() as f:
         stream = TraceStream(f, source.path, collector.event_type)
         for batch in stream.batches():
@@ -145,7 +149,7 @@ def _rank_of(meta: dict[str, Any]) -> str | None:
     return None
 
 
-class _Frames:
+class Frames:
     """Frame ids by (class, name id), created on first use with the chosen naming."""
 
     def __init__(
@@ -160,6 +164,7 @@ class _Frames:
         self.naming = naming if py == "short" else None
         self._ids: dict[tuple[int, int], int] = {}
         self._stacks: dict[int, list[int]] = {}
+        self._functions: dict[int, list[tuple[str, str]]] = {}
         self.call_stacks = cols.call_stacks
 
     def python(self, raw: str) -> int:
@@ -201,9 +206,23 @@ class _Frames:
         """Python frame ids of a ``Call stack`` string, root first."""
         ids = self._stacks.get(cs)
         if ids is None:
-            parts = [p.strip() for p in self.call_stacks[cs].split(";")]
-            ids = self._stacks[cs] = [self.python(p) for p in reversed(parts) if p]
+            ids = self._stacks[cs] = [self.python(p) for p in self._parts(cs)]
         return ids
+
+    def call_stack_functions(self, cs: int) -> list[tuple[str, str]]:
+        """(file, function) of each frame of a ``Call stack``, root first: a frame of the
+        same function is the same call whatever line it was at."""
+        funcs = self._functions.get(cs)
+        if funcs is None:
+            funcs = self._functions[cs] = []
+            for part in self._parts(cs):
+                f = python_frame(part, "raw")
+                funcs.append((f.file, f.func) if f.func else ("", part))
+        return funcs
+
+    def _parts(self, cs: int) -> list[str]:
+        parts = [p.strip() for p in self.call_stacks[cs].split(";")]
+        return [p for p in reversed(parts) if p]
 
 
 def build_profile(
@@ -215,16 +234,13 @@ def build_profile(
     naming: PythonNaming | None = None,
 ) -> Profile:
     builder = ProfileBuilder(SAMPLE_TYPES)
-    frames = _Frames(builder, cols, python_names, kernel_names, naming)
+    frames = Frames(builder, cols, python_names, kernel_names, naming)
     warnings = Counter(cols.warnings)
     rank = _rank_of(trace_meta)
 
     cpu_corr, gpu_corr = _fill_correlation_from_flows(cols)
-    nesting = correlate.nest(cols.cpu_thread, cols.cpu_ts, cols.cpu_dur, _ranks(cols.cpu_cls))
-    if nesting.bleeding:
-        warnings["slices that end after their enclosing slice"] += nesting.bleeding
-    use_call_stacks = not np.any(cols.cpu_cls == Cls.PYTHON) and bool(cols.call_stacks)
-    stack_of = _cpu_stacks(builder, frames, cols, nesting, use_call_stacks)
+    slices = cpu_slice_stacks(builder, frames, cols, warnings)
+    nesting, stack_of, use_call_stacks = slices.nesting, slices.stack_of, slices.call_stacks
 
     # Links: runtime/driver calls first; any other slice only for what is still unlinked.
     is_rt = cols.cpu_cls == Cls.RUNTIME
@@ -250,6 +266,28 @@ def build_profile(
     return module_methods(profile) if python_names == "short" else profile
 
 
+@dataclass
+class CpuSlices:
+    """The CPU slices nested by time, and the stack id of each (its enclosing slices'
+    frames, then its own)."""
+
+    nesting: correlate.Nesting
+    stack_of: np.ndarray
+    call_stacks: bool  # Python frames came from 'Call stack' strings
+
+
+def cpu_slice_stacks(
+    builder: ProfileBuilder, frames: Frames, cols: Columns, warnings: Counter[str]
+) -> CpuSlices:
+    """Nest the CPU slices of ``cols`` and intern their stacks into ``builder``."""
+    nesting = correlate.nest(cols.cpu_thread, cols.cpu_ts, cols.cpu_dur, _ranks(cols.cpu_cls))
+    if nesting.bleeding:
+        warnings["slices that end after their enclosing slice"] += nesting.bleeding
+    use_call_stacks = not np.any(cols.cpu_cls == Cls.PYTHON) and bool(cols.call_stacks)
+    stack_of = _cpu_stacks(builder, frames, cols, nesting, use_call_stacks)
+    return CpuSlices(nesting, stack_of, use_call_stacks)
+
+
 def _ranks(cls: np.ndarray) -> np.ndarray:
     table = np.zeros(8, dtype=np.int64)
     for c, r in _RANK.items():
@@ -271,7 +309,7 @@ def _fill_correlation_from_flows(cols: Columns) -> tuple[np.ndarray, np.ndarray]
 
 def _cpu_stacks(
     builder: ProfileBuilder,
-    frames: _Frames,
+    frames: Frames,
     cols: Columns,
     nesting: correlate.Nesting,
     use_call_stacks: bool,
@@ -308,14 +346,19 @@ def _cpu_stacks(
     return np.frombuffer(stack_of, dtype=np.int64) if n else np.zeros(0, dtype=np.int64)
 
 
-def _new_frames(frames: _Frames, outer: int, cs: int) -> list[int]:
-    """Frames of Call stack ``cs`` below the part it shares with the enclosing ``outer``."""
+def _new_frames(frames: Frames, outer: int, cs: int) -> list[int]:
+    """Frames of Call stack ``cs`` below the part it shares with the enclosing ``outer``.
+
+    Shared frames are those of the same functions, not the same lines: an annotation such
+    as ``ProfilerStep#6`` starts at ``<module>`` line 54 and encloses operators called from
+    ``<module>`` line 42, one and the same ``<module>`` call, which must not repeat.
+    """
     mine = frames.call_stack(cs)
     if outer < 0:
         return mine
-    theirs = frames.call_stack(outer)
+    funcs, theirs = frames.call_stack_functions(cs), frames.call_stack_functions(outer)
     k = 0
-    while k < len(mine) and k < len(theirs) and mine[k] == theirs[k]:
+    while k < len(funcs) and k < len(theirs) and funcs[k] == theirs[k]:
         k += 1
     return mine[k:]
 

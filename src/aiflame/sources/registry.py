@@ -29,6 +29,7 @@ IMPORTERS = (
     "aiflame.sources.trace_events",
     "aiflame.sources.nsys",
     "aiflame.sources.perf_script",
+    "aiflame.sources.austin",  # before folded: its lines are folded stacks with a P;T head
     "aiflame.sources.folded",
 )
 
