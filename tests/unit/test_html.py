@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from aiflame.model import CallTree, FrameKind, ProfileBuilder, SampleType
+from aiflame.model.strings import natural_key
 from aiflame.render import flamedata
 from aiflame.render.html import SCRIPTS, extract_data, render_html, script_json
-from aiflame.sources import folded
+from aiflame.sources import folded, kineto
 from aiflame.sources.inputs import Input
 
 IPERF = "html/perf-iperf-stacks-pidtid-01-collapsed-all.txt"
@@ -81,12 +82,62 @@ def test_page_holds_every_node_with_its_total(iperf):
     assert header["types"][0]["total"] == 200
 
 
+def natural_paths(path: tuple[str, ...]) -> list[str]:
+    return [natural_key(name) for name in path]
+
+
 def test_nodes_are_in_preorder_with_children_sorted_by_name(iperf):
     header, data = decoded(render_html(iperf))
     paths = node_paths(header, data)
-    # Preorder with name-sorted children is exactly the lexicographic order of the paths.
-    assert paths == sorted(paths)
+    # Preorder with name-sorted children is exactly the lexicographic order of the paths
+    # (names compared with their numbers as numbers).
+    assert paths == sorted(paths, key=natural_paths)
     assert len(set(paths)) == len(paths)
+
+
+def test_numbers_in_names_sort_as_numbers():
+    b = ProfileBuilder([SampleType("cpu", "count")])
+    root = b.frame("model", FrameKind.PYTHON)
+    names = [f"Layer_{n}" for n in (10, 2, 0, 1, 21, 3)] + ["Layer", "Layer_1a", "layer_0"]
+    for name in names:
+        b.add(b.stack([root, b.frame(name, FrameKind.PYTHON)]), 1)
+    header, data = decoded(render_html(b.build()))
+    children = [p[-1] for p in node_paths(header, data) if len(p) == 2]
+    assert children == [
+        "Layer", "Layer_0", "Layer_1", "Layer_1a", "Layer_2", "Layer_3", "Layer_10", "Layer_21",
+        "layer_0",
+    ]  # fmt: skip
+
+
+QWEN = "kineto/tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+QWEN_MODEL = "Qwen2Model > forward (transformers/models/qwen2/modeling_qwen2.py:503)"
+
+
+def test_transformer_page_has_one_tower_per_module_class(data_dir):
+    profile = kineto.load(Input(str(data_dir / QWEN)))
+    header, data = decoded(render_html(profile))
+    paths = node_paths(header, data)
+    assert not [s for s in data["strings"] if re.match(r"nn\.Module: .*_\d+$", s)]
+    under_model = [p[-1] for p in paths if len(p) >= 2 and p[-2] == QWEN_MODEL]
+    assert (
+        under_model.count(
+            "Qwen2DecoderLayer > forward (transformers/models/qwen2/modeling_qwen2.py:243)"
+        )
+        == 1
+    )
+    assert len(under_model) < 24  # not 24 layers side by side, and their attentions, MLPs...
+
+
+def test_transformer_page_keeps_instances_on_request_in_natural_order(data_dir):
+    profile = kineto.load(Input(str(data_dir / QWEN)), module_instances=True)
+    header, data = decoded(render_html(profile))
+    paths = node_paths(header, data)
+    model = "nn.Module: Qwen2Model_0"
+    layers = [
+        p[-1] for p in paths
+        if len(p) >= 4 and p[-4] == model and p[-1].startswith("nn.Module: Qwen2DecoderLayer_")
+    ]  # fmt: skip
+    assert layers == [f"nn.Module: Qwen2DecoderLayer_{n}" for n in range(24)]
 
 
 def test_frame_table_keeps_kinds_files_and_lines():
@@ -181,7 +232,7 @@ def test_page_is_self_contained(iperf):
 
 def test_default_title_and_subtitle(iperf):
     page = render_html(iperf, subtitle="run 3")
-    assert "<title>Flame graph of perf-iperf-stacks-pidtid-01-collapsed-all.txt</title>" in page
+    assert "<title>Flame graph of perf-iperf-stacks-pidtid-01-collapsed-all</title>" in page
     assert "run 3" in page
 
 

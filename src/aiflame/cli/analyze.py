@@ -11,7 +11,7 @@ import json
 from aiflame.analysis.report import analyze
 from aiflame.cli.analyze_flags import add_efficiency_flags, efficiency_options
 from aiflame.cli.analyze_output import add_source_notes, load_input, write_html_report
-from aiflame.cli.common import write_output
+from aiflame.cli.common import add_module_options, module_options, write_output
 from aiflame.render.analyze_terminal import render_terminal
 
 HELP = "time breakdown, top kernels/ops, efficiency and findings of Kineto traces or nsys exports"
@@ -34,13 +34,15 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--top", type=int, default=10, metavar="N", help="rows per table (10)")
     add_efficiency_flags(p)
+    add_module_options(p)  # the flame graph page of -o
 
 
 def run(args: argparse.Namespace) -> int:
     from aiflame.sources.registry import expand_inputs
 
     # A directory stands for its traces (one per rank, as torch's profiler writes them).
-    inputs = [load_input(path) for path in expand_inputs(args.traces)]
+    flame = module_options(args)
+    inputs = [load_input(path, **flame) for path in expand_inputs(args.traces)]
     report = analyze([i.trace for i in inputs], options=efficiency_options(args))
     for i, r in zip(inputs, report["ranks"], strict=True):
         add_source_notes(i, r)

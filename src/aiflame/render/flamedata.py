@@ -3,11 +3,12 @@
 The page must hold every node of trees with millions of them and still weigh a few MB, so
 the tree travels as columns, not objects (memray and speedscope do the same):
 
-* nodes in DFS preorder, children sorted by name (as flamegraph.pl orders them), node 0
+* nodes in DFS preorder, children sorted by name (as flamegraph.pl orders them, but with
+  numbers in names compared as numbers: ``Layer_2`` before ``Layer_10``), node 0
   being the synthetic root ``all``; a node is its frame id and its depth, stored as the
   number of levels closed since the previous node ("pops"), which is tiny and repetitive;
 * self values per sample type as sparse lists (most nodes have no self value);
-* a frame table (name, kind, file, line), frames numbered in name order so that sorting
+* a frame table (name, kind, file, line), frames numbered in that order so that sorting
   siblings by frame id sorts them by name, and one table of the strings they use.
 
 Integer columns are split into byte planes (all low bytes, then the next ones...) so that
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from aiflame.model import CallTree, FrameKind, Profile
+from aiflame.model.strings import natural_key
 
 FORMAT_VERSION = 1
 ROOT_NAME = "all"
@@ -226,9 +228,10 @@ def _frame_table(profile: Profile, used: np.ndarray) -> tuple[np.ndarray, list[s
     kind = np.asarray(frames.kind, dtype=np.int64)[used]
     file = np.asarray(frames.file, dtype=np.int64)[used]
     line = np.asarray(frames.line, dtype=np.int64)[used]
-    # Rank the distinct names once in Python (string order), then sort frames with numpy.
+    # Rank the distinct names once in Python (natural order: Layer_2 before Layer_10), then
+    # sort frames with numpy.
     uniq_names, name_inv = np.unique(name, return_inverse=True)
-    by_text = sorted(range(len(uniq_names)), key=lambda i: strings[uniq_names[i]])
+    by_text = sorted(range(len(uniq_names)), key=lambda i: natural_key(strings[uniq_names[i]]))
     name_rank = np.empty(len(uniq_names), dtype=np.int64)
     name_rank[by_text] = np.arange(len(uniq_names))
     order = np.lexsort((line, file, kind, name_rank[name_inv]))
