@@ -203,3 +203,18 @@ def test_diff_table_has_base_test_delta_columns_sorted_by_change(diff_page):
     assert values == sorted(values, reverse=True)
     names = [r[0] for r in click("name")]
     assert names == sorted(names, key=natural_key) and len(names) == len(base)
+
+
+def test_focus_on_a_layer_shows_its_parts_once(flame):
+    page = flame()
+    page.menu(page.find(LAYER), "focus")
+    children = page.js(
+        """const t = aiflame.app.tree, out = [];
+        for (let c = 1; c < t.end[0]; c = t.end[c]) out.push(t.nameOf(c));
+        return out;"""
+    )
+    # Its attention, MLP, two norms and the residual adds: not 24 + 24 + 48 instances.
+    assert len(children) < 10
+    assert "Qwen2Attention > forward (transformers/models/qwen2/modeling_qwen2.py:150)" in children
+    assert "Qwen2MLP > forward (transformers/models/qwen2/modeling_qwen2.py:56)" in children
+    assert not [c for c in children if c.startswith("nn.Module: ")]

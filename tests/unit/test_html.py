@@ -297,6 +297,39 @@ def test_vectorised_preorder_matches_a_plain_dfs(seed):
         assert again.tolist() == _dfs_preorder(parent2.tolist(), key2.tolist())
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_a_preorder_with_a_few_siblings_out_of_order_is_rearranged_locally(seed, monkeypatch):
+    """Ids already in preorder, a new key that puts some siblings out of order (names now
+    compared as numbers): the local rearrangement and the full one agree with a plain DFS."""
+    rng = random.Random(seed)
+    n = rng.randrange(2, 500)
+    parent = [-1] + [
+        rng.randrange(-1, i) if rng.random() < 0.05 else rng.randrange(max(0, i - 30), i)
+        for i in range(1, n)
+    ]
+    depth = np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        depth[i] = depth[parent[i]] + 1 if parent[i] >= 0 else 0
+    ordered = np.asarray(_dfs_preorder(parent, list(range(n))))
+    new_id = np.empty(n, dtype=np.int64)
+    new_id[ordered] = np.arange(n)
+    par = np.asarray(parent)[ordered]
+    parent2 = np.where(par >= 0, new_id[np.maximum(par, 0)], -1)
+    depth2 = depth[ordered]
+    key = np.arange(n)  # in order, but for a few swapped keys
+    for _ in range(rng.randrange(1, 6)):
+        a, b = rng.randrange(n), rng.randrange(n)
+        key[a], key[b] = key[b], key[a]
+    expected = _dfs_preorder(parent2.tolist(), key.tolist())
+    misordered = flamedata.misordered_parents(parent2, depth2, key)
+    assert misordered is not None
+    local = flamedata.preorder(parent2, depth2, key)
+    assert (np.arange(n) if local is None else local).tolist() == expected
+    monkeypatch.setattr(flamedata, "LOCAL_REORDER_MAX", -1)  # the vectorised path
+    full = flamedata.preorder(parent2, depth2, key)
+    assert (np.arange(n) if full is None else full).tolist() == expected
+
+
 def test_an_order_that_skips_back_up_is_not_a_preorder():
     # A, B (child of A), C, D (child of B): D is cut off from B's subtree by C.
     parent, depth, key = np.array([-1, 0, -1, 1]), np.array([0, 1, 0, 2]), np.array([0, 1, 2, 3])

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import zlib
+from bisect import bisect_right
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,14 +63,24 @@ def preorder(parent: np.ndarray, depth: np.ndarray, sort_key: np.ndarray) -> np.
     or None when ids 0..n-1 already are in that order.
 
     Importers that intern sorted stacks (folded) number nodes that way; that is checked
-    first (in linear time), and then nothing moves. Otherwise it is vectorised per depth
+    first (in linear time), and then nothing moves, or only the few groups of siblings that
+    the order of names with numbers moves. Otherwise it is vectorised per depth
     level (a Python DFS over millions of nodes would take seconds): subtree sizes bottom-up,
     then each node's position = its parent's position + 1 + the sizes of the siblings
     sorted before it.
     """
     n = len(parent)
-    if n == 0 or is_sorted_preorder(parent, depth, sort_key):
+    if n == 0:
         return None
+    misordered = misordered_parents(parent, depth, sort_key)
+    if misordered is not None and len(misordered) == 0:
+        return None
+    if (
+        misordered is not None
+        and len(misordered) <= LOCAL_REORDER_MAX
+        and int(depth[misordered[misordered >= 0]].max(initial=0)) < LOCAL_REORDER_DEPTH
+    ):
+        return _reorder_children(depth, sort_key, misordered)
     order, bounds = level_order(depth)
     size = np.ones(n, dtype=np.int64)
     for d in range(len(bounds) - 2, 0, -1):
@@ -98,21 +109,30 @@ def preorder(parent: np.ndarray, depth: np.ndarray, sort_key: np.ndarray) -> np.
 
 
 def is_sorted_preorder(parent: np.ndarray, depth: np.ndarray, sort_key: np.ndarray) -> bool:
-    """Whether ids 0..n-1 are a DFS preorder with siblings ascending by ``sort_key``.
+    """Whether ids 0..n-1 are a DFS preorder with siblings ascending by ``sort_key``."""
+    misordered = misordered_parents(parent, depth, sort_key)
+    return misordered is not None and len(misordered) == 0
+
+
+def misordered_parents(
+    parent: np.ndarray, depth: np.ndarray, sort_key: np.ndarray
+) -> np.ndarray | None:
+    """If ids 0..n-1 are a DFS preorder, the parents (-1: the roots) whose children are not
+    ascending by ``sort_key``; None if they are no preorder at all.
 
     Walking the ids in order, each step goes one level down to a first child (whose parent
     must be the node before it), or comes back up to a next sibling: then the last earlier
-    node at its depth must share its parent and sort before it. ``depth`` must agree with
-    ``parent``.
+    node at its depth must share its parent, and should sort before it. ``depth`` must agree
+    with ``parent``.
     """
     if depth[0] != 0:
-        return False
+        return None
     step = np.diff(depth)
     if np.any(step > 1):
-        return False
+        return None
     down = np.flatnonzero(step == 1) + 1
     if not np.array_equal(parent[down], down - 1):
-        return False
+        return None
     # Nodes grouped by depth, ascending ids within a group: the one before a next sibling
     # in its group is the last earlier node at its depth, its previous sibling.
     order, _ = level_order(depth)
@@ -121,13 +141,63 @@ def is_sorted_preorder(parent: np.ndarray, depth: np.ndarray, sort_key: np.ndarr
     is_next[0] = False
     at = np.flatnonzero(is_next[order])
     if len(at) and at[0] == 0:
-        return False
+        return None
     nxt, prev = order[at], order[at - 1]
-    return bool(
-        np.array_equal(depth[prev], depth[nxt])
-        and np.array_equal(parent[prev], parent[nxt])
-        and np.all(sort_key[prev] < sort_key[nxt])
-    )
+    if not (np.array_equal(depth[prev], depth[nxt]) and np.array_equal(parent[prev], parent[nxt])):
+        return None
+    return np.unique(parent[nxt[sort_key[prev] >= sort_key[nxt]]])
+
+
+# Up to this many parents with misordered children, only their subtrees are rearranged
+# (recursively: not below this depth).
+LOCAL_REORDER_MAX = 2000
+LOCAL_REORDER_DEPTH = 400
+
+
+def _reorder_children(depth: np.ndarray, sort_key: np.ndarray, parents: np.ndarray) -> np.ndarray:
+    """The preorder of a tree whose ids are a preorder except that the children of
+    ``parents`` (sorted ids, -1 for the roots) are out of order: those children's subtrees
+    (contiguous id ranges) are put in order, the rest stays, so the cost follows the
+    rearranged subtrees, not the tree (names compared as numbers move a few siblings)."""
+    n = len(depth)
+    misordered = parents.tolist()
+
+    def end_of(p: int) -> int:
+        if p < 0:
+            return n
+        after = np.flatnonzero(depth[p + 1 :] <= depth[p])
+        return p + 1 + int(after[0]) if len(after) else n
+
+    def arrange(p: int, end: int) -> list[np.ndarray]:
+        """Ids of p's subtree [p, end) (without p) in order, as ranges."""
+        lo = p + 1
+        starts = lo + np.flatnonzero(depth[lo:end] == (depth[p] + 1 if p >= 0 else 0))
+        bounds = [*starts.tolist(), end]
+        kids = sorted(range(len(starts)), key=lambda k: int(sort_key[starts[k]]))
+        out: list[np.ndarray] = []
+        for k in kids if p in wanted else range(len(starts)):
+            c, c_end = bounds[k], bounds[k + 1]
+            j = bisect_right(misordered, c)
+            if (j < len(misordered) and misordered[j] < c_end) or c in wanted:
+                out.append(np.asarray([c]))
+                out.extend(arrange(c, c_end))  # a misordered parent inside: recurse
+            else:
+                out.append(np.arange(c, c_end))
+        return out
+
+    wanted = set(misordered)
+    pieces: list[np.ndarray] = []
+    pos = 0
+    for p in misordered:
+        if p < pos and p >= 0:
+            continue  # inside a subtree already rearranged
+        start = max(p, 0)
+        pieces.append(np.arange(pos, start + (1 if p >= 0 else 0)))
+        end = end_of(p)
+        pieces.extend(arrange(p, end))
+        pos = end
+    pieces.append(np.arange(pos, n))
+    return np.concatenate(pieces).astype(np.int64)
 
 
 # -- encodings ------------------------------------------------------------------------------
