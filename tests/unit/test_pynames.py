@@ -183,3 +183,24 @@ def test_real_trace_steps_merge(data_dir):
     got = {merged.frames.name_of(f) for f in set(merged.stacks.frame)}
     assert MERGED_STEP in got and not any(re.fullmatch(r"ProfilerStep#\d+", s) for s in got)
     np.testing.assert_allclose(merged.totals(), plain.totals())
+
+
+def test_nested_module_frames_keep_their_own_calls():
+    b = ProfileBuilder()
+    glue = b.frame(GLUE, PY, "torch/nn/modules/module.py", 1743)
+    seq_fwd = b.frame("forward (container.py:250)", PY, "container.py", 250)
+    lin_fwd = b.frame("forward (linear.py:124)", PY, "linear.py", 124)
+    outer, inner = b.frame("nn.Module: Sequential_0", PY), b.frame("nn.Module: Sequential_1", PY)
+    lin = b.frame("nn.Module: Linear_3", PY)
+    op = b.frame("aten::addmm", FrameKind.CPP)
+    # A module frame right under another one, and a module of the same class in its method:
+    # each call keeps its own node.
+    b.add(b.stack([outer, lin, glue, lin_fwd, op]), 2)
+    b.add(b.stack([outer, glue, seq_fwd, inner, glue, seq_fwd, op]), 3)
+    got = stacks_of(module_methods(b.build()))
+    assert got == {
+        # the outer call's node is its method: what ran right under its module frame too
+        "Sequential > forward (container.py:250);Linear > forward (linear.py:124);aten::addmm": 2,
+        "Sequential > forward (container.py:250);Sequential > forward (container.py:250);"
+        "aten::addmm": 3,
+    }

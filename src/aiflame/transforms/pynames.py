@@ -102,13 +102,14 @@ def module_methods(profile: Profile, instances: bool = False) -> Profile:
             if names[frames.name[fid]].startswith(cls + " > "):
                 stand_in[i] = fid
         p = parent_of[i]
-        if stand_in[i] >= 0 and p >= 0 and waiting[p] is not None and method_child[p] < 0:
+        is_glue = frame_of[i] not in module_class
+        if stand_in[i] >= 0 and is_glue and p >= 0 and waiting[p] and method_child[p] < 0:
             stand_in[p] = stand_in[i]  # a glue frame's method stands for its module too
     plain: dict[int, int] = {}  # module frame -> the same without its instance number
     for i, (p, f) in enumerate(zip(parent_of, frame_of, strict=True)):
         above = new_id[p] if p >= 0 else EMPTY_STACK
         if waiting[i] is not None and stand_in[i] >= 0:
-            if p >= 0 and stand_in[p] == stand_in[i]:
+            if p >= 0 and stand_in[p] == stand_in[i] and f not in module_class:
                 new_id[i] = above  # glue of a module call: one node with it
             else:
                 new_id[i] = child(above, stand_in[i])
