@@ -40,7 +40,10 @@
       this.cssWidth = 0;
       this.pending = false;
       this.foldChains = !!this.opts.foldChains;
-      this.folds = []; // [{head, last, members: [node ids by depth - 1], count}]
+      // Folded chains, by head: {head, members (node ids, by depth - 1), count, last: the
+      // node the chain leads to, drawn on the row above it}.
+      this.folds = [];
+      this.foldByHead = new Map();
       this.ctx.font = FONT;
       this.charWidth = this.ctx.measureText("MMMMMMMMMM").width / 10 || 7.2;
       // The hover outline lives on a transparent canvas on top, so moving the pointer
@@ -70,7 +73,7 @@
       this.zoom = 0;
       this.hover = -1;
       this.minRows = 1;
-      this.folds = [];
+      this._setFolds([]);
     }
 
     // The chains to fold on the unzoomed graph: from each root's child, the frames that
@@ -105,28 +108,39 @@
       return folds;
     }
 
-    // The fold whose row node i is drawn in (head only), or null.
+    // The fold drawn as node i's row (i its head), or null.
     foldAt(i) {
-      for (const f of this.folds) if (f.head === i) return f;
-      return null;
+      return this.foldByHead.get(i) || null;
     }
 
-    // Display row of node i (0 = the root's row): its depth, less the rows folded below it.
-    // Members of a fold other than its head are not drawn (-1).
+    // Display row of node i (0 = the root's row): its depth, less the rows folded below it;
+    // -1 for a fold's member other than its head (drawn as the head), -2 for a node beside
+    // a fold's chain (too thin to see).
     _row(i) {
       const tree = this.tree;
-      const d = tree.depth[i];
-      for (const f of this.folds) {
-        if (i < f.head || i >= tree.end[f.head]) continue;
-        if (d <= f.count) return i === f.head ? 1 : f.members[d - 1] === i ? -1 : -2;
-        return i >= f.last && i < tree.end[f.last] ? d - f.count + 1 : -2;
+      const folds = this.folds;
+      let lo = 0;
+      let hi = folds.length - 1; // the last fold whose head is at or before i
+      while (lo < hi) {
+        const mid = (lo + hi + 1) >> 1;
+        if (folds[mid].head <= i) lo = mid;
+        else hi = mid - 1;
       }
-      return d;
+      const f = folds[lo];
+      const d = tree.depth[i];
+      if (!f || i < f.head || i >= tree.end[f.head]) return d;
+      if (d <= f.count) return i === f.head ? 1 : f.members[d - 1] === i ? -1 : -2;
+      return i >= f.last && i < tree.end[f.last] ? d - f.count + 1 : -2;
+    }
+
+    _setFolds(folds) {
+      this.folds = folds; // in preorder of their heads
+      this.foldByHead = new Map(folds.map((f) => [f.head, f]));
     }
 
     unfold() {
       this.foldChains = false;
-      this.folds = [];
+      this._setFolds([]);
     }
 
     setZoom(i) {
@@ -143,7 +157,7 @@
       let k = 0;
       let maxDepth = tree.depth[z];
       for (let v = tree.parent[z]; v >= 0; v = tree.parent[v]) vis[k++] = v;
-      this.folds = this._findFolds(tot, scale);
+      this._setFolds(this._findFolds(tot, scale));
       const folded = this.folds.length > 0;
       const end = tree.end[z];
       for (let i = z; i < end; ) {
