@@ -12,7 +12,7 @@ from aiflame.analysis.report import analyze
 from aiflame.cli.analyze_flags import add_efficiency_flags, efficiency_options
 from aiflame.cli.analyze_output import add_source_notes, load_input, write_html_report
 from aiflame.cli.browser import add_open, check_open, open_page
-from aiflame.cli.common import output_format, write_output
+from aiflame.cli.common import add_module_options, module_options, output_format, write_output
 from aiflame.errors import AiflameError
 from aiflame.render.analyze_terminal import render_terminal
 
@@ -37,6 +37,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top", type=int, default=10, metavar="N", help="rows per table (10)")
     add_efficiency_flags(p)
     add_open(p)
+    add_module_options(p)  # the flame graph page of -o
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
         if args.output.lower().endswith(".json"):
             raise AiflameError(f"{args.output}: -o writes the HTML report; use --json for JSON")
         output_format(args.output, "html", ("html",))
-    inputs = [load_input(path) for path in expand_inputs(args.traces)]
+    flame = module_options(args)
+    inputs = [load_input(path, **flame) for path in expand_inputs(args.traces)]
     report = analyze([i.trace for i in inputs], options=efficiency_options(args))
     for i, r in zip(inputs, report["ranks"], strict=True):
         add_source_notes(i, r)

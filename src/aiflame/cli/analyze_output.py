@@ -38,7 +38,8 @@ class Loaded:
     notes: list[str] = field(default_factory=list)
 
 
-def load_input(path: str) -> Loaded:
+def load_input(path: str, **flame_options: bool) -> Loaded:
+    """``flame_options``: ``module_instances``, ``merge_steps`` for the flame graph page."""
     if path != "-" and not Path(path).is_file():
         raise InputError(path, "no such file")
     source = Input(path)
@@ -52,7 +53,7 @@ def load_input(path: str) -> Loaded:
     trace = from_columns(cols, meta, path)
 
     def profile() -> Profile:
-        return kineto.build_profile(cols, meta, path, "short", "full")
+        return kineto.build_profile(cols, meta, path, "short", "full", **flame_options)
 
     return Loaded(path, "kineto", trace, profile)
 

@@ -201,12 +201,37 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
         help="Python frames as 'function (file.py:12)' (short, the default) or as the "
         "profiler wrote them (raw)",
     )
+    add_module_options(p)
 
 
-def trace_load_options(args: argparse.Namespace) -> dict[str, str]:
+def add_module_options(p: argparse.ArgumentParser) -> None:
+    """How PyTorch profiler traces show module instances and profiler steps."""
+    p.add_argument(
+        "--module-instances",
+        action="store_true",
+        help="PyTorch traces: keep a frame per module instance (nn.Module: Layer_0, Layer_1, "
+        "...); by default the instances of a module class merge into one 'Layer > forward'",
+    )
+    p.add_argument(
+        "--merge-steps",
+        action="store_true",
+        help="PyTorch traces: merge the ProfilerStep#N annotations into one ProfilerStep#*",
+    )
+
+
+def trace_load_options(args: argparse.Namespace) -> dict[str, object]:
     """Importer options given on the command line (only those that were set)."""
     names = ("kernel_names", "python_names")
-    return {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
+    out: dict[str, object] = {
+        k: getattr(args, k) for k in names if getattr(args, k, None) is not None
+    }
+    out.update(module_options(args))
+    return out
+
+
+def module_options(args: argparse.Namespace) -> dict[str, bool]:
+    """``--module-instances`` and ``--merge-steps``, as importer options (when given)."""
+    return {k: True for k in ("module_instances", "merge_steps") if getattr(args, k, False)}
 
 
 def apply_group_by(profile, args: argparse.Namespace):  # type: ignore[no-untyped-def]

@@ -13,8 +13,11 @@ a ``Call stack`` string; the 2021 ``Operator``/``Runtime``/``Kernel`` layout; AM
 names in the same categories); MTIA; GPU-only and CPU-only traces.
 
 Options: ``python_names`` ('short': ``function (file.py:12)``, ``Class > method``; 'raw':
-as written by the profiler) and ``kernel_names`` ('full', the default, exactly as in the
-trace; 'short': template arguments and parameters folded).
+as written by the profiler), ``kernel_names`` ('full', the default, exactly as in the
+trace; 'short': template arguments and parameters folded), ``module_instances`` (keep the
+``nn.Module: Layer_0``, ``Layer_1``... frames of every module instance; by default the
+instances of a class merge, see :mod:`aiflame.transforms.pynames`) and ``merge_steps``
+(``ProfilerStep#N`` as one ``ProfilerStep#*``).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from aiflame.sources.kineto_samples import (
 )
 from aiflame.symbolize.pyframes import PythonNaming
 from aiflame.transforms import correlate
+from aiflame.transforms.pynames import merge_steps as merge_profiler_steps
 from aiflame.transforms.pynames import module_methods
 
 if TYPE_CHECKING:
@@ -95,6 +99,8 @@ def load(
     python_names: str = "short",
     kernel_names: str = "full",
     python_roots: Sequence[str] | None = None,
+    module_instances: bool = False,
+    merge_steps: bool = False,
     **_: object,
 ) -> Profile:
     """``python_roots``: the traced interpreter's ``sys.path``, when known (``aiflame
@@ -114,7 +120,16 @@ def load(
         except trace_events.NoSlices:
             raise no_events from None
     naming = PythonNaming(python_roots) if python_roots is not None else None
-    return build_profile(cols, trace_meta, source.path, python_names, kernel_names, naming)
+    return build_profile(
+        cols,
+        trace_meta,
+        source.path,
+        python_names,
+        kernel_names,
+        naming,
+        module_instances=module_instances,
+        merge_steps=merge_steps,
+    )
 
 
 def read_columns(
@@ -232,6 +247,9 @@ def build_profile(
     python_names: str,
     kernel_names: str,
     naming: PythonNaming | None = None,
+    *,
+    module_instances: bool = False,
+    merge_steps: bool = False,
 ) -> Profile:
     builder = ProfileBuilder(SAMPLE_TYPES)
     frames = Frames(builder, cols, python_names, kernel_names, naming)
@@ -263,7 +281,9 @@ def build_profile(
 
     builder.meta.update(describe(cols, unlinked, warnings, rank, trace_meta, use_call_stacks))
     profile = builder.build()
-    return module_methods(profile) if python_names == "short" else profile
+    if python_names == "short":  # 'raw' keeps the frames as the profiler wrote them
+        profile = module_methods(profile, instances=module_instances)
+    return merge_profiler_steps(profile) if merge_steps else profile
 
 
 @dataclass

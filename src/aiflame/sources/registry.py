@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -18,6 +17,7 @@ from typing import Any
 
 from aiflame.errors import AiflameError, InputError
 from aiflame.model import Profile
+from aiflame.model.strings import natural_key
 from aiflame.sources.inputs import Input
 
 # Most specific first: the first sniffer that says yes wins.
@@ -104,6 +104,7 @@ def load_many(
     if len(profiles) == 1:
         return profiles[0]
     merged = merge(profiles)
+    merged.meta.pop("device", None)  # the first input's; kept only if all share it
     merged.meta.update(combine_meta(profiles))
     return merged
 
@@ -164,11 +165,6 @@ def load_timelines(paths: Sequence[str], fmt: str | None = None, **options: Any)
 TRACE_SUFFIXES = (".json", ".json.gz")
 
 
-def natural_key(name: str) -> list[object]:
-    """Sort key that puts ``rank-2`` before ``rank-10`` (numbers compared as numbers)."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
-
-
 def expand_inputs(paths: Sequence[str]) -> list[str]:
     """``paths`` with each directory replaced by its trace files, in natural name order."""
     out: list[str] = []
@@ -212,8 +208,16 @@ def distinct_names(paths: Sequence[str]) -> list[str]:
 
 
 def combine_meta(profiles: Sequence[Profile]) -> dict[str, object]:
-    """Meta of merged inputs: ``info:`` lines per input when they differ, ``*_ns`` summed."""
-    out: dict[str, object] = {}
+    """Meta of merged inputs: ``info:`` lines per input when they differ, ``*_ns`` summed,
+    the inputs' paths (``inputs``), ranks (``input_ranks``, when each has one) and their
+    ``device`` when they share it (titles name them: "8 ranks of worker*_step_12")."""
+    out: dict[str, object] = {"inputs": [str(p.meta.get("source", "?")) for p in profiles]}
+    ranks = [p.meta.get("rank") for p in profiles]
+    if all(r is not None for r in ranks):
+        out["input_ranks"] = ranks
+    devices = {p.meta.get("device") for p in profiles}
+    if len(devices) == 1 and devices != {None}:
+        out["device"] = devices.pop()
     keys = {k for p in profiles for k in p.meta}
     for key in sorted(keys):
         values = [p.meta.get(key) for p in profiles]
