@@ -18,7 +18,7 @@ import pytest
 from aiflame.model import FrameKind
 from aiflame.symbolize.process import Symbol, SymbolResolver
 
-pytestmark = pytest.mark.skipif(not progs.have_toolchain(), reason="needs gcc and binutils")
+pytestmark = pytest.mark.tools("gcc", "nm", "readelf", "objcopy", "strip")
 
 BASE = 0x7F1000000000
 
