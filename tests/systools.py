@@ -64,3 +64,9 @@ def need(*tools: str) -> None:
     reason = missing_reason(*tools)
     if reason:
         unavailable(reason)
+
+
+def need_root(why: str) -> None:
+    """Skip (or, with AIFLAME_REQUIRE_EBPF=1, fail) unless this process runs as root."""
+    if os.geteuid() != 0:
+        unavailable(f"needs root: {why}")

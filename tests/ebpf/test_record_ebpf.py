@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import site
 import subprocess
 import sys
 import textwrap
@@ -53,6 +54,10 @@ def without_py_spy(tmp_path_factory) -> tuple[str, dict[str, str]]:
     dirs = os.environ.get("PATH", "").split(os.pathsep)
     path = os.pathsep.join(d for d in dirs if d and not os.path.exists(os.path.join(d, "py-spy")))
     python = str(venv / "bin" / "python")
+    # this interpreter's packages (aiflame, its dependencies), should it be a venv itself
+    (site_dir,) = venv.glob("lib/python*/site-packages")
+    adds = [f"import site; site.addsitedir({d!r})" for d in site.getsitepackages()]
+    (site_dir / "outer.pth").write_text("\n".join(adds) + "\n")
     env = {**os.environ, "PATH": path}
     check = [python, "-c", "from aiflame.collectors.pyspy import find_pyspy; find_pyspy()"]
     assert (
