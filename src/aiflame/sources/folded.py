@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
@@ -80,10 +80,17 @@ def read_counts(source: Input) -> tuple[dict[str, float], int]:
     return counts, ignored
 
 
+# (name in the stack, below the delimiter) -> (frame name, kind)
+FrameNamer = Callable[[str, bool], tuple[str, FrameKind]]
+
+
 def build_profile(
-    counts: dict[str, float], sample_type: SampleType | None = None
+    counts: dict[str, float],
+    sample_type: SampleType | None = None,
+    frame_of: FrameNamer | None = None,
 ) -> ProfileBuilder:
-    """Intern folded stacks into a builder, guessing frame kinds from their names.
+    """Intern folded stacks into a builder, guessing frame kinds from their names (or, with
+    ``frame_of``, from what it says of each distinct name).
 
     Stacks are visited in frame-wise sorted order (``;`` sorts first), so each one shares
     its longest common prefix with the one before it: only the differing tail needs new
@@ -94,7 +101,13 @@ def build_profile(
     guess = KindGuesser()
     above: dict[str, int] = {}  # frame ids by name, above the `-` delimiter
     below: dict[str, int] = {}  # ... and at or below it (GPU frames)
-    intern_frame = builder.frames.intern
+    intern = builder.frames.intern
+
+    def intern_frame(name: str, below_delimiter: bool) -> int:  # once per distinct name
+        if frame_of is None:
+            return intern(name, guess(name, below_delimiter))
+        return intern(*frame_of(name, below_delimiter))
+
     get_above = above.get
     parents, frames = builder.stacks.bulk_columns()
     leaves: list[int] = []  # the leaf node of each stack, in sorted order
@@ -122,7 +135,7 @@ def build_profile(
                     if ids[j] is None:
                         fid = get_above(name)
                         if fid is None:
-                            fid = above[name] = intern_frame(name, guess(name, False))
+                            fid = above[name] = intern_frame(name, False)
                         ids[j] = fid
         else:
             ids = []
@@ -131,7 +144,7 @@ def build_profile(
                 table = below if pos > delim else above
                 fid = table.get(name)
                 if fid is None:
-                    fid = table[name] = intern_frame(name, guess(name, pos > delim))
+                    fid = table[name] = intern_frame(name, pos > delim)
                 ids.append(fid)
         parents.append(path[k - 1] if k else EMPTY_STACK)
         parents.extend(range(first_new, first_new + n_new - 1))

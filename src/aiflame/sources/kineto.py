@@ -14,7 +14,8 @@ names in the same categories); MTIA; GPU-only and CPU-only traces.
 
 Options: ``python_names`` ('short': ``function (file.py:12)``, ``Class > method``; 'raw':
 as written by the profiler) and ``kernel_names`` ('full', the default, exactly as in the
-trace; 'short': template arguments and parameters folded).
+trace; 'short': template arguments and parameters folded, but for the arguments that tell
+kernels of the trace apart: symbolize/cxxnames.py).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from aiflame.sources.inputs import Input
 from aiflame.sources.kineto_events import Cls, Columns, EventCollector
 from aiflame.sources.kineto_info import describe
 from aiflame.sources.kineto_json import TraceStream
-from aiflame.sources.kineto_names import python_frame, short_kernel_name
+from aiflame.sources.kineto_names import python_frame
 from aiflame.sources.kineto_samples import (
     DELIMITER,
     SAMPLE_TYPES,
@@ -42,6 +43,7 @@ from aiflame.sources.kineto_samples import (
     add_cpu_samples,
     add_gpu_samples,
 )
+from aiflame.symbolize.cxxnames import distinct_short_names, short_kernel_name
 from aiflame.symbolize.pyframes import PythonNaming
 from aiflame.transforms import correlate
 from aiflame.transforms.pynames import module_methods
@@ -155,6 +157,10 @@ class _Frames:
     ) -> None:
         self.b, self.names, self.py, self.kernel = builder, cols.names, py, kernel
         self.naming = naming if py == "short" else None
+        self._short: dict[str, str] = {}
+        if kernel == "short":  # shortened together, so that they stay apart
+            used = np.unique(cols.gpu_name[cols.gpu_cls == Cls.KERNEL]).tolist()
+            self._short = distinct_short_names(self.names[i] for i in used)
         self._ids: dict[tuple[int, int], int] = {}
         self._stacks: dict[int, list[int]] = {}
         self.call_stacks = cols.call_stacks
@@ -176,7 +182,7 @@ class _Frames:
                 fid = self.b.frame(name, FrameKind.RUNTIME)
             elif cls in Cls.GPU:
                 if self.kernel == "short" and cls == Cls.KERNEL:
-                    name = short_kernel_name(name)
+                    name = self._short.get(name) or short_kernel_name(name)
                 fid = self.b.frame(name, FrameKind.GPU_KERNEL)
             else:
                 fid = self.b.frame(name, _KINDS[cls])
