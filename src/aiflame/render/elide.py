@@ -5,6 +5,7 @@ elementwise_kernel<128, 4, at::nativ…``: what tells them apart (the functor) c
 later. :func:`distinct_labels` keeps each name's start and, after an ``…``, either its end
 (when the start already tells it from the other names of the column) or the stretch where
 it first differs from the name most like it, as speedscope elides labels in the middle.
+:func:`table_labels` first shortens kernel names the way ``--kernel-names short`` does.
 """
 
 from __future__ import annotations
@@ -59,7 +60,12 @@ def _lead(name: str, width: int) -> int:
 def _head_and_tail(name: str, width: int, at: tuple[int, int]) -> str | None:
     """The start, ``…``, the end; None unless the start or the end tells the name apart."""
     start, end = at
-    for head in (_lead(name, width), start + 1):
+    word_end = start
+    while _in_word(name, word_end):
+        word_end += 1  # the start up to the end of the word that tells the name apart
+    lead = _lead(name, width)
+    heads = [lead] if start < lead else [word_end, lead]
+    for head in [*heads, start + 1]:
         tail = width - 1 - head
         if tail < MIN_TAIL:
             continue
@@ -76,7 +82,7 @@ def _head_and_tail(name: str, width: int, at: tuple[int, int]) -> str | None:
 
 
 def _in_word(name: str, i: int) -> bool:
-    return i >= 0 and (name[i].isalnum() or name[i] == "_")
+    return 0 <= i < len(name) and (name[i].isalnum() or name[i] == "_")
 
 
 def _head_and_window(name: str, width: int, at: int) -> str:
