@@ -34,7 +34,12 @@ def add_perf_options(p: argparse.ArgumentParser) -> None:
     flag = g.add_argument
     flag("--pid", dest="perf_pid", action="store_true", help="process name with its PID")
     flag("--tid", dest="perf_tid", action="store_true", help="process name with PID/TID")
-    flag("--kernel", dest="perf_kernel", action="store_true", help="mark kernel frames _[k] in folded text")
+    flag(
+        "--kernel",
+        dest="perf_kernel",
+        action="store_true",
+        help="mark kernel frames _[k] in folded text",
+    )
     flag("--jit", dest="perf_jit", action="store_true", help="mark JIT frames _[j] in folded text")
     flag(
         "--annotate-all",
