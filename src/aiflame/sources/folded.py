@@ -101,13 +101,7 @@ def build_profile(
     guess = KindGuesser()
     above: dict[str, int] = {}  # frame ids by name, above the `-` delimiter
     below: dict[str, int] = {}  # ... and at or below it (GPU frames)
-    intern = builder.frames.intern
-
-    def intern_frame(name: str, below_delimiter: bool) -> int:  # once per distinct name
-        if frame_of is None:
-            return intern(name, guess(name, below_delimiter))
-        return intern(*frame_of(name, below_delimiter))
-
+    intern_frame = builder.frames.intern
     get_above = above.get
     parents, frames = builder.stacks.bulk_columns()
     leaves: list[int] = []  # the leaf node of each stack, in sorted order
@@ -135,7 +129,9 @@ def build_profile(
                     if ids[j] is None:
                         fid = get_above(name)
                         if fid is None:
-                            fid = above[name] = intern_frame(name, False)
+                            fid = above[name] = intern_frame(
+                                *frame_of(name, False) if frame_of else (name, guess(name, False))
+                            )
                         ids[j] = fid
         else:
             ids = []
@@ -144,7 +140,12 @@ def build_profile(
                 table = below if pos > delim else above
                 fid = table.get(name)
                 if fid is None:
-                    fid = table[name] = intern_frame(name, pos > delim)
+                    below_delimiter = pos > delim
+                    fid = table[name] = intern_frame(
+                        *frame_of(name, below_delimiter)
+                        if frame_of
+                        else (name, guess(name, below_delimiter))
+                    )
                 ids.append(fid)
         parents.append(path[k - 1] if k else EMPTY_STACK)
         parents.extend(range(first_new, first_new + n_new - 1))

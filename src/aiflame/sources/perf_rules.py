@@ -178,7 +178,8 @@ def frame_names(pc: str, func_raw: str, mod: str, java: bool, opts: PerfOptions)
 def namer(opts: PerfOptions) -> Callable[[str, str, str, bool], str]:
     """A fast ``fragment(frame_names(...))`` for ``opts``: the usual single, known function
     is handled inline, the rest by :func:`frame_names`."""
-    kernel, jit = opts.annotate_kernel, opts.annotate_jit
+    kernel, jit, kinds = opts.annotate_kernel, opts.annotate_jit, opts.kinds
+    marks: dict[str, str] = {}  # module -> its mark (opts.kinds): a profile has few modules
 
     def name(pc: str, func: str, mod: str, java: bool) -> str:
         if not func or func[0] == "(" or "->" in func or func == "[unknown]":
@@ -191,21 +192,14 @@ def namer(opts: PerfOptions) -> Callable[[str, str, str, bool], str]:
             func += "_[k]"
         elif jit and "_[j]" not in func and _PERF_MAP.search(mod):
             func += "_[j]"
+        if kinds:
+            mark = marks.get(mod)
+            if mark is None:
+                mark = marks[mod] = module_mark(mod)
+            func += mark
         return ";" + func
 
-    if not opts.kinds:
-        return name
-    marks: dict[str, str] = {}  # by module: a profile has few
-
-    def marked(pc: str, func: str, mod: str, java: bool) -> str:
-        if not func or func[0] == "(" or "->" in func or func == "[unknown]":
-            return fragment(frame_names(pc, func, mod, java, opts))
-        mark = marks.get(mod)
-        if mark is None:
-            mark = marks[mod] = module_mark(mod)
-        return name(pc, func, mod, java) + mark
-
-    return marked
+    return name
 
 
 def event_fields(m: re.Match[str]) -> tuple[str, str, str]:
