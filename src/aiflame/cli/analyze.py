@@ -11,6 +11,7 @@ import json
 from aiflame.analysis.report import analyze
 from aiflame.cli.analyze_flags import add_efficiency_flags, efficiency_options
 from aiflame.cli.analyze_output import add_source_notes, load_input, write_html_report
+from aiflame.cli.browser import add_open, check_open, open_page
 from aiflame.cli.common import write_output
 from aiflame.render.analyze_terminal import render_terminal
 
@@ -34,11 +35,13 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--top", type=int, default=10, metavar="N", help="rows per table (10)")
     add_efficiency_flags(p)
+    add_open(p)
 
 
 def run(args: argparse.Namespace) -> int:
     from aiflame.sources.registry import expand_inputs
 
+    check_open(args, args.output, is_page=True)
     # A directory stands for its traces (one per rank, as torch's profiler writes them).
     inputs = [load_input(path) for path in expand_inputs(args.traces)]
     report = analyze([i.trace for i in inputs], options=efficiency_options(args))
@@ -50,7 +53,10 @@ def run(args: argparse.Namespace) -> int:
         text = json.dumps(report, indent=1)
         if args.json == "-":
             print(text)
-            return 0
-        write_output(args.json, text + "\n")
-    render_terminal(report, args.top)
+        else:
+            write_output(args.json, text + "\n")
+    if args.json != "-":
+        render_terminal(report, args.top)
+    if args.open:
+        open_page(args.output)
     return 0

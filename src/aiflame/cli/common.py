@@ -150,7 +150,8 @@ def check_metric(profile, metric: str | None) -> None:  # type: ignore[no-untype
         raise AiflameError(f"{src}: empty profile (no samples with a value)")
 
 
-GROUP_KEYS = ("rank", "device", "stream", "pid", "tid", "gil")
+GROUP_KEYS = ("file", "rank", "device", "stream", "pid", "tid", "gil")
+FILE_LABEL = "file"  # --group-by file: the input file each sample came from
 
 
 def add_trace_options(p: argparse.ArgumentParser) -> None:
@@ -158,8 +159,8 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--group-by",
         choices=GROUP_KEYS,
-        help="put each rank, device, stream, process, thread or GIL state (recorded Python "
-        "threads: held or released) at the root of the flame graph",
+        help="put each input file, rank, device, stream, process, thread or GIL state "
+        "(recorded Python threads: held or released) at the root of the flame graph",
     )
     p.add_argument(
         "--kernel-names",
@@ -197,7 +198,11 @@ def load_inputs(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from aiflame.sources import load_many
 
     profile = load_many(
-        args.inputs, args.input_format, **trace_load_options(args), **perf_load_options(args)
+        args.inputs,
+        args.input_format,
+        label_files=FILE_LABEL if getattr(args, "group_by", None) == FILE_LABEL else None,
+        **trace_load_options(args),
+        **perf_load_options(args),
     )
     profile = apply_group_by(profile, args)
     check_metric(profile, args.metric)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from aiflame.cli.browser import add_open, check_open, open_page
 from aiflame.cli.common import add_metric, add_output, write_output
 from aiflame.errors import AiflameError
 from aiflame.model import Profile
@@ -60,6 +61,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--format", dest="input_format", metavar="FMT", help="input format of both profiles"
     )
+    add_open(p)
 
 
 def output_format(args: argparse.Namespace) -> str:
@@ -92,6 +94,7 @@ def both_folded(args: argparse.Namespace) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     fmt = output_format(args)  # before the (slow) loading, so a typo fails at once
+    check_open(args, args.output, is_page=fmt == "html")
     if fmt == "folded" and both_folded(args):
         from aiflame.render.folded import format_diff_lines
         from aiflame.sources.folded_diff import read_pair
@@ -113,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
         write_output(args.output, render_html(diff_of(args), title=title))
     if args.output != "-":
         print(f"wrote {args.output}", file=sys.stderr)
+    if args.open:
+        open_page(args.output)
     return 0
 
 

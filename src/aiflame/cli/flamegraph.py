@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from aiflame.cli.browser import add_open, check_open, open_page
 from aiflame.cli.common import (
     add_inputs,
     add_metric,
@@ -27,11 +28,13 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--inverted", action="store_true", help="icicle view: root at the top (toggle in the page)"
     )
+    add_open(p)
 
 
 def run(args: argparse.Namespace) -> int:
     from aiflame.render.html import render_html
 
+    check_open(args, args.output, is_page=True)
     profile = load_inputs(args)
     html = render_html(
         profile,
@@ -43,4 +46,6 @@ def run(args: argparse.Namespace) -> int:
     write_output(args.output, html)
     if args.output != "-":
         print(f"wrote {args.output}", file=sys.stderr)
+    if args.open:
+        open_page(args.output)
     return 0

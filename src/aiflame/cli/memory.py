@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from aiflame.cli.browser import add_open, check_open, open_page
 from aiflame.cli.common import add_output, check_metric, write_output
+from aiflame.errors import AiflameError
 from aiflame.model import Profile
 from aiflame.sources.inputs import Input
 from aiflame.sources.registry import detect, load
@@ -51,11 +53,19 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="do not read .py sources to name methods 'Class > method'",
     )
     p.add_argument("--format", dest="input_format", metavar="FMT", help="input format")
+    add_open(p)
 
 
 def run(args: argparse.Namespace) -> int:
     from aiflame.render.registry import format_for_path, render
 
+    out_fmt = "html" if args.output == "-" else (format_for_path(args.output) or "html")
+    check_open(args, args.output, is_page=out_fmt == "html")
+    if out_fmt == "chrome":
+        raise AiflameError(
+            f"{args.output}: aiflame memory writes a page (.html) or a profile (.pb.gz, "
+            ".folded, .speedscope.json); a trace's timeline is 'aiflame convert TRACE -f chrome'"
+        )
     fmt = args.input_format or detect(Input(args.input)).FORMAT
     options = {}
     if fmt == SNAPSHOT_FORMAT:
@@ -65,7 +75,6 @@ def run(args: argparse.Namespace) -> int:
     if metric is None and fmt == SNAPSHOT_FORMAT:
         metric = "peak-bytes"
     check_metric(profile, metric)
-    out_fmt = "html" if args.output == "-" else (format_for_path(args.output) or "html")
     if out_fmt == "html":
         from aiflame.render.html import render_html
 
@@ -81,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
     if args.output != "-":
         line = summary(profile)
         print(f"{line + '; ' if line else ''}wrote {args.output}", file=sys.stderr)
+    if args.open:
+        open_page(args.output)
     return 0
 
 

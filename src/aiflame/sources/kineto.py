@@ -23,7 +23,7 @@ from __future__ import annotations
 from array import array
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -47,6 +47,9 @@ from aiflame.symbolize.cxxnames import distinct_short_names, short_kernel_name
 from aiflame.symbolize.pyframes import PythonNaming
 from aiflame.transforms import correlate
 from aiflame.transforms.pynames import module_methods
+
+if TYPE_CHECKING:
+    from aiflame.model.timeline import Timeline
 
 FORMAT = "kineto"
 
@@ -333,3 +336,10 @@ __all__ = [
     "read_columns",
     "sniff",
 ]
+
+
+def load_timeline(source: Input, kernel_names: str = "full", **_: object) -> Timeline:
+    """The trace's slices and GPU activity in time, for the Chrome trace exporter."""
+    from aiflame.sources.kineto_timeline import load_timeline as timeline
+
+    return timeline(source, kernel_names=kernel_names)

@@ -76,6 +76,10 @@ class Args(msgspec.Struct, gc=False):
     stream: Any = None
     device: Any = None
     call_stack: Any = msgspec.field(default=None, name="Call stack")
+    # of process_name / thread_name / process_labels / *_sort_index metadata ('M') events
+    name: Any = None
+    labels: Any = None
+    sort_index: Any = None
 
 
 class Event(msgspec.Struct, gc=False):
@@ -112,18 +116,25 @@ def coerce_event(item: Any, shapes: bool = False) -> Event | None:
     raw = item.get("args")
     args = None
     if isinstance(raw, dict):
-        fields = (raw.get("correlation"), raw.get("stream"), raw.get("device"))
+        fields = {
+            "correlation": raw.get("correlation"),
+            "stream": raw.get("stream"),
+            "device": raw.get("device"),
+            "call_stack": raw.get("Call stack"),
+            "name": raw.get("name"),
+            "labels": raw.get("labels"),
+            "sort_index": raw.get("sort_index"),
+        }
         if shapes:
             args = ShapeArgs(
-                *fields,
-                raw.get("Call stack"),
-                raw.get("Input Dims"),
-                raw.get("Input type"),
-                raw.get("Concrete Inputs"),
-                raw.get("bytes"),
+                **fields,
+                input_dims=raw.get("Input Dims"),
+                input_type=raw.get("Input type"),
+                concrete_inputs=raw.get("Concrete Inputs"),
+                bytes=raw.get("bytes"),
             )
         else:
-            args = Args(*fields, raw.get("Call stack"))
+            args = Args(**fields)
     get = item.get
     return (ShapeEvent if shapes else Event)(
         get("ph"),
@@ -201,6 +212,11 @@ class Columns:
     cpu_shape: np.ndarray | None = None
     shapes: list[tuple[Any, Any, Any]] = field(default_factory=list)
     gpu_bytes: np.ndarray | None = None
+    # From the metadata ('M') events: names, labels and sort order of processes and threads,
+    # keyed by pid and by (pid, tid) as in `threads`.
+    process_meta: dict[Any, dict[str, Any]] = field(default_factory=dict)
+    thread_meta: dict[tuple[Any, Any], dict[str, Any]] = field(default_factory=dict)
+    categories: dict[str, int] = field(default_factory=dict)  # each `cat` seen -> its class
 
 
 class EventCollector:
@@ -232,6 +248,8 @@ class EventCollector:
         self.base_us: float | None = None
         self.warnings: Counter[str] = Counter()
         self.ignored: Counter[str] = Counter()
+        self.process_meta: dict[Any, dict[str, Any]] = {}
+        self.thread_meta: dict[tuple[Any, Any], dict[str, Any]] = {}
 
     def _intern(self, table: dict[str, int], s: str) -> int:
         i = table.get(s)
@@ -342,6 +360,8 @@ class EventCollector:
                     g_cls(cls)
                     g_name(nid)
                     g_corr(corr)
+            elif ph == "M":
+                self._metadata(e)
             elif ph == "B" or ph == "E":
                 self.ignored[f"'{ph}' (begin/end) events"] += 1  # Kineto writes 'X' slices
             elif ph == "s" or ph == "f":
@@ -362,6 +382,26 @@ class EventCollector:
                 flows["thread"].append(self._thread(e.pid, e.tid))
                 flows["ts"].append(ts)
                 flows["id"].append(fid)
+
+    def _metadata(self, e: Event) -> None:
+        """Names and order of processes and threads, for timelines (not flame graphs)."""
+        args = e.args
+        kind = e.name
+        if args is None or not isinstance(kind, str):
+            return
+        what, _, key = kind.partition("_")  # process_name -> ("process", "name")
+        value = {"name": args.name, "labels": args.labels, "index": args.sort_index}.get(
+            key.removeprefix("sort_")
+        )
+        if value is None or what not in ("process", "thread"):
+            return
+        try:
+            if what == "process":
+                self.process_meta.setdefault(_ident(e.pid), {})[key] = value
+            else:
+                self.thread_meta.setdefault((_ident(e.pid), _ident(e.tid)), {})[key] = value
+        except TypeError:  # an unhashable pid/tid: no name for it
+            pass
 
     def _shape(self, args: Any, cls: int) -> int:
         """Index of an operator's (Input Dims, Input type), -1 when it has none."""
@@ -420,4 +460,7 @@ class EventCollector:
             np_(self.cpu_shape) if self.shapes else None,
             self._shape_list,
             np_(self.gpu_bytes) if self.shapes else None,
+            process_meta=self.process_meta,
+            thread_meta=self.thread_meta,
+            categories={c: k for c, k in self._classes.items() if isinstance(c, str)},
         )

@@ -1,7 +1,9 @@
 """Format detection and loading: every importer registers a sniffer and a loader.
 
 An importer module defines ``FORMAT`` (its name), ``sniff(head: bytes, path: str) -> bool``
-and ``load(source: Input, **options) -> Profile``, and is listed in ``IMPORTERS``.
+and ``load(source: Input, **options) -> Profile``, and is listed in ``IMPORTERS``. An
+importer of traces also defines ``load_timeline(source: Input, **options) -> Timeline``:
+the slices in time that the Chrome trace exporter writes.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import importlib
 import os
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -76,20 +79,85 @@ def load(path: str, fmt: str | None = None, **options: Any) -> Profile:
     return profile
 
 
-def load_many(paths: Sequence[str], fmt: str | None = None, **options: Any) -> Profile:
+def load_many(
+    paths: Sequence[str],
+    fmt: str | None = None,
+    *,
+    label_files: str | None = None,
+    **options: Any,
+) -> Profile:
     """Load several inputs and merge them into one profile.
 
     A directory stands for the trace files in it (``*.json``, ``*.json.gz``), e.g. one file
-    per rank of a PyTorch profiler run.
+    per rank of a PyTorch profiler run. ``label_files``: a label key given to every sample,
+    whose value names the input file it came from (its shortest distinct path suffix).
     """
+    from aiflame.transforms.group import with_label
     from aiflame.transforms.merge import merge
 
-    profiles = [load(p, fmt, **options) for p in expand_inputs(paths)]
+    files = expand_inputs(paths)
+    profiles = [load(p, fmt, **options) for p in files]
+    if label_files:
+        names = distinct_names(files)
+        profiles = [with_label(p, label_files, n) for p, n in zip(profiles, names, strict=True)]
     if len(profiles) == 1:
         return profiles[0]
     merged = merge(profiles)
     merged.meta.update(combine_meta(profiles))
     return merged
+
+
+def load_timeline(path: str, fmt: str | None = None, metric: str | None = None, **options: Any):  # type: ignore[no-untyped-def]
+    """The timeline of one input: a trace's own, or the slices of a profile's timed samples
+    (``metric`` chooses their weight); refused for inputs that have no times."""
+    from aiflame.transforms.timeline import sample_timeline
+
+    source = Input(path)
+    if fmt:
+        mods = {m.FORMAT: m for m in _modules()}
+        if fmt not in mods:
+            raise AiflameError(f"unknown input format '{fmt}' (known: {', '.join(mods)})")
+        mod = mods[fmt]
+    else:
+        mod = detect(source)
+    reader = getattr(mod, "load_timeline", None)
+    if reader is None:
+        profile = load(path, mod.FORMAT, **options)
+        if profile.timestamps is None:
+            raise InputError(
+                path,
+                f"{_WHAT.get(mod.FORMAT, mod.FORMAT + ' input')} has no timeline (no times): a "
+                "Chrome trace is written from traces (PyTorch profiler, Nsight Systems, Chrome "
+                "trace JSON) or from profiles with sample times",
+            )
+        try:
+            return sample_timeline(profile, metric)
+        except AiflameError as e:
+            raise InputError(path, str(e)) from None
+    try:
+        timeline = reader(source, **options)
+    except (AiflameError, MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as e:  # as load(): a parser bug or corrupt data is one clear line
+        raise InputError(path, f"cannot read as {mod.FORMAT}: {type(e).__name__}: {e}") from e
+    timeline.meta.setdefault("source", path)
+    return timeline
+
+
+_WHAT = {
+    "folded": "folded stacks input",
+    "perf-script": "'perf script' input (collapsed to stacks)",
+    "pprof": "a pprof profile",
+    "speedscope": "a sampled speedscope profile",
+}
+
+
+def load_timelines(paths: Sequence[str], fmt: str | None = None, **options: Any):  # type: ignore[no-untyped-def]
+    """The timelines of several inputs (directories expanded), as one."""
+    from aiflame.transforms.timeline import merge_timelines
+
+    files = expand_inputs(paths)
+    return merge_timelines([load_timeline(p, fmt, **options) for p in files], distinct_names(files))
 
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -121,6 +189,25 @@ def expand_inputs(paths: Sequence[str]) -> list[str]:
             raise InputError(path, "directory holds no trace files (*.json, *.json.gz)")
         out.extend(found)
     return out
+
+
+def distinct_names(paths: Sequence[str]) -> list[str]:
+    """Short names that tell ``paths`` apart: the file names, with as many parent folders
+    as it takes where two are alike (``a/rank0.json``, ``b/rank0.json``)."""
+    parts = [Path(p).parts if p != "-" else ("stdin",) for p in paths]
+    depth = [1] * len(paths)
+    while True:
+        names = ["/".join(ps[-d:]) for ps, d in zip(parts, depth, strict=True)]
+        seen: dict[str, list[int]] = {}
+        for i, n in enumerate(names):
+            seen.setdefault(n, []).append(i)
+        grow = [
+            i for same in seen.values() if len(same) > 1 for i in same if depth[i] < len(parts[i])
+        ]
+        if not grow:
+            return names
+        for i in grow:
+            depth[i] += 1
 
 
 def combine_meta(profiles: Sequence[Profile]) -> dict[str, object]:

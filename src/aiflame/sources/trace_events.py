@@ -21,7 +21,7 @@ import contextlib
 import io
 from array import array
 from collections import Counter
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import msgspec
 import numpy as np
@@ -29,6 +29,7 @@ import numpy as np
 from aiflame.errors import InputError
 from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
 from aiflame.model.stacks import EMPTY_STACK
+from aiflame.model.timeline import Timeline, TimelineBuilder
 from aiflame.sources.inputs import Input
 from aiflame.sources.kineto_events import _ident, _number
 from aiflame.sources.kineto_json import TraceStream
@@ -320,7 +321,20 @@ def match_begin_end(
     return tuple(np.asarray(c, dtype=np.int64) for c in out)
 
 
-def load(source: Input, **_: object) -> Profile:
+class _Slices(NamedTuple):
+    """Every slice of a trace (X events, and B/E pairs matched), times in ns from ``base``."""
+
+    col: _Collector
+    base_us: float
+    thread: np.ndarray
+    ts: np.ndarray
+    dur: np.ndarray
+    name: np.ndarray
+    seq: np.ndarray  # position in the file
+    complete: int  # how many were X events (the rest: B/E pairs)
+
+
+def _slices(source: Input) -> _Slices:
     col = _collect(source)
     base = col.base_us or 0.0
     x_thread, x_ts, x_dur = _ints(col.x[0]), _ns(col.x[1], base), _ns(col.x[2], 0.0)
@@ -347,6 +361,13 @@ def load(source: Input, **_: object) -> Profile:
             "no slices in this trace (no 'X' complete events or 'B'/'E' pairs)"
             + (f"; only: {what}" if what else ""),
         )
+    return _Slices(col, base, thread, ts, dur, name, seq, int(x_ts.shape[0]))
+
+
+def load(source: Input, **_: object) -> Profile:
+    col, base, thread, ts, dur, name, seq, complete = _slices(source)
+    warnings = col.warnings
+    n_threads = len(col.thread_keys)
     # Slices starting together with equal length: the one written first encloses.
     nesting = correlate.nest(thread, ts, dur, seq)
     if nesting.bleeding:
@@ -378,7 +399,7 @@ def load(source: Input, **_: object) -> Profile:
             "default_type": 0,
             "time_range_ns": (int(base) * 1000 + first, int(base) * 1000 + last),
             "info:slices": (
-                f"{len(x_ts):,} complete (X), {len(b_ts):,} begin/end pairs (B/E) "
+                f"{complete:,} complete (X), {len(ts) - complete:,} begin/end pairs (B/E) "
                 f"on {n_threads:,} thread(s)"
             ),
         }
@@ -409,3 +430,28 @@ def _thread_roots(builder: ProfileBuilder, col: _Collector) -> tuple[list[int], 
         roots.append(builder.stack(frames) if frames else EMPTY_STACK)
         labels[t] = builder.labels({"pid": pid, "tid": tid})
     return roots, labels
+
+
+def load_timeline(source: Input, **_: object) -> Timeline:
+    """The trace's slices on its processes and threads (B/E pairs as complete slices).
+    Categories, ``args`` and flows of generic traces are not read, so not kept."""
+    col, base, thread, ts, dur, name, seq, _ = _slices(source)
+    b = TimelineBuilder()
+    tracks = np.asarray(
+        [
+            b.track(pid, tid, col.process_names.get(pid, ""), col.thread_names.get((pid, tid), ""))
+            for pid, tid in col.thread_keys
+        ],
+        dtype=np.int32,
+    )
+    names = np.asarray([b.string(n or UNNAMED) for n in col.names], dtype=np.int32)
+    order = np.lexsort((seq, ts))
+    b.add_many(
+        tracks[thread[order]],
+        round(base * 1000) + ts[order],
+        dur[order],
+        names[name[order]],
+        np.full(order.size, b.string(""), dtype=np.int32),
+    )
+    b.meta["format"] = FORMAT
+    return b.build()
