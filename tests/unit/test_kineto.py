@@ -404,9 +404,14 @@ def test_short_kernel_names_option() -> None:
     full = leaf_values(trace(BERT_H100), "gpu-time", "stream")
     short = leaf_values(trace(BERT_H100, kernel_names="short"), "gpu-time", "stream")
     assert sum(full.values()) == sum(short.values())
-    assert len(short) < len(full)
-    assert ("cutlass::Kernel2<…>", "7") in short
-    assert not any(name.startswith("void ") for name, _ in short)
+    assert len(short) == len(full)  # shorter names, but every kernel apart still
+    kernel2 = {name for name, _ in short if name.startswith("cutlass::Kernel2<")}
+    assert (
+        "cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8>"
+        in kernel2
+    )
+    assert len(kernel2) == 3
+    assert not any(name.startswith("void ") or len(name) > 150 for name, _ in short)
 
 
 def test_bad_option_values() -> None:

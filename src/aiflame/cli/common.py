@@ -34,8 +34,13 @@ def add_perf_options(p: argparse.ArgumentParser) -> None:
     flag = g.add_argument
     flag("--pid", dest="perf_pid", action="store_true", help="process name with its PID")
     flag("--tid", dest="perf_tid", action="store_true", help="process name with PID/TID")
-    flag("--kernel", dest="perf_kernel", action="store_true", help="mark kernel frames _[k]")
-    flag("--jit", dest="perf_jit", action="store_true", help="mark JIT frames _[j]")
+    flag(
+        "--kernel",
+        dest="perf_kernel",
+        action="store_true",
+        help="mark kernel frames _[k] in folded text",
+    )
+    flag("--jit", dest="perf_jit", action="store_true", help="mark JIT frames _[j] in folded text")
     flag(
         "--annotate-all",
         dest="perf_all",
@@ -193,7 +198,8 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
         "--kernel-names",
         choices=("full", "short"),
         help="GPU kernel names as in the trace (full, the default) or with template "
-        "arguments and parameters folded (short)",
+        "arguments and parameters folded, but for the arguments that tell the kernels of the "
+        "profile apart (short)",
     )
     p.add_argument(
         "--python-names",

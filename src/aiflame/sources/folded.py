@@ -12,7 +12,7 @@ from __future__ import annotations
 import gc
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
@@ -86,10 +86,17 @@ def read_counts(source: Input) -> tuple[dict[str, float], int]:
     return counts, ignored
 
 
+# (name in the stack, below the delimiter) -> (frame name, kind)
+FrameNamer = Callable[[str, bool], tuple[str, FrameKind]]
+
+
 def build_profile(
-    counts: dict[str, float], sample_type: SampleType | None = None
+    counts: dict[str, float],
+    sample_type: SampleType | None = None,
+    frame_of: FrameNamer | None = None,
 ) -> ProfileBuilder:
-    """Intern folded stacks into a builder, guessing frame kinds from their names.
+    """Intern folded stacks into a builder, guessing frame kinds from their names (or, with
+    ``frame_of``, from what it says of each distinct name).
 
     Stacks are visited in frame-wise sorted order (``;`` sorts first), so each one shares
     its longest common prefix with the one before it: only the differing tail needs new
@@ -128,7 +135,9 @@ def build_profile(
                     if ids[j] is None:
                         fid = get_above(name)
                         if fid is None:
-                            fid = above[name] = intern_frame(name, guess(name, False))
+                            fid = above[name] = intern_frame(
+                                *frame_of(name, False) if frame_of else (name, guess(name, False))
+                            )
                         ids[j] = fid
         else:
             ids = []
@@ -137,7 +146,12 @@ def build_profile(
                 table = below if pos > delim else above
                 fid = table.get(name)
                 if fid is None:
-                    fid = table[name] = intern_frame(name, guess(name, pos > delim))
+                    below_delimiter = pos > delim
+                    fid = table[name] = intern_frame(
+                        *frame_of(name, below_delimiter)
+                        if frame_of
+                        else (name, guess(name, below_delimiter))
+                    )
                 ids.append(fid)
         parents.append(path[k - 1] if k else EMPTY_STACK)
         parents.extend(range(first_new, first_new + n_new - 1))

@@ -14,7 +14,8 @@ names in the same categories); MTIA; GPU-only and CPU-only traces.
 
 Options: ``python_names`` ('short': ``function (file.py:12)``, ``Class > method``; 'raw':
 as written by the profiler), ``kernel_names`` ('full', the default, exactly as in the
-trace; 'short': template arguments and parameters folded), ``module_instances`` (keep the
+trace; 'short': template arguments and parameters folded, but for the arguments that tell
+kernels of the trace apart: symbolize/cxxnames.py), ``module_instances`` (keep the
 ``nn.Module: Layer_0``, ``Layer_1``... frames of every module instance; by default the
 instances of a class merge, see :mod:`aiflame.transforms.pynames`) and ``merge_steps``
 (``ProfilerStep#N`` as one ``ProfilerStep#*``).
@@ -37,7 +38,7 @@ from aiflame.sources.inputs import Input
 from aiflame.sources.kineto_events import Cls, Columns, EventCollector
 from aiflame.sources.kineto_info import describe
 from aiflame.sources.kineto_json import TraceStream
-from aiflame.sources.kineto_names import python_frame, short_kernel_name
+from aiflame.sources.kineto_names import python_frame
 from aiflame.sources.kineto_samples import (
     DELIMITER,
     SAMPLE_TYPES,
@@ -46,6 +47,7 @@ from aiflame.sources.kineto_samples import (
     add_cpu_samples,
     add_gpu_samples,
 )
+from aiflame.symbolize.cxxnames import distinct_short_names, short_kernel_name
 from aiflame.symbolize.pyframes import PythonNaming
 from aiflame.transforms import correlate
 from aiflame.transforms.pynames import merge_steps as merge_profiler_steps
@@ -177,6 +179,10 @@ class Frames:
     ) -> None:
         self.b, self.names, self.py, self.kernel = builder, cols.names, py, kernel
         self.naming = naming if py == "short" else None
+        self._short: dict[str, str] = {}
+        if kernel == "short":  # shortened together, so that they stay apart
+            used = np.unique(cols.gpu_name[cols.gpu_cls == Cls.KERNEL]).tolist()
+            self._short = distinct_short_names(self.names[i] for i in used)
         self._ids: dict[tuple[int, int], int] = {}
         self._stacks: dict[int, list[int]] = {}
         self._functions: dict[int, list[tuple[str, str]]] = {}
@@ -199,7 +205,7 @@ class Frames:
                 fid = self.b.frame(name, FrameKind.RUNTIME)
             elif cls in Cls.GPU:
                 if self.kernel == "short" and cls == Cls.KERNEL:
-                    name = short_kernel_name(name)
+                    name = self._short.get(name) or short_kernel_name(name)
                 fid = self.b.frame(name, FrameKind.GPU_KERNEL)
             else:
                 fid = self.b.frame(name, _KINDS[cls])
