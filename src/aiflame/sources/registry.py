@@ -19,6 +19,7 @@ from aiflame.sources.inputs import Input
 
 # Most specific first: the first sniffer that says yes wins.
 IMPORTERS = (
+    "aiflame.sources.hpctoolkit",
     "aiflame.sources.torch_memory",
     "aiflame.sources.pprof",
     "aiflame.sources.speedscope",
@@ -46,6 +47,11 @@ def formats() -> list[str]:
 
 
 def detect(source: Input) -> ModuleType:
+    if os.path.isdir(source.path):  # a database directory (HPCToolkit): asked by name
+        for mod in _modules():
+            if getattr(mod, "sniff_directory", None) and mod.sniff_directory(source.path):
+                return mod
+        raise InputError(source.path, "is a directory, not a profile")
     head = source.head()
     if not head.strip():
         raise InputError(source.path, "empty input (no samples)")
@@ -104,7 +110,7 @@ def expand_inputs(paths: Sequence[str]) -> list[str]:
     """``paths`` with each directory replaced by its trace files, in natural name order."""
     out: list[str] = []
     for path in paths:
-        if path == "-" or not os.path.isdir(path):
+        if path == "-" or not os.path.isdir(path) or _is_database(path):
             out.append(path)
             continue
         found = sorted(
@@ -121,6 +127,13 @@ def expand_inputs(paths: Sequence[str]) -> list[str]:
             raise InputError(path, "directory holds no trace files (*.json, *.json.gz)")
         out.extend(found)
     return out
+
+
+def _is_database(path: str) -> bool:
+    """A directory that one importer reads whole (an HPCToolkit database)."""
+    return any(
+        getattr(mod, "sniff_directory", None) and mod.sniff_directory(path) for mod in _modules()
+    )
 
 
 def combine_meta(profiles: Sequence[Profile]) -> dict[str, object]:
