@@ -124,7 +124,7 @@ def test_database_file_and_gzip_copies(tmp_path, profile):
 def test_bad_databases_are_one_clear_error(tmp_path, capsys):
     (tmp_path / "only").mkdir()
     shutil.copy(DB / "meta.db", tmp_path / "only" / "meta.db")
-    with pytest.raises(InputError, match="without profile.db"):
+    with pytest.raises(InputError, match=r"without profile\.db"):
         load(str(tmp_path / "only"))
     cut = tmp_path / "cut"
     cut.mkdir()

@@ -141,7 +141,9 @@ def is_not_issued_subset(reason: str) -> bool:
 
 def nvidia_reason_name(counter: str) -> str:
     """``smsp__pcsamp_warps_issue_stalled_long_scoreboard`` -> ``long_scoreboard``."""
-    return counter[len(NVIDIA_STALL_PREFIX) :] if counter.startswith(NVIDIA_STALL_PREFIX) else counter
+    return (
+        counter[len(NVIDIA_STALL_PREFIX) :] if counter.startswith(NVIDIA_STALL_PREFIX) else counter
+    )
 
 
 def source_line_name(file: str, line: int) -> str:

@@ -30,8 +30,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from aiflame.errors import InputError
-from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
-from aiflame.model import gpu
+from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType, gpu
 from aiflame.model.stacks import EMPTY_STACK
 from aiflame.sources import hpctoolkit_db as db
 from aiflame.sources.inputs import Input

@@ -269,7 +269,9 @@ def _contexts(
     return contexts, entry_names
 
 
-def read_profiles(data: bytes, id_names: list[str], what: str = "profile.db") -> list[ProfileValues]:
+def read_profiles(
+    data: bytes, id_names: list[str], what: str = "profile.db"
+) -> list[ProfileValues]:
     r = _Reader(data, what)
     r.header(FORMAT_PROFILE)
     infos = r.section(0)

@@ -20,6 +20,7 @@ from aiflame.sources.inputs import Input
 # Most specific first: the first sniffer that says yes wins.
 IMPORTERS = (
     "aiflame.sources.hpctoolkit",
+    "aiflame.sources.rocprof_pc",
     "aiflame.sources.torch_memory",
     "aiflame.sources.pprof",
     "aiflame.sources.speedscope",
