@@ -21,6 +21,7 @@ from aiflame.sources.inputs import Input
 IMPORTERS = (
     "aiflame.sources.hpctoolkit",
     "aiflame.sources.rocprof_pc",
+    "aiflame.sources.cupti_pc",
     "aiflame.sources.torch_memory",
     "aiflame.sources.pprof",
     "aiflame.sources.speedscope",
