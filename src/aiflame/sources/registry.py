@@ -22,6 +22,7 @@ IMPORTERS = (
     "aiflame.sources.hpctoolkit",
     "aiflame.sources.rocprof_pc",
     "aiflame.sources.cupti_pc",
+    "aiflame.sources.ncu",
     "aiflame.sources.torch_memory",
     "aiflame.sources.pprof",
     "aiflame.sources.speedscope",
