@@ -23,6 +23,7 @@ IMPORTERS = (
     "aiflame.sources.rocprof_pc",
     "aiflame.sources.cupti_pc",
     "aiflame.sources.ncu",
+    "aiflame.sources.iaprof",
     "aiflame.sources.torch_memory",
     "aiflame.sources.pprof",
     "aiflame.sources.speedscope",
