@@ -29,6 +29,9 @@ STALL_CLASS_LABEL = "stall_class"
 META_PERIOD = "gpu_sample_period"  # number, e.g. 1024
 META_PERIOD_UNIT = "gpu_sample_period_unit"  # "cycles" or "nanoseconds"
 META_JOIN = "gpu_samples_join"  # how samples met their launch stacks (see transforms/gpujoin)
+# A trace's GPU launches: {"correlation": int64 array, "stack": int64 array of the stack of
+# the CPU call that launched each (-1: unknown)}; Profile.with_stacks keeps it valid.
+LAUNCHES = "gpu_launches"
 
 MEMORY = "memory latency"
 SHORT_DEPENDENCY = "short dependency"

@@ -92,14 +92,24 @@ def load_many(paths: Sequence[str], fmt: str | None = None, **options: Any) -> P
     A directory stands for the trace files in it (``*.json``, ``*.json.gz``), e.g. one file
     per rank of a PyTorch profiler run.
     """
+    from aiflame.transforms.gpujoin import join_gpu_samples
     from aiflame.transforms.merge import merge
 
     profiles = [load(p, fmt, **options) for p in expand_inputs(paths)]
+    profiles = join_gpu_samples(profiles)  # PC samples under the launch stacks of a trace
     if len(profiles) == 1:
         return profiles[0]
     merged = merge(profiles)
     merged.meta.update(combine_meta(profiles))
+    for key in _CARRIED_META:  # facts of one input that hold for the whole page
+        for p in profiles:
+            if key in p.meta and key not in merged.meta:
+                merged.meta[key] = p.meta[key]
     return merged
+
+
+# GPU samples: how they were joined to launch stacks, and how long one sample is.
+_CARRIED_META = ("gpu_samples_join", "subtitle", "gpu_sample_period", "gpu_sample_period_unit")
 
 
 TRACE_SUFFIXES = (".json", ".json.gz")
