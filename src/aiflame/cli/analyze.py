@@ -12,6 +12,7 @@ from aiflame.analysis.report import analyze
 from aiflame.cli.analyze_flags import add_efficiency_flags, efficiency_options
 from aiflame.cli.analyze_output import add_source_notes, load_input, write_html_report
 from aiflame.cli.common import write_output
+from aiflame.errors import AiflameError
 from aiflame.render.analyze_terminal import render_terminal
 
 HELP = "time breakdown, top kernels/ops, efficiency and findings of Kineto traces or nsys exports"
@@ -37,13 +38,30 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from aiflame.cli.analyze_gpu import split_inputs, stall_report
+    from aiflame.render.gpu_stalls_text import format_report
     from aiflame.sources.registry import expand_inputs
 
     # A directory stands for its traces (one per rank, as torch's profiler writes them).
-    inputs = [load_input(path) for path in expand_inputs(args.traces)]
+    traces, samples = split_inputs(expand_inputs(args.traces))
+    stalls = stall_report(samples, args.top) if samples else None
+    if not traces:  # GPU PC samples only: the stall analysis is the report
+        if stalls is None:
+            raise AiflameError("no GPU PC samples in " + ", ".join(samples))
+        if args.json:
+            text = json.dumps({"gpu_stalls": stalls.to_json()}, indent=1)
+            if args.json == "-":
+                print(text)
+                return 0
+            write_output(args.json, text + "\n")
+        print(format_report(stalls), end="")
+        return 0
+    inputs = [load_input(path) for path in traces]
     report = analyze([i.trace for i in inputs], options=efficiency_options(args))
     for i, r in zip(inputs, report["ranks"], strict=True):
         add_source_notes(i, r)
+    if stalls is not None:
+        report["gpu_stalls"] = stalls.to_json()
     if args.output:
         write_html_report(args.output, inputs, report)
     if args.json:
@@ -53,4 +71,6 @@ def run(args: argparse.Namespace) -> int:
             return 0
         write_output(args.json, text + "\n")
     render_terminal(report, args.top)
+    if stalls is not None:
+        print(format_report(stalls), end="")
     return 0
