@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
                 print(text)
                 return 0
             write_output(args.json, text + "\n")
-        print(format_report(stalls), end="")
+        print(format_report(stalls.to_json()), end="")
         return 0
     inputs = [load_input(path) for path in traces]
     report = analyze([i.trace for i in inputs], options=efficiency_options(args))
@@ -72,5 +72,5 @@ def run(args: argparse.Namespace) -> int:
         write_output(args.json, text + "\n")
     render_terminal(report, args.top)
     if stalls is not None:
-        print(format_report(stalls), end="")
+        print(format_report(stalls.to_json()), end="")
     return 0

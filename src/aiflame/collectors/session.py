@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiflame.collectors import procs
+from aiflame.collectors.gpupc import collector_env, join_with_windows, load_gpu_samples
 from aiflame.collectors.pyspy import (
     SamplerConfig,
     StreamSpec,
@@ -79,6 +80,7 @@ class RecordOptions:
     ebpf: str = "off"  # "auto": eBPF when it works, else one note; "on": required
     system_wide: bool = False  # every process, eBPF only (launch/attach not used)
     python_in_kernel: bool = True  # with eBPF, walk Python stacks there where it can (no py-spy)
+    gpu_pc_sampling: bool = False  # CUPTI PC sampling in the program (collectors/gpupc.py)
 
 
 @dataclass
@@ -180,6 +182,8 @@ class Session:
         )
         env["AIFLAME_TORCH_WINDOW"] = str(self.options.torch_window)
         env["AIFLAME_TORCH_DELAY"] = str(self.options.torch_delay)
+        if self.options.gpu_pc_sampling:
+            env.update(collector_env(self.options.torch_window))
         if "ONEDNN_JIT_PROFILE" not in env and "DNNL_JIT_PROFILE" not in env:
             env["ONEDNN_JIT_PROFILE"] = "2"  # perf map only (no jitdump files)
             self._own_perf_maps = True
@@ -430,12 +434,14 @@ class Session:
         sampled = set(self.ebpf.sampler.maps) if self.ebpf is not None else set()  # eBPF's
         self._remove_perf_maps(seen_pids | started | sampled | {root_pid})
         torch_profiles = load_torch_traces(self.dir, labels, self.notes, roots)
+        gpu_samples = load_gpu_samples(self.dir, labels, self.notes)  # --gpu-pc-sampling
+        gpu_samples = join_with_windows(torch_profiles, gpu_samples)
         if self.ebpf_profile is not None:
             if self.failures:  # py-spy's Python stacks are a bonus beside eBPF's
                 self.notes.extend(f"no Python stacks: {f}" for f in self.failures)
                 self.failures.clear()
             torch_profiles.insert(0, self.ebpf_profile)
-        if not total and not torch_profiles:
+        if not total and not torch_profiles and not gpu_samples:
             return None
         builder.meta.update(self._meta(configs))
         for i, cost in enumerate(window_costs(torch_profiles)):
@@ -445,6 +451,7 @@ class Session:
             builder.meta[f"info:torch cost {i}"] = ", ".join(parts)
             self.notes.append(f"PyTorch profiler window cost: {', '.join(parts)}")
         profile = builder.build()
+        torch_profiles += gpu_samples
         if torch_profiles:
             from aiflame.transforms.merge import merge
 

@@ -7,7 +7,8 @@ by its reason; the ``*_not_issued`` reasons count a subset of those same samples
 are left out (a buffer's ``totalSamples`` equals the sum of the other reasons).
 
 The cubins that ran are looked for beside the dump (``*.cubin``, as the injection library
-writes them as ``1.cubin``, ``2.cubin``..., or in a ``cubins/`` folder); each is matched by
+writes them as ``1.cubin``, ``2.cubin``..., in a ``cubins/`` folder, or in ``NAME.cubins/``
+for ``NAME.dat`` as ``aiflame record --gpu-pc-sampling`` writes them); each is matched by
 its ``cuptiGetCubinCrc``, and then every PC gets its SASS text and its source line(s) from
 the cubin symbolizer. Without the cubin (or without NVIDIA's tools), the instruction is
 named by its offset alone.
@@ -51,8 +52,9 @@ def find_cubins(path: str) -> dict[int, cubins.Cubin]:
     if path == "-" or not os.path.exists(path):
         return {}
     folder = os.path.dirname(os.path.abspath(path))
+    own = os.path.splitext(os.path.abspath(path))[0] + ".cubins"  # aiflame record's layout
     out: dict[int, cubins.Cubin] = {}
-    for d in (folder, os.path.join(folder, "cubins")):
+    for d in (own, folder, os.path.join(folder, "cubins")):
         try:
             names = sorted(os.listdir(d))
         except OSError:
