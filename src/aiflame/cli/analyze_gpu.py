@@ -25,7 +25,10 @@ def split_inputs(paths: Sequence[str]) -> tuple[list[str], list[str]]:
             with contextlib.suppress(AiflameError):  # the trace reader gives the clear error
                 fmt = detect(Input(path)).FORMAT
 
-        (samples if fmt in SAMPLE_FORMATS else traces).append(path)
+        if fmt == "pprof":  # aiflame's own recordings: PC samples if they carry them
+            with contextlib.suppress(AiflameError):
+                fmt = "gpu-samples" if has_gpu_samples(load(path)) else fmt
+        (samples if fmt in SAMPLE_FORMATS or fmt == "gpu-samples" else traces).append(path)
     return traces, samples
 
 

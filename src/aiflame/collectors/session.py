@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -168,8 +169,15 @@ class Session:
     def cleanup(self) -> None:
         if self.ebpf is not None:
             self.ebpf.close()
+        keep = os.environ.get("AIFLAME_KEEP_RECORD_DIR")  # the raw files, for debugging
+        if keep:
+            with contextlib.suppress(OSError):
+                shutil.copytree(self.dir, keep, dirs_exist_ok=True)
         for p in Path(self.dir).iterdir():
-            p.unlink(missing_ok=True)
+            if p.is_dir():  # the cubins of --gpu-pc-sampling
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             os.rmdir(self.dir)
 
