@@ -199,3 +199,16 @@ def test_bad_csv_is_one_clear_error(tmp_path):
     bad.write_text('"Sample_Timestamp","Exec_Mask","Dispatch_Id","Instruction"\n')
     with pytest.raises(InputError, match="no samples"):
         load(str(bad))
+
+
+def test_crlf_and_quoted_leading_fields_read_the_same(tmp_path):
+    text = STOCHASTIC.read_text()
+    lines = text.splitlines()
+    crlf = tmp_path / "crlf.csv"
+    crlf.write_bytes(("\r\n".join(lines) + "\r\n").encode())
+    quoted = tmp_path / "quoted.csv"
+    rows = [lines[0]] + ['"' + ln.replace(",", '",', 1) for ln in lines[1:]]  # "ts",mask,...
+    quoted.write_text("\n".join(rows) + "\n")
+    want = leaf_counts(load(str(STOCHASTIC)), FrameKind.GPU_STALL)
+    for path in (crlf, quoted):
+        assert leaf_counts(load(str(path)), FrameKind.GPU_STALL) == want, path.name

@@ -19,6 +19,8 @@ from __future__ import annotations
 import csv
 import os
 from collections import Counter
+from collections.abc import Iterator
+from itertools import repeat
 from operator import itemgetter
 
 import msgspec
@@ -26,7 +28,7 @@ import msgspec
 from aiflame.errors import InputError
 from aiflame.model import FrameKind, Profile, ProfileBuilder, gpu
 from aiflame.model.stacks import EMPTY_STACK
-from aiflame.sources.inputs import Input, decode_head
+from aiflame.sources.inputs import Input, decode_head, detect_encoding
 
 FORMAT = "rocprofv3-pc"
 
@@ -116,39 +118,86 @@ def _reason(issued: str | bool | None, raw: str | None) -> str:
 
 # -- CSV ----------------------------------------------------------------------------------
 
+# rocprofv3 starts every row with the sample's timestamp and exec mask (numbers, never
+# quoted), which no stack uses: dropped from the bytes, the rows of millions of samples
+# collapse to their few distinct lines, counted in C (map, partition, Counter) before any
+# CSV parsing.
+_SKIPPED = ("Sample_Timestamp", "Exec_Mask")
+_CHUNK = 16 << 20
+_THIRD = itemgetter(2)
+
+
+def _without_two_fields(lines: list[bytes]) -> Iterator[bytes]:
+    """Each line after its second comma (C-level maps: no Python code per line)."""
+    comma = repeat(b",")
+    return map(_THIRD, map(bytes.partition, map(_THIRD, map(bytes.partition, lines, comma)), comma))
+
+
+def _count_lines(source: Input) -> tuple[list[str], Counter]:
+    """(header, distinct row text -> count), without the leading timestamp and mask."""
+    with source.open_binary() as f:
+        first = f.readline()
+        encoding = detect_encoding(first[:4])
+        text = first.decode(encoding, errors="replace").lstrip("\ufeff")
+        try:
+            header = next(csv.reader([text]))
+        except (StopIteration, csv.Error):
+            raise InputError(source.path, "empty rocprofv3 CSV") from None
+        fast = header[: len(_SKIPPED)] == list(_SKIPPED) and encoding != "utf-16"
+        counts: Counter = Counter()
+        rest = b""
+        while True:
+            chunk = f.read(_CHUNK)
+            if not chunk:
+                lines = rest.split(b"\n")
+            else:
+                chunk = rest + chunk
+                cut = chunk.rfind(b"\n") + 1
+                rest = chunk[cut:]
+                lines = chunk[:cut].split(b"\n")
+            counts.update(_without_two_fields(lines) if fast else lines)
+            if not chunk:
+                break
+    counts.pop(b"", None)
+    counts.pop(b"\r", None)
+    out: Counter = Counter()
+    for line, n in counts.items():
+        out[line.decode(encoding, errors="replace").rstrip("\r")] += n
+    return header, out
+
 
 def _load_csv(source: Input) -> Profile:
     csv.field_size_limit(_FIELD_LIMIT)
-    with source.open_text() as f:
-        reader = csv.reader(f)
-        try:
-            header = next(reader)
-        except StopIteration:
-            raise InputError(source.path, "empty rocprofv3 CSV") from None
-        except csv.Error as e:
-            raise InputError(source.path, f"bad CSV: {e}") from None
-        col = {name.strip(): i for i, name in enumerate(header)}
-        missing = [c for c in ("Dispatch_Id", "Instruction") if c not in col]
-        if missing:
-            raise InputError(source.path, f"rocprofv3 PC sampling CSV without {missing[0]}")
-        wanted = [
-            col.get(name, -1)
-            for name in (
-                "Dispatch_Id",
-                "Correlation_Id",
-                "Instruction",
-                "Instruction_Comment",
-                "Wave_Issued_Instruction",
-                "Stall_Reason",
-            )
-        ]
-        present = [i for i in wanted if i >= 0]
-        width = max(present) + 1
-        # Counter over itemgetter runs in C: one tuple per row, no Python per field.
-        try:
-            rows = Counter(map(itemgetter(*present), filter(lambda r: len(r) >= width, reader)))
-        except csv.Error as e:
-            raise InputError(source.path, f"bad CSV at line {reader.line_num}: {e}") from None
+    header, lines = _count_lines(source)
+    col = {name.strip(): i for i, name in enumerate(header)}
+    missing = [c for c in ("Dispatch_Id", "Instruction") if c not in col]
+    if missing:
+        raise InputError(source.path, f"rocprofv3 PC sampling CSV without {missing[0]}")
+    wanted = [
+        col.get(name, -1)
+        for name in (
+            "Dispatch_Id",
+            "Correlation_Id",
+            "Instruction",
+            "Instruction_Comment",
+            "Wave_Issued_Instruction",
+            "Stall_Reason",
+        )
+    ]
+    present = [i for i in wanted if i >= 0]
+    width = max(present) + 1
+    pick = itemgetter(*present)
+    stripped = len(header) - len(_SKIPPED)  # a row whose timestamp and mask were dropped
+    rows: Counter = Counter()
+    try:
+        for line, count in lines.items():
+            for r in csv.reader([line]):
+                if len(r) == stripped and header[: len(_SKIPPED)] == list(_SKIPPED):
+                    r = ["", "", *r]  # the dropped timestamp and mask
+                if len(r) >= width:
+                    rows[pick(r)] += count
+    except csv.Error as e:
+        raise InputError(source.path, f"bad CSV: {e}") from None
     kernels = _kernel_trace_names(source.path)
     samples = _Samples()
     pos = {i: k for k, i in enumerate(present)}
