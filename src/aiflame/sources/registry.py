@@ -101,15 +101,16 @@ def load_many(paths: Sequence[str], fmt: str | None = None, **options: Any) -> P
         return profiles[0]
     merged = merge(profiles)
     merged.meta.update(combine_meta(profiles))
-    for key in _CARRIED_META:  # facts of one input that hold for the whole page
-        for p in profiles:
+    for p in profiles:  # GPU samples: how they met the launch stacks, one sample's period
+        for key in _CARRIED_META:
             if key in p.meta and key not in merged.meta:
                 merged.meta[key] = p.meta[key]
+        if "gpu_samples_join" in p.meta and "subtitle" not in merged.meta:
+            merged.meta["subtitle"] = p.meta["gpu_samples_join"]
     return merged
 
 
-# GPU samples: how they were joined to launch stacks, and how long one sample is.
-_CARRIED_META = ("gpu_samples_join", "subtitle", "gpu_sample_period", "gpu_sample_period_unit")
+_CARRIED_META = ("gpu_samples_join", "gpu_sample_period", "gpu_sample_period_unit")
 
 
 TRACE_SUFFIXES = (".json", ".json.gz")
