@@ -102,6 +102,13 @@ def configure(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="record every process of the machine with eBPF (root), for -d SECONDS or until Ctrl-C",
     )
+    p.add_argument(
+        "--gpu-pc-sampling",
+        action="store_true",
+        help="sample the program's CUDA kernels with CUPTI PC sampling (NVIDIA): stall "
+        "reasons per SASS instruction and source line, under the launch stacks of the "
+        "PyTorch window (gpu-samples); needs a launched program and profiling permission",
+    )
     add_metric(p)
     p.add_argument("--title", help="title of the HTML page")
     add_open(p)
@@ -125,6 +132,11 @@ def _command(args: argparse.Namespace) -> list[str]:
 def _check(args: argparse.Namespace, cmd: list[str]) -> None:
     if args.pid is not None and cmd:
         raise AiflameError("give either --pid PID or a command after --, not both")
+    if getattr(args, "gpu_pc_sampling", False) and not cmd:
+        raise AiflameError(
+            "--gpu-pc-sampling starts CUPTI inside the program before it uses CUDA: "
+            "give the command to launch after --"
+        )
     if getattr(args, "all", False):
         if args.pid is not None or cmd:
             raise AiflameError("--all records every process: give no --pid and no command")
@@ -220,6 +232,7 @@ def run(args: argparse.Namespace) -> int:
         ebpf="on" if args.ebpf else ("off" if args.no_ebpf else "auto"),
         system_wide=args.all,
         python_in_kernel=not args.py_spy,
+        gpu_pc_sampling=args.gpu_pc_sampling,
     )
     session = Session(options)
     try:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiflame.collectors import procs
+from aiflame.collectors.gpupc import collector_env, join_with_windows, load_gpu_samples
 from aiflame.collectors.pyspy import (
     SamplerConfig,
     StreamSpec,
@@ -79,6 +81,7 @@ class RecordOptions:
     ebpf: str = "off"  # "auto": eBPF when it works, else one note; "on": required
     system_wide: bool = False  # every process, eBPF only (launch/attach not used)
     python_in_kernel: bool = True  # with eBPF, walk Python stacks there where it can (no py-spy)
+    gpu_pc_sampling: bool = False  # CUPTI PC sampling in the program (collectors/gpupc.py)
 
 
 @dataclass
@@ -170,8 +173,15 @@ class Session:
     def cleanup(self) -> None:
         if self.ebpf is not None:
             self.ebpf.close()
+        keep = os.environ.get("AIFLAME_KEEP_RECORD_DIR")  # the raw files, for debugging
+        if keep:
+            with contextlib.suppress(OSError):
+                shutil.copytree(self.dir, keep, dirs_exist_ok=True)
         for p in Path(self.dir).iterdir():
-            p.unlink(missing_ok=True)
+            if p.is_dir():  # the cubins of --gpu-pc-sampling
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             os.rmdir(self.dir)
 
@@ -184,6 +194,8 @@ class Session:
         )
         env["AIFLAME_TORCH_WINDOW"] = str(self.options.torch_window)
         env["AIFLAME_TORCH_DELAY"] = str(self.options.torch_delay)
+        if self.options.gpu_pc_sampling:
+            env.update(collector_env(self.options.torch_window))
         if "ONEDNN_JIT_PROFILE" not in env and "DNNL_JIT_PROFILE" not in env:
             env["ONEDNN_JIT_PROFILE"] = "2"  # perf map only (no jitdump files)
             self._own_perf_maps = True
@@ -459,12 +471,14 @@ class Session:
         sampled = set(self.ebpf.sampler.maps) if self.ebpf is not None else set()  # eBPF's
         self._remove_perf_maps(seen_pids | started | sampled | {root_pid})
         torch_profiles = load_torch_traces(self.dir, labels, self.notes, roots)
+        gpu_samples = load_gpu_samples(self.dir, labels, self.notes)  # --gpu-pc-sampling
+        gpu_samples = join_with_windows(torch_profiles, gpu_samples)
         if self.ebpf_profile is not None:
             if self.failures:  # py-spy's Python stacks are a bonus beside eBPF's
                 self.notes.extend(f"no Python stacks: {f}" for f in self.failures)
                 self.failures.clear()
             torch_profiles.insert(0, self.ebpf_profile)
-        if not total and not torch_profiles:
+        if not total and not torch_profiles and not gpu_samples:
             return None
         builder.meta.update(self._meta(configs))
         for i, cost in enumerate(window_costs(torch_profiles)):
@@ -474,6 +488,7 @@ class Session:
             builder.meta[f"info:torch cost {i}"] = ", ".join(parts)
             self.notes.append(f"PyTorch profiler window cost: {', '.join(parts)}")
         profile = builder.build()
+        torch_profiles += gpu_samples
         if torch_profiles:
             from aiflame.transforms.merge import merge
 

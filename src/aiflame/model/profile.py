@@ -96,6 +96,13 @@ class Profile:
         ``new_stack_of[s]`` is the new id of old stack ``s``; index -1 (the last entry)
         maps the empty stack. Values, labels and timestamps are shared, not copied.
         """
+        meta = dict(self.meta)
+        launches = meta.get("gpu_launches")
+        if isinstance(launches, dict) and "stack" in launches:
+            # stack ids of GPU launches (model/gpu.py LAUNCHES) move with the stacks
+            old = np.asarray(launches["stack"], dtype=np.int64)
+            moved = np.where(old >= 0, new_stack_of[np.maximum(old, 0)], -1)
+            meta["gpu_launches"] = {**launches, "stack": moved}
         return replace(
             self,
             strings=frames.strings if frames is not None else self.strings,
@@ -104,7 +111,7 @@ class Profile:
             sample_stack=new_stack_of[self.sample_stack],
             sample_types=list(self.sample_types),
             label_sets=list(self.label_sets),
-            meta=dict(self.meta),
+            meta=meta,
         )
 
     def is_empty(self) -> bool:

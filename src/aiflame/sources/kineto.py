@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from aiflame.errors import AiflameError, InputError
-from aiflame.model import FrameKind, Profile, ProfileBuilder
+from aiflame.model import FrameKind, Profile, ProfileBuilder, gpu
 from aiflame.model.stacks import EMPTY_STACK
 from aiflame.sources.inputs import Input
 from aiflame.sources.kineto_events import Cls, Columns, EventCollector
@@ -286,6 +286,13 @@ def build_profile(
     unlinked = add_gpu_samples(builder, kernels, cols, launch, stack_of, labels)
 
     builder.meta.update(describe(cols, unlinked, warnings, rank, trace_meta, use_call_stacks))
+    if len(launch) and stack_of.size:
+        # Which CPU stack launched each correlation id: joins GPU PC samples (gpujoin).
+        linked = launch >= 0
+        builder.meta[gpu.LAUNCHES] = {
+            "correlation": gpu_corr[linked].astype(np.int64),
+            "stack": stack_of[launch[linked]].astype(np.int64),
+        }
     profile = builder.build()
     if python_names == "short":  # 'raw' keeps the frames as the profiler wrote them
         profile = module_methods(profile, instances=module_instances)

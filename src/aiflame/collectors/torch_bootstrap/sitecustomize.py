@@ -363,6 +363,8 @@ def _bootstrap():
         if key in os.environ:
             info[key.lower()] = os.environ[key]
     _write_json(directory, f"proc-{pid}.json", info)
+    if os.environ.get("AIFLAME_GPU_PC_SAMPLING"):
+        _start_gpu_pc_sampling(directory, pid)
     try:
         window = float(os.environ.get("AIFLAME_TORCH_WINDOW") or 0)
         delay = float(os.environ.get("AIFLAME_TORCH_DELAY") or 0)
@@ -383,6 +385,20 @@ def _bootstrap():
         on_imported()
     else:
         sys.meta_path.insert(0, _TorchFinder(on_imported))
+
+
+def _start_gpu_pc_sampling(directory, pid):
+    """CUPTI PC sampling (aiflame_cupti_pcsampling.py), before the program touches CUDA."""
+    try:
+        import aiflame_cupti_pcsampling
+
+        aiflame_cupti_pcsampling.start_from_env(directory)
+    except Exception as e:
+        try:
+            with open(os.path.join(directory, f"gpupc-{pid}.error"), "a") as f:
+                f.write(f"GPU PC sampling could not start: {type(e).__name__}: {e}\n")
+        except OSError:
+            pass
 
 
 def _chain():
