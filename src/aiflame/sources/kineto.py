@@ -6,7 +6,11 @@ runtime/driver call -> ``-`` -> the activity, weighted by its GPU duration (``gp
 ns) and counted (``kernel-count``). Activity whose launch is not in the trace hangs under
 ``[launch not in trace]``, so the flame graph's total is the trace's total GPU time. The
 CPU slices give a second view: the self time of every Python function, operator and
-runtime call (``cpu-time``, ns).
+runtime call (``wall-time``, ns: the profiler times slices by the wall clock, so a thread
+sleeping inside a function counts as much as one computing; ``cpu-time``, the old name, is
+accepted as an alias). Slices that overlap partially are counted once (see
+:func:`aiflame.transforms.correlate.nest`): per thread, the total never exceeds the time
+the thread spent in slices.
 
 Layouts: recent traces with ``python_function`` events; older ones whose operators carry
 a ``Call stack`` string; the 2021 ``Operator``/``Runtime``/``Kernel`` layout; AMD (HIP
@@ -219,7 +223,7 @@ def build_profile(
     cpu_corr, gpu_corr = _fill_correlation_from_flows(cols)
     nesting = correlate.nest(cols.cpu_thread, cols.cpu_ts, cols.cpu_dur, _ranks(cols.cpu_cls))
     if nesting.bleeding:
-        warnings["slices that end after their enclosing slice"] += nesting.bleeding
+        warnings[correlate.OVERLAP_WARNING] += nesting.bleeding
     use_call_stacks = not np.any(cols.cpu_cls == Cls.PYTHON) and bool(cols.call_stacks)
     stack_of = _cpu_stacks(builder, frames, cols, nesting, use_call_stacks)
 
