@@ -95,11 +95,13 @@ def load(
     python_names: str = "short",
     kernel_names: str = "full",
     python_roots: Sequence[str] | None = None,
+    python_naming: PythonNaming | None = None,
     **_: object,
 ) -> Profile:
     """``python_roots``: the traced interpreter's ``sys.path``, when known (``aiflame
-    record``): Python frames are then named per function as py-spy's samples are (see
-    :mod:`aiflame.symbolize.pyframes`), with classes read from the source files."""
+    record``): Python frames are then named per function as the samplers' are (see
+    :mod:`aiflame.symbolize.pyframes`), with classes read from the source files.
+    ``python_naming``: that naming itself, shared with the samplers of the recording."""
     if python_names not in ("short", "raw"):
         raise AiflameError(f"python_names must be 'short' or 'raw', not '{python_names}'")
     if kernel_names not in ("full", "short"):
@@ -113,7 +115,9 @@ def load(
             return trace_events.load(source)
         except trace_events.NoSlices:
             raise no_events from None
-    naming = PythonNaming(python_roots) if python_roots is not None else None
+    naming = python_naming
+    if naming is None and python_roots is not None:
+        naming = PythonNaming(python_roots)
     return build_profile(cols, trace_meta, source.path, python_names, kernel_names, naming)
 
 
