@@ -188,7 +188,13 @@ def test_pytorch_program_without_aiflames_own_code_or_empty_metrics(tmp_path):
         for frames, _ in frames_of["cpu-samples"]
         if any(f.name.startswith("<module> (torch/__init__.py") for f in frames)
     ]
-    assert imports and all(frames[0].name == "<module> (train.py:1)" for frames in imports)
+    rooted = [frames for frames in imports if frames[0].name == "<module> (train.py:1)"]
+    assert rooted
+    # (the others are torch's deepest nested imports, their outermost frames cut at the
+    # walker's depth limit of 127 Python frames)
+    for frames in imports:
+        if frames not in rooted:
+            assert sum(f.kind == FrameKind.PYTHON for f in frames) >= 120, frames[0]
     # The timer thread that waited for the window's end (47% of the window's time) is gone:
     # what is left of it is threading's own frames around the bootstrap's (microseconds).
     wall = frames_of["wall-time"]
