@@ -14,6 +14,9 @@ from aiflame.model.strings import StringTable
 
 # Units understood by the renderers: values are formatted accordingly.
 UNITS = ("count", "nanoseconds", "bytes")
+# Former names of sample types, still accepted where a metric is named: the self time of
+# traced CPU slices was called cpu-time, but it is measured by the wall clock.
+METRIC_ALIASES = {"cpu-time": "wall-time"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,14 +52,27 @@ class Profile:
         return int(self.sample_stack.shape[0])
 
     def type_index(self, name: str | None) -> int:
-        """Column of the sample type ``name``; None means the default (first) type."""
+        """Column of the sample type ``name`` (or of the name it had: ``METRIC_ALIASES``).
+
+        None means the default type (``meta["default_type"]``, else the first), unless it
+        holds no value while another type does: then the first type that has values.
+        """
         if name is None:
-            return int(self.meta.get("default_type", 0))  # type: ignore[arg-type]
-        for i, t in enumerate(self.sample_types):
-            if t.name == name:
-                return i
+            default = int(self.meta.get("default_type", 0))  # type: ignore[arg-type]
+            if len(self) and not self.values[:, default].any():
+                filled = np.flatnonzero(self.values.any(axis=0))
+                return int(filled[0]) if filled.size else default
+            return default
+        for wanted in (name, METRIC_ALIASES.get(name)):
+            for i, t in enumerate(self.sample_types):
+                if t.name == wanted:
+                    return i
         known = ", ".join(t.name for t in self.sample_types)
         raise KeyError(f"no metric '{name}' in this profile (it has: {known})")
+
+    def filled_types(self) -> list[int]:
+        """Columns of the sample types that hold a value (the metrics worth offering)."""
+        return np.flatnonzero(self.values.any(axis=0)).tolist() if len(self) else []
 
     def totals(self) -> np.ndarray:
         """Sum of every sample type."""

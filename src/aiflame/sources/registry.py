@@ -50,6 +50,20 @@ def _modules() -> list[ModuleType]:
     return mods
 
 
+def _module_of(fmt: str) -> ModuleType:
+    """The importer of ``fmt``, importing no other (each costs its dependencies: protobuf,
+    sqlite...). Modules are named after their format (``perf-script``: ``perf_script``)."""
+    name = "aiflame.sources." + fmt.replace("-", "_")
+    if name in IMPORTERS:
+        mod = importlib.import_module(name)
+        if fmt == mod.FORMAT:
+            return mod
+    mods = {m.FORMAT: m for m in _modules()}
+    if fmt not in mods:
+        raise AiflameError(f"unknown input format '{fmt}' (known: {', '.join(mods)})")
+    return mods[fmt]
+
+
 def formats() -> list[str]:
     return [m.FORMAT for m in _modules()]
 
@@ -72,13 +86,7 @@ def detect(source: Input) -> ModuleType:
 def load(path: str, fmt: str | None = None, **options: Any) -> Profile:
     """Load one input, detecting its format unless ``fmt`` is given."""
     source = Input(path)
-    if fmt:
-        mods = {m.FORMAT: m for m in _modules()}
-        if fmt not in mods:
-            raise AiflameError(f"unknown input format '{fmt}' (known: {', '.join(mods)})")
-        mod = mods[fmt]
-    else:
-        mod = detect(source)
+    mod = _module_of(fmt) if fmt else detect(source)
     try:
         profile = mod.load(source, **options)
     except (AiflameError, MemoryError, KeyboardInterrupt):

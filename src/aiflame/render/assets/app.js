@@ -644,12 +644,14 @@
 
     bindControls() {
       const metric = $("metric");
+      // A metric with no data (gpu-time of a CPU-only run) is not offered, unless shown.
       this.types.forEach((type, t) => {
+        if (type.total === 0 && t !== this.metric) return;
         metric.append(el("option", { value: String(t) }, this.metricLabel(type)));
       });
       metric.value = String(this.metric);
       metric.addEventListener("change", () => this.setMetric(Number(metric.value)));
-      if (this.types.length < 2 || this.diff) $("metric-box").hidden = true;
+      if (metric.options.length < 2 || this.diff) $("metric-box").hidden = true;
 
       const mode = $("colormode");
       mode.addEventListener("change", () => {
