@@ -96,24 +96,24 @@ def placeholder_name(ip: int) -> str:
 class _Reader:
     def __init__(self, data: bytes, what: str) -> None:
         self.data = data
-        self.what = what
+        self.what = f"{what}: " if what else ""  # the prefix of error messages
 
     def unpack(self, fmt: str, at: int) -> tuple:
         try:
             return struct.unpack_from(">" + fmt, self.data, at)
         except struct.error:
-            raise FormatError(f"{self.what}: truncated (field at {at:#x})") from None
+            raise FormatError(f"{self.what}truncated (field at {at:#x})") from None
 
     def string(self, at: int) -> tuple[str, int]:
         (n,) = self.unpack("I", at)
         end = at + 4 + n
         if end > len(self.data):
-            raise FormatError(f"{self.what}: truncated (string at {at:#x})")
+            raise FormatError(f"{self.what}truncated (string at {at:#x})")
         return self.data[at + 4 : end].decode("utf-8", errors="replace"), end
 
     def array(self, dtype: np.dtype, count: int, at: int, section: str) -> np.ndarray:
         if count < 0 or at + count * dtype.itemsize > len(self.data):
-            raise FormatError(f"{self.what}: {section} beyond the end of the file")
+            raise FormatError(f"{self.what}{section} beyond the end of the file")
         return np.frombuffer(self.data, dtype, count, at)
 
 
@@ -121,24 +121,26 @@ def is_hpcrun(head: bytes) -> bool:
     return head.startswith(MAGIC)
 
 
-def read_hpcrun(data: bytes, what: str = "hpcrun file") -> HpcrunFile:
+def read_hpcrun(data: bytes, what: str = "") -> HpcrunFile:
+    """Decode one file; ``what`` names it in error messages."""
     r = _Reader(data, what)
+    what = r.what
     if not data.startswith(MAGIC):
-        raise FormatError(f"{what}: not an hpcrun profile")
+        raise FormatError(f"{what}not an hpcrun profile")
     version = data[len(MAGIC) : len(MAGIC) + 5].decode("ascii", "replace")
     if not version.startswith(SUPPORTED_MAJOR + "."):
         raise FormatError(
-            f"{what}: hpcrun format {version}, written by HPCToolkit before 2022.10; "
+            f"{what}hpcrun format {version}, written by HPCToolkit before 2022.10; "
             "only format 4.x is read (give the database hpcprof made of it)"
         )
     if len(data) < 24 + FOOTER_SIZE:
-        raise FormatError(f"{what}: truncated (no footer)")
+        raise FormatError(f"{what}truncated (no footer)")
     footer = struct.unpack_from(">14Q", data, len(data) - FOOTER_SIZE)
     if footer[13] != FOOTER_MAGIC:
-        raise FormatError(f"{what}: incomplete (no footer: the program did not finish?)")
+        raise FormatError(f"{what}incomplete (no footer: the program did not finish?)")
     hdr, _, lm, _, cct, _, mtbl, _, dxnry, _, sm, sm_end, _, _ = footer
     if max(footer[:13]) > len(data):
-        raise FormatError(f"{what}: footer points beyond the end of the file")
+        raise FormatError(f"{what}footer points beyond the end of the file")
 
     header = _nv_pairs(r, hdr + 24)
     load_modules = _load_map(r, lm)
@@ -186,7 +188,7 @@ def _metric_table(r: _Reader, at: int) -> list[MetricDesc]:
         description, at = r.string(at)
         flags = r.data[at : at + 16]
         if len(flags) < 16:
-            raise FormatError(f"{r.what}: truncated (metric {name})")
+            raise FormatError(f"{r.what}truncated (metric {name})")
         (period,) = r.unpack("Q", at + 16)
         formula, at = r.string(at + 24)
         _format, at = r.string(at)
@@ -234,13 +236,13 @@ def _sparse_metrics(
     pairs = r.array(_VALUE, n_values, at, "metric values")
     index = r.array(_INDEX, n_nodes + 1, at + n_values * _VALUE.itemsize, "metric index")
     if at + n_values * _VALUE.itemsize + (n_nodes + 1) * _INDEX.itemsize > end:
-        raise FormatError(f"{r.what}: metric values beyond their section")
+        raise FormatError(f"{r.what}metric values beyond their section")
     starts = index["start"].astype(np.int64)
     if n_nodes and (np.any(np.diff(starts) < 0) or starts[0] != 0 or starts[-1] != n_values):
-        raise FormatError(f"{r.what}: metric index out of order")
+        raise FormatError(f"{r.what}metric index out of order")
     metric = pairs["metric"].astype(np.int64)
     if n_values and int(metric.max()) >= len(metrics):
-        raise FormatError(f"{r.what}: value of metric {int(metric.max())}, not in the table")
+        raise FormatError(f"{r.what}value of metric {int(metric.max())}, not in the table")
     bits = pairs["bits"].astype(">u8")
     is_real = np.array([m.is_real for m in metrics], dtype=bool)[metric]
     value = np.where(is_real, bits.view(">f8").astype(np.float64), bits.astype(np.float64))

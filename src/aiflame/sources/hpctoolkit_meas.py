@@ -165,7 +165,7 @@ def _read_thread(path: str) -> Thread:
     except (OSError, EOFError) as e:
         raise InputError(path, f"cannot read: {e}") from None
     try:
-        run = fmt.read_hpcrun(data, os.path.basename(path))
+        run = fmt.read_hpcrun(data)
     except fmt.FormatError as e:
         raise InputError(path, str(e)) from None
     nodes = run.nodes
