@@ -377,7 +377,13 @@ class _Importer:
         joined = own = 0
         for ti, t in enumerate(self.meas.threads):
 
-            def base(placeholder: int, binary, kernel, ti=ti, t=t) -> int:  # type: ignore[no-untyped-def]
+            def base(
+                placeholder: int,
+                binary: meas_dir.GpuBinary,
+                kernel: meas_dir.Kernel,
+                ti: int = ti,
+                t: meas_dir.Thread = t,
+            ) -> int:
                 nonlocal joined, own
                 names = maker.host_names(t, placeholder)
                 ctx = self._kernel_context([*names, kernel[0] if kernel else None])

@@ -200,7 +200,7 @@ class GpuPc:
     its file and line), the source lines above it outermost first (``("loop", file, line)``
     or ``("line", file, line)``), its SASS text and its offset in the function."""
 
-    function: tuple[str, str, int] | None
+    function: tuple[str, str, int] | None  # (name, file, line)
     lines: tuple[tuple[str, str, int], ...]
     text: str
     offset: int
@@ -286,6 +286,7 @@ class GpuBinary:
         return None
 
     def function_at(self, offset: int) -> tuple[str, str, int] | None:
+        """(name, file, line) of the function the instruction at ``offset`` is in."""
         return self.pc(offset).function
 
 
@@ -372,6 +373,8 @@ def is_gpu_binary(module: str) -> bool:
 
 # -- stacks ---------------------------------------------------------------------------------
 
+Kernel = tuple[str, str, int] | None  # (name, file, line) of a kernel, None if unknown
+
 
 def stall_parts(total: float, stalls: dict[str, float], none: str) -> list[tuple[str, float]]:
     """A sample count split by reason; what no reason claims was issued (``none``)."""
@@ -452,7 +455,7 @@ class StackMaker:
         return sid
 
     # -- GPU -------------------------------------------------------------------------------
-    def kernel_of(self, t: Thread, placeholder: int, binary: GpuBinary, pc: int):  # type: ignore[no-untyped-def]
+    def kernel_of(self, t: Thread, placeholder: int, binary: GpuBinary, pc: int) -> Kernel:
         """The launched kernel (name, file, line) of a sample: the function of the
         placeholder's unwound child (the kernel's entry), else that of the PC itself."""
         for child in t.children.get(placeholder, ()):
@@ -464,14 +467,14 @@ class StackMaker:
                         return found
         return binary.function_at(pc)
 
-    def kernel_frame(self, binary: GpuBinary, function: tuple[str, str, int] | None) -> int:
+    def kernel_frame(self, binary: GpuBinary, function: Kernel) -> int:
         if function is None:
             name = f"[kernel in {os.path.basename(binary.module)}]"
             return self.b.frame(name, FrameKind.GPU_KERNEL, module=binary.module)
         name, file, line = function
         return self.b.frame(name, FrameKind.GPU_KERNEL, file, line, binary.module)
 
-    def pc_stack(self, kernel_sid: int, kernel, binary: GpuBinary, pc: int) -> int:  # type: ignore[no-untyped-def]
+    def pc_stack(self, kernel_sid: int, kernel: Kernel, binary: GpuBinary, pc: int) -> int:
         """``kernel ; [device function ;] lines ; instruction`` above the kernel's stack."""
         info = binary.pc(pc)
         sid = kernel_sid
@@ -485,7 +488,6 @@ class StackMaker:
         return self.gpu.instruction(sid, info.text, info.offset, binary.module)
 
 
-Kernel = tuple[str, str, int] | None  # (name, file, line) of a kernel, None if unknown
 # (placeholder node, GPU binary, kernel) -> the stack of the kernel's frame
 KernelBase = Callable[[int, GpuBinary, Kernel], int]
 
