@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from aiflame.analysis import devices, insights
-from aiflame.cli.analyze_input import read_trace
+from aiflame.sources.registry import load_trace as read_trace
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "kineto"
 BERT = DATA / "tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz"

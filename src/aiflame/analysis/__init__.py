@@ -1,6 +1,59 @@
-"""Topline analysis of GPU traces: time breakdown, kernel/op breakdown, GEMM efficiency.
+"""Analysis of GPU timeline traces: time breakdown, idle causes, launch overhead, syncs,
+copies, kernels and ops, FLOPs and roofline, and findings with the fix to try.
 
-Functions over :class:`~aiflame.analysis.trace.TraceData` (plain numpy columns); reading a
-trace file into one is the CLI's job (``aiflame analyze``), so this layer stays independent
-of any trace format.
+The library call is :func:`analyze`: traces (paths, read through the sources registry, or
+:class:`~aiflame.model.trace.TraceData`) in, a typed :class:`~aiflame.analysis.schema.Report`
+out (``schema.to_json(report)`` for its JSON). Everything works on plain columns, whatever
+the input format.
 """
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from aiflame.model.trace import TraceData
+
+if TYPE_CHECKING:
+    from aiflame.analysis.report import Options
+    from aiflame.analysis.schema import Report
+    from aiflame.sources.timeline import Timeline
+
+__all__ = ["analyze", "read"]
+
+
+def read(path: str, capture: str | TraceData | None = None) -> Timeline:
+    """One trace through the sources registry; with ``capture`` (the trace of the CUDA/HIP
+    graph capture, a path or its TraceData), its graph replays hung under the captured ops.
+    Bad input raises one :class:`~aiflame.errors.InputError`."""
+    from aiflame.sources.registry import load_timeline
+    from aiflame.transforms.graph_capture import attach_capture
+
+    found = load_timeline(path)
+    if capture is None:
+        return found
+    cap = load_timeline(capture).trace if isinstance(capture, str) else capture
+    attached = attach_capture(found.trace, cap)
+    t = attached.trace
+    if not attached.replayed:
+        t.notes.append("a capture trace was given, but this trace has no graph replays")
+    elif attached.matched < attached.replayed:
+        t.notes.append(
+            f"the capture trace matched {attached.matched:,} of the {attached.replayed:,} "
+            "replayed graph activities (the rest keep no operator)"
+        )
+    found.trace = t
+    return found
+
+
+def analyze(
+    inputs: Sequence[str | TraceData],
+    options: Options | None = None,
+    capture: str | TraceData | None = None,
+) -> Report:
+    """The report of these traces (one per rank), as ``aiflame analyze`` writes it."""
+    from aiflame.analysis.report import analyze as analyze_traces
+
+    traces = [read(i, capture).trace if isinstance(i, str) else i for i in inputs]
+    where = capture if isinstance(capture, str) else ("given" if capture is not None else None)
+    return analyze_traces(traces, options=options, captures=[where] * len(traces))

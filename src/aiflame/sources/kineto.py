@@ -29,6 +29,7 @@ import numpy as np
 from aiflame.errors import AiflameError, InputError
 from aiflame.model import FrameKind, Profile, ProfileBuilder
 from aiflame.model.stacks import EMPTY_STACK
+from aiflame.model.trace import TraceData
 from aiflame.sources.inputs import Input
 from aiflame.sources.kineto_events import Cls, Columns, EventCollector
 from aiflame.sources.kineto_info import describe
@@ -42,6 +43,8 @@ from aiflame.sources.kineto_samples import (
     add_cpu_samples,
     add_gpu_samples,
 )
+from aiflame.sources.kineto_trace import from_columns, rank_of
+from aiflame.sources.timeline import Timeline
 from aiflame.symbolize.pyframes import PythonNaming
 from aiflame.transforms import correlate
 from aiflame.transforms.pynames import module_methods
@@ -113,6 +116,29 @@ def load(
     return build_profile(cols, trace_meta, source.path, python_names, kernel_names, naming)
 
 
+def timeline(source: Input, **_: object) -> Timeline:
+    """The trace for ``aiflame analyze`` and, from the same parse, its flame graph."""
+    try:
+        cols, meta = read_columns(source, shapes=True)
+    except NoKinetoEvents as no_events:
+        from aiflame.sources import trace_events
+
+        try:
+            return trace_events.timeline(source)
+        except trace_events.NoSlices:
+            raise no_events from None
+    trace = from_columns(cols, meta, source.path, correlation_ids(cols))
+
+    def profile() -> Profile:
+        return build_profile(cols, meta, source.path, "short", "full")
+
+    return Timeline(FORMAT, trace, profile)
+
+
+def trace(source: Input, **options: object) -> TraceData:
+    return timeline(source, **options).trace
+
+
 def read_columns(source: Input, shapes: bool = False) -> tuple[Columns, dict[str, Any]]:
     """Stream the trace into columns; the top-level keys other than traceEvents beside.
 
@@ -132,14 +158,6 @@ def read_columns(source: Input, shapes: bool = False) -> tuple[Columns, dict[str
             "calls or GPU activity)" + (f"; only: {what}" if what else ""),
         )
     return cols, stream.meta
-
-
-def _rank_of(meta: dict[str, Any]) -> str | None:
-    info = meta.get("distributedInfo")
-    rank = info.get("rank") if isinstance(info, dict) else None
-    if isinstance(rank, int) or (isinstance(rank, str) and rank.isdigit()):
-        return str(rank)
-    return None
 
 
 class _Frames:
@@ -214,9 +232,9 @@ def build_profile(
     builder = ProfileBuilder(SAMPLE_TYPES)
     frames = _Frames(builder, cols, python_names, kernel_names, naming)
     warnings = Counter(cols.warnings)
-    rank = _rank_of(trace_meta)
+    rank = rank_of(trace_meta)
 
-    cpu_corr, gpu_corr = _fill_correlation_from_flows(cols)
+    cpu_corr, gpu_corr = correlation_ids(cols)
     nesting = correlate.nest(cols.cpu_thread, cols.cpu_ts, cols.cpu_dur, _ranks(cols.cpu_cls))
     if nesting.bleeding:
         warnings["slices that end after their enclosing slice"] += nesting.bleeding
@@ -254,7 +272,7 @@ def _ranks(cls: np.ndarray) -> np.ndarray:
     return table[cls]
 
 
-def _fill_correlation_from_flows(cols: Columns) -> tuple[np.ndarray, np.ndarray]:
+def correlation_ids(cols: Columns) -> tuple[np.ndarray, np.ndarray]:
     """Correlation ids, taken from ac2g arrows where an event's args lack one."""
     cpu_corr, gpu_corr = cols.cpu_corr.copy(), cols.gpu_corr.copy()
     need = np.nonzero(gpu_corr < 0)[0]
@@ -326,4 +344,6 @@ __all__ = [
     "load",
     "read_columns",
     "sniff",
+    "timeline",
+    "trace",
 ]

@@ -97,6 +97,7 @@ class ShapeArgs(Args, gc=False):
     input_type: Any = msgspec.field(default=None, name="Input type")
     concrete_inputs: Any = msgspec.field(default=None, name="Concrete Inputs")
     bytes: Any = None  # of a memcpy/memset
+    kernel: Any = None  # the kernel a launch call names (ROCm traces)
 
 
 class ShapeEvent(Event, gc=False):
@@ -121,6 +122,7 @@ def coerce_event(item: Any, shapes: bool = False) -> Event | None:
                 raw.get("Input type"),
                 raw.get("Concrete Inputs"),
                 raw.get("bytes"),
+                raw.get("kernel"),
             )
         else:
             args = Args(*fields, raw.get("Call stack"))
@@ -201,6 +203,8 @@ class Columns:
     cpu_shape: np.ndarray | None = None
     shapes: list[tuple[Any, Any, Any]] = field(default_factory=list)
     gpu_bytes: np.ndarray | None = None
+    # ...and per CPU slice the kernel a launch call names (index into names, -1: none).
+    cpu_kernel: np.ndarray | None = None
 
 
 class EventCollector:
@@ -212,6 +216,7 @@ class EventCollector:
         self._shape_ids: dict[bytes, int] = {}
         self._shape_list: list[tuple[Any, Any, Any]] = []
         self.cpu_shape = array("i")
+        self.cpu_kernel = array("i")
         self.gpu_bytes = array("q")
 
         # Times are kept as written (float microseconds) and converted to integer ns
@@ -322,6 +327,10 @@ class EventCollector:
                     c_stack(cs)
                     if shapes:
                         self.cpu_shape.append(self._shape(args, cls))
+                        kernel = getattr(args, "kernel", None) if cls == Cls.RUNTIME else None
+                        self.cpu_kernel.append(
+                            self._intern(names, kernel) if type(kernel) is str else -1
+                        )
                     c_thread(th)
                     c_ts(ts)
                     c_dur(dur)
@@ -420,4 +429,5 @@ class EventCollector:
             np_(self.cpu_shape) if self.shapes else None,
             self._shape_list,
             np_(self.gpu_bytes) if self.shapes else None,
+            np_(self.cpu_kernel).astype(np.int64) if self.shapes else None,
         )

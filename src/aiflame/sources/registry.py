@@ -1,7 +1,10 @@
 """Format detection and loading: every importer registers a sniffer and a loader.
 
 An importer module defines ``FORMAT`` (its name), ``sniff(head: bytes, path: str) -> bool``
-and ``load(source: Input, **options) -> Profile``, and is listed in ``IMPORTERS``.
+and ``load(source: Input, **options) -> Profile``, and is listed in ``IMPORTERS``. A source
+of a GPU timeline format also defines ``timeline(source: Input, **options) -> Timeline``
+and ``trace(source: Input, **options) -> TraceData``, which ``aiflame analyze`` reads
+(:func:`load_timeline`). Every reader's failure on bad input is one :class:`InputError`.
 """
 
 from __future__ import annotations
@@ -15,7 +18,10 @@ from typing import Any
 
 from aiflame.errors import AiflameError, InputError
 from aiflame.model import Profile
+from aiflame.model.trace import TraceData
 from aiflame.sources.inputs import Input
+from aiflame.sources.nsys_db import SQLITE_MAGIC
+from aiflame.sources.timeline import Timeline
 
 # Most specific first: the first sniffer that says yes wins.
 IMPORTERS = (
@@ -52,6 +58,8 @@ def detect(source: Input) -> ModuleType:
     for mod in _modules():
         if mod.sniff(head, source.path):
             return mod
+    if head.startswith(SQLITE_MAGIC):
+        raise InputError(source.path, "SQLite database, but not an Nsight Systems export")
     raise InputError(source.path, "unknown format (expected one of: " + ", ".join(formats()) + ")")
 
 
@@ -65,15 +73,55 @@ def load(path: str, fmt: str | None = None, **options: Any) -> Profile:
         mod = mods[fmt]
     else:
         mod = detect(source)
-    try:
-        profile = mod.load(source, **options)
-    except (AiflameError, MemoryError, KeyboardInterrupt):
-        raise
-    except Exception as e:  # a parser bug or corrupt data must still be one clear line
-        raise InputError(path, f"cannot read as {mod.FORMAT}: {type(e).__name__}: {e}") from e
+    profile = _guarded(mod, path, mod.load, source, **options)
     profile.meta.setdefault("source", path)
     profile.meta.setdefault("format", mod.FORMAT)
     return profile
+
+
+def _guarded(mod: ModuleType, path: str, read: Any, *args: Any, **options: Any) -> Any:
+    """``read(*args, **options)``, any failure on bad input turned into one InputError."""
+    try:
+        return read(*args, **options)
+    except (AiflameError, MemoryError, KeyboardInterrupt):
+        raise
+    except RecursionError as e:
+        raise InputError(path, f"cannot read as {mod.FORMAT}: nested too deeply") from e
+    except Exception as e:  # a parser bug or corrupt data must still be one clear line
+        raise InputError(path, f"cannot read as {mod.FORMAT}: {type(e).__name__}: {e}") from e
+
+
+def timeline_formats() -> list[str]:
+    return [m.FORMAT for m in _modules() if hasattr(m, "timeline")]
+
+
+def load_trace(path: str, **options: Any) -> TraceData:
+    """The :class:`TraceData` of one GPU timeline trace (see :func:`load_timeline`)."""
+    return load_timeline(path, **options).trace
+
+
+def load_timeline(path: str, **options: Any) -> Timeline:
+    """One GPU timeline trace (Kineto, Nsight Systems, Chrome trace) for the analysis.
+
+    The trace must be a file (or ``-``); its format is detected from its content. The
+    Timeline's ``profile()`` builds the flame graph of the same input; a failure there is
+    one InputError too.
+    """
+    if path != "-" and not os.path.isfile(path):
+        raise InputError(path, "no such file" if not os.path.exists(path) else "not a file")
+    source = Input(path)
+    mod = detect(source)
+    if not hasattr(mod, "timeline"):
+        raise InputError(
+            path,
+            f"a {mod.FORMAT} profile has no GPU timeline to analyze (analyze reads: "
+            + ", ".join(timeline_formats())
+            + ")",
+        )
+    found: Timeline = _guarded(mod, path, mod.timeline, source, **options)
+    build = found.profile
+    found.profile = lambda: _guarded(mod, path, build)
+    return found
 
 
 def load_many(paths: Sequence[str], fmt: str | None = None, **options: Any) -> Profile:

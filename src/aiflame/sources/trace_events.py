@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 from array import array
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 import msgspec
@@ -29,10 +31,12 @@ import numpy as np
 from aiflame.errors import InputError
 from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
 from aiflame.model.stacks import EMPTY_STACK
+from aiflame.model.trace import Kind, TraceData, is_communication
 from aiflame.sources.inputs import Input
 from aiflame.sources.kineto_events import _ident, _number
 from aiflame.sources.kineto_json import TraceStream
 from aiflame.sources.kineto_samples import unique_rows
+from aiflame.sources.timeline import Timeline
 from aiflame.transforms import correlate
 
 FORMAT = "trace-events"
@@ -320,8 +324,20 @@ def match_begin_end(
     return tuple(np.asarray(c, dtype=np.int64) for c in out)
 
 
-def load(source: Input, **_: object) -> Profile:
-    col = _collect(source)
+@dataclass
+class _Slices:
+    """Every slice of the trace as columns (ns from the first event), nested per thread."""
+
+    thread: np.ndarray
+    ts: np.ndarray
+    dur: np.ndarray
+    name: np.ndarray
+    nesting: correlate.Nesting
+    complete: int  # of them from X events
+    base_us: float
+
+
+def _slices(source: Input, col: _Collector) -> _Slices:
     base = col.base_us or 0.0
     x_thread, x_ts, x_dur = _ints(col.x[0]), _ns(col.x[1], base), _ns(col.x[2], 0.0)
     x_name, x_seq = _ints(col.x[3]), _ints(col.x[4])
@@ -351,6 +367,14 @@ def load(source: Input, **_: object) -> Profile:
     nesting = correlate.nest(thread, ts, dur, seq)
     if nesting.bleeding:
         warnings["slices that end after their enclosing slice"] += nesting.bleeding
+    return _Slices(thread, ts, dur, name, nesting, len(x_ts), base)
+
+
+def load(source: Input, **_: object) -> Profile:
+    col = _collect(source)
+    sl = _slices(source, col)
+    thread, ts, dur, name, nesting = sl.thread, sl.ts, sl.dur, sl.name, sl.nesting
+    base, warnings, n_threads = sl.base_us, col.warnings, len(col.thread_keys)
     self_ns = correlate.self_times(ts, dur, nesting.parent)
 
     builder = ProfileBuilder(SAMPLE_TYPES)
@@ -378,7 +402,7 @@ def load(source: Input, **_: object) -> Profile:
             "default_type": 0,
             "time_range_ns": (int(base) * 1000 + first, int(base) * 1000 + last),
             "info:slices": (
-                f"{len(x_ts):,} complete (X), {len(b_ts):,} begin/end pairs (B/E) "
+                f"{sl.complete:,} complete (X), {len(ts) - sl.complete:,} begin/end pairs (B/E) "
                 f"on {n_threads:,} thread(s)"
             ),
         }
@@ -409,3 +433,111 @@ def _thread_roots(builder: ProfileBuilder, col: _Collector) -> tuple[list[int], 
         roots.append(builder.stack(frames) if frames else EMPTY_STACK)
         labels[t] = builder.labels({"pid": pid, "tid": tid})
     return roots, labels
+
+
+# Tracks of GPU work in traces of other profilers: JAX/TensorFlow name the process of a GPU
+# "/device:GPU:0" and its threads "Stream #12(...)"; Perfetto/Chrome-trace exports of
+# other GPU profilers name processes or threads after the GPU or its streams.
+_GPU_PROCESS = re.compile(r"/device:(GPU|TPU)|\bGPU\b|\bgpu\b|\bHIP\b|\bCUDA\b")
+_GPU_THREAD = re.compile(r"\bstream\b", re.IGNORECASE)
+_NOT_ACTIVITY = re.compile(r"XLA (Ops|Modules)|Steps|TraceMe|Framework", re.IGNORECASE)
+_COPY = re.compile(r"memcpy|MemcpyD2H|MemcpyH2D|copy_start|copyBuffer", re.IGNORECASE)
+_SET = re.compile(r"memset", re.IGNORECASE)
+
+
+def _gpu_threads(col: _Collector) -> tuple[np.ndarray, list[str]]:
+    """Per thread: is it a GPU stream (its activities are GPU work), and its device name."""
+    is_gpu = np.zeros(len(col.thread_keys), dtype=bool)
+    device = [""] * len(col.thread_keys)
+    for t, (pid, tid) in enumerate(col.thread_keys):
+        pname = col.process_names.get(pid, "")
+        tname = col.thread_names.get((pid, tid), "")
+        if _NOT_ACTIVITY.search(tname):
+            continue
+        on_gpu = _GPU_PROCESS.search(pname) and (not tname or _GPU_THREAD.search(tname))
+        if on_gpu or _GPU_THREAD.search(tname):
+            is_gpu[t] = True
+            device[t] = pname or str(pid)
+    return is_gpu, device
+
+
+def timeline(source: Input, **_: object) -> Timeline:
+    """A generic trace for ``aiflame analyze``: slices on GPU stream tracks (by process and
+    thread names) are GPU activity, the others CPU slices; the format links no launch to
+    its GPU work, so idle time is measured but not explained by CPU stacks."""
+    col = _collect(source)
+    sl = _slices(source, col)
+    is_gpu, device_of = _gpu_threads(col)
+    names = list(col.names)
+    ids = {n: i for i, n in enumerate(names)}
+
+    def intern(text: str) -> int:
+        if text not in ids:
+            ids[text] = len(names)
+            names.append(text)
+        return ids[text]
+
+    gpu = is_gpu[sl.thread] if sl.thread.size else np.zeros(0, dtype=bool)
+    # A stream track's slices may nest (a module span over its kernels): the leaves are work.
+    has_child = np.zeros(sl.ts.size, dtype=bool)
+    par = sl.nesting.parent
+    has_child[par[par >= 0]] = True
+    g = np.nonzero(gpu & ~has_child)[0]
+    c = np.nonzero(~gpu)[0]
+    kind = np.full(g.size, Kind.COMPUTE, dtype=np.int8)
+    for k, n in enumerate(sl.name[g].tolist()):
+        text = names[n]
+        if _COPY.search(text):
+            kind[k] = Kind.MEMCPY
+        elif _SET.search(text):
+            kind[k] = Kind.MEMSET
+        elif is_communication(text):
+            kind[k] = Kind.COMM
+    device = np.asarray([intern(device_of[t]) for t in sl.thread[g].tolist()], dtype=np.int64)
+    stream = np.asarray(
+        [intern(col.thread_names.get(col.thread_keys[t], str(t))) for t in sl.thread[g].tolist()],
+        dtype=np.int64,
+    )
+    cpu_index = np.full(sl.ts.size, -1, dtype=np.int64)
+    cpu_index[c] = np.arange(c.size)
+    cpu_parent = np.where(par[c] >= 0, cpu_index[np.maximum(par[c], 0)], -1)
+    order = np.argsort(sl.ts[g], kind="stable")
+    g, kind, device, stream = g[order], kind[order], device[order], stream[order]
+    none = np.full(g.size, -1, dtype=np.int64)
+    trace = TraceData(
+        path=source.path,
+        rank=None,
+        gpu_ts=sl.ts[g],
+        gpu_dur=sl.dur[g],
+        gpu_kind=kind,
+        gpu_name=sl.name[g],
+        gpu_device=device,
+        gpu_launch=none,
+        gpu_op=none.copy(),
+        cpu_ts=sl.ts[c],
+        cpu_dur=sl.dur[c],
+        cpu_name=sl.name[c],
+        cpu_is_op=np.zeros(c.size, dtype=bool),
+        cpu_parent=cpu_parent,
+        names=names,
+        format=FORMAT,
+        cpu_is_runtime=np.zeros(c.size, dtype=bool),
+        cpu_thread=sl.thread[c],
+        gpu_stream=stream,
+    )
+    trace.notes.append(
+        "a generic Chrome trace links no CPU launch to its GPU work: idle time is measured "
+        "but not explained by CPU stacks"
+        if g.size
+        else "no GPU stream tracks in this trace (processes or threads named after a GPU or "
+        "its streams, as JAX's /device:GPU:0)"
+    )
+
+    def profile() -> Profile:
+        return load(source)
+
+    return Timeline(FORMAT, trace, profile)
+
+
+def trace(source: Input, **options: object) -> TraceData:
+    return timeline(source, **options).trace
