@@ -2,8 +2,8 @@
 
 A copy costs the GPU timeline its exposed time (when no kernel runs beside it) and the idle
 time while the CPU sat in the copy call (:mod:`causes`' ``copy``). Each copy is one rule's:
-pageable uploads first, then small copies; the idle of other synchronous copies
-(downloads, ``.cpu()``) is ``sync_stalls``'.
+pageable uploads first, then small copies (not downloads); the idle of downloads and other
+synchronous copies (``.cpu()``, ``.item()``) is ``sync_stalls``'.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ def _copy_kinds(c: Context) -> tuple[np.ndarray, np.ndarray]:
     kind = np.full(idx.size, _OTHER, dtype=np.int8)
     nbytes = t.gpu_bytes[idx] if t.gpu_bytes is not None else np.full(idx.size, -1)
     kind[(nbytes >= 0) & (nbytes < memcpy.SMALL_COPY_BYTES)] = _SMALL
+    # Downloads synchronize the host (.cpu(), .item()): they are sync_stalls', any size.
+    download = np.array([memcpy.parse(n)[0] == "DtoH" for n in t.names], dtype=bool)
+    kind[download[t.gpu_name[idx]]] = _OTHER
     kind[pageable[t.gpu_name[idx]]] = _PAGEABLE
     return idx, kind
 

@@ -246,13 +246,19 @@ def sync_stalls(c: Context) -> Draft | None:
     blocked = s.blocked_us * 1e3 if s is not None else 0.0
     total = c.total_ns
     calls = "|".join(sorted(s.by_call)) if s is not None else ""
+    copies = (
+        f", and the GPU idles {duration(other_copies)} while it waits in synchronous copies "
+        "(downloads such as .cpu() and .item())"
+        if other_copies
+        else ""
+    )
     return Draft(
         rule="sync_stalls",
         title="synchronizing calls stop the CPU from queuing work ahead of the GPU",
         parts={"idle": cost},
         summary=(
             f"The CPU blocks {duration(blocked)} in {s.calls if s else 0:,} synchronizing "
-            f"calls; the time they held it back costs the GPU {duration(cost)} of idle "
+            f"calls{copies}; in all they cost the GPU {duration(cost)} of idle "
             f"({cost / total:.1%} of the timeline)."
         ),
         assumption="assumes that without the call the CPU would have prepared the next work "
@@ -261,6 +267,7 @@ def sync_stalls(c: Context) -> Draft | None:
         fix=pick(_SYNC_FIXES, c.workload),
         figures=[
             us("GPU idle caused", cost),
+            us("of it in synchronous copies", other_copies),
             us("CPU blocked in the calls", blocked),
             us("idle of the gaps after them", s.gpu_idle_after_us * 1e3 if s else 0.0),
             count("calls", s.calls if s else 0),

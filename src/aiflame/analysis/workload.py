@@ -39,6 +39,8 @@ def detect(t: TraceData) -> Workload:
             continue
         if any(pattern.search(n) for n in names):
             return Workload(kind=kind, label=label, evidence=evidence)
+    if t.format == "kineto":  # PyTorch's profiler, even where it recorded no operator
+        return Workload(kind="pytorch", label="PyTorch", evidence="a PyTorch profiler trace")
     if t.format == "nsys" or t.gpu_ts.size:
         amd = any(n.startswith("hip") for n in names) or any(
             "AMD" in str(d.get("name", "")) or d.get("warpSize") == 64 for d in t.device_info

@@ -59,7 +59,7 @@ def detect(source: Input) -> ModuleType:
         if mod.sniff(head, source.path):
             return mod
     if head.startswith(SQLITE_MAGIC):
-        raise InputError(source.path, "SQLite database, but not an Nsight Systems export")
+        raise InputError(source.path, "unknown format: SQLite, but not an Nsight Systems export")
     raise InputError(source.path, "unknown format (expected one of: " + ", ".join(formats()) + ")")
 
 

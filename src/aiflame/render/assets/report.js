@@ -210,7 +210,7 @@
           "p",
           null,
           per + fmtUs(c.min) + ", median " + fmtUs(c.median) + ", max " + fmtUs(c.max) +
-            " (spread " + pct(job.computation_spread, 1) + (job.same_job === false ? "; slowest: " : "; slowest rank ") + job.slowest_rank + ").",
+            " (spread " + pct(job.computation_spread, 1) + "; slowest: " + job.slowest_rank + ").",
         ),
       );
       for (const s of job.stragglers || []) {
@@ -218,7 +218,7 @@
           el(
             "p",
             { class: "straggler" },
-            "Straggler: rank " + s.rank + " computes " + pct(s.over_median, 1) +
+            "Straggler: " + s.rank + " computes " + pct(s.over_median, 1) +
               " longer than the median rank; the others wait for it at each collective.",
           ),
         );
