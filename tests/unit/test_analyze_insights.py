@@ -10,7 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aiflame.analysis import analyze, devices, insights, rules_copies, rules_gpu, rules_host
+from aiflame.analysis import (
+    analyze,
+    devices,
+    insights,
+    read,
+    rules_copies,
+    rules_gpu,
+    rules_host,
+)
 from aiflame.cli.main import main
 from aiflame.sources.registry import load_trace
 
@@ -196,3 +204,25 @@ def test_launches_before_the_window_are_said_beside_the_breakdown(capsys):
     assert o.gpu_time_us == pytest.approx(sum(e["dur"] for e in outside))
     assert main(["analyze", str(OWL_MI300)]) == 0
     assert "launched before the" in capsys.readouterr().out
+
+
+def _gpu_time_under(profile, frame: str) -> float:  # type: ignore[no-untyped-def]
+    """Share of the profile's GPU time whose stack holds ``frame``."""
+    from aiflame.render.folded import render_folded
+
+    gpu = profile.sample_types.index(next(t for t in profile.sample_types if t.name == "gpu-time"))
+    profile.meta["default_type"] = gpu
+    lines = [line.rsplit(" ", 1) for line in render_folded(profile).splitlines()]
+    total = sum(float(v) for _, v in lines)
+    return sum(float(v) for s, v in lines if frame in s.split(";")) / total
+
+
+def test_flame_graph_says_what_runs_in_graph_replays():
+    plain = read(str(REPLAY)).profile()
+    (r,) = analyze([str(REPLAY)]).ranks
+    share = _gpu_time_under(plain, "[graph replay: no operator known]")
+    assert share == pytest.approx(r.graph_replays.share_of_gpu_time, rel=1e-6)
+    hung = read(str(REPLAY), str(CAPTURE)).profile()
+    assert _gpu_time_under(hung, "[graph replay]") == pytest.approx(share, rel=1e-6)
+    assert _gpu_time_under(hung, "vllm::moe_forward") > 0.5
+    assert _gpu_time_under(hung, "[graph replay: no operator known]") == 0

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from aiflame.model.trace import TraceData
 
 if TYPE_CHECKING:
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["analyze", "read"]
 
 
-def read(path: str, capture: str | TraceData | None = None) -> Timeline:
+def read(path: str, capture: str | Timeline | TraceData | None = None) -> Timeline:
     """One trace through the sources registry; with ``capture`` (the trace of the CUDA/HIP
     graph capture, a path or its TraceData), its graph replays hung under the captured ops.
     Bad input raises one :class:`~aiflame.errors.InputError`."""
@@ -32,8 +34,9 @@ def read(path: str, capture: str | TraceData | None = None) -> Timeline:
     found = load_timeline(path)
     if capture is None:
         return found
-    cap = load_timeline(capture).trace if isinstance(capture, str) else capture
-    attached = attach_capture(found.trace, cap)
+    cap = load_timeline(capture) if isinstance(capture, str) else capture
+    cap_trace = cap if isinstance(cap, TraceData) else cap.trace
+    attached = attach_capture(found.trace, cap_trace)
     t = attached.trace
     if not attached.replayed:
         t.notes.append("a capture trace was given, but this trace has no graph replays")
@@ -42,8 +45,19 @@ def read(path: str, capture: str | TraceData | None = None) -> Timeline:
             f"the capture trace matched {attached.matched:,} of the {attached.replayed:,} "
             "replayed graph activities (the rest keep no operator)"
         )
+    if attached.matched and t.gpu_origin is not None and not isinstance(cap, TraceData):
+        _replay_flame(found, cap, t.gpu_origin - found.trace.cpu_ts.size)
     found.trace = t
     return found
+
+
+def _replay_flame(found: Timeline, capture: Timeline, origin: np.ndarray) -> None:
+    """The flame graph of a Kineto replay trace with its kernels under the capture."""
+    if found.format != "kineto" or capture.format != "kineto":
+        return
+    from aiflame.sources import kineto
+
+    found.profile = lambda: kineto.replay_profile(found, capture, np.maximum(origin, -1))
 
 
 def analyze(

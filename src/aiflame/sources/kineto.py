@@ -19,6 +19,7 @@ trace; 'short': template arguments and parameters folded).
 
 from __future__ import annotations
 
+import re
 from array import array
 from collections import Counter
 from collections.abc import Sequence
@@ -132,7 +133,7 @@ def timeline(source: Input, **_: object) -> Timeline:
     def profile() -> Profile:
         return build_profile(cols, meta, source.path, "short", "full")
 
-    return Timeline(FORMAT, trace, profile)
+    return Timeline(FORMAT, trace, profile, state=(cols, meta))
 
 
 def trace(source: Input, **options: object) -> TraceData:
@@ -228,7 +229,11 @@ def build_profile(
     python_names: str,
     kernel_names: str,
     naming: PythonNaming | None = None,
+    replays: tuple[Columns, np.ndarray] | None = None,
 ) -> Profile:
+    """``replays``: the columns of a CUDA/HIP graph's capture trace and, per GPU activity,
+    the captured launch (a CPU slice of the capture, -1: none) of replayed ones: those
+    hang under their graph launch, ``[graph replay]`` and the captured stack."""
     builder = ProfileBuilder(SAMPLE_TYPES)
     frames = _Frames(builder, cols, python_names, kernel_names, naming)
     warnings = Counter(cols.warnings)
@@ -258,11 +263,78 @@ def build_profile(
     labels = Labels(builder, cols, rank)
     add_cpu_samples(builder, cols, nesting, stack_of, labels)
     kernels = frames.column(cols.gpu_cls, cols.gpu_name)
-    unlinked = add_gpu_samples(builder, kernels, cols, launch, stack_of, labels)
+    graft = _replayed_stacks(builder, cols, launch, stack_of)
+    if replays is not None:
+        captured = _captured_stacks(builder, cols, launch, stack_of, replays, python_names)
+        graft = captured if graft is None else np.where(captured >= 0, captured, graft)
+    unlinked = add_gpu_samples(builder, kernels, cols, launch, stack_of, labels, graft)
 
     builder.meta.update(describe(cols, unlinked, warnings, rank, trace_meta, use_call_stacks))
     profile = builder.build()
     return module_methods(profile) if python_names == "short" else profile
+
+
+REPLAY_FRAME = "[graph replay]"
+NO_OP_REPLAY_FRAME = "[graph replay: no operator known]"
+_GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)GraphLaunch")
+
+
+def _replayed_stacks(
+    builder: ProfileBuilder, cols: Columns, launch: np.ndarray, stack_of: np.ndarray
+) -> np.ndarray | None:
+    """Per GPU activity launched by a CUDA/HIP graph launch: its launch's stack with a
+    ``[graph replay: no operator known]`` frame, so the flame graph says what share of the
+    GPU time ran in replays no operator is known for; -1 elsewhere (None: no replays)."""
+    is_graph = np.fromiter(
+        (bool(_GRAPH_LAUNCH.match(n)) for n in cols.names), dtype=bool, count=len(cols.names)
+    )
+    if not is_graph.any() or cols.cpu_ts.size == 0:
+        return None
+    replayed = (launch >= 0) & (cols.cpu_cls[np.maximum(launch, 0)] == Cls.RUNTIME)
+    replayed &= is_graph[cols.cpu_name[np.maximum(launch, 0)]]
+    if not replayed.any():
+        return None
+    label = builder.frame(NO_OP_REPLAY_FRAME, FrameKind.LABEL)
+    out = np.full(launch.size, -1, dtype=np.int64)
+    for s in np.unique(stack_of[launch[replayed]]).tolist():
+        out[replayed & (stack_of[np.maximum(launch, 0)] == s)] = builder.stacks.child(s, label)
+    return out
+
+
+def _captured_stacks(
+    builder: ProfileBuilder,
+    cols: Columns,
+    launch: np.ndarray,
+    stack_of: np.ndarray,
+    replays: tuple[Columns, np.ndarray],
+    python_names: str,
+) -> np.ndarray:
+    """Per GPU activity: the stack it hangs under when replayed from a captured launch
+    (graph launch -> [graph replay] -> the captured Python frames and ops), else -1."""
+    cap, origin = replays
+    frames = _Frames(builder, cap, python_names, "full")
+    nesting = correlate.nest(cap.cpu_thread, cap.cpu_ts, cap.cpu_dur, _ranks(cap.cpu_cls))
+    label = builder.frame(REPLAY_FRAME, FrameKind.LABEL)
+    out = np.full(origin.size, -1, dtype=np.int64)
+    done: dict[tuple[int, int], int] = {}
+    for j in np.nonzero((origin >= 0) & (launch >= 0))[0].tolist():
+        key = (int(stack_of[launch[j]]), int(origin[j]))
+        found = done.get(key)
+        if found is None:
+            chain, i = [], key[1]
+            while i >= 0:
+                chain.append(frames.get(int(cap.cpu_cls[i]), int(cap.cpu_name[i])))
+                i = int(nesting.parent[i])
+            found = done[key] = builder.stacks.intern([label, *chain[::-1]], key[0])
+        out[j] = found
+    return out
+
+
+def replay_profile(replay: Timeline, capture: Timeline, origin: np.ndarray) -> Profile:
+    """The flame graph of ``replay`` with its graph replays under the captured stacks
+    (``origin``: per GPU activity of the replay, the capture's CPU slice or -1)."""
+    (cols, meta), (cap, _) = replay.state, capture.state
+    return build_profile(cols, meta, replay.trace.path, "short", "full", replays=(cap, origin))
 
 
 def _ranks(cls: np.ndarray) -> np.ndarray:

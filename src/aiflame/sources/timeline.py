@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from aiflame.model import Profile
 from aiflame.model.trace import TraceData
@@ -21,3 +22,4 @@ class Timeline:
     format: str  # the source's FORMAT
     trace: TraceData
     profile: Callable[[], Profile]  # the flame graph of the same input, built on demand
+    state: Any = None  # the source's own parse (Kineto: its columns), for related views
