@@ -156,8 +156,8 @@ def _op_context(t: TraceData, launching: np.ndarray) -> np.ndarray:
     inside = np.zeros(t.cpu_ts.size, dtype=bool)
     mark = t.cpu_is_op & launching
     up = t.cpu_parent.copy()
-    has = up >= 0
-    inside[has] = mark[up[has]]
+    top = up >= 0
+    inside[top] = mark[up[top]]
     while True:  # pointer jumping over the ancestors
         has = np.nonzero(up >= 0)[0]
         if has.size == 0:

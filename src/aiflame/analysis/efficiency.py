@@ -71,7 +71,7 @@ def modelled_calls(
     ops = op[idx]
     starts = np.flatnonzero(np.r_[True, ops[1:] != ops[:-1]])
     ends = np.r_[starts[1:], ops.size]
-    out = []
+    out: list[tuple[int, OpCost, int, int]] = []
     cache: dict[tuple[int, int], OpCost | None] = {}
     for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
         o = int(ops[lo])
@@ -79,10 +79,10 @@ def modelled_calls(
             continue
         dims, types = t.op_shapes[o]
         key = (id(dims), int(t.cpu_name[o]))  # shapes are shared objects when equal
-        cost = cache.get(key, False)
-        if cost is False:
-            cost = op_cost(t.names[key[1]], dims, types, t.op_concrete.get(o))
-            cache[key] = cost
+        if key in cache:
+            cost = cache[key]
+        else:
+            cost = cache[key] = op_cost(t.names[key[1]], dims, types, t.op_concrete.get(o))
         if cost is None:
             continue
         mine = idx[lo:hi]
@@ -175,10 +175,10 @@ def efficiency(
     """
     calls = modelled_calls(t, launch)
     flops_by: dict[str | None, list[float]] = {}
-    for _, cost, ns, _ in calls:
+    for _, cost, call_ns, _ in calls:
         e = flops_by.setdefault(cost.precision, [0.0, 0.0])
         e[0] += cost.flops
-        e[1] += ns
+        e[1] += call_ns
     by_precision = {}
     at_peak = 0.0  # seconds the modelled FLOPs would take at peak
     unpriced = 0.0

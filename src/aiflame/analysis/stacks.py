@@ -53,7 +53,7 @@ class _Index:
 
     def cut(self, k: int) -> tuple[str, ...]:
         """The innermost ``STACK_DEPTH`` names of stack ``k``, root first."""
-        out = []
+        out: list[str] = []
         while k > 0 and len(out) < STACK_DEPTH:
             out.append(self.names[int(self.name[k])])
             k = int(self.up[k])
@@ -77,7 +77,7 @@ def _index(t: TraceData) -> _Index:
 
 def stack_of(t: TraceData, i: int, depth: int = STACK_DEPTH) -> list[str]:
     """Names of slice ``i`` and its enclosing slices, root first (the innermost ``depth``)."""
-    out = []
+    out: list[str] = []
     while i >= 0 and len(out) < depth:
         out.append(t.names[int(t.cpu_name[i])])
         i = int(t.cpu_parent[i])

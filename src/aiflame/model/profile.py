@@ -51,7 +51,8 @@ class Profile:
     def type_index(self, name: str | None) -> int:
         """Column of the sample type ``name``; None means the default (first) type."""
         if name is None:
-            return int(self.meta.get("default_type", 0))  # type: ignore[arg-type]
+            chosen = self.meta.get("default_type", 0)
+            return chosen if isinstance(chosen, int) else 0
         for i, t in enumerate(self.sample_types):
             if t.name == name:
                 return i

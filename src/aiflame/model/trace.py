@@ -90,7 +90,7 @@ class TraceData:
 
     def select_gpu(self, keep: np.ndarray) -> TraceData:
         """The same trace with only the GPU activities where ``keep`` is true."""
-        opt = {
+        opt: dict[str, Any] = {
             k: (None if getattr(self, k) is None else getattr(self, k)[keep]) for k in _GPU_OPTIONAL
         }
         return replace(

@@ -181,7 +181,8 @@ class _Frames:
     def python(self, raw: str) -> int:
         f = python_frame(raw, self.py)
         if self.naming is not None and f.func:
-            f = self.naming.traced(f.func, f.file, f.line)
+            named = self.naming.traced(f.func, f.file, f.line)
+            return self.b.frame(named.name, FrameKind.PYTHON, named.file, named.line)
         return self.b.frame(f.name, FrameKind.PYTHON, f.file, f.line)
 
     def get(self, cls: int, name_id: int) -> int:

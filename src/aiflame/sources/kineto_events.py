@@ -111,7 +111,7 @@ def coerce_event(item: Any, shapes: bool = False) -> Event | None:
     if not isinstance(item, dict):
         return None
     raw = item.get("args")
-    args = None
+    args: Args | None = None
     if isinstance(raw, dict):
         fields = (raw.get("correlation"), raw.get("stream"), raw.get("device"))
         if shapes:
@@ -127,17 +127,10 @@ def coerce_event(item: Any, shapes: bool = False) -> Event | None:
         else:
             args = Args(*fields, raw.get("Call stack"))
     get = item.get
-    return (ShapeEvent if shapes else Event)(
-        get("ph"),
-        get("cat"),
-        get("name"),
-        get("pid"),
-        get("tid"),
-        get("ts"),
-        get("dur"),
-        get("id"),
-        args,
-    )
+    head = (get("ph"), get("cat"), get("name"), get("pid"), get("tid"), get("ts"), get("dur"))
+    if shapes:
+        return ShapeEvent(*head, get("id"), args if isinstance(args, ShapeArgs) else None)
+    return Event(*head, get("id"), args)
 
 
 def _number(v: Any) -> float | int | None:
@@ -273,6 +266,7 @@ class EventCollector:
         )
         base = self.base_us
         etype, shapes = self.event_type, self.shapes
+        e: Event | None
         for e in events:
             if type(e) is not etype:
                 e = coerce_event(e, shapes)  # plain dicts, from a batch that fell back

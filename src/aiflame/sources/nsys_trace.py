@@ -43,8 +43,8 @@ _BACKTRACE_CLASS = 67  # TRACE_PROCESS_EVENT_CUDABACKTRACE, for exports without 
 _VERSION = re.compile(r"_v\d+$")
 # nsys' memory kinds (its ENUM_CUDA_MEM_KIND, not CUPTI's numbering), for exports without
 # that table; spelt as Kineto does.
-_MEM_KINDS = ("Pageable", "Pinned", "Device", "Array", "Managed", "Device Static")
-_MEM_KINDS += ("Managed Static", "Unknown")
+_MEM_KINDS: tuple[str, ...] = ("Pageable", "Pinned", "Device", "Array", "Managed")
+_MEM_KINDS += ("Device Static", "Managed Static", "Unknown")
 _SYNC_TYPES = {1: "event synchronize", 2: "stream wait event", 3: "stream synchronize"}
 _SYNC_TYPES |= {4: "context synchronize"}
 
@@ -176,7 +176,7 @@ class _Reader:
         for key, cid in chain_of.items():
             i = by_key.get(key)
             chain = chains.get(cid + offset) if i is not None else None
-            if chain:
+            if chain and i is not None:
                 ids = callers_of_api(chain, [self.names[calls[i][4]]])
                 out[i] = [builder.frames.name_of(f) for f in ids]
         return out, len(out)
@@ -332,7 +332,7 @@ class _Reader:
                 "no CPU backtraces of CUDA API calls: findings name no call stacks (record "
                 "with 'nsys profile --cudabacktrace=all')"
             )
-        sync = Counter()
+        sync: Counter[str] = Counter()
         blocked: Counter[str] = Counter()
         for start, end, stype in self.db.select(SYNC, ["start", "end", "syncType"]):
             what = _SYNC_TYPES.get(stype, "other")

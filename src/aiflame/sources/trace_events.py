@@ -146,8 +146,21 @@ class _Collector:
     def add(self, events: list[Any]) -> None:
         """Collect one batch (the hot loop: locals bound up front, fast paths for the usual
         types; odd values go through the slow helpers)."""
-        x_th, x_ts, x_dur, x_nm, x_sq = (c.append for c in self.x)
-        b_th, b_ts, b_ph, b_nm, b_sq = (c.append for c in self.be)
+        x, be = self.x, self.be
+        x_th, x_ts, x_dur, x_nm, x_sq = (
+            x[0].append,
+            x[1].append,
+            x[2].append,
+            x[3].append,
+            x[4].append,
+        )
+        b_th, b_ts, b_ph, b_nm, b_sq = (
+            be[0].append,
+            be[1].append,
+            be[2].append,
+            be[3].append,
+            be[4].append,
+        )
         names, raw_threads, warn = self.names, self._raw_threads, self.warnings
         seq = self.seq
         for e in events:
