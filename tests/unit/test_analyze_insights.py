@@ -226,3 +226,28 @@ def test_flame_graph_says_what_runs_in_graph_replays():
     assert _gpu_time_under(hung, "[graph replay]") == pytest.approx(share, rel=1e-6)
     assert _gpu_time_under(hung, "vllm::moe_forward") > 0.5
     assert _gpu_time_under(hung, "[graph replay: no operator known]") == 0
+
+
+SIMPLE_ADD = DATA / "hta/critical_path/simple_add/benchmark_result_493459_1694039959_trace.json.gz"
+SAMPLED = DATA / "hta/trace_filter/sampled_rank-0.json.gz"
+DDP = DATA / "hta/nccl_parser_config/nccl_data.json.gz"
+QWEN = DATA / "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+
+
+def test_allocation_where_cudnn_allocates_in_the_loop_not_in_bert():
+    d = rules_host.allocation(ctx(SIMPLE_ADD))
+    assert d is not None and {"cudaFree", "cudaMalloc"} & set(d.top_stacks[0].stack)
+    assert rules_host.allocation(ctx(BERT)) is None
+
+
+def test_cpu_ops_are_operators_that_compute_not_views():
+    d = rules_host.cpu_ops(ctx(DDP))
+    assert d is not None and d.top_stacks[0].stack[-1] == "aten::unflatten_dense_tensors"
+    assert rules_host.cpu_ops(ctx(BERT)) is None  # its permutes and views are dispatch
+
+
+def test_dependency_waits_and_launch_gaps():
+    assert rules_host.dependency_waits(ctx(SAMPLED)) is not None
+    assert rules_host.dependency_waits(ctx(BERT)) is None
+    assert rules_host.launch_gaps(ctx(QWEN)) is not None
+    assert rules_host.launch_gaps(ctx(COMPILED)) is None

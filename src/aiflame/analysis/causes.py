@@ -9,7 +9,8 @@ overlap with the gap is charged to the cause its slice stands for:
 ``data_loading``     inside a DataLoader (``enumerate(DataLoader)``, ``torch/utils/data``)
 ``preprocessing``    inside input preprocessing (image/feature processors, tokenizers,
                      transforms, PIL, OpenCV, SciPy ndimage, ``preprocess``)
-``collective``       inside a CPU-side collective or barrier (``c10d``, ``nccl:``, ``gloo``)
+``collective``       inside a CPU-side collective or barrier (``c10d``, ``nccl:``, ``gloo``,
+                     ``MPI_*``)
 ``sync``             a synchronizing runtime call (device/stream/event synchronize)
 ``copy``             a memcpy runtime call (synchronous, or staging pageable memory)
 ``allocation``       ``cudaMalloc``/``cudaFree`` and kin, which synchronize the device
@@ -69,7 +70,7 @@ _CONTEXT = (
         _COLLECTIVE,
         re.compile(
             r"c10d::|^nccl:|^gloo:|record_param_comms|ProcessGroup|distributed_c10d|"
-            r"torch/distributed/|all_reduce|allreduce|all_gather|reduce_scatter|barrier"
+            r"torch/distributed/|all_reduce|allreduce|all_gather|reduce_scatter|barrier|^MPI_"
         ),
     ),
     (
@@ -87,10 +88,10 @@ _CONTEXT = (
         ),
     ),
 )
-# Operators that only make a view or an empty tensor: when one is all the CPU runs, that is
-# dispatch, not computation.
-_METADATA_OPS = re.compile(
-    r"^aten::(view|_unsafe_view|view_as|reshape|_reshape_alias|permute|transpose|t|expand|"
+# Operators that only make a view or an empty tensor, and autograd's own nodes: when one is
+# all the CPU runs, that is dispatch, not computation.
+_DISPATCH_OPS = re.compile(
+    r"^(autograd|torch::autograd)::|^aten::(view|_unsafe_view|view_as|reshape|_reshape_alias|permute|transpose|t|expand|"
     r"expand_as|slice|select|unsqueeze|squeeze|as_strided|empty|empty_like|empty_strided|"
     r"detach|alias|split|split_with_sizes|chunk|narrow|unbind|flatten|unflatten|contiguous|"
     r"lift_fresh|resolve_conj|resolve_neg|set_|resize_|movedim|swapaxes|to|lift|numpy_T|"
@@ -184,7 +185,7 @@ def slice_causes(t: TraceData, slices: np.ndarray) -> np.ndarray:
     # around it (an empty/view inside a GPU operator is that operator's dispatch).
     launching = _launching(t)
     cpu_op = t.cpu_is_op[s] & ~launching[s] & ~_op_context(t, launching)[s]
-    cpu_op &= ~name_mask(t, _METADATA_OPS.search, name[cpu_op])[name]
+    cpu_op &= ~name_mask(t, _DISPATCH_OPS.search, name[cpu_op])[name]
     cause = np.full(s.size, INDEX["python_overhead"], dtype=np.int8)
     cause[cpu_op] = INDEX["cpu_ops"]
     cause[(ctx & _DATA) > 0] = INDEX["data_loading"]

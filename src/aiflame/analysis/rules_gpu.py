@@ -45,8 +45,9 @@ _COMM_FIXES = {
     "limit_all_gathers; and check for a straggler rank the others wait for",
     "serving": "overlap the tensor-parallel collectives with computation (custom all-reduce, "
     "fused all-reduce + norm), or use fewer tensor-parallel ranks for this model size",
-    "app": "run collectives on their own stream beside independent kernels, and merge small "
-    "collectives into fewer, larger ones",
+    "app": "overlap communication with GPU work: run collectives on their own stream beside "
+    "independent kernels, use non-blocking MPI (MPI_Isend/MPI_Irecv, then MPI_Wait late) with "
+    "CUDA-aware MPI, and merge small messages into fewer, larger ones",
     "jax": "let XLA overlap collectives with computation (async collectives, the "
     "latency-hiding scheduler)",
 }

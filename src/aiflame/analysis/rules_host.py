@@ -50,7 +50,7 @@ def _idle_draft(
     summary = (
         f"The GPU sits idle {duration(cost)} ({cost / total:.1%} of the timeline) while "
         f"the CPU is {doing}{where}"
-        + (f"; {n:,} gaps, the longest {duration(longest)}." if n else ".")
+        + (f"; {n:,} gap{'s' if n != 1 else ''}, the longest {duration(longest)}." if n else ".")
     )
     return Draft(
         rule=rule,
@@ -158,12 +158,15 @@ def launch_bound(c: Context) -> Draft | None:
     p = L.launch_bound_phases[0]
     total = c.total_ns
     span = duration(L.launch_bound.time_us * 1e3)
+    phases = f"{L.launch_bound.phases} launch-bound phase" + (
+        "s" if L.launch_bound.phases > 1 else ""
+    )
     return Draft(
         rule="launch_bound",
         title="launch-bound: the CPU cannot launch kernels as fast as the GPU runs them",
         parts={"idle": cost},
         summary=(
-            f"In {L.launch_bound.phases} launch-bound phase(s) ({span}) "
+            f"In {phases} ({span}) "
             f"launches follow each other every {p.median_interval_us:.1f} us (median) while "
             f"kernels take {p.median_gpu_us:.1f} us, keeping the GPU {p.gpu_busy_share:.0%} "
             f"busy; launching and dispatch leave it idle {duration(cost)} "
