@@ -121,3 +121,45 @@ def test_a_profile_without_a_timeline_is_one_line(tmp_path, capsys):
     path = write(tmp_path, "stacks.folded", "main;work 10\n")
     rc, _, err = run(tmp_path, capsys, path)
     assert rc == 1 and one_line(err, path) and "no GPU timeline" in err
+
+
+# -- generic Chrome traces --------------------------------------------------------------
+
+TRACE_EVENTS = Path(__file__).resolve().parents[1] / "data/trace_events"
+BERT = Path(__file__).resolve().parents[1] / "data/kineto/tracelens/h100"
+BERT = BERT / "gaunernst_bert-small-uncased__1016001.json.gz"
+
+
+def test_generic_chrome_trace_without_gpu_tracks_is_said_so(tmp_path, capsys):
+    rc, out, _ = run(tmp_path, capsys, TRACE_EVENTS / "multiprocess.json")
+    assert rc == 0 and "no GPU activity" in out
+    (r,) = json.loads((tmp_path / "r.json").read_text())["ranks"]
+    assert r["format"] == "trace-events" and any("GPU stream tracks" in n for n in r["notes"])
+
+
+def test_generic_chrome_trace_with_gpu_stream_tracks(tmp_path, capsys):
+    """The kernels of a real trace written as JAX names its tracks (/device:GPU:0 and
+    'Stream #7(Compute)' threads): the same breakdown as read from the Kineto trace."""
+    import gzip
+
+    events = json.loads(gzip.decompress(BERT.read_bytes()))["traceEvents"]
+    gpu = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    cpu = [e for e in events if e.get("cat") == "python_function"]
+    out = [
+        {"ph": "M", "pid": 9, "name": "process_name", "args": {"name": "/device:GPU:0"}},
+        {"ph": "M", "pid": 9, "tid": 7, "name": "thread_name", "args": {"name": "Stream #7"}},
+        {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/host:CPU"}},
+    ]
+    out += [{"ph": "X", "pid": 9, "tid": 7, "name": e["name"], "ts": e["ts"], "dur": e["dur"]}
+            for e in gpu]  # fmt: skip
+    out += [{"ph": "X", "pid": 1, "tid": 1, "name": e["name"], "ts": e["ts"], "dur": e["dur"]}
+            for e in cpu]  # fmt: skip
+    path = write(tmp_path, "jax-like.json", json.dumps({"traceEvents": out}))
+    rc, _, _ = run(tmp_path, capsys, path)
+    assert rc == 0
+    (r,) = json.loads((tmp_path / "r.json").read_text())["ranks"]
+    assert main(["analyze", str(BERT), "--json", str(tmp_path / "k.json")]) == 0
+    (k,) = json.loads((tmp_path / "k.json").read_text())["ranks"]
+    for key in ("total", "busy", "idle", "memcpy"):
+        assert r["time_breakdown"][key] == pytest.approx(k["time_breakdown"][key], abs=0.01)
+    assert any("links no CPU launch" in n for n in r["notes"])
