@@ -34,7 +34,7 @@ def read(path: str, capture: str | Timeline | TraceData | None = None) -> Timeli
     found = load_timeline(path)
     if capture is None:
         return found
-    cap = load_timeline(capture) if isinstance(capture, str) else capture
+    cap = load_timeline(capture, kernel_args=True) if isinstance(capture, str) else capture
     cap_trace = cap if isinstance(cap, TraceData) else cap.trace
     attached = attach_capture(found.trace, cap_trace)
     t = attached.trace

@@ -122,22 +122,44 @@ class Explained:
         return want[self.cause]
 
 
-def _context_flags(t: TraceData) -> np.ndarray:
-    """Per CPU slice: the context flags of it and all its enclosing slices."""
-    own = np.zeros(len(t.names), dtype=np.int8)
-    names = t.names
-    for i in np.unique(t.cpu_name).tolist():
-        m = _ANY_CONTEXT.search(names[i])
-        if m is not None:
-            own[i] = _FLAG_OF[m.lastgroup or ""]
-    flags = own[t.cpu_name]
-    up = t.cpu_parent.copy()
-    while True:  # pointer jumping: OR the flags of ancestors 1, 2, 4, ... levels up
+@dataclass
+class _Within:
+    """Some CPU slices, closed under enclosing ones (``keep``, global ids), with their
+    parents as positions in ``keep``: the part of a trace a question needs."""
+
+    keep: np.ndarray
+    parent: np.ndarray
+    local: np.ndarray  # global id -> position in keep, -1 outside
+
+
+def _within(t: TraceData, keep: np.ndarray) -> _Within:
+    local = np.full(t.cpu_ts.size, -1, dtype=np.int64)
+    local[keep] = np.arange(keep.size)
+    par = t.cpu_parent[keep]
+    return _Within(keep, np.where(par >= 0, local[np.maximum(par, 0)], -1), local)
+
+
+def _or_up(flags: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Each flag ORed with those of all its ancestors (pointer jumping: log(depth) passes)."""
+    flags = flags.copy()
+    up = parent.copy()
+    while True:
         has = np.nonzero(up >= 0)[0]
         if has.size == 0:
             return flags
         flags[has] |= flags[up[has]]
         up[has] = up[up[has]]
+
+
+def _context_flags(t: TraceData, w: _Within) -> np.ndarray:
+    """Per slice of ``w``: the context flags of it and all its enclosing slices."""
+    own = np.zeros(len(t.names), dtype=np.int8)
+    names = t.names
+    for i in np.unique(t.cpu_name[w.keep]).tolist():
+        m = _ANY_CONTEXT.search(names[i])
+        if m is not None:
+            own[i] = _FLAG_OF[m.lastgroup or ""]
+    return _or_up(own[t.cpu_name[w.keep]], w.parent)
 
 
 def _launching(t: TraceData) -> np.ndarray:
@@ -152,39 +174,32 @@ def _launching(t: TraceData) -> np.ndarray:
     return out
 
 
-def _op_context(t: TraceData, launching: np.ndarray) -> np.ndarray:
-    """Per CPU slice: is it inside an operator that launches GPU work?"""
-    inside = np.zeros(t.cpu_ts.size, dtype=bool)
-    mark = t.cpu_is_op & launching
-    up = t.cpu_parent.copy()
-    top = up >= 0
-    inside[top] = mark[up[top]]
-    while True:  # pointer jumping over the ancestors
-        has = np.nonzero(up >= 0)[0]
-        if has.size == 0:
-            return inside
-        inside[has] |= inside[up[has]]
-        up[has] = up[up[has]]
+def slice_causes(t: TraceData, slices: np.ndarray, within: np.ndarray | None = None) -> np.ndarray:
+    """The cause index of each CPU slice in ``slices`` (-1: untraced) as the innermost one.
 
-
-def slice_causes(t: TraceData, slices: np.ndarray) -> np.ndarray:
-    """The cause index of each CPU slice in ``slices`` (-1: untraced) as the innermost one."""
+    ``within``: slices closed under enclosing ones that hold all of ``slices`` (the work
+    is done on those only); all slices by default.
+    """
     out = np.full(slices.size, INDEX["untraced"], dtype=np.int8)
     ok = slices >= 0
     if not np.any(ok):
         return out
-    s = slices[ok]
+    w = _within(t, np.arange(t.cpu_ts.size) if within is None else within)
+    s, back = np.unique(slices[ok], return_inverse=True)  # each slice classified once
+    at = w.local[s]
     name = t.cpu_name[s]
     runtime = t.cpu_is_runtime[s] if t.cpu_is_runtime is not None else np.zeros(s.size, bool)
-    ctx = _context_flags(t)[s]
+    ctx = _context_flags(t, w)[at]
     rt_names = name[runtime]
     sync = name_mask(t, is_sync_call, rt_names)[name]
     copy = name_mask(t, _MEMCPY.search, rt_names)[name]
     alloc = name_mask(t, _ALLOC.search, rt_names)[name]
     # An operator computing on the CPU: it launches nothing and neither does an operator
     # around it (an empty/view inside a GPU operator is that operator's dispatch).
-    launching = _launching(t)
-    cpu_op = t.cpu_is_op[s] & ~launching[s] & ~_op_context(t, launching)[s]
+    launching = _launching(t)[w.keep]
+    mark = t.cpu_is_op[w.keep] & launching
+    in_gpu_op = _or_up(np.where(w.parent >= 0, mark[np.maximum(w.parent, 0)], False), w.parent)
+    cpu_op = t.cpu_is_op[s] & ~launching[at] & ~in_gpu_op[at]
     cpu_op &= ~name_mask(t, _DISPATCH_OPS.search, name[cpu_op])[name]
     cause = np.full(s.size, INDEX["python_overhead"], dtype=np.int8)
     cause[cpu_op] = INDEX["cpu_ops"]
@@ -195,8 +210,18 @@ def slice_causes(t: TraceData, slices: np.ndarray) -> np.ndarray:
     cause[runtime & alloc] = INDEX["allocation"]
     cause[runtime & sync] = INDEX["sync"]
     cause[runtime & copy] = INDEX["copy"]
-    out[ok] = cause
+    out[ok] = cause[back]
     return out
+
+
+def _overlapping(t: TraceData, threads: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The CPU slices on ``threads`` overlapping any window ``[lo, hi)`` (windows disjoint
+    and in time order, as idle gaps are); closed under enclosing slices, which contain them."""
+    on = np.isin(t.threads(), threads)
+    k = np.searchsorted(hi, t.cpu_ts, side="right")
+    kk = np.minimum(k, max(lo.size - 1, 0))
+    hit = on & (k < lo.size) & (lo[kk] < t.cpu_ts + t.cpu_dur)
+    return np.nonzero(hit)[0]
 
 
 def explain(t: TraceData, g: Gaps) -> Explained:
@@ -222,15 +247,16 @@ def explain(t: TraceData, g: Gaps) -> Explained:
         k = np.nonzero(is_sync)[0]
         parts.append((k, call, np.full(k.size, INDEX["sync"], np.int8), sync_ns[k]))
     if host.size and t.cpu_ts.size:
-        seg = _segments(t, np.unique(g.thread[host]))
         end = g.start[host] + host_ns[host]
+        keep = _overlapping(t, np.unique(g.thread[host]), g.start[host], end)
+        seg = _segments(t, keep)
         win, s, overlap = window_overlaps(seg, g.thread[host], g.start[host], end)
         gap = host[win]
         # What is left of a sync gap after its call's share is spread over the CPU's work.
         scale = (host_ns[gap] - sync_ns[gap]) / np.maximum(host_ns[gap], 1)
         ns = overlap * scale
         sl = seg.slice[s]
-        parts.append((gap, sl, slice_causes(t, sl), ns))
+        parts.append((gap, sl, slice_causes(t, sl, keep), ns))
         covered = np.bincount(gap, weights=ns, minlength=g.start.size)
         left = host_ns[host] - sync_ns[host] - covered[host]
         keep = left > 0.5
@@ -264,18 +290,12 @@ def explain(t: TraceData, g: Gaps) -> Explained:
     )  # fmt: skip
 
 
-def _segments(t: TraceData, threads: np.ndarray) -> Segments:
-    """The innermost-slice segments of the launching threads only."""
-    mine = np.isin(t.threads(), threads)
-    if np.all(mine):
-        return innermost_segments(t.threads(), t.cpu_ts, t.cpu_dur, t.cpu_parent, slice_depths(t))
-    idx = np.nonzero(mine)[0]
-    local = np.full(t.cpu_ts.size, -1, dtype=np.int64)
-    local[idx] = np.arange(idx.size)
-    par = t.cpu_parent[idx]
-    par = np.where(par >= 0, local[np.maximum(par, 0)], -1)
-    seg = innermost_segments(t.threads()[idx], t.cpu_ts[idx], t.cpu_dur[idx], par)
-    seg.slice = np.where(seg.slice >= 0, idx[np.maximum(seg.slice, 0)], -1)
+def _segments(t: TraceData, keep: np.ndarray) -> Segments:
+    """The innermost-slice segments of the slices ``keep`` (closed under enclosing ones)."""
+    w = _within(t, keep)
+    depth = slice_depths(t)[keep]
+    seg = innermost_segments(t.threads()[keep], t.cpu_ts[keep], t.cpu_dur[keep], w.parent, depth)
+    seg.slice = np.where(seg.slice >= 0, keep[np.maximum(seg.slice, 0)], -1)
     return seg
 
 

@@ -11,6 +11,8 @@ cannot keep the GPU fed, which CUDA graphs or ``torch.compile`` fix.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from aiflame.analysis.causes import Explained
@@ -152,6 +154,7 @@ def launch_bound_phases(
     stall = np.maximum.reduceat(step, bounds[:-1]) > STALL_US * 1e3
     flagged = (short > SHORT_SHARE * count) & (gpu <= MAX_BUSY * span) & (gpu >= MIN_BUSY * span)
     flagged &= (2 * close >= count) & ~stall  # the median step is within DENSE_LAUNCH_US
+    idle_in = overhead_idle(g, e)
     phases = []
     k = 0
     while k < nwin:
@@ -174,7 +177,7 @@ def launch_bound_phases(
                 median_gpu_us=float(np.median(L["gpu_ns"][lo:hi])) / 1e3,
                 median_interval_us=float(np.median(step[lo + 1 : hi])) / 1e3 if hi - lo > 1 else 0,
                 gpu_busy_share=float(min(L["gpu_ns"][lo:hi].sum() / max(b - a, 1), 1.0)),
-                overhead_idle_us=overhead_idle(g, e, a, b) / 1e3,
+                overhead_idle_us=idle_in(a, b) / 1e3,
                 top_stacks=top_stacks(
                     t, calls, t.cpu_dur[calls].astype(np.float64), include_self=False
                 ),
@@ -185,13 +188,20 @@ def launch_bound_phases(
     return phases
 
 
-def overhead_idle(g: Gaps | None, e: Explained | None, a: int, b: int) -> float:
-    """Idle ns charged to launching and dispatch in the gaps starting in ``[a, b)``."""
+def overhead_idle(g: Gaps | None, e: Explained | None) -> Callable[[int, int], float]:
+    """A function of ``[a, b)``: the idle ns charged to launching and dispatch in the gaps
+    starting in it (cumulative sums over the gaps in time order)."""
     if g is None or e is None or e.gap.size == 0:
-        return 0.0
-    start = g.start[e.gap]
-    m = e.of(*OVERHEAD_CAUSES) & (start >= a) & (start < b)
-    return float(e.ns[m].sum())
+        return lambda a, b: 0.0
+    m = e.of(*OVERHEAD_CAUSES)
+    per_gap = np.bincount(e.gap[m], weights=e.ns[m], minlength=g.start.size)
+    before = np.concatenate([[0.0], np.cumsum(per_gap)])  # gaps are in time order
+
+    def within(a: int, b: int) -> float:
+        lo, hi = np.searchsorted(g.start, [a, b])
+        return float(before[hi] - before[lo])
+
+    return within
 
 
 def launch_overhead(

@@ -100,13 +100,24 @@ def top_stacks(
     starts = slices[ok] if include_self else t.cpu_parent[slices[ok]]
     index = _index(t)
     sid = np.where(starts >= 0, index.of_slice[np.maximum(starts, 0)], 0)
-    uniq, inv = np.unique(sid, return_inverse=True)
-    cost = np.bincount(inv, weights=cost_ns[ok], minlength=uniq.size)
-    count = np.bincount(inv, minlength=uniq.size)
+    if sid.size > len(index.up) // 8:  # many: sums by bincount over all ids, no sort
+        ids = np.arange(len(index.up))
+        cost = np.bincount(sid, weights=cost_ns[ok], minlength=ids.size)
+        count = np.bincount(sid, minlength=ids.size)
+    else:
+        ids, inv = np.unique(sid, return_inverse=True)
+        cost = np.bincount(inv, weights=cost_ns[ok], minlength=ids.size)
+        count = np.bincount(inv, minlength=ids.size)
+    cost[ids == 0] = 0.0  # the empty stack
+    want = min(8 * n, int(np.count_nonzero(cost)))
+    if want == 0:
+        return []
+    top = np.argpartition(-cost, want - 1)[:want]
+    top = top[np.argsort(-cost[top], kind="stable")]
     # Stacks equal in their innermost STACK_DEPTH names are one: merge the candidates.
     by_stack: dict[tuple[str, ...], list[float]] = {}
-    for k in np.argsort(-cost, kind="stable")[: 8 * n].tolist():
-        key = index.cut(int(uniq[k]))
+    for k in top.tolist():
+        key = index.cut(int(ids[k]))
         if not key:
             continue
         entry = by_stack.setdefault(key, [0.0, 0])

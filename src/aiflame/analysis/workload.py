@@ -34,10 +34,11 @@ def detect(t: TraceData) -> Workload:
     used[t.cpu_name] = True
     used[t.gpu_name] = True
     names = [n for n, u in zip(t.names, used.tolist(), strict=True) if u]
+    text = "\n".join(names)  # one name a line: each sign is one scan, in C
     for kind, label, pattern, evidence in _SIGNS:
         if kind == "jax" and t.format != "trace-events":
             continue
-        if any(pattern.search(n) for n in names):
+        if re.search(pattern.pattern, text, re.MULTILINE):
             return Workload(kind=kind, label=label, evidence=evidence)
     if t.format == "kineto":  # PyTorch's profiler, even where it recorded no operator
         return Workload(kind="pytorch", label="PyTorch", evidence="a PyTorch profiler trace")
@@ -46,8 +47,7 @@ def detect(t: TraceData) -> Workload:
             "AMD" in str(d.get("name", "")) or d.get("warpSize") == 64 for d in t.device_info
         )
         kind, api = ("hip-app", "HIP") if amd else ("cuda-app", "CUDA")
-        python = any(".py" in n for n in names)
-        if not python:
+        if not any(".py" in n for n in names):
             return Workload(
                 kind=kind,
                 label=f"a {api} program",

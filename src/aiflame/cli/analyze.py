@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from aiflame.sources.registry import expand_inputs, load_timeline
 
     options = efficiency_options(args)
-    capture = load_timeline(args.capture_trace) if args.capture_trace else None
+    capture = load_timeline(args.capture_trace, kernel_args=True) if args.capture_trace else None
     # A directory stands for its traces (one per rank, as torch's profiler writes them).
     inputs = [read(path, capture) for path in expand_inputs(args.traces)]
     report = analyze(

@@ -117,10 +117,13 @@ def load(
     return build_profile(cols, trace_meta, source.path, python_names, kernel_names, naming)
 
 
-def timeline(source: Input, **_: object) -> Timeline:
-    """The trace for ``aiflame analyze`` and, from the same parse, its flame graph."""
+def timeline(source: Input, kernel_args: bool = False, **_: object) -> Timeline:
+    """The trace for ``aiflame analyze`` and, from the same parse, its flame graph.
+
+    ``kernel_args``: read the kernel names launch calls carry (the trace of a graph's
+    capture, which is matched to the replays by them)."""
     try:
-        cols, meta = read_columns(source, shapes=True)
+        cols, meta = read_columns(source, shapes=True, kernels=kernel_args)
     except NoKinetoEvents as no_events:
         from aiflame.sources import trace_events
 
@@ -136,16 +139,19 @@ def timeline(source: Input, **_: object) -> Timeline:
     return Timeline(FORMAT, trace, profile, state=(cols, meta))
 
 
-def trace(source: Input, **options: object) -> TraceData:
-    return timeline(source, **options).trace
+def trace(source: Input, kernel_args: bool = False, **_: object) -> TraceData:
+    return timeline(source, kernel_args).trace
 
 
-def read_columns(source: Input, shapes: bool = False) -> tuple[Columns, dict[str, Any]]:
+def read_columns(
+    source: Input, shapes: bool = False, kernels: bool = False
+) -> tuple[Columns, dict[str, Any]]:
     """Stream the trace into columns; the top-level keys other than traceEvents beside.
 
-    ``shapes``: keep the operators' recorded input shapes and dtypes too (for FLOPs).
+    ``shapes``: keep the operators' recorded input shapes and dtypes too (for FLOPs);
+    ``kernels``: and the kernel names of launch calls.
     """
-    collector = EventCollector(shapes)
+    collector = EventCollector(shapes, kernels)
     with source.open_binary() as f:
         stream = TraceStream(f, source.path, collector.event_type)
         for batch in stream.batches():

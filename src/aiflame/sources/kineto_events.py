@@ -97,7 +97,13 @@ class ShapeArgs(Args, gc=False):
     input_type: Any = msgspec.field(default=None, name="Input type")
     concrete_inputs: Any = msgspec.field(default=None, name="Concrete Inputs")
     bytes: Any = None  # of a memcpy/memset
-    kernel: Any = None  # the kernel a launch call names (ROCm traces)
+
+
+class KernelArgs(ShapeArgs, gc=False):
+    """:class:`ShapeArgs` plus the kernel a launch call names (ROCm traces; opt-in, for the
+    trace of a graph's capture)."""
+
+    kernel: Any = None
 
 
 class ShapeEvent(Event, gc=False):
@@ -106,7 +112,13 @@ class ShapeEvent(Event, gc=False):
     args: ShapeArgs | None = None
 
 
-def coerce_event(item: Any, shapes: bool = False) -> Event | None:
+class KernelEvent(Event, gc=False):
+    """A :class:`ShapeEvent` whose launch calls' kernel names are read too."""
+
+    args: KernelArgs | None = None
+
+
+def coerce_event(item: Any, shapes: bool = False, kernels: bool = False) -> Event | None:
     """Build an :class:`Event` from a plain decoded item (the slow path for odd events)."""
     if not isinstance(item, dict):
         return None
@@ -115,19 +127,23 @@ def coerce_event(item: Any, shapes: bool = False) -> Event | None:
     if isinstance(raw, dict):
         fields = (raw.get("correlation"), raw.get("stream"), raw.get("device"))
         if shapes:
-            args = ShapeArgs(
-                *fields,
+            shape_fields = (
                 raw.get("Call stack"),
                 raw.get("Input Dims"),
                 raw.get("Input type"),
                 raw.get("Concrete Inputs"),
                 raw.get("bytes"),
-                raw.get("kernel"),
             )
+            if kernels:
+                args = KernelArgs(*fields, *shape_fields, raw.get("kernel"))
+            else:
+                args = ShapeArgs(*fields, *shape_fields)
         else:
             args = Args(*fields, raw.get("Call stack"))
     get = item.get
     head = (get("ph"), get("cat"), get("name"), get("pid"), get("tid"), get("ts"), get("dur"))
+    if kernels:
+        return KernelEvent(*head, get("id"), args if isinstance(args, KernelArgs) else None)
     if shapes:
         return ShapeEvent(*head, get("id"), args if isinstance(args, ShapeArgs) else None)
     return Event(*head, get("id"), args)
@@ -203,9 +219,11 @@ class Columns:
 class EventCollector:
     """Feed batches of :class:`Event` with :meth:`add`; :meth:`freeze` gives :class:`Columns`."""
 
-    def __init__(self, shapes: bool = False) -> None:
-        self.shapes = shapes
-        self.event_type: type[Event] = ShapeEvent if shapes else Event
+    def __init__(self, shapes: bool = False, kernels: bool = False) -> None:
+        """``kernels``: read the kernel names of launch calls too (implies ``shapes``)."""
+        shapes = shapes or kernels
+        self.shapes, self.kernels = shapes, kernels
+        self.event_type: type[Event] = KernelEvent if kernels else ShapeEvent if shapes else Event
         self._shape_ids: dict[bytes, int] = {}
         self._shape_list: list[tuple[Any, Any, Any]] = []
         self.cpu_shape = array("i")
@@ -265,11 +283,11 @@ class EventCollector:
             for k in ("thread", "ts", "dur", "cls", "name", "corr", "device", "stream")
         )
         base = self.base_us
-        etype, shapes = self.event_type, self.shapes
+        etype, shapes, kernels = self.event_type, self.shapes, self.kernels
         e: Event | None
         for e in events:
             if type(e) is not etype:
-                e = coerce_event(e, shapes)  # plain dicts, from a batch that fell back
+                e = coerce_event(e, shapes, kernels)  # plain dicts, from a batch that fell back
                 if e is None:
                     warn["events that are not JSON objects"] += 1
                     continue
@@ -321,6 +339,7 @@ class EventCollector:
                     c_stack(cs)
                     if shapes:
                         self.cpu_shape.append(self._shape(args, cls))
+                    if kernels:
                         kernel = getattr(args, "kernel", None) if cls == Cls.RUNTIME else None
                         self.cpu_kernel.append(
                             self._intern(names, kernel) if type(kernel) is str else -1
@@ -423,5 +442,5 @@ class EventCollector:
             np_(self.cpu_shape) if self.shapes else None,
             self._shape_list,
             np_(self.gpu_bytes) if self.shapes else None,
-            np_(self.cpu_kernel).astype(np.int64) if self.shapes else None,
+            np_(self.cpu_kernel).astype(np.int64) if self.kernels else None,
         )
