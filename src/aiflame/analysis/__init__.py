@@ -19,22 +19,22 @@ from aiflame.model.trace import TraceData
 if TYPE_CHECKING:
     from aiflame.analysis.report import Options
     from aiflame.analysis.schema import Report
-    from aiflame.sources.timeline import Timeline
+    from aiflame.sources.trace_input import TraceInput
 
 __all__ = ["analyze", "read"]
 
 
-def read(path: str, capture: str | Timeline | TraceData | None = None) -> Timeline:
+def read(path: str, capture: str | TraceInput | TraceData | None = None) -> TraceInput:
     """One trace through the sources registry; with ``capture`` (the trace of the CUDA/HIP
     graph capture, a path or its TraceData), its graph replays hung under the captured ops.
     Bad input raises one :class:`~aiflame.errors.InputError`."""
-    from aiflame.sources.registry import load_timeline
+    from aiflame.sources.registry import load_trace_input
     from aiflame.transforms.graph_capture import attach_capture
 
-    found = load_timeline(path)
+    found = load_trace_input(path)
     if capture is None:
         return found
-    cap = load_timeline(capture, kernel_args=True) if isinstance(capture, str) else capture
+    cap = load_trace_input(capture, kernel_args=True) if isinstance(capture, str) else capture
     cap_trace = cap if isinstance(cap, TraceData) else cap.trace
     attached = attach_capture(found.trace, cap_trace)
     t = attached.trace
@@ -51,7 +51,7 @@ def read(path: str, capture: str | Timeline | TraceData | None = None) -> Timeli
     return found
 
 
-def _replay_flame(found: Timeline, capture: Timeline, origin: np.ndarray) -> None:
+def _replay_flame(found: TraceInput, capture: TraceInput, origin: np.ndarray) -> None:
     """The flame graph of a Kineto replay trace with its kernels under the capture."""
     if found.format != "kineto" or capture.format != "kineto":
         return

@@ -46,10 +46,10 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aiflame.sources.registry import expand_inputs, load_timeline
+    from aiflame.sources.registry import expand_inputs, load_trace_input
 
     options = efficiency_options(args)
-    capture = load_timeline(args.capture_trace, kernel_args=True) if args.capture_trace else None
+    capture = load_trace_input(args.capture_trace, kernel_args=True) if args.capture_trace else None
     # A directory stands for its traces (one per rank, as torch's profiler writes them).
     inputs = [read(path, capture) for path in expand_inputs(args.traces)]
     report = analyze(

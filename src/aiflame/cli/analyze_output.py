@@ -1,6 +1,6 @@
 """The HTML output of ``aiflame analyze``: the report page and the flame graph beside it.
 
-A trace is parsed once: the source's :class:`~aiflame.sources.timeline.Timeline` gives the
+A trace is parsed once: the source's :class:`~aiflame.sources.trace_input.TraceInput` gives the
 analysis input and, when an HTML report is asked for, the flame graph its findings link
 into.
 """
@@ -16,7 +16,7 @@ from aiflame.analysis.schema import Report, to_builtins
 from aiflame.cli.analyze_links import StackFinder, combine, fragment, section_fragments
 from aiflame.cli.common import write_output
 from aiflame.errors import AiflameError
-from aiflame.sources.timeline import Timeline
+from aiflame.sources.trace_input import TraceInput
 
 
 def flame_path(report_path: str) -> str:
@@ -26,7 +26,7 @@ def flame_path(report_path: str) -> str:
     return str(p.with_name(stem + ".flame.html"))
 
 
-def _root_names(inputs: list[Timeline], report: Report) -> list[str | None]:
+def _root_names(inputs: list[TraceInput], report: Report) -> list[str | None]:
     """The root frame of each input in the combined flame graph (none for one input)."""
     if len(inputs) == 1:
         return [None]
@@ -41,7 +41,7 @@ def _root_names(inputs: list[Timeline], report: Report) -> list[str | None]:
     return names
 
 
-def write_html_report(out: str, inputs: list[Timeline], report: Report) -> None:
+def write_html_report(out: str, inputs: list[TraceInput], report: Report) -> None:
     from aiflame.render.analyze_html import render_report_html
     from aiflame.render.html import render_html
 

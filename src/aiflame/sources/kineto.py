@@ -45,7 +45,7 @@ from aiflame.sources.kineto_samples import (
     add_gpu_samples,
 )
 from aiflame.sources.kineto_trace import from_columns, rank_of
-from aiflame.sources.timeline import Timeline
+from aiflame.sources.trace_input import TraceInput
 from aiflame.symbolize.pyframes import PythonNaming
 from aiflame.transforms import correlate
 from aiflame.transforms.pynames import module_methods
@@ -117,7 +117,7 @@ def load(
     return build_profile(cols, trace_meta, source.path, python_names, kernel_names, naming)
 
 
-def timeline(source: Input, kernel_args: bool = False, **_: object) -> Timeline:
+def trace_input(source: Input, kernel_args: bool = False, **_: object) -> TraceInput:
     """The trace for ``aiflame analyze`` and, from the same parse, its flame graph.
 
     ``kernel_args``: read the kernel names launch calls carry (the trace of a graph's
@@ -128,7 +128,7 @@ def timeline(source: Input, kernel_args: bool = False, **_: object) -> Timeline:
         from aiflame.sources import trace_events
 
         try:
-            return trace_events.timeline(source)
+            return trace_events.trace_input(source)
         except trace_events.NoSlices:
             raise no_events from None
     trace = from_columns(cols, meta, source.path, correlation_ids(cols))
@@ -136,11 +136,11 @@ def timeline(source: Input, kernel_args: bool = False, **_: object) -> Timeline:
     def profile() -> Profile:
         return build_profile(cols, meta, source.path, "short", "full")
 
-    return Timeline(FORMAT, trace, profile, state=(cols, meta))
+    return TraceInput(FORMAT, trace, profile, state=(cols, meta))
 
 
 def trace(source: Input, kernel_args: bool = False, **_: object) -> TraceData:
-    return timeline(source, kernel_args).trace
+    return trace_input(source, kernel_args).trace
 
 
 def read_columns(
@@ -337,7 +337,7 @@ def _captured_stacks(
     return out
 
 
-def replay_profile(replay: Timeline, capture: Timeline, origin: np.ndarray) -> Profile:
+def replay_profile(replay: TraceInput, capture: TraceInput, origin: np.ndarray) -> Profile:
     """The flame graph of ``replay`` with its graph replays under the captured stacks
     (``origin``: per GPU activity of the replay, the capture's CPU slice or -1)."""
     (cols, meta), (cap, _) = replay.state, capture.state
@@ -423,6 +423,6 @@ __all__ = [
     "load",
     "read_columns",
     "sniff",
-    "timeline",
     "trace",
+    "trace_input",
 ]

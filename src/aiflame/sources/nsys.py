@@ -29,7 +29,7 @@ from aiflame.sources.nsys_gpu import activities as gpu_activities
 from aiflame.sources.nsys_labels import Labels
 from aiflame.sources.nsys_nvtx import NvtxIndex
 from aiflame.sources.nsys_stacks import Callchains, CpuFrames
-from aiflame.sources.timeline import Timeline
+from aiflame.sources.trace_input import TraceInput
 from aiflame.symbolize.kinds import DELIMITER
 
 FORMAT = "nsys"
@@ -76,17 +76,17 @@ def load(source: Input, kernel_names: str = "full", nvtx: bool = True, **_: obje
         return _Importer(db, kernel_names, nvtx).run()
 
 
-def timeline(source: Input, **_: object) -> Timeline:
+def trace_input(source: Input, **_: object) -> TraceInput:
     """The export for ``aiflame analyze`` and its flame graph (read again on demand: an
     export's tables are indexed, so a second read is cheap)."""
     from aiflame.sources.nsys_trace import read_nsys
 
     # One Input for both reads: it keeps stdin's bytes.
-    return Timeline(FORMAT, read_nsys(source), lambda: load(source))
+    return TraceInput(FORMAT, read_nsys(source), lambda: load(source))
 
 
 def trace(source: Input, **options: object) -> TraceData:
-    return timeline(source, **options).trace
+    return trace_input(source, **options).trace
 
 
 class _Importer:

@@ -2,9 +2,9 @@
 
 An importer module defines ``FORMAT`` (its name), ``sniff(head: bytes, path: str) -> bool``
 and ``load(source: Input, **options) -> Profile``, and is listed in ``IMPORTERS``. A source
-of a GPU timeline format also defines ``timeline(source: Input, **options) -> Timeline``
+of a GPU trace format also defines ``trace_input(source: Input, **options) -> TraceInput``
 and ``trace(source: Input, **options) -> TraceData``, which ``aiflame analyze`` reads
-(:func:`load_timeline`). Every reader's failure on bad input is one :class:`InputError`.
+(:func:`load_trace_input`). Every reader's failure on bad input is one :class:`InputError`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from aiflame.model import Profile
 from aiflame.model.trace import TraceData
 from aiflame.sources.inputs import Input
 from aiflame.sources.nsys_db import SQLITE_MAGIC
-from aiflame.sources.timeline import Timeline
+from aiflame.sources.trace_input import TraceInput
 
 # Most specific first: the first sniffer that says yes wins.
 IMPORTERS = (
@@ -38,7 +38,7 @@ IMPORTERS = (
 
 # The sources of GPU timelines (in IMPORTERS' order), which analyze reads: asked first, so
 # that reading a trace does not import every other importer.
-TIMELINES = ("aiflame.sources.kineto", "aiflame.sources.trace_events", "aiflame.sources.nsys")
+TRACE_SOURCES = ("aiflame.sources.kineto", "aiflame.sources.trace_events", "aiflame.sources.nsys")
 
 
 def _modules(names: Sequence[str] = IMPORTERS) -> list[ModuleType]:
@@ -96,20 +96,20 @@ def _guarded(mod: ModuleType, path: str, read: Any, *args: Any, **options: Any) 
         raise InputError(path, f"cannot read as {mod.FORMAT}: {type(e).__name__}: {e}") from e
 
 
-def timeline_formats() -> list[str]:
-    return [m.FORMAT for m in _modules(TIMELINES)]
+def trace_formats() -> list[str]:
+    return [m.FORMAT for m in _modules(TRACE_SOURCES)]
 
 
 def load_trace(path: str, **options: Any) -> TraceData:
-    """The :class:`TraceData` of one GPU timeline trace (see :func:`load_timeline`)."""
-    return load_timeline(path, **options).trace
+    """The :class:`TraceData` of one GPU timeline trace (see :func:`load_trace_input`)."""
+    return load_trace_input(path, **options).trace
 
 
-def load_timeline(path: str, **options: Any) -> Timeline:
+def load_trace_input(path: str, **options: Any) -> TraceInput:
     """One GPU timeline trace (Kineto, Nsight Systems, Chrome trace) for the analysis.
 
     The trace must be a file (or ``-``); its format is detected from its content. The
-    Timeline's ``profile()`` builds the flame graph of the same input; a failure there is
+    TraceInput's ``profile()`` builds the flame graph of the same input; a failure there is
     one InputError too.
     """
     if path != "-" and not os.path.isfile(path):
@@ -118,16 +118,16 @@ def load_timeline(path: str, **options: Any) -> Timeline:
     head = source.head()
     # No earlier importer claims what a timeline source sniffs (pickles, protobuf and
     # speedscope's JSON are not Chrome traces or SQLite), so these may be asked alone.
-    mod = next((m for m in _modules(TIMELINES) if head.strip() and m.sniff(head, path)), None)
+    mod = next((m for m in _modules(TRACE_SOURCES) if head.strip() and m.sniff(head, path)), None)
     mod = mod or detect(source)
-    if not hasattr(mod, "timeline"):
+    if not hasattr(mod, "trace_input"):
         raise InputError(
             path,
             f"a {mod.FORMAT} profile has no GPU timeline to analyze (analyze reads: "
-            + ", ".join(timeline_formats())
+            + ", ".join(trace_formats())
             + ")",
         )
-    found: Timeline = _guarded(mod, path, mod.timeline, source, **options)
+    found: TraceInput = _guarded(mod, path, mod.trace_input, source, **options)
     build = found.profile
     found.profile = lambda: _guarded(mod, path, build)
     return found

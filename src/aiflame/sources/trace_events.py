@@ -36,7 +36,7 @@ from aiflame.sources.inputs import Input
 from aiflame.sources.kineto_events import _ident, _number
 from aiflame.sources.kineto_json import TraceStream
 from aiflame.sources.kineto_samples import unique_rows
-from aiflame.sources.timeline import Timeline
+from aiflame.sources.trace_input import TraceInput
 from aiflame.transforms import correlate
 
 FORMAT = "trace-events"
@@ -474,7 +474,7 @@ def _gpu_threads(col: _Collector) -> tuple[np.ndarray, list[str]]:
     return is_gpu, device
 
 
-def timeline(source: Input, **_: object) -> Timeline:
+def trace_input(source: Input, **_: object) -> TraceInput:
     """A generic trace for ``aiflame analyze``: slices on GPU stream tracks (by process and
     thread names) are GPU activity, the others CPU slices; the format links no launch to
     its GPU work, so idle time is measured but not explained by CPU stacks."""
@@ -549,8 +549,8 @@ def timeline(source: Input, **_: object) -> Timeline:
     def profile() -> Profile:
         return load(source)
 
-    return Timeline(FORMAT, trace, profile)
+    return TraceInput(FORMAT, trace, profile)
 
 
 def trace(source: Input, **options: object) -> TraceData:
-    return timeline(source, **options).trace
+    return trace_input(source, **options).trace

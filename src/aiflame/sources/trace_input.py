@@ -1,10 +1,10 @@
-"""What a timeline source gives ``aiflame analyze``: the trace's columns and, from the same
-parse, the flame graph the report links into.
+"""What a source of GPU traces gives ``aiflame analyze``: the trace's columns and, from the
+same parse, the flame graph the report links into.
 
-A source of a GPU timeline format (Kineto, Nsight Systems, generic Chrome traces) offers,
-besides ``load(source) -> Profile``, ``timeline(source) -> Timeline`` (and
+A source of a GPU trace format (Kineto, Nsight Systems, generic Chrome traces) offers,
+besides ``load(source) -> Profile``, ``trace_input(source) -> TraceInput`` (and
 ``trace(source) -> TraceData``, its ``trace``); the registry reaches them through
-:func:`aiflame.sources.registry.load_timeline`.
+:func:`aiflame.sources.registry.load_trace_input`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from aiflame.model.trace import TraceData
 
 
 @dataclass
-class Timeline:
+class TraceInput:
     format: str  # the source's FORMAT
     trace: TraceData
     profile: Callable[[], Profile]  # the flame graph of the same input, built on demand
