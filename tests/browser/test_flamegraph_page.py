@@ -88,6 +88,24 @@ def test_real_profile_opens_offline_with_no_request(open_page, data_dir):
     assert "Linux kernel" in tip
 
 
+def test_perf_script_kernel_frames_are_drawn_as_kernel(open_page, data_dir, tmp_path):
+    """Real ``perf script`` text, no option: vmlinux frames orange, libc's red."""
+    from aiflame.sources import load
+
+    profile = load(str(data_dir / "perf/flamegraph/inputs/perf-dd-stacks-01.txt.gz"))
+    page = open_page(profile)
+    node = page.find("sys_write")
+    page.hover(*page.centre(node))
+    assert "kind Linux kernel" in page.text("tooltip")
+    page.hover(*page.centre(page.find("write")))
+    assert "kind C (native)" in page.text("tooltip")
+    # format.js's palette: kernel orange (230, 130..190, 30..60), C red (215.., 70..140, 60..)
+    r, g, b = page.pixel(*page.centre(node))[:3]
+    assert r >= 230 and 130 <= g < 190 and 30 <= b < 60, (r, g, b)
+    r, g, b = page.pixel(*page.centre(page.find("write")))[:3]
+    assert r >= 215 and 70 <= g < 140 and 60 <= b < 120, (r, g, b)
+
+
 # -- hover, zoom, views ---------------------------------------------------------------------
 
 

@@ -228,6 +228,54 @@ def test_a_selection_keeps_the_users_filters(page, replayed):
     assert shown_total(page) == replayed.live(k)
 
 
+def test_hover_shows_time_and_bytes_under_a_crosshair(page, replayed):
+    peak_k, peak_bytes = replayed.peak()
+    raw = raw_snapshot()
+    # This trace allocates no segment: reserved is the snapshot's segments all along.
+    assert not any(e["action"].startswith("segment") for e in raw["device_traces"][0])
+    reserved = sum(s["total_size"] for s in raw["segments"])
+    xs, ys = drawn(page)
+    target = peak_k // 3
+    x, y = round(xs[target]), round(ys[target])
+    page.hover(x, y)
+    k = page.js("return aiflame.memory.hoverK;")
+    assert abs(xs[k] - x) <= 1  # the point under the pointer (several share a pixel)
+    assert page.visible("mem-tip")
+    t = (replayed.time_us[k] - replayed.time_us[0]) / 1000
+    live = replayed.live(k)
+    rows = page.text("mem-tip").splitlines()
+    assert rows[:3] == [
+        f"time +{t:.3f} ms",
+        f"allocated {live / 2**30:.2f} GiB ({live:,} bytes)",
+        f"reserved {reserved / 2**30:.2f} GiB ({reserved:,} bytes)",
+    ]
+    tip = page.js("return document.getElementById('mem-tip').getBoundingClientRect().toJSON();")
+    assert 0 < tip["left"] - x <= 30 and 0 < tip["top"] - y <= 30  # beside the pointer
+    # The crosshair: a vertical line at the point's time, a horizontal one at its bytes.
+    lines = page.js(
+        "return Array.from(document.querySelectorAll('#mem-hover line'),"
+        " (l) => ['x1', 'x2', 'y1', 'y2'].map((a) => +l.getAttribute(a)));"
+    )
+    px, py = page.js(
+        "const c = aiflame.memory; return [c.px[arguments[0]], c.py[arguments[0]]];", k
+    )
+    assert lines[0][:2] == [px, px] and lines[1][2:] == [py, py]
+    # A click there selects the point the tooltip described.
+    page.click_at(x, y)
+    assert page.js("return aiflame.memory.sel;") == {"from": k, "to": k}
+    assert shown_total(page) == live
+    # At the peak the tooltip says so; off the chart it goes.
+    page.hover(round(xs[peak_k]), round(ys[peak_k]))
+    assert page.js("return aiflame.memory.hoverK;") == peak_k
+    text = page.text("mem-tip")
+    assert f"({peak_bytes:,} bytes)" in text and "the peak" in text
+    root = page.rect(0)
+    page.hover(root["x"] + 5, root["y"] + root["h"] / 2)
+    assert not page.visible("mem-tip")
+    assert page.js("return document.querySelectorAll('#mem-hover *').length;") == 0
+    assert page.console_errors() == []
+
+
 EVIL = "</script><script>alert(1)</script><img src=x onerror=alert(2)>"
 EVIL_FILE = '/x/"><svg onload=alert(3)>.py'
 
@@ -271,3 +319,32 @@ def test_page_without_memory_data_has_no_chart(driver, tmp_path, data_dir):
     page = FlamePage(driver, out.read_text(encoding="utf-8"), out)
     assert page.run_async("aiflame.memoryReady.then((c) => done(c === null));") is True
     assert not page.visible("memory")
+
+
+def test_chart_of_a_profiler_trace_with_memory_events(driver, tmp_path):
+    """profile_memory=True: the GPU's Total Allocated over time, its peak labelled, and a
+    click on the chart shows the trace's allocations live then, charged to operators."""
+    import gzip
+    import json
+
+    trace = DATA.parent / "kineto/tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz"
+    page = memory_page(driver, tmp_path, trace)
+    assert page.visible("memory")
+    assert page.text("mem-device") == "(cuda:0)"
+    assert page.text("mem-peak-label").startswith("peak 96.61 MiB (101,305,344 bytes) at +")
+    with gzip.open(trace) as f:
+        events = json.load(f)["traceEvents"]
+    cuda = sorted(
+        (e for e in events if e.get("name") == "[memory]" and e["args"]["Device Type"] == 1),
+        key=lambda e: e["ts"],
+    )
+    xs, ys = drawn(page)
+    page.click_at(round(xs[len(xs) // 3]), round(ys[len(xs) // 3]))
+    k = page.js("return aiflame.memory.sel.from;")
+    live: dict[int, int] = {}
+    for e in cuda[: k + 1]:
+        if e["args"]["Bytes"] > 0:
+            live[e["args"]["Addr"]] = e["args"]["Bytes"]
+        else:
+            live.pop(e["args"]["Addr"], None)
+    assert shown_total(page) == sum(live.values()) > 0

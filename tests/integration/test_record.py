@@ -224,7 +224,7 @@ def test_subprocesses_are_followed_with_their_pid(tmp_path):
     [
         (["--pid", "99999999"], "no process with PID 99999999"),
         (["--", "no-such-python-here", "x.py"], "no-such-python-here: command not found"),
-        (["-o", "out.svg", "--", "python", "x.py"], "cannot tell the output format"),
+        (["-o", "out.png", "--", "python", "x.py"], "cannot tell the output format"),
         ([], "nothing to record"),
         (["-m", "bogus", "--", "python", "x.py"], "--metric bogus: record writes cpu-samples"),
     ],

@@ -51,10 +51,12 @@ def test_no_straggler_among_equal_ranks_and_no_gpu():
 
 
 def test_traces_of_separate_runs_are_summed_but_have_no_straggler(tmp_path, capsys):
-    here = Path(__file__).parents[1] / "data/kineto/tracelens/h100"
-    h100 = [here / "Falconsai_nsfw_image_detection__1016002.json.gz",
-            here / "gaunernst_bert-small-uncased__1016001.json.gz"]  # fmt: skip
-    # a ViT and a BERT run, no distributedInfo rank in either
+    folder = Path(__file__).parents[1] / "data/kineto/tracelens/h100"
+    # A ViT and a BERT run, no distributedInfo rank in either.
+    h100 = [
+        folder / "Falconsai_nsfw_image_detection__1016002.json.gz",
+        folder / "gaunernst_bert-small-uncased__1016001.json.gz",
+    ]
     out = tmp_path / "a.json"
     assert main(["analyze", *map(str, h100), "--json", str(out)]) == 0
     text = capsys.readouterr().out

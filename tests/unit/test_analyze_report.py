@@ -203,3 +203,30 @@ def test_roofline_from_the_efficiency_section_has_a_roof_per_precision():
     assert [p["name"] for p in rf["points"]] == ["aten::mm 8x8x8", "aten::conv2d stride=1x1"]
     assert rf["roofs"] == [{"label": "fp32", "tflops": 67.0}, {"label": "bf16", "tflops": 989.4}]
     assert rf["peak_tb_per_s"] == 3.35 and rf["missing"] == [] and rf["source"] == "efficiency"
+
+
+def test_stack_finder_follows_a_stack_through_merged_module_instances():
+    qwen = DATA / "h100" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+    finder = StackFinder(load_input(str(qwen)).profile())
+    assert finder.merged_modules
+    # A launch stack as the trace names it: module frames with their instance numbers.
+    raw = [
+        s.split(";")
+        for s in raw_stacks(qwen)
+        if "nn.Module: Qwen2Attention_5;" in s and "nn.Module: Linear_" in s
+    ]
+    stack = max(raw, key=len)
+    stack = stack[: stack.index("-")]  # down to the runtime call, like the evidence
+    path = finder.find(stack[-12:])  # cut at the top, as the report cuts its stacks
+    assert path is not None and path[-1] == stack[-1]
+    assert not [p for p in path if p.startswith("nn.Module: ")]
+    # Not the Linear calls of the MLP, which take more time: the attention's.
+    attention = "Qwen2Attention > forward (transformers/models/qwen2/modeling_qwen2.py:150)"
+    assert attention in path and path[path.index(attention) + 1].startswith("Linear > forward")
+
+
+def raw_stacks(path: Path) -> list[str]:
+    from aiflame.sources import load
+
+    profile = load(str(path), python_names="raw", module_instances=True)
+    return [";".join(profile.stack_names(s)) for s, _ in profile.iter_stack_values(0)]

@@ -23,6 +23,12 @@ ALLOWED = {
 }
 
 
+# The one import against the direction, and why: Jupyter looks up _repr_html_ on the
+# object's class, so Profile's lives on it and hands over to the notebook display module,
+# imported only when a notebook displays a profile.
+EXCEPTIONS = {("model/profile.py", "notebook")}
+
+
 def imported_packages(path: Path) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     found = set()
@@ -47,7 +53,7 @@ def test_layers_import_only_downwards():
         if layer not in ALLOWED:
             continue  # cli, agent, the package root: may import everything
         for pkg in imported_packages(path) - {layer, "__init__"}:
-            if pkg not in ALLOWED[layer]:
+            if pkg not in ALLOWED[layer] and (rel.as_posix(), pkg) not in EXCEPTIONS:
                 violations.append(f"{rel} imports aiflame.{pkg}")
     assert not violations, "\n".join(violations)
 

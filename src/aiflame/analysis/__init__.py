@@ -24,14 +24,17 @@ if TYPE_CHECKING:
 __all__ = ["analyze", "read"]
 
 
-def read(path: str, capture: str | TraceInput | TraceData | None = None) -> TraceInput:
+def read(
+    path: str, capture: str | TraceInput | TraceData | None = None, **flame_options: bool
+) -> TraceInput:
     """One trace through the sources registry; with ``capture`` (the trace of the CUDA/HIP
     graph capture, a path or its TraceData), its graph replays hung under the captured ops.
-    Bad input raises one :class:`~aiflame.errors.InputError`."""
+    ``flame_options`` (``module_instances``, ``merge_steps``) shape its flame graph. Bad
+    input raises one :class:`~aiflame.errors.InputError`."""
     from aiflame.sources.registry import load_trace_input
     from aiflame.transforms.graph_capture import attach_capture
 
-    found = load_trace_input(path)
+    found = load_trace_input(path, **flame_options)
     if capture is None:
         return found
     cap = load_trace_input(capture, kernel_args=True) if isinstance(capture, str) else capture

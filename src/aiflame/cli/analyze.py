@@ -14,7 +14,9 @@ from aiflame.analysis.report import analyze
 from aiflame.analysis.schema import to_json
 from aiflame.cli.analyze_flags import add_efficiency_flags, efficiency_options
 from aiflame.cli.analyze_output import write_html_report
-from aiflame.cli.common import write_output
+from aiflame.cli.browser import add_open, check_open, open_page
+from aiflame.cli.common import add_module_options, module_options, output_format, write_output
+from aiflame.errors import AiflameError
 from aiflame.render.analyze_terminal import render_terminal
 
 HELP = "GPU time breakdown, idle causes, kernels/ops and findings of GPU traces"
@@ -43,15 +45,23 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--top", type=int, default=10, metavar="N", help="rows per table (10)")
     add_efficiency_flags(p)
+    add_open(p)
+    add_module_options(p)  # the flame graph page of -o
 
 
 def run(args: argparse.Namespace) -> int:
     from aiflame.sources.registry import expand_inputs, load_trace_input
 
+    check_open(args, args.output, is_page=True)
+    if args.output:  # before the (slow) loading: a wrong name fails at once
+        if args.output.lower().endswith(".json"):
+            raise AiflameError(f"{args.output}: -o writes the HTML report; use --json for JSON")
+        output_format(args.output, "html", ("html",))
     options = efficiency_options(args)
+    flame = module_options(args)
     capture = load_trace_input(args.capture_trace, kernel_args=True) if args.capture_trace else None
     # A directory stands for its traces (one per rank, as torch's profiler writes them).
-    inputs = [read(path, capture) for path in expand_inputs(args.traces)]
+    inputs = [read(path, capture, **flame) for path in expand_inputs(args.traces)]
     report = analyze(
         [i.trace for i in inputs], options=options, captures=[args.capture_trace] * len(inputs)
     )
@@ -61,7 +71,10 @@ def run(args: argparse.Namespace) -> int:
         text = to_json(report)
         if args.json == "-":
             print(text)
-            return 0
-        write_output(args.json, text + "\n")
-    render_terminal(report, args.top)
+        else:
+            write_output(args.json, text + "\n")
+    if args.json != "-":
+        render_terminal(report, args.top)
+    if args.open:
+        open_page(args.output)
     return 0

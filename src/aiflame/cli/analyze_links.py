@@ -24,6 +24,7 @@ from aiflame.analysis.stacks import ANY_STEP, STEP_NAME
 from aiflame.model import CallTree, FrameKind, Profile, ProfileBuilder, SampleType
 from aiflame.model.stacks import EMPTY_STACK
 from aiflame.sources.kineto_names import python_frame
+from aiflame.transforms.pynames import module_call_frames
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,7 @@ def combine(profiles: Sequence[Profile], roots: Sequence[str | None]) -> Profile
 
 
 _VERSION = re.compile(r"_v\d+$")
+_INSTANCE = re.compile(r"^nn\.Module: .*_\d+$")
 
 
 def _flame_keys(name: str) -> tuple[str, ...]:
@@ -134,6 +136,8 @@ class StackFinder:
                 self._by_key.setdefault(k, []).append(node)
         self._weight = self._node_weights()
         self._root = self._roots()
+        # Module instances merged in the graph: a stack's module frames are not in it.
+        self.merged_modules = not any(_INSTANCE.match(n) for n in keys_of)
 
     def _roots(self) -> np.ndarray:
         """The root node above every node (pointer jumping: log(depth) passes)."""
@@ -166,6 +170,9 @@ class StackFinder:
         fewest frames in between wins, then the one with the most time. ``within``:
         the root frame the node must be under (the trace's, in a combined graph).
         """
+        if self.merged_modules and stack:
+            dropped = module_call_frames([python_frame(s).name for s in stack])
+            stack = [s for s, drop in zip(stack, dropped, strict=True) if not drop]
         if not stack:
             return None
         best: tuple[int, int, float, int] | None = None

@@ -34,8 +34,13 @@ def add_perf_options(p: argparse.ArgumentParser) -> None:
     flag = g.add_argument
     flag("--pid", dest="perf_pid", action="store_true", help="process name with its PID")
     flag("--tid", dest="perf_tid", action="store_true", help="process name with PID/TID")
-    flag("--kernel", dest="perf_kernel", action="store_true", help="mark kernel frames _[k]")
-    flag("--jit", dest="perf_jit", action="store_true", help="mark JIT frames _[j]")
+    flag(
+        "--kernel",
+        dest="perf_kernel",
+        action="store_true",
+        help="mark kernel frames _[k] in folded text",
+    )
+    flag("--jit", dest="perf_jit", action="store_true", help="mark JIT frames _[j] in folded text")
     flag(
         "--annotate-all",
         dest="perf_all",
@@ -97,6 +102,38 @@ def add_output(p: argparse.ArgumentParser, required: bool = True, help: str = ""
     p.add_argument("-o", "--output", required=required, metavar="OUT", help=help or "output file")
 
 
+def output_format(
+    path: str,
+    default: str,
+    allowed: Iterable[str] | None = None,
+    given: str | None = None,
+    flag: bool = False,
+) -> str:
+    """The format to write ``path`` in: ``given`` (-f), else its extension's, else
+    ``default`` (no extension, or stdout). An extension this command cannot write is one
+    clear error, never a file of another format under that name; ``flag``: the command
+    has ``-f`` to name the format, which the error then mentions."""
+    from aiflame.render.registry import FORMATS, extensions, format_for_path
+
+    can = tuple(allowed if allowed is not None else FORMATS)
+    fmt = given or (None if path == "-" else format_for_path(path))
+    endings = ", ".join(e for f in can for e in extensions(f)[:2])
+    or_flag = f", or give -f {'|'.join(can)}" if flag else ""
+    if fmt is None:
+        suffix = "" if path == "-" else Path(path).suffix
+        if not suffix:
+            return default
+        raise AiflameError(
+            f"{path}: cannot write '{suffix}' files; name the output {endings}{or_flag}"
+        )
+    if fmt not in can:
+        other = "; 'aiflame convert' writes it" if fmt in FORMATS else ""
+        raise AiflameError(
+            f"{path}: this command does not write {fmt}; name the output {endings}{other}"
+        )
+    return fmt
+
+
 def write_output(path: str, data: str | bytes | Iterable[bytes]) -> None:
     """Write ``data`` (text, bytes, or chunks of bytes) to ``path`` atomically ('-' is
     stdout)."""
@@ -145,7 +182,8 @@ def check_metric(profile, metric: str | None) -> None:  # type: ignore[no-untype
         raise AiflameError(f"{src}: empty profile (no samples with a value)")
 
 
-GROUP_KEYS = ("rank", "device", "stream", "pid", "tid", "gil")
+GROUP_KEYS = ("file", "rank", "device", "stream", "pid", "tid", "gil")
+FILE_LABEL = "file"  # --group-by file: the input file each sample came from
 
 
 def add_trace_options(p: argparse.ArgumentParser) -> None:
@@ -153,14 +191,15 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--group-by",
         choices=GROUP_KEYS,
-        help="put each rank, device, stream, process, thread or GIL state (recorded Python "
-        "threads: held or released) at the root of the flame graph",
+        help="put each input file, rank, device, stream, process, thread or GIL state "
+        "(recorded Python threads: held or released) at the root of the flame graph",
     )
     p.add_argument(
         "--kernel-names",
         choices=("full", "short"),
         help="GPU kernel names as in the trace (full, the default) or with template "
-        "arguments and parameters folded (short)",
+        "arguments and parameters folded, but for the arguments that tell the kernels of the "
+        "profile apart (short)",
     )
     p.add_argument(
         "--python-names",
@@ -168,12 +207,37 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
         help="Python frames as 'function (file.py:12)' (short, the default) or as the "
         "profiler wrote them (raw)",
     )
+    add_module_options(p)
 
 
-def trace_load_options(args: argparse.Namespace) -> dict[str, str]:
+def add_module_options(p: argparse.ArgumentParser) -> None:
+    """How PyTorch profiler traces show module instances and profiler steps."""
+    p.add_argument(
+        "--module-instances",
+        action="store_true",
+        help="PyTorch traces: keep a frame per module instance (nn.Module: Layer_0, Layer_1, "
+        "...); by default the instances of a module class merge into one 'Layer > forward'",
+    )
+    p.add_argument(
+        "--merge-steps",
+        action="store_true",
+        help="PyTorch traces: merge the ProfilerStep#N annotations into one ProfilerStep#*",
+    )
+
+
+def trace_load_options(args: argparse.Namespace) -> dict[str, object]:
     """Importer options given on the command line (only those that were set)."""
     names = ("kernel_names", "python_names")
-    return {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
+    out: dict[str, object] = {
+        k: getattr(args, k) for k in names if getattr(args, k, None) is not None
+    }
+    out.update(module_options(args))
+    return out
+
+
+def module_options(args: argparse.Namespace) -> dict[str, bool]:
+    """``--module-instances`` and ``--merge-steps``, as importer options (when given)."""
+    return {k: True for k in ("module_instances", "merge_steps") if getattr(args, k, False)}
 
 
 def apply_group_by(profile, args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -191,7 +255,11 @@ def load_inputs(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from aiflame.sources import load_many
 
     profile = load_many(
-        args.inputs, args.input_format, **trace_load_options(args), **perf_load_options(args)
+        args.inputs,
+        args.input_format,
+        label_files=FILE_LABEL if getattr(args, "group_by", None) == FILE_LABEL else None,
+        **trace_load_options(args),
+        **perf_load_options(args),
     )
     profile = apply_group_by(profile, args)
     check_metric(profile, args.metric)

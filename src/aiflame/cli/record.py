@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from aiflame.cli.browser import add_open, check_open, open_first_page
 from aiflame.cli.common import add_metric, write_output
 from aiflame.errors import AiflameError
 
@@ -29,7 +30,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         "-o",
         "--output",
         metavar="OUT",
-        help="file to write; its extension picks the format (.html, .pb.gz, .folded, "
+        help="file to write; its extension picks the format (.html, .svg, .pb.gz, .folded, "
         ".speedscope.json). Default: an HTML flame graph and a pprof file in this directory",
     )
     p.add_argument("-p", "--pid", type=int, help="record this running process instead")
@@ -103,6 +104,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     add_metric(p)
     p.add_argument("--title", help="title of the HTML page")
+    add_open(p)
     p.add_argument(
         "command",
         nargs=argparse.REMAINDER,
@@ -139,7 +141,8 @@ def _check(args: argparse.Namespace, cmd: list[str]) -> None:
     if args.gpu_window <= 0 or args.gpu_delay < 0:
         raise AiflameError("--gpu-window must be positive and --gpu-delay not negative")
     if args.output:
-        _output_format(args.output)  # a bad name must fail before the program runs
+        fmt = _output_format(args.output)  # a bad name must fail before the program runs
+        check_open(args, args.output, is_page=fmt == "html")
     if getattr(args, "memory", False):
         from aiflame.cli import record_memory
 
@@ -152,10 +155,10 @@ def _output_format(path: str) -> str:
     from aiflame.render.registry import format_for_path
 
     fmt = format_for_path(path)
-    if fmt is None:
+    if fmt is None or fmt == "chrome":  # a recording is stacks, not a timeline of slices
         raise AiflameError(
             f"cannot tell the output format from '{path}' "
-            "(use .html, .pb.gz, .folded or .speedscope.json)"
+            "(use .html, .svg, .pb.gz, .folded or .speedscope.json)"
         )
     return fmt
 
@@ -243,6 +246,8 @@ def run(args: argparse.Namespace) -> int:
                 print(line, file=sys.stderr)
             for path in written:
                 print(f"aiflame: wrote {path}", file=sys.stderr)
+            if args.open:
+                open_first_page(written)
     finally:
         session.cleanup()
     code = _target_exit(result.target)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from aiflame.cli.browser import open_first_page
 from aiflame.cli.common import write_output
 from aiflame.errors import AiflameError
 
@@ -77,6 +78,8 @@ def run(args: argparse.Namespace, cmd: list[str], targets: list[tuple[str, str]]
             print(f"aiflame: {calls}", file=sys.stderr)
         for path in written:
             print(f"aiflame: wrote {path}", file=sys.stderr)
+        if getattr(args, "open", False):
+            open_first_page(written)
     code = _exit_status(rec.target)
     if not written:
         print("aiflame: error: no GPU memory allocation was recorded", file=sys.stderr)

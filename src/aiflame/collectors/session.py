@@ -96,7 +96,9 @@ class Session:
 
     def __init__(self, options: RecordOptions) -> None:
         self.options = options
-        self.pyspy = "" if options.system_wide else find_pyspy()
+        self.pyspy: str | None = None  # found where a py-spy sampler is needed (_need_pyspy)
+        self.pyspy_missing = False  # with eBPF: py-spy's extra stacks were needed, not found
+        self.ebpf_unavailable = ""  # why eBPF was not used ("auto" mode)
         self.ebpf: EbpfRecorder | None = None
         self.ebpf_profile: Profile | None = None
         self.dir = tempfile.mkdtemp(prefix="aiflame-record-")
@@ -110,6 +112,7 @@ class Session:
     # -- public entry points ------------------------------------------------------------------
     def launch(self, argv: list[str]) -> RecordResult:
         self._start_ebpf(follow_children=True)  # before the program: a failure runs nothing
+        self._need_pyspy()
         env = self._target_env()
         preexec = self.ebpf.preexec if self.ebpf is not None else None
         target = procs.start(argv, env=env, preexec_fn=preexec)
@@ -128,6 +131,7 @@ class Session:
     def attach(self, pid: int) -> RecordResult:
         procs.check_attachable(pid)
         self._start_ebpf(follow_children=self.options.subprocesses)
+        self._need_pyspy()
         if self.ebpf is not None:
             self.ebpf.add_target(pid)
         t0 = time.monotonic()
@@ -213,7 +217,23 @@ class Session:
                 why = str(e)
         if mode == "on":
             raise AiflameError(f"the eBPF collector cannot run: {why}")
+        self.ebpf_unavailable = why
         self.notes.append(f"eBPF collector unavailable ({why}); CPU stacks from py-spy only")
+
+    def _need_pyspy(self) -> None:
+        """Find py-spy before anything runs where it is sure to be needed: without eBPF (it
+        is the sampler), or with eBPF when asked for (``python_in_kernel`` off, a native
+        rate). Otherwise eBPF samples alone, unless the target turns out to be an
+        interpreter the BPF program cannot walk (see :meth:`_start_samplers`)."""
+        o = self.options
+        if self.ebpf is not None and o.python_in_kernel and not o.native_rate:
+            return
+        try:
+            self.pyspy = find_pyspy()
+        except AiflameError as e:
+            if self.ebpf_unavailable:
+                raise AiflameError(f"{e}; eBPF cannot run either: {self.ebpf_unavailable}") from e
+            raise
 
     def _idle(self, seconds: float) -> None:
         if self.ebpf is not None:
@@ -237,7 +257,9 @@ class Session:
     # -- sampling -----------------------------------------------------------------------------
     def _configs(self) -> list[tuple[str, SamplerConfig]]:
         o = self.options
-        out = []
+        out: list[tuple[str, SamplerConfig]] = []
+        if self.pyspy_missing:
+            return out
         if not self.python_in_kernel:
             out.append(("cpu", SamplerConfig(o.rate, False, False, o.subprocesses, o.duration)))
         native_rate = o.native_rate
@@ -252,7 +274,14 @@ class Session:
     def _start_samplers(self, pid: int) -> None:
         if self.ebpf is not None and self.options.python_in_kernel:
             self.python_in_kernel = self.ebpf.walks_python(pid)
+        if self._configs() and self.pyspy is None:
+            try:
+                self.pyspy = find_pyspy()
+            except AiflameError as e:  # eBPF samples anyway: py-spy would only add to it
+                self.pyspy_missing = True
+                self.notes.append(f"no Python stacks beside eBPF's: {e}")
         for name, config in self._configs():
+            assert self.pyspy is not None
             out = os.path.join(self.dir, f"pyspy-{name}.json")
             log = open(os.path.join(self.dir, f"pyspy-{name}.log"), "wb")  # noqa: SIM115
             try:

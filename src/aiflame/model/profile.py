@@ -24,7 +24,7 @@ class SampleType:
     unit: str = "count"
 
 
-@dataclass
+@dataclass(repr=False)  # the columns can be millions of rows: see __repr__
 class Profile:
     """A frozen profile: columns of samples over interned stacks and frames.
 
@@ -110,6 +110,22 @@ class Profile:
 
     def is_empty(self) -> bool:
         return len(self) == 0 or not np.any(self.values)
+
+    # -- display ----------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        types = ", ".join(f"{t.name} ({t.unit})" for t in self.sample_types)
+        source = self.meta.get("source")
+        where = f" from {source}" if isinstance(source, str) and source else ""
+        return (
+            f"<Profile{where}: {len(self):,} samples of {types or 'no type'}; "
+            f"{len(self.stacks):,} stacks, {len(self.frames):,} frames>"
+        )
+
+    def _repr_html_(self) -> str | None:
+        """Jupyter shows a profile as its interactive flame graph (:mod:`aiflame.notebook`)."""
+        from aiflame.notebook import profile_html  # the display layer, loaded on display
+
+        return profile_html(self)
 
 
 class ProfileBuilder:

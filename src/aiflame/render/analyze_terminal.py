@@ -35,6 +35,7 @@ from aiflame.render.analyze_format import (
     size,
     time_us,
 )
+from aiflame.render.elide import table_labels
 
 MAX_WIDTH = 100
 BAR_WIDTH = 36
@@ -104,9 +105,11 @@ def _rows_table(
     t.add_column("name", no_wrap=True, overflow="ellipsis", max_width=name_width)
     for name in ("total", "count", "mean", "share"):
         t.add_column(name, justify="right", no_wrap=True)
-    for row in rows[:top]:
+    shown = rows[:top]
+    labels = table_labels([row.name for row in shown], name_width)
+    for row, name in zip(shown, labels, strict=True):
         t.add_row(
-            Text(row.name),
+            Text(name),
             time_us(row.total_us),
             f"{row.count:,}",
             time_us(row.mean_us),
@@ -250,15 +253,18 @@ def _efficiency_table(rows: list[ShapeRate], top: int, width: int) -> Table:
         title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
         show_edge=False,
     )  # fmt: skip
-    t.add_column("op", no_wrap=True, overflow="ellipsis", max_width=max(20, width - 66))
+    op_width = max(20, width - 66)
+    t.add_column("op", no_wrap=True, overflow="ellipsis", max_width=op_width)
     t.add_column("prec", no_wrap=True, max_width=9)
     for name in ("calls", "time", "TFLOP/s", "% peak", "% roof", "bound"):
         t.add_column(name, justify="right" if name != "bound" else "left", no_wrap=True)
     pct = lambda v: "?" if v is None else f"{100 * v:.1f}"  # noqa: E731
-    for row in rows[:top]:
+    shown = rows[:top]
+    ops = [f"{row.op} {_params(row.params)}".strip() for row in shown]
+    for row, op in zip(shown, table_labels(ops, op_width), strict=True):
         rate = row.tflops_per_s
         t.add_row(
-            Text(f"{row.op} {_params(row.params)}".strip()),
+            Text(op),
             Text(str(row.precision or row.dtype or "?")),
             f"{row.calls:,}",
             time_us(row.kernel_time_us.sum),

@@ -1,4 +1,5 @@
-"""Folded stacks output: ``root;...;leaf VALUE`` lines, sorted, names exactly as stored."""
+"""Folded stacks output: ``root;...;leaf VALUE`` lines, sorted, names as stored (a ``;``
+inside a name written ``\\;``, see :mod:`aiflame.model.folded`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from aiflame.model import Profile
+from aiflame.model.folded import escape_name
 
 
 def format_value(v: float) -> str:
@@ -23,7 +25,7 @@ def folded_lines(profile: Profile, metric: str | None = None) -> Iterator[str]:
     for stack, value in profile.iter_stack_values(col):
         if value == 0 or stack < 0:
             continue
-        lines.append((";".join(profile.stack_names(stack)), value))
+        lines.append((";".join(map(escape_name, profile.stack_names(stack))), value))
     # Stacks may repeat once names are taken alone (frames differing only in kind/file).
     merged: dict[str, float] = {}
     for stack_str, value in lines:
@@ -55,7 +57,9 @@ def stack_strings(profile: Profile, wanted: np.ndarray, chunk: int = 16384) -> l
     interpreter step per frame, several times slower on deep profiles.
     """
     names = profile.strings.strings
-    piece = np.array([";" + names[n] for n in profile.frames.name] + [""], dtype=object)
+    piece = np.array(
+        [";" + escape_name(names[n]) for n in profile.frames.name] + [""], dtype=object
+    )
     pad = len(piece) - 1  # the empty piece, left of short stacks
     parent = profile.stacks.parents_array()
     frame = profile.stacks.frames_array()

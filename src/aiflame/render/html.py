@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import html
 import json
-import os
 import re
 from functools import cache
 from importlib import resources
@@ -18,6 +17,7 @@ from aiflame import __version__
 from aiflame.model import Profile
 from aiflame.render.flamedata import pack
 from aiflame.render.memtimeline import memory_stacks, pack_memory
+from aiflame.render.titles import flame_title
 
 # Load order matters: app.js starts the page and uses everything defined before it;
 # fragment.js (deep links) waits for it.
@@ -57,10 +57,7 @@ def _default_title(profile: Profile) -> str:
     title = profile.meta.get("title")
     if isinstance(title, str) and title:
         return title
-    source = profile.meta.get("source")
-    if isinstance(source, str) and source and source != "-":
-        return f"Flame graph of {os.path.basename(source)}"
-    return "Flame graph"
+    return flame_title(profile)
 
 
 def _diff_info(profile: Profile) -> dict[str, object] | None:
@@ -74,7 +71,15 @@ def _diff_info(profile: Profile) -> dict[str, object] | None:
         return None
     if not (0 <= base < ntypes and 0 <= test < ntypes):
         return None
-    return {"base": base, "test": test, "normalized": bool(diff.get("normalized", False))}
+    info: dict[str, object] = {
+        "base": base,
+        "test": test,
+        "normalized": bool(diff.get("normalized", False)),
+    }
+    names = {k: diff.get(f"{k}_name") for k in ("base", "test")}
+    if all(isinstance(v, str) and v for v in names.values()):
+        info["names"] = names  # what each input is: "H100 (run_a)", "8 ranks of ..."
+    return info
 
 
 def render_html(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["detect", "formats", "load", "load_many"]
+__all__ = ["detect", "formats", "load", "load_many", "load_timeline", "load_timelines"]
 
 
 def __getattr__(name: str) -> Any:

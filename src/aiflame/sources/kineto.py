@@ -13,8 +13,12 @@ a ``Call stack`` string; the 2021 ``Operator``/``Runtime``/``Kernel`` layout; AM
 names in the same categories); MTIA; GPU-only and CPU-only traces.
 
 Options: ``python_names`` ('short': ``function (file.py:12)``, ``Class > method``; 'raw':
-as written by the profiler) and ``kernel_names`` ('full', the default, exactly as in the
-trace; 'short': template arguments and parameters folded).
+as written by the profiler), ``kernel_names`` ('full', the default, exactly as in the
+trace; 'short': template arguments and parameters folded, but for the arguments that tell
+kernels of the trace apart: symbolize/cxxnames.py), ``module_instances`` (keep the
+``nn.Module: Layer_0``, ``Layer_1``... frames of every module instance; by default the
+instances of a class merge, see :mod:`aiflame.transforms.pynames`) and ``merge_steps``
+(``ProfilerStep#N`` as one ``ProfilerStep#*``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ import re
 from array import array
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,7 +40,7 @@ from aiflame.sources.inputs import Input
 from aiflame.sources.kineto_events import Cls, Columns, EventCollector
 from aiflame.sources.kineto_info import describe
 from aiflame.sources.kineto_json import TraceStream
-from aiflame.sources.kineto_names import python_frame, short_kernel_name
+from aiflame.sources.kineto_names import PyFrame, python_frame
 from aiflame.sources.kineto_samples import (
     DELIMITER,
     SAMPLE_TYPES,
@@ -46,9 +51,14 @@ from aiflame.sources.kineto_samples import (
 )
 from aiflame.sources.kineto_trace import from_columns, rank_of
 from aiflame.sources.trace_input import TraceInput
-from aiflame.symbolize.pyframes import PythonNaming
+from aiflame.symbolize.cxxnames import distinct_short_names, short_kernel_name
+from aiflame.symbolize.pyframes import NamedFrame, PythonNaming
 from aiflame.transforms import correlate
+from aiflame.transforms.pynames import merge_steps as merge_profiler_steps
 from aiflame.transforms.pynames import module_methods
+
+if TYPE_CHECKING:
+    from aiflame.model.timeline import Timeline
 
 FORMAT = "kineto"
 
@@ -95,6 +105,8 @@ def load(
     python_names: str = "short",
     kernel_names: str = "full",
     python_roots: Sequence[str] | None = None,
+    module_instances: bool = False,
+    merge_steps: bool = False,
     **_: object,
 ) -> Profile:
     """``python_roots``: the traced interpreter's ``sys.path``, when known (``aiflame
@@ -114,11 +126,27 @@ def load(
         except trace_events.NoSlices:
             raise no_events from None
     naming = PythonNaming(python_roots) if python_roots is not None else None
-    return build_profile(cols, trace_meta, source.path, python_names, kernel_names, naming)
+    return build_profile(
+        cols,
+        trace_meta,
+        source.path,
+        python_names,
+        kernel_names,
+        naming,
+        module_instances=module_instances,
+        merge_steps=merge_steps,
+    )
 
 
-def trace_input(source: Input, kernel_args: bool = False, **_: object) -> TraceInput:
-    """The trace for ``aiflame analyze`` and, from the same parse, its flame graph.
+def trace_input(
+    source: Input,
+    kernel_args: bool = False,
+    module_instances: bool = False,
+    merge_steps: bool = False,
+    **_: object,
+) -> TraceInput:
+    """The trace for ``aiflame analyze`` and, from the same parse, its flame graph (with
+    the flame graph options ``module_instances`` and ``merge_steps``).
 
     ``kernel_args``: read the kernel names launch calls carry (the trace of a graph's
     capture, which is matched to the replays by them)."""
@@ -131,12 +159,13 @@ def trace_input(source: Input, kernel_args: bool = False, **_: object) -> TraceI
             return trace_events.trace_input(source)
         except trace_events.NoSlices:
             raise no_events from None
-    trace = from_columns(cols, meta, source.path, correlation_ids(cols))
+    trace = from_columns(cols, meta, source.path, _fill_correlation_from_flows(cols))
+    flame: dict[str, Any] = {"module_instances": module_instances, "merge_steps": merge_steps}
 
     def profile() -> Profile:
-        return build_profile(cols, meta, source.path, "short", "full")
+        return build_profile(cols, meta, source.path, "short", "full", **flame)
 
-    return TraceInput(FORMAT, trace, profile, state=(cols, meta))
+    return TraceInput(FORMAT, trace, profile, state=(cols, meta, flame))
 
 
 def trace(source: Input, kernel_args: bool = False, **_: object) -> TraceData:
@@ -144,14 +173,15 @@ def trace(source: Input, kernel_args: bool = False, **_: object) -> TraceData:
 
 
 def read_columns(
-    source: Input, shapes: bool = False, kernels: bool = False
+    source: Input, shapes: bool = False, memory: bool = False, kernels: bool = False
 ) -> tuple[Columns, dict[str, Any]]:
     """Stream the trace into columns; the top-level keys other than traceEvents beside.
 
     ``shapes``: keep the operators' recorded input shapes and dtypes too (for FLOPs);
-    ``kernels``: and the kernel names of launch calls.
+    ``memory``: keep the ``[memory]`` events (see :mod:`kineto_memory`); ``kernels``: the
+    kernel names of launch calls.
     """
-    collector = EventCollector(shapes, kernels)
+    collector = EventCollector(shapes, memory, kernels=kernels)
     with source.open_binary() as f:
         stream = TraceStream(f, source.path, collector.event_type)
         for batch in stream.batches():
@@ -167,7 +197,7 @@ def read_columns(
     return cols, stream.meta
 
 
-class _Frames:
+class Frames:
     """Frame ids by (class, name id), created on first use with the chosen naming."""
 
     def __init__(
@@ -180,16 +210,21 @@ class _Frames:
     ) -> None:
         self.b, self.names, self.py, self.kernel = builder, cols.names, py, kernel
         self.naming = naming if py == "short" else None
+        self._short: dict[str, str] = {}
+        if kernel == "short":  # shortened together, so that they stay apart
+            used = np.unique(cols.gpu_name[cols.gpu_cls == Cls.KERNEL]).tolist()
+            self._short = distinct_short_names(self.names[i] for i in used)
         self._ids: dict[tuple[int, int], int] = {}
         self._stacks: dict[int, list[int]] = {}
+        self._functions: dict[int, list[tuple[str, str]]] = {}
         self.call_stacks = cols.call_stacks
 
     def python(self, raw: str) -> int:
         f = python_frame(raw, self.py)
+        shown: PyFrame | NamedFrame = f
         if self.naming is not None and f.func:
-            named = self.naming.traced(f.func, f.file, f.line)
-            return self.b.frame(named.name, FrameKind.PYTHON, named.file, named.line)
-        return self.b.frame(f.name, FrameKind.PYTHON, f.file, f.line)
+            shown = self.naming.traced(f.func, f.file, f.line)
+        return self.b.frame(shown.name, FrameKind.PYTHON, shown.file, shown.line)
 
     def get(self, cls: int, name_id: int) -> int:
         key = (cls, name_id)
@@ -202,7 +237,7 @@ class _Frames:
                 fid = self.b.frame(name, FrameKind.RUNTIME)
             elif cls in Cls.GPU:
                 if self.kernel == "short" and cls == Cls.KERNEL:
-                    name = short_kernel_name(name)
+                    name = self._short.get(name) or short_kernel_name(name)
                 fid = self.b.frame(name, FrameKind.GPU_KERNEL)
             else:
                 fid = self.b.frame(name, _KINDS[cls])
@@ -224,9 +259,23 @@ class _Frames:
         """Python frame ids of a ``Call stack`` string, root first."""
         ids = self._stacks.get(cs)
         if ids is None:
-            parts = [p.strip() for p in self.call_stacks[cs].split(";")]
-            ids = self._stacks[cs] = [self.python(p) for p in reversed(parts) if p]
+            ids = self._stacks[cs] = [self.python(p) for p in self._parts(cs)]
         return ids
+
+    def call_stack_functions(self, cs: int) -> list[tuple[str, str]]:
+        """(file, function) of each frame of a ``Call stack``, root first: a frame of the
+        same function is the same call whatever line it was at."""
+        funcs = self._functions.get(cs)
+        if funcs is None:
+            funcs = self._functions[cs] = []
+            for part in self._parts(cs):
+                f = python_frame(part, "raw")
+                funcs.append((f.file, f.func) if f.func else ("", part))
+        return funcs
+
+    def _parts(self, cs: int) -> list[str]:
+        parts = [p.strip() for p in self.call_stacks[cs].split(";")]
+        return [p for p in reversed(parts) if p]
 
 
 def build_profile(
@@ -236,22 +285,22 @@ def build_profile(
     python_names: str,
     kernel_names: str,
     naming: PythonNaming | None = None,
+    *,
+    module_instances: bool = False,
+    merge_steps: bool = False,
     replays: tuple[Columns, np.ndarray] | None = None,
 ) -> Profile:
     """``replays``: the columns of a CUDA/HIP graph's capture trace and, per GPU activity,
     the captured launch (a CPU slice of the capture, -1: none) of replayed ones: those
     hang under their graph launch, ``[graph replay]`` and the captured stack."""
     builder = ProfileBuilder(SAMPLE_TYPES)
-    frames = _Frames(builder, cols, python_names, kernel_names, naming)
+    frames = Frames(builder, cols, python_names, kernel_names, naming)
     warnings = Counter(cols.warnings)
     rank = rank_of(trace_meta)
 
-    cpu_corr, gpu_corr = correlation_ids(cols)
-    nesting = correlate.nest(cols.cpu_thread, cols.cpu_ts, cols.cpu_dur, _ranks(cols.cpu_cls))
-    if nesting.bleeding:
-        warnings["slices that end after their enclosing slice"] += nesting.bleeding
-    use_call_stacks = not np.any(cols.cpu_cls == Cls.PYTHON) and bool(cols.call_stacks)
-    stack_of = _cpu_stacks(builder, frames, cols, nesting, use_call_stacks)
+    cpu_corr, gpu_corr = _fill_correlation_from_flows(cols)
+    slices = cpu_slice_stacks(builder, frames, cols, warnings)
+    nesting, stack_of, use_call_stacks = slices.nesting, slices.stack_of, slices.call_stacks
 
     # Links: runtime/driver calls first; any other slice only for what is still unlinked.
     is_rt = cols.cpu_cls == Cls.RUNTIME
@@ -278,7 +327,31 @@ def build_profile(
 
     builder.meta.update(describe(cols, unlinked, warnings, rank, trace_meta, use_call_stacks))
     profile = builder.build()
-    return module_methods(profile) if python_names == "short" else profile
+    if python_names == "short":  # 'raw' keeps the frames as the profiler wrote them
+        profile = module_methods(profile, instances=module_instances)
+    return merge_profiler_steps(profile) if merge_steps else profile
+
+
+@dataclass
+class CpuSlices:
+    """The CPU slices nested by time, and the stack id of each (its enclosing slices'
+    frames, then its own)."""
+
+    nesting: correlate.Nesting
+    stack_of: np.ndarray
+    call_stacks: bool  # Python frames came from 'Call stack' strings
+
+
+def cpu_slice_stacks(
+    builder: ProfileBuilder, frames: Frames, cols: Columns, warnings: Counter[str]
+) -> CpuSlices:
+    """Nest the CPU slices of ``cols`` and intern their stacks into ``builder``."""
+    nesting = correlate.nest(cols.cpu_thread, cols.cpu_ts, cols.cpu_dur, _ranks(cols.cpu_cls))
+    if nesting.bleeding:
+        warnings["slices that end after their enclosing slice"] += nesting.bleeding
+    use_call_stacks = not np.any(cols.cpu_cls == Cls.PYTHON) and bool(cols.call_stacks)
+    stack_of = _cpu_stacks(builder, frames, cols, nesting, use_call_stacks)
+    return CpuSlices(nesting, stack_of, use_call_stacks)
 
 
 REPLAY_FRAME = "[graph replay]"
@@ -319,7 +392,7 @@ def _captured_stacks(
     """Per GPU activity: the stack it hangs under when replayed from a captured launch
     (graph launch -> [graph replay] -> the captured Python frames and ops), else -1."""
     cap, origin = replays
-    frames = _Frames(builder, cap, python_names, "full")
+    frames = Frames(builder, cap, python_names, "full")
     nesting = correlate.nest(cap.cpu_thread, cap.cpu_ts, cap.cpu_dur, _ranks(cap.cpu_cls))
     label = builder.frame(REPLAY_FRAME, FrameKind.LABEL)
     out = np.full(origin.size, -1, dtype=np.int64)
@@ -340,8 +413,9 @@ def _captured_stacks(
 def replay_profile(replay: TraceInput, capture: TraceInput, origin: np.ndarray) -> Profile:
     """The flame graph of ``replay`` with its graph replays under the captured stacks
     (``origin``: per GPU activity of the replay, the capture's CPU slice or -1)."""
-    (cols, meta), (cap, _) = replay.state, capture.state
-    return build_profile(cols, meta, replay.trace.path, "short", "full", replays=(cap, origin))
+    (cols, meta, flame), cap = replay.state, capture.state[0]
+    path = replay.trace.path
+    return build_profile(cols, meta, path, "short", "full", **flame, replays=(cap, origin))
 
 
 def _ranks(cls: np.ndarray) -> np.ndarray:
@@ -351,7 +425,7 @@ def _ranks(cls: np.ndarray) -> np.ndarray:
     return table[cls]
 
 
-def correlation_ids(cols: Columns) -> tuple[np.ndarray, np.ndarray]:
+def _fill_correlation_from_flows(cols: Columns) -> tuple[np.ndarray, np.ndarray]:
     """Correlation ids, taken from ac2g arrows where an event's args lack one."""
     cpu_corr, gpu_corr = cols.cpu_corr.copy(), cols.gpu_corr.copy()
     need = np.nonzero(gpu_corr < 0)[0]
@@ -365,7 +439,7 @@ def correlation_ids(cols: Columns) -> tuple[np.ndarray, np.ndarray]:
 
 def _cpu_stacks(
     builder: ProfileBuilder,
-    frames: _Frames,
+    frames: Frames,
     cols: Columns,
     nesting: correlate.Nesting,
     use_call_stacks: bool,
@@ -402,14 +476,19 @@ def _cpu_stacks(
     return np.frombuffer(stack_of, dtype=np.int64) if n else np.zeros(0, dtype=np.int64)
 
 
-def _new_frames(frames: _Frames, outer: int, cs: int) -> list[int]:
-    """Frames of Call stack ``cs`` below the part it shares with the enclosing ``outer``."""
+def _new_frames(frames: Frames, outer: int, cs: int) -> list[int]:
+    """Frames of Call stack ``cs`` below the part it shares with the enclosing ``outer``.
+
+    Shared frames are those of the same functions, not the same lines: an annotation such
+    as ``ProfilerStep#6`` starts at ``<module>`` line 54 and encloses operators called from
+    ``<module>`` line 42, one and the same ``<module>`` call, which must not repeat.
+    """
     mine = frames.call_stack(cs)
     if outer < 0:
         return mine
-    theirs = frames.call_stack(outer)
+    funcs, theirs = frames.call_stack_functions(cs), frames.call_stack_functions(outer)
     k = 0
-    while k < len(mine) and k < len(theirs) and mine[k] == theirs[k]:
+    while k < len(funcs) and k < len(theirs) and funcs[k] == theirs[k]:
         k += 1
     return mine[k:]
 
@@ -422,7 +501,15 @@ __all__ = [
     "build_profile",
     "load",
     "read_columns",
+    "replay_profile",
     "sniff",
     "trace",
     "trace_input",
 ]
+
+
+def load_timeline(source: Input, kernel_names: str = "full", **_: object) -> Timeline:
+    """The trace's slices and GPU activity in time, for the Chrome trace exporter."""
+    from aiflame.sources.kineto_timeline import load_timeline as timeline
+
+    return timeline(source, kernel_names=kernel_names)

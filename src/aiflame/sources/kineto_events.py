@@ -76,6 +76,10 @@ class Args(msgspec.Struct, gc=False):
     stream: Any = None
     device: Any = None
     call_stack: Any = msgspec.field(default=None, name="Call stack")
+    # of process_name / thread_name / process_labels / *_sort_index metadata ('M') events
+    name: Any = None
+    labels: Any = None
+    sort_index: Any = None
 
 
 class Event(msgspec.Struct, gc=False):
@@ -99,17 +103,17 @@ class ShapeArgs(Args, gc=False):
     bytes: Any = None  # of a memcpy/memset
 
 
+class ShapeEvent(Event, gc=False):
+    """An event whose operator input shapes are read too (``EventCollector(shapes=True)``)."""
+
+    args: ShapeArgs | None = None
+
+
 class KernelArgs(ShapeArgs, gc=False):
     """:class:`ShapeArgs` plus the kernel a launch call names (ROCm traces; opt-in, for the
     trace of a graph's capture)."""
 
     kernel: Any = None
-
-
-class ShapeEvent(Event, gc=False):
-    """An event whose operator input shapes are read too (``EventCollector(shapes=True)``)."""
-
-    args: ShapeArgs | None = None
 
 
 class KernelEvent(Event, gc=False):
@@ -118,35 +122,93 @@ class KernelEvent(Event, gc=False):
     args: KernelArgs | None = None
 
 
-def coerce_event(item: Any, shapes: bool = False, kernels: bool = False) -> Event | None:
+class MemoryArgs(Args, gc=False):
+    """:class:`Args` plus the fields of ``[memory]`` events (``profile_memory=True``)."""
+
+    nbytes: Any = msgspec.field(default=None, name="Bytes")  # > 0 allocated, < 0 freed
+    addr: Any = msgspec.field(default=None, name="Addr")
+    device_type: Any = msgspec.field(default=None, name="Device Type")
+    device_id: Any = msgspec.field(default=None, name="Device Id")
+    total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
+
+
+class MemoryEvent(Event, gc=False):
+    """An event whose ``[memory]`` fields are read too (``EventCollector(memory=True)``)."""
+
+    args: MemoryArgs | None = None
+
+
+MEMORY_EVENT = "[memory]"
+# c10::DeviceType values as Kineto writes them in "Device Type" (ROCm reports CUDA, 1).
+DEVICE_TYPES = {0: "cpu", 1: "cuda", 6: "hip", 9: "xla", 12: "xpu", 13: "mps", 19: "mtia"}
+GPU_DEVICE_TYPES = frozenset({"cuda", "hip", "xpu", "mps", "mtia"})
+
+
+def device_name(device_type: Any, device_id: Any) -> str:
+    """``cuda:0``, ``cpu``: a ``[memory]`` event's device as PyTorch names it."""
+    kind = _int_or(device_type)
+    name = DEVICE_TYPES.get(kind, f"device type {kind}" if kind >= 0 else "unknown device")
+    index = _int_or(device_id)
+    return f"{name}:{index}" if index >= 0 else name
+
+
+def coerce_event(
+    item: Any, shapes: bool = False, memory: bool = False, kernels: bool = False
+) -> Event | None:
     """Build an :class:`Event` from a plain decoded item (the slow path for odd events)."""
     if not isinstance(item, dict):
         return None
     raw = item.get("args")
-    args: Args | None = None
+    args: Any = None  # of the Args type that goes with the event type below
     if isinstance(raw, dict):
-        fields = (raw.get("correlation"), raw.get("stream"), raw.get("device"))
-        if shapes:
-            shape_fields = (
-                raw.get("Call stack"),
-                raw.get("Input Dims"),
-                raw.get("Input type"),
-                raw.get("Concrete Inputs"),
-                raw.get("bytes"),
+        fields = {
+            "correlation": raw.get("correlation"),
+            "stream": raw.get("stream"),
+            "device": raw.get("device"),
+            "call_stack": raw.get("Call stack"),
+            "name": raw.get("name"),
+            "labels": raw.get("labels"),
+            "sort_index": raw.get("sort_index"),
+        }
+        if memory:
+            args = MemoryArgs(
+                **fields,
+                nbytes=raw.get("Bytes"),
+                addr=raw.get("Addr"),
+                device_type=raw.get("Device Type"),
+                device_id=raw.get("Device Id"),
+                total_allocated=raw.get("Total Allocated"),
+                total_reserved=raw.get("Total Reserved"),
             )
+        elif shapes or kernels:
+            shape_fields = {
+                "input_dims": raw.get("Input Dims"),
+                "input_type": raw.get("Input type"),
+                "concrete_inputs": raw.get("Concrete Inputs"),
+                "bytes": raw.get("bytes"),
+            }
             if kernels:
-                args = KernelArgs(*fields, *shape_fields, raw.get("kernel"))
+                args = KernelArgs(**fields, **shape_fields, kernel=raw.get("kernel"))
             else:
-                args = ShapeArgs(*fields, *shape_fields)
+                args = ShapeArgs(**fields, **shape_fields)
         else:
-            args = Args(*fields, raw.get("Call stack"))
+            args = Args(**fields)
     get = item.get
-    head = (get("ph"), get("cat"), get("name"), get("pid"), get("tid"), get("ts"), get("dur"))
-    if kernels:
-        return KernelEvent(*head, get("id"), args if isinstance(args, KernelArgs) else None)
-    if shapes:
-        return ShapeEvent(*head, get("id"), args if isinstance(args, ShapeArgs) else None)
-    return Event(*head, get("id"), args)
+    event_type = (
+        MemoryEvent if memory else KernelEvent if kernels else ShapeEvent if shapes else Event
+    )
+    return event_type(
+        get("ph"),
+        get("cat"),
+        get("name"),
+        get("pid"),
+        get("tid"),
+        get("ts"),
+        get("dur"),
+        get("id"),
+        args,
+    )
 
 
 def _number(v: Any) -> float | int | None:
@@ -214,16 +276,40 @@ class Columns:
     gpu_bytes: np.ndarray | None = None
     # ...and per CPU slice the kernel a launch call names (index into names, -1: none).
     cpu_kernel: np.ndarray | None = None
+    # From the metadata ('M') events: names, labels and sort order of processes and threads,
+    # keyed by pid and by (pid, tid) as in `threads`.
+    process_meta: dict[Any, dict[str, Any]] = field(default_factory=dict)
+    thread_meta: dict[tuple[Any, Any], dict[str, Any]] = field(default_factory=dict)
+    categories: dict[str, int] = field(default_factory=dict)  # each `cat` seen -> its class
+    # With EventCollector(memory=True): the ``[memory]`` events.
+    memory: MemoryColumns | None = None
+
+
+@dataclass
+class MemoryColumns:
+    """``[memory]`` events in trace order: allocations (bytes > 0) and frees (< 0)."""
+
+    thread: np.ndarray  # index into Columns.threads
+    ts: np.ndarray  # ns, relative to base_us like the slices
+    nbytes: np.ndarray  # int64
+    addr: np.ndarray  # int64, -1: not recorded (2021 traces)
+    device: np.ndarray  # index into Columns.names ("cuda:0", "cpu")
+    total_allocated: np.ndarray  # float64, NaN: not recorded
+    total_reserved: np.ndarray
 
 
 class EventCollector:
     """Feed batches of :class:`Event` with :meth:`add`; :meth:`freeze` gives :class:`Columns`."""
 
-    def __init__(self, shapes: bool = False, kernels: bool = False) -> None:
+    def __init__(self, shapes: bool = False, memory: bool = False, kernels: bool = False) -> None:
         """``kernels``: read the kernel names of launch calls too (implies ``shapes``)."""
         shapes = shapes or kernels
-        self.shapes, self.kernels = shapes, kernels
-        self.event_type: type[Event] = KernelEvent if kernels else ShapeEvent if shapes else Event
+        if shapes and memory:
+            raise ValueError("shapes and memory are read by separate collectors")
+        self.shapes, self.memory, self.kernels = shapes, memory, kernels
+        self.event_type: type[Event] = (
+            MemoryEvent if memory else KernelEvent if kernels else ShapeEvent if shapes else Event
+        )
         self._shape_ids: dict[bytes, int] = {}
         self._shape_list: list[tuple[Any, Any, Any]] = []
         self.cpu_shape = array("i")
@@ -240,6 +326,15 @@ class EventCollector:
         self.gpu = cols("thread", "ts", "dur", "cls", "name", "corr", "device", "stream")
         self.flow_s = cols("thread", "ts", "id")
         self.flow_f = cols("thread", "ts", "id")
+        self.mem: dict[str, array] = {
+            "thread": array("i"),
+            "ts": array("d"),
+            "nbytes": array("q"),
+            "addr": array("q"),
+            "device": array("i"),
+            "total_allocated": array("d"),
+            "total_reserved": array("d"),
+        }
         self._names: dict[str, int] = {}
         self._stacks: dict[str, int] = {}
         self._threads: dict[tuple[Any, Any], int] = {}
@@ -248,6 +343,8 @@ class EventCollector:
         self.base_us: float | None = None
         self.warnings: Counter[str] = Counter()
         self.ignored: Counter[str] = Counter()
+        self.process_meta: dict[Any, dict[str, Any]] = {}
+        self.thread_meta: dict[tuple[Any, Any], dict[str, Any]] = {}
 
     def _intern(self, table: dict[str, int], s: str) -> int:
         i = table.get(s)
@@ -283,11 +380,13 @@ class EventCollector:
             for k in ("thread", "ts", "dur", "cls", "name", "corr", "device", "stream")
         )
         base = self.base_us
-        etype, shapes, kernels = self.event_type, self.shapes, self.kernels
+        etype, shapes, memory, kernels = self.event_type, self.shapes, self.memory, self.kernels
         e: Event | None
         for e in events:
             if type(e) is not etype:
-                e = coerce_event(e, shapes, kernels)  # plain dicts, from a batch that fell back
+                e = coerce_event(
+                    e, shapes, memory, kernels
+                )  # plain dicts, from a batch that fell back
                 if e is None:
                     warn["events that are not JSON objects"] += 1
                     continue
@@ -364,6 +463,11 @@ class EventCollector:
                     g_cls(cls)
                     g_name(nid)
                     g_corr(corr)
+            elif ph == "M":
+                self._metadata(e)
+            elif ph == "i" and memory and e.name == MEMORY_EVENT:
+                self._memory_event(e)
+                base = self.base_us
             elif ph == "B" or ph == "E":
                 self.ignored[f"'{ph}' (begin/end) events"] += 1  # Kineto writes 'X' slices
             elif ph == "s" or ph == "f":
@@ -384,6 +488,47 @@ class EventCollector:
                 flows["thread"].append(self._thread(e.pid, e.tid))
                 flows["ts"].append(ts)
                 flows["id"].append(fid)
+
+    def _metadata(self, e: Event) -> None:
+        """Names and order of processes and threads, for timelines (not flame graphs)."""
+        args = e.args
+        kind = e.name
+        if args is None or not isinstance(kind, str):
+            return
+        what, _, key = kind.partition("_")  # process_name -> ("process", "name")
+        value = {"name": args.name, "labels": args.labels, "index": args.sort_index}.get(
+            key.removeprefix("sort_")
+        )
+        if value is None or what not in ("process", "thread"):
+            return
+        try:
+            if what == "process":
+                self.process_meta.setdefault(_ident(e.pid), {})[key] = value
+            else:
+                self.thread_meta.setdefault((_ident(e.pid), _ident(e.tid)), {})[key] = value
+        except TypeError:  # an unhashable pid/tid: no name for it
+            pass
+
+    def _memory_event(self, e: Any) -> None:
+        """Keep one ``[memory]`` event (rare next to slices: no need for the hot loop)."""
+        args = e.args
+        ts = _number(e.ts)
+        nbytes = _int_or(getattr(args, "nbytes", None), 0) if args is not None else 0
+        if ts is None or not nbytes:
+            self.warnings["[memory] events without ts or Bytes"] += 1
+            return
+        if self.base_us is None:
+            self.base_us = int(ts)
+        mem = self.mem
+        mem["thread"].append(self._thread(e.pid, e.tid))
+        mem["ts"].append(ts)
+        mem["nbytes"].append(nbytes)
+        mem["addr"].append(_int_or(args.addr))
+        device = device_name(args.device_type, args.device_id)
+        mem["device"].append(self._intern(self._names, device))
+        for key in ("total_allocated", "total_reserved"):
+            v = _number(getattr(args, key))
+            mem[key].append(float("nan") if v is None else float(v))
 
     def _shape(self, args: Any, cls: int) -> int:
         """Index of an operator's (Input Dims, Input type), -1 when it has none."""
@@ -443,4 +588,30 @@ class EventCollector:
             self._shape_list,
             np_(self.gpu_bytes) if self.shapes else None,
             np_(self.cpu_kernel).astype(np.int64) if self.kernels else None,
+            memory=self._freeze_memory(ts_) if self.memory else None,
+            process_meta=self.process_meta,
+            thread_meta=self.thread_meta,
+            categories={c: k for c, k in self._classes.items() if isinstance(c, str)},
+        )
+
+    def _freeze_memory(self, ts_: Any) -> MemoryColumns:
+        mem = self.mem
+
+        def ints(a: array) -> np.ndarray:
+            dtype = np.int64 if a.typecode == "q" else np.int32
+            return (
+                np.frombuffer(a, dtype=dtype).astype(np.int64) if len(a) else np.zeros(0, np.int64)
+            )
+
+        def floats(a: array) -> np.ndarray:
+            return np.frombuffer(a, dtype=np.float64).copy() if len(a) else np.zeros(0)
+
+        return MemoryColumns(
+            ints(mem["thread"]),
+            ts_(mem["ts"]),
+            ints(mem["nbytes"]),
+            ints(mem["addr"]),
+            ints(mem["device"]),
+            floats(mem["total_allocated"]),
+            floats(mem["total_reserved"]),
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any
 
@@ -16,6 +17,22 @@ def _int(v: object) -> int:
     if isinstance(v, int):
         return v
     return int(v) if isinstance(v, str) and v.isdigit() else 0
+
+
+# Words of a device's marketing name that do not tell models apart: vendors, families,
+# form factors, memory sizes, virtual functions.
+_DEVICE_NOISE = re.compile(
+    r"^(?:NVIDIA|AMD|Instinct|Tesla|GeForce|Corporation|\d+\s?GB|SXM\d*|PCIe|HBM\d*e?|NVL|VF)$",
+    re.IGNORECASE,
+)
+
+
+def short_device_name(name: str) -> str:
+    """``NVIDIA H100 80GB HBM3`` -> ``H100``, ``AMD Instinct MI300X VF`` -> ``MI300X``,
+    ``Tesla V100-SXM2-16GB`` -> ``V100``: the model, for titles; the name if nothing is
+    left."""
+    words = [w for w in re.split(r"[\s-]+", name.strip()) if w and not _DEVICE_NOISE.match(w)]
+    return " ".join(words) or name.strip()
 
 
 def _ns(v: float) -> str:
@@ -52,6 +69,7 @@ def describe(
     if isinstance(devices, list) and devices:
         names = Counter(str(d.get("name", "?")) for d in devices if isinstance(d, dict))
         meta["info:devices"] = ", ".join(f"{n} x {name}" for name, n in names.items())
+        meta["device"] = "+".join(dict.fromkeys(short_device_name(n) for n in names))
     counts = np.bincount(cols.cpu_cls, minlength=8)
     meta["info:cpu slices"] = (
         f"{counts[Cls.PYTHON]:,} Python functions, {counts[Cls.OP]:,} operators, "

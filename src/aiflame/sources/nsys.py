@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from array import array
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,6 +32,9 @@ from aiflame.sources.nsys_nvtx import NvtxIndex
 from aiflame.sources.nsys_stacks import Callchains, CpuFrames
 from aiflame.sources.trace_input import TraceInput
 from aiflame.symbolize.kinds import DELIMITER
+
+if TYPE_CHECKING:
+    from aiflame.model.timeline import Timeline
 
 FORMAT = "nsys"
 
@@ -243,4 +247,13 @@ def _ns(value: float) -> str:
     return f"{value:.0f} ns"
 
 
-__all__ = ["FORMAT", "LAUNCH_NOT_IN_TRACE", "load", "sniff"]
+__all__ = ["FORMAT", "LAUNCH_NOT_IN_TRACE", "load", "load_timeline", "sniff"]
+
+
+def load_timeline(source: Input, kernel_names: str = "full", **_: object) -> Timeline:
+    """API calls, NVTX ranges and GPU activity in time, for the Chrome trace exporter."""
+    from aiflame.sources.nsys_timeline import load_timeline as timeline
+
+    if kernel_names not in KERNEL_NAMES:
+        raise AiflameError(f"kernel_names must be one of {', '.join(KERNEL_NAMES)}")
+    return timeline(source, kernel_names=kernel_names)

@@ -19,6 +19,7 @@ from aiflame.model.stacks import EMPTY_STACK
 from aiflame.sources.nsys_db import NsysDB, process_key
 from aiflame.sources.nsys_nvtx import NvtxIndex
 from aiflame.sources.nsys_stacks import Callchains, callchain_offset, callers_of_api
+from aiflame.symbolize.cxxnames import distinct_short_names
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -62,13 +63,19 @@ def activities(db: NsysDB, builder: ProfileBuilder, kernel_names: str) -> Iterat
     """Every GPU activity, with its leaf frame interned."""
     strings = db.strings
     name_cols = ["demangledName", "shortName"]
+    text_of = lambda name: name if isinstance(name, str) else strings.get(name, "")  # noqa: E731
+    short: dict[str, str] = {}
     if kernel_names == "short":
-        name_cols.reverse()
+        # Shortened together from the demangled names, not nsys's shortName, which folds
+        # every template instance into one (all of cloverleaf's par_ranged2d_kernel<lambda>).
+        names = {text_of(n) for (n,) in db.select(KERNEL, [name_cols])}
+        short = distinct_short_names(names - {""})
     frames: dict[object, int] = {}
     for *row, name in db.select(KERNEL, [*_COMMON, name_cols]):
         fid = frames.get(name)
         if fid is None:
-            text = name if isinstance(name, str) else strings.get(name, "")
+            text = text_of(name)
+            text = short.get(text, text)
             fid = frames[name] = builder.frame(text or "[unknown kernel]", FrameKind.GPU_KERNEL)
         yield Activity._make((KERNEL, *row, fid, 0))
     kinds = copy_kinds(db)

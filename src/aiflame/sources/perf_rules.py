@@ -33,6 +33,24 @@ HEADER = re.compile(
 _STACK = re.compile(r"\s*(\w+)\s*(.+) \((.*)\)", re.ASCII)
 _GO_METHOD = re.compile(r"\.\(.*\)\.")
 _PERF_MAP = re.compile(r"/tmp/perf-\d+\.map", re.ASCII)
+# perf inject --jit writes each jitted function into a jitted-PID-N.so of its own.
+_JITTED_SO = re.compile(r"(?:^|/)jitted-\d+-\d+\.so$", re.ASCII)
+# Bracketed modules perf names that are user space, not the kernel (perf report marks
+# their symbols [.]); every other "[name]" is the kernel or a kernel module.
+_USER_BRACKETS: tuple[str, ...] = (
+    "[vdso]",
+    "[vsyscall]",
+    "[vectors]",
+    "[sigpage]",
+    "[uprobes]",
+    "[heap]",
+)
+_USER_BRACKETS += ("[stack]", "[anon")
+
+# With PerfOptions.kinds, a frame whose module tells its kind carries one of these marks at
+# the end of its name: a newline can never be part of a name (input is split at newlines).
+KERNEL_MARK = "\nk"
+JIT_MARK = "\nj"
 
 
 @dataclass(frozen=True)
@@ -46,6 +64,9 @@ class PerfOptions:
     annotate_all: bool = False  # kernel and jit
     addrs: bool = False  # "[module <ADDR>]" instead of "[module]" for unknown symbols
     event_filter: str = ""  # keep this event; "" = the first one seen
+    # Not a Perl option: mark kernel and JIT frames (KERNEL_MARK, JIT_MARK) for the Profile,
+    # which carries them as kinds. The folded text of stackcollapse-perf.pl has no marks.
+    kinds: bool = False
 
     @property
     def annotate_kernel(self) -> bool:
@@ -106,6 +127,26 @@ def tidy(func: str) -> str:
     return func
 
 
+def module_mark(mod: str) -> str:
+    """KERNEL_MARK or JIT_MARK for a frame of module ``mod``, "" for other user space.
+
+    Kernel: ``[kernel.kallsyms]`` and other bracketed names but user-space ones like
+    ``[vdso]``, ``vmlinux`` (also versioned, ``vmlinux-6.1.0``), ``.ko`` modules and BPF
+    programs (``bpf_prog_<tag>_<name>``). JIT:
+    perf maps (``/tmp/perf-PID.map``), ``perf inject --jit``'s ``jitted-PID-N.so`` and perf's
+    ``[JIT] tid N``. FlameGraph's ``--kernel``/``--jit`` annotate a narrower set (no ``.ko``
+    nor versioned vmlinux; no jitted-*.so; ``[JIT] tid`` as kernel), which is kept as is.
+    """
+    if mod.startswith("[JIT]") or _PERF_MAP.search(mod) or _JITTED_SO.search(mod):
+        return JIT_MARK
+    if mod.startswith("["):
+        return "" if "unknown" in mod or mod.startswith(_USER_BRACKETS) else KERNEL_MARK
+    base = mod.rpartition("/")[2]
+    if base.startswith(("vmlinux", "bpf_prog_")) or base.endswith(".ko") or ".ko." in base:
+        return KERNEL_MARK
+    return ""
+
+
 def frame_names(pc: str, func_raw: str, mod: str, java: bool, opts: PerfOptions) -> list[str]:
     """The frames one stack line stands for (several when perf shows inlined a->b).
 
@@ -134,13 +175,18 @@ def frame_names(pc: str, func_raw: str, mod: str, java: bool, opts: PerfOptions)
         elif opts.annotate_jit and _PERF_MAP.search(mod) and "_[j]" not in func:
             func += "_[j]"
         out.append(func)
+    if opts.kinds and out:
+        mark = module_mark(mod)
+        if mark:
+            out = [f + mark for f in out]  # inlined frames are in the module too
     return out
 
 
 def namer(opts: PerfOptions) -> Callable[[str, str, str, bool], str]:
     """A fast ``fragment(frame_names(...))`` for ``opts``: the usual single, known function
     is handled inline, the rest by :func:`frame_names`."""
-    kernel, jit = opts.annotate_kernel, opts.annotate_jit
+    kernel, jit, kinds = opts.annotate_kernel, opts.annotate_jit, opts.kinds
+    marks: dict[str, str] = {}  # module -> its mark (opts.kinds): a profile has few modules
 
     def name(pc: str, func: str, mod: str, java: bool) -> str:
         if not func or func[0] == "(" or "->" in func or func == "[unknown]":
@@ -153,6 +199,11 @@ def namer(opts: PerfOptions) -> Callable[[str, str, str, bool], str]:
             func += "_[k]"
         elif jit and "_[j]" not in func and _PERF_MAP.search(mod):
             func += "_[j]"
+        if kinds:
+            mark = marks.get(mod)
+            if mark is None:
+                mark = marks[mod] = module_mark(mod)
+            func += mark
         return ";" + func
 
     return name

@@ -1,9 +1,11 @@
 """Format detection and loading: every importer registers a sniffer and a loader.
 
 An importer module defines ``FORMAT`` (its name), ``sniff(head: bytes, path: str) -> bool``
-and ``load(source: Input, **options) -> Profile``, and is listed in ``IMPORTERS``. A source
-of a GPU trace format also defines ``trace_input(source: Input, **options) -> TraceInput``
-and ``trace(source: Input, **options) -> TraceData``, which ``aiflame analyze`` reads
+and ``load(source: Input, **options) -> Profile``, and is listed in ``IMPORTERS``. An
+importer of traces also defines ``load_timeline(source: Input, **options) -> Timeline``:
+the slices in time that the Chrome trace exporter writes. A source of a GPU trace format
+also defines ``trace_input(source: Input, **options) -> TraceInput`` and
+``trace(source: Input, **options) -> TraceData``, which ``aiflame analyze`` reads
 (:func:`load_trace_input`). Every reader's failure on bad input is one :class:`InputError`.
 """
 
@@ -11,13 +13,14 @@ from __future__ import annotations
 
 import importlib
 import os
-import re
 from collections.abc import Sequence
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from aiflame.errors import AiflameError, InputError
 from aiflame.model import Profile
+from aiflame.model.strings import natural_key
 from aiflame.model.trace import TraceData
 from aiflame.sources.inputs import Input
 from aiflame.sources.nsys_db import SQLITE_MAGIC
@@ -32,6 +35,7 @@ IMPORTERS = (
     "aiflame.sources.trace_events",
     "aiflame.sources.nsys",
     "aiflame.sources.perf_script",
+    "aiflame.sources.austin",  # before folded: its lines are folded stacks with a P;T head
     "aiflame.sources.folded",
 )
 
@@ -133,28 +137,89 @@ def load_trace_input(path: str, **options: Any) -> TraceInput:
     return found
 
 
-def load_many(paths: Sequence[str], fmt: str | None = None, **options: Any) -> Profile:
+def load_many(
+    paths: Sequence[str],
+    fmt: str | None = None,
+    *,
+    label_files: str | None = None,
+    **options: Any,
+) -> Profile:
     """Load several inputs and merge them into one profile.
 
     A directory stands for the trace files in it (``*.json``, ``*.json.gz``), e.g. one file
-    per rank of a PyTorch profiler run.
+    per rank of a PyTorch profiler run. ``label_files``: a label key given to every sample,
+    whose value names the input file it came from (its shortest distinct path suffix).
     """
+    from aiflame.transforms.group import with_label
     from aiflame.transforms.merge import merge
 
-    profiles = [load(p, fmt, **options) for p in expand_inputs(paths)]
+    files = expand_inputs(paths)
+    profiles = [load(p, fmt, **options) for p in files]
+    if label_files:
+        names = distinct_names(files)
+        profiles = [with_label(p, label_files, n) for p, n in zip(profiles, names, strict=True)]
     if len(profiles) == 1:
         return profiles[0]
     merged = merge(profiles)
+    merged.meta.pop("device", None)  # the first input's; kept only if all share it
     merged.meta.update(combine_meta(profiles))
     return merged
 
 
+def load_timeline(path: str, fmt: str | None = None, metric: str | None = None, **options: Any):  # type: ignore[no-untyped-def]
+    """The timeline of one input: a trace's own, or the slices of a profile's timed samples
+    (``metric`` chooses their weight); refused for inputs that have no times."""
+    from aiflame.transforms.timeline import sample_timeline
+
+    source = Input(path)
+    if fmt:
+        mods = {m.FORMAT: m for m in _modules()}
+        if fmt not in mods:
+            raise AiflameError(f"unknown input format '{fmt}' (known: {', '.join(mods)})")
+        mod = mods[fmt]
+    else:
+        mod = detect(source)
+    reader = getattr(mod, "load_timeline", None)
+    if reader is None:
+        profile = load(path, mod.FORMAT, **options)
+        if profile.timestamps is None:
+            raise InputError(
+                path,
+                f"{_WHAT.get(mod.FORMAT, mod.FORMAT + ' input')} has no timeline (no times): a "
+                "Chrome trace is written from traces (PyTorch profiler, Nsight Systems, Chrome "
+                "trace JSON) or from profiles with sample times",
+            )
+        try:
+            return sample_timeline(profile, metric)
+        except AiflameError as e:
+            raise InputError(path, str(e)) from None
+    try:
+        timeline = reader(source, **options)
+    except (AiflameError, MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as e:  # as load(): a parser bug or corrupt data is one clear line
+        raise InputError(path, f"cannot read as {mod.FORMAT}: {type(e).__name__}: {e}") from e
+    timeline.meta.setdefault("source", path)
+    return timeline
+
+
+_WHAT = {
+    "folded": "folded stacks input",
+    "perf-script": "'perf script' input (collapsed to stacks)",
+    "pprof": "a pprof profile",
+    "speedscope": "a sampled speedscope profile",
+}
+
+
+def load_timelines(paths: Sequence[str], fmt: str | None = None, **options: Any):  # type: ignore[no-untyped-def]
+    """The timelines of several inputs (directories expanded), as one."""
+    from aiflame.transforms.timeline import merge_timelines
+
+    files = expand_inputs(paths)
+    return merge_timelines([load_timeline(p, fmt, **options) for p in files], distinct_names(files))
+
+
 TRACE_SUFFIXES = (".json", ".json.gz")
-
-
-def natural_key(name: str) -> list[object]:
-    """Sort key that puts ``rank-2`` before ``rank-10`` (numbers compared as numbers)."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
 def expand_inputs(paths: Sequence[str]) -> list[str]:
@@ -180,9 +245,36 @@ def expand_inputs(paths: Sequence[str]) -> list[str]:
     return out
 
 
+def distinct_names(paths: Sequence[str]) -> list[str]:
+    """Short names that tell ``paths`` apart: the file names, with as many parent folders
+    as it takes where two are alike (``a/rank0.json``, ``b/rank0.json``)."""
+    parts = [Path(p).parts if p != "-" else ("stdin",) for p in paths]
+    depth = [1] * len(paths)
+    while True:
+        names = ["/".join(ps[-d:]) for ps, d in zip(parts, depth, strict=True)]
+        seen: dict[str, list[int]] = {}
+        for i, n in enumerate(names):
+            seen.setdefault(n, []).append(i)
+        grow = [
+            i for same in seen.values() if len(same) > 1 for i in same if depth[i] < len(parts[i])
+        ]
+        if not grow:
+            return names
+        for i in grow:
+            depth[i] += 1
+
+
 def combine_meta(profiles: Sequence[Profile]) -> dict[str, object]:
-    """Meta of merged inputs: ``info:`` lines per input when they differ, ``*_ns`` summed."""
-    out: dict[str, object] = {}
+    """Meta of merged inputs: ``info:`` lines per input when they differ, ``*_ns`` summed,
+    the inputs' paths (``inputs``), ranks (``input_ranks``, when each has one) and their
+    ``device`` when they share it (titles name them: "8 ranks of worker*_step_12")."""
+    out: dict[str, object] = {"inputs": [str(p.meta.get("source", "?")) for p in profiles]}
+    ranks = [p.meta.get("rank") for p in profiles]
+    if all(r is not None for r in ranks):
+        out["input_ranks"] = ranks
+    devices = {p.meta.get("device") for p in profiles}
+    if len(devices) == 1 and devices != {None}:
+        out["device"] = devices.pop()
     keys = {k for p in profiles for k in p.meta}
     for key in sorted(keys):
         values = [p.meta.get(key) for p in profiles]

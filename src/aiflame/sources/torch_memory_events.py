@@ -40,8 +40,9 @@ SHORT_STR = (
 # A frame list's references, up to the APPENDS and SETITEMS that end the event: scanned as
 # bytes (three times faster than token by token), so the reader checks each new run is
 # references, maybe with a FRAME between two, and nothing else (an index may hold the
-# bytes "eu": then it is not).
-RUN = rb"[^e]*+(?:e(?!u)[^e]*+)*+"
+# bytes "eu": then it is not). An atomic group, not possessive quantifiers: CPython 3.11.2
+# (Debian 12's python3) gets the possessive repeat of a group wrong and never matches.
+RUN = rb"(?>[^e]*(?:e(?!u)[^e]*)*)"
 
 INT_KEYS = ("addr", "size", "stream", "time_us")  # decoded, in this order
 MAX_SHAPES = 8

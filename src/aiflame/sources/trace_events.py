@@ -23,6 +23,7 @@ import re
 from array import array
 from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, BinaryIO
 
 import msgspec
@@ -31,6 +32,7 @@ import numpy as np
 from aiflame.errors import InputError
 from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
 from aiflame.model.stacks import EMPTY_STACK
+from aiflame.model.timeline import Timeline, TimelineBuilder
 from aiflame.model.trace import Kind, TraceData, is_communication
 from aiflame.sources.inputs import Input
 from aiflame.sources.kineto_events import _ident, _number
@@ -339,18 +341,29 @@ def match_begin_end(
 
 @dataclass
 class _Slices:
-    """Every slice of the trace as columns (ns from the first event), nested per thread."""
+    """Every slice of a trace (X events, and B/E pairs matched), times in ns from ``base_us``."""
 
+    col: _Collector
+    base_us: float
     thread: np.ndarray
     ts: np.ndarray
     dur: np.ndarray
     name: np.ndarray
-    nesting: correlate.Nesting
-    complete: int  # of them from X events
-    base_us: float
+    seq: np.ndarray  # position in the file
+    complete: int  # how many were X events (the rest: B/E pairs)
+
+    @cached_property
+    def nesting(self) -> correlate.Nesting:
+        """Per thread, each slice's enclosing slice; equal slices: the one written first
+        encloses."""
+        nesting = correlate.nest(self.thread, self.ts, self.dur, self.seq)
+        if nesting.bleeding:
+            self.col.warnings["slices that end after their enclosing slice"] += nesting.bleeding
+        return nesting
 
 
-def _slices(source: Input, col: _Collector) -> _Slices:
+def _slices(source: Input, col: _Collector | None = None) -> _Slices:
+    col = col or _collect(source)
     base = col.base_us or 0.0
     x_thread, x_ts, x_dur = _ints(col.x[0]), _ns(col.x[1], base), _ns(col.x[2], 0.0)
     x_name, x_seq = _ints(col.x[3]), _ints(col.x[4])
@@ -376,17 +389,12 @@ def _slices(source: Input, col: _Collector) -> _Slices:
             "no slices in this trace (no 'X' complete events or 'B'/'E' pairs)"
             + (f"; only: {what}" if what else ""),
         )
-    # Slices starting together with equal length: the one written first encloses.
-    nesting = correlate.nest(thread, ts, dur, seq)
-    if nesting.bleeding:
-        warnings["slices that end after their enclosing slice"] += nesting.bleeding
-    return _Slices(thread, ts, dur, name, nesting, len(x_ts), base)
+    return _Slices(col, base, thread, ts, dur, name, seq, int(x_ts.shape[0]))
 
 
 def load(source: Input, **_: object) -> Profile:
-    col = _collect(source)
-    sl = _slices(source, col)
-    thread, ts, dur, name, nesting = sl.thread, sl.ts, sl.dur, sl.name, sl.nesting
+    sl = _slices(source)
+    col, thread, ts, dur, name, nesting = sl.col, sl.thread, sl.ts, sl.dur, sl.name, sl.nesting
     base, warnings, n_threads = sl.base_us, col.warnings, len(col.thread_keys)
     self_ns = correlate.self_times(ts, dur, nesting.parent)
 
@@ -478,8 +486,8 @@ def trace_input(source: Input, **_: object) -> TraceInput:
     """A generic trace for ``aiflame analyze``: slices on GPU stream tracks (by process and
     thread names) are GPU activity, the others CPU slices; the format links no launch to
     its GPU work, so idle time is measured but not explained by CPU stacks."""
-    col = _collect(source)
-    sl = _slices(source, col)
+    sl = _slices(source)
+    col = sl.col
     is_gpu, device_of = _gpu_threads(col)
     names = list(col.names)
     ids = {n: i for i, n in enumerate(names)}
@@ -554,3 +562,37 @@ def trace_input(source: Input, **_: object) -> TraceInput:
 
 def trace(source: Input, **options: object) -> TraceData:
     return trace_input(source, **options).trace
+
+
+def load_timeline(source: Input, **_: object) -> Timeline:
+    """The trace's slices on its processes and threads (B/E pairs as complete slices).
+    Categories, ``args`` and flows of generic traces are not read, so not kept."""
+    sl = _slices(source)
+    col, base, thread, ts, dur, name, seq = (
+        sl.col,
+        sl.base_us,
+        sl.thread,
+        sl.ts,
+        sl.dur,
+        sl.name,
+        sl.seq,
+    )
+    b = TimelineBuilder()
+    tracks = np.asarray(
+        [
+            b.track(pid, tid, col.process_names.get(pid, ""), col.thread_names.get((pid, tid), ""))
+            for pid, tid in col.thread_keys
+        ],
+        dtype=np.int32,
+    )
+    names = np.asarray([b.string(n or UNNAMED) for n in col.names], dtype=np.int32)
+    order = np.lexsort((seq, ts))
+    b.add_many(
+        tracks[thread[order]],
+        round(base * 1000) + ts[order],
+        dur[order],
+        names[name[order]],
+        np.full(order.size, b.string(""), dtype=np.int32),
+    )
+    b.meta["format"] = FORMAT
+    return b.build()

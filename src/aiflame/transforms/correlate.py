@@ -3,6 +3,7 @@
 Pure functions over columns (numpy arrays), independent of any trace format:
 
 - :func:`nest`: the call tree of the slices of each thread, by time containment.
+- :func:`enclosing`: the innermost slice of a thread running at given instants.
 - :func:`link`: for each GPU activity, the launching slice with the same correlation id.
 - :func:`flow_ids`: correlation ids recovered from flow arrows where an event lacks one.
 - :func:`self_times`, :func:`busy_time`: CPU self time, and the union of GPU intervals.
@@ -94,6 +95,42 @@ def nest(
     has = par >= 0
     parent[order[has]] = order[par[has]]
     return Nesting(order, parent, bleeding)
+
+
+def enclosing(
+    thread: np.ndarray,
+    ts: np.ndarray,
+    dur: np.ndarray,
+    nesting: Nesting,
+    at_thread: np.ndarray,
+    at_ts: np.ndarray,
+) -> np.ndarray:
+    """For each instant (``at_thread``, ``at_ts``), the innermost slice of that thread
+    running then (``ts <= t < ts + dur``), or -1: e.g. the operator that made an allocation.
+
+    The candidate is the slice of the thread that started last at or before the instant
+    (among slices starting together the innermost, as :func:`nest` orders them); while it
+    has ended, its parent is tried. Vectorised: one numpy pass per nesting level.
+    """
+    out = np.full(at_ts.shape[0], -1, dtype=np.int64)
+    if ts.size == 0 or at_ts.size == 0:
+        return out
+    order = nesting.order
+    by_thread, by_start = thread[order], ts[order]  # thread-major, then start: sorted
+    for t in np.unique(at_thread).tolist():
+        lo = int(np.searchsorted(by_thread, t, "left"))
+        hi = int(np.searchsorted(by_thread, t, "right"))
+        if lo == hi:
+            continue
+        mine = np.nonzero(at_thread == t)[0]
+        pos = lo + np.searchsorted(by_start[lo:hi], at_ts[mine], "right") - 1
+        out[mine] = np.where(pos >= lo, order[np.maximum(pos, 0)], -1)
+    end = ts + dur
+    while True:
+        ended = (out >= 0) & (end[np.maximum(out, 0)] <= at_ts)
+        if not ended.any():
+            return out
+        out[ended] = nesting.parent[out[ended]]
 
 
 @dataclass

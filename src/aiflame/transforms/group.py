@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from aiflame.model import FrameKind, Profile, ProfileBuilder
@@ -10,9 +12,22 @@ from aiflame.model.stacks import EMPTY_STACK
 GROUP_KEYS = ("rank", "device", "stream", "pid", "tid")
 
 
+# Labels whose value names itself: the root frame is the value alone (a file name).
+BARE_KEYS = ("file",)
+
+
 def root_name(key: str, value: str | None) -> str:
     """The root frame of a group: ``rank 3``, or ``[no rank]`` for samples without it."""
-    return f"{key} {value}" if value is not None else f"[no {key}]"
+    if value is None:
+        return f"[no {key}]"
+    return value if key in BARE_KEYS else f"{key} {value}"
+
+
+def with_label(profile: Profile, key: str, value: str) -> Profile:
+    """``profile`` with label ``key=value`` on every sample (e.g. the input file it came
+    from, before merging); samples, stacks and values are shared, not copied."""
+    sets = [tuple(sorted({**dict(ls), key: value}.items())) for ls in profile.label_sets]
+    return replace(profile, label_sets=sets, meta=dict(profile.meta))
 
 
 def group_by(profile: Profile, key: str) -> Profile:

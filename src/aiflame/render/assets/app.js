@@ -27,15 +27,17 @@
       this.filters = []; // [{op: "focus" | "hide", nameId, name}]
       this.searchMask = null;
       this.sandwichName = -1;
-      this.topSort = { key: "self", desc: true };
+      this.topSort = this.diff ? { key: "delta", dir: "abs" } : { key: "self", dir: "desc" };
       this.kindColors = new Array(this.frames.count + 1);
       this.tooltipNode = -1;
       this.menuNode = -1;
 
       this.view = new A.FlameView($("flame"), {
+        foldChains: true,
         onHover: (i, e) => this.showTooltip(this.view, i, e),
         onClick: (i) => {
-          if (i >= 0) this.zoomTo(i); // a click on the background keeps the zoom
+          if (i >= 0 && this.view.foldAt(i)) this.unfold();
+          else if (i >= 0) this.zoomTo(i); // a click on the background keeps the zoom
         },
         onContext: (i, e) => this.openMenu(this.view, i, e),
       });
@@ -93,6 +95,15 @@
 
     resetZoom() {
       this.zoomTo(0);
+    }
+
+    // Show the frames of the folded chains (for good: zooming shows them anyway).
+    unfold() {
+      this.view.unfold();
+      this.view.hover = -1;
+      $("tooltip").hidden = true;
+      this.tooltipNode = -1;
+      this.view.draw();
     }
 
     setMetric(t) {
@@ -194,6 +205,8 @@
 
     // The tooltip's content: name, kind, values, location; DOM nodes with textContent.
     describe(tree, i) {
+      const fold = tree === this.view.tree ? this.view.foldAt(i) : null;
+      if (fold) return this.describeFold(tree, fold);
       const f = tree.frame[i];
       const out = [el("div", { class: "tip-name" }, tree.labelOf(i))];
       const kind = A.PALETTE[this.frames.kindSlug(f)] || A.PALETTE.unknown;
@@ -216,8 +229,9 @@
         const b = tree.totals(this.diff.base)[i];
         const delta = tot - b;
         const sign = delta > 0 ? "+" : "";
-        row("base", this.fmt(b, bt));
-        row("test", this.fmt(tot, type));
+        const names = this.diff.names || {};
+        row(names.base ? "base (" + names.base + ")" : "base", this.fmt(b, bt));
+        row(names.test ? "test (" + names.test + ")" : "test", this.fmt(tot, type));
         const change = b ? sign + A.percent(delta, b) : tot ? "new" : "-";
         row("delta", sign + A.formatValue(delta, type.unit) + " (" + change + ")", delta > 0 ? "grow" : delta < 0 ? "shrink" : "");
         const sd = self - tree.self[this.diff.base][i];
@@ -227,6 +241,28 @@
       if (loc) row("file", loc);
       out.push(rows);
       out.push(el("div", { class: "tip-hint" }, "click: zoom · right-click: focus, hide, sandwich"));
+      return out;
+    }
+
+    // A folded chain: how many frames, which ones, and its value.
+    describeFold(tree, fold) {
+      const out = [el("div", { class: "tip-name" }, fold.count + " frames of one call chain, folded")];
+      const list = el("ol", { class: "tip-chain" });
+      const shown = fold.count <= 14 ? fold.members : [...fold.members.slice(0, 6), -1, ...fold.members.slice(-6)];
+      for (const m of shown) {
+        list.append(el("li", m < 0 ? { class: "gap" } : null, m < 0 ? "…" : A.fitLabel(tree.labelOf(m), 90)));
+      }
+      out.push(list);
+      const t = this.metric;
+      const type = this.types[t];
+      const tot = tree.totals(t)[fold.head];
+      const all = this.baseTree.totals(t)[0];
+      const rows = el("table", { class: "tip-rows" });
+      const tr = el("tr");
+      tr.append(el("th", null, "total"), el("td", null, this.fmt(tot, type) + " (" + A.percent(tot, all) + " of all)"));
+      rows.append(tr);
+      out.push(rows);
+      out.push(el("div", { class: "tip-hint" }, "click: show these frames · right-click: the first one"));
       return out;
     }
 
@@ -281,7 +317,8 @@
       const items = [];
       path.forEach((v, k) => {
         if (k) items.push(el("span", { class: "sep" }, "›"));
-        const b = el("button", { class: "crumb", type: "button" }, tree.labelOf(v));
+        const label = tree.labelOf(v);
+        const b = el("button", { class: "crumb", type: "button", title: label }, A.fitLabel(label, 48));
         b.addEventListener("click", () => this.zoomTo(v));
         if (k === path.length - 1) b.classList.add("current");
         items.push(b);
@@ -297,7 +334,10 @@
       if (this.diff) {
         const b = this.baseTree.totals(this.diff.base)[0];
         const x = this.baseTree.totals(this.diff.test)[0];
-        text = "base " + this.fmt(b, this.types[this.diff.base]) + " → test " + this.fmt(x, type);
+        const names = this.diff.names || {};
+        const base = names.base ? "base (" + names.base + ") " : "base ";
+        const test = names.test ? "test (" + names.test + ") " : "test ";
+        text = base + this.fmt(b, this.types[this.diff.base]) + " → " + test + this.fmt(x, type);
         if (b) text += " (" + (x >= b ? "+" : "") + A.percent(x - b, b) + ")";
         if (this.diff.normalized) text += ", base normalized to test's total";
       }
@@ -411,36 +451,47 @@
       if (name === "sandwich") this.renderSandwich();
     }
 
+    // Per function: self and total (or, in a differential graph, base and test totals,
+    // their delta and delta %), sorted by the chosen column.
     renderTop() {
       const t = this.metric;
       const type = this.types[t];
-      const rows = A.topFunctions(this.tree, t);
-      const { key, desc } = this.topSort;
-      const names = this.frames.strings;
-      rows.sort((a, b) => {
-        const c = key === "name" ? names[a.nameId].localeCompare(names[b.nameId]) : a[key] - b[key];
-        return desc ? -c : c;
-      });
+      const rows = this.diff ? this.topDiffRows() : A.topFunctions(this.tree, t);
+      this.sortTop(rows);
       for (const th of document.querySelectorAll("#top-table th[data-key]")) {
-        th.classList.toggle("sorted", th.dataset.key === key);
-        th.dataset.dir = th.dataset.key === key ? (desc ? "desc" : "asc") : "";
+        th.classList.toggle("sorted", th.dataset.key === this.topSort.key);
+        th.dataset.dir = th.dataset.key === this.topSort.key ? this.topSort.dir : "";
       }
       const all = this.tree.totals(t)[0];
       const limit = 1000;
       const body = [];
+      const names = this.frames.strings;
       for (const r of rows.slice(0, limit)) {
         const tr = el("tr");
         const name = el("td", { class: "fn" });
         const sw = el("span", { class: "swatch" });
         sw.style.background = A.kindColor(this.frames.kindSlug(r.frame), names[r.nameId]);
         name.append(sw, el("span", null, this.frames.label(r.frame)));
-        tr.append(
-          name,
-          el("td", { class: "num" }, A.formatValue(r.self, type.unit)),
-          el("td", { class: "num" }, A.percent(r.self, all)),
-          el("td", { class: "num" }, A.formatValue(r.total, type.unit)),
-          el("td", { class: "num" }, A.percent(r.total, all))
-        );
+        tr.append(name);
+        const num = (text, cls) => el("td", { class: cls ? "num " + cls : "num" }, text);
+        if (this.diff) {
+          const sign = r.delta > 0 ? "+" : "";
+          const cls = r.delta > 0 ? "grow" : r.delta < 0 ? "shrink" : "";
+          const pct = r.base ? sign + A.percent(r.delta, r.base) : r.test ? "new" : "-";
+          tr.append(
+            num(A.formatValue(r.base, type.unit)),
+            num(A.formatValue(r.test, type.unit)),
+            num(sign + A.formatValue(r.delta, type.unit), cls),
+            num(pct, cls)
+          );
+        } else {
+          tr.append(
+            num(A.formatValue(r.self, type.unit)),
+            num(A.percent(r.self, all)),
+            num(A.formatValue(r.total, type.unit)),
+            num(A.percent(r.total, all))
+          );
+        }
         tr.addEventListener("click", () => {
           this.sandwichName = r.nameId;
           this.showTab("sandwich");
@@ -450,6 +501,68 @@
       $("top-body").replaceChildren(...body);
       $("top-note").textContent =
         rows.length > limit ? "showing the first " + limit + " of " + rows.length + " functions" : rows.length + " functions";
+    }
+
+    // Base and test totals per function (recursion counted once in each).
+    topDiffRows() {
+      const { base, test } = this.diff;
+      const byName = new Map();
+      for (const r of A.topFunctions(this.tree, base)) {
+        byName.set(r.nameId, { nameId: r.nameId, frame: r.frame, base: r.total, test: 0 });
+      }
+      for (const r of A.topFunctions(this.tree, test)) {
+        const row = byName.get(r.nameId);
+        if (row) row.test = r.total;
+        else byName.set(r.nameId, { nameId: r.nameId, frame: r.frame, base: 0, test: r.total });
+      }
+      const rows = [...byName.values()];
+      for (const r of rows) {
+        r.delta = r.test - r.base;
+        // New functions rank above every finite change; vanished ones are -100%.
+        r.pct = r.base ? r.delta / r.base : r.test ? Infinity : 0;
+      }
+      return rows;
+    }
+
+    // Names sort by their order in the string table (numbers in names as numbers); a
+    // column of changes also sorts by size ("abs"), the largest change first either way.
+    sortTop(rows) {
+      const { key, dir } = this.topSort;
+      if (key === "name") {
+        rows.sort((a, b) => (dir === "desc" ? b.nameId - a.nameId : a.nameId - b.nameId));
+        return;
+      }
+      if (dir === "abs") {
+        rows.sort((a, b) => Math.abs(b[key]) - Math.abs(a[key]) || a.nameId - b.nameId);
+        return;
+      }
+      const sign = dir === "desc" ? -1 : 1;
+      rows.sort((a, b) => sign * (a[key] - b[key]) || a.nameId - b.nameId);
+    }
+
+    // The next sort after a click on column `key`: a new column starts descending (names
+    // ascending, changes by size); a second click turns the order around.
+    nextTopSort(key) {
+      const s = this.topSort;
+      const changes = key === "delta" || key === "pct";
+      if (s.key !== key) return { key, dir: key === "name" ? "asc" : changes ? "abs" : "desc" };
+      if (changes) return { key, dir: s.dir === "abs" ? "desc" : s.dir === "desc" ? "asc" : "abs" };
+      return { key, dir: s.dir === "desc" ? "asc" : "desc" };
+    }
+
+    // The table's columns in a differential graph: each input's total and the change.
+    diffTableHead() {
+      const names = this.diff.names || {};
+      const head = (key, text, title) => el("th", { "data-key": key, class: key === "name" ? "" : "num", title }, text);
+      const tr = el("tr");
+      tr.append(
+        head("name", "Function"),
+        head("base", names.base ? "Base: " + names.base : "Base", "total in the base profile"),
+        head("test", names.test ? "Test: " + names.test : "Test", "total in the test profile"),
+        head("delta", "Delta", "test - base"),
+        head("pct", "Delta %", "(test - base) / base")
+      );
+      document.querySelector("#top-table thead").replaceChildren(tr);
     }
 
     renderSandwich() {
@@ -516,11 +629,10 @@
       for (const b of document.querySelectorAll(".tabs button")) {
         b.addEventListener("click", () => this.showTab(b.dataset.tab));
       }
+      if (this.diff) this.diffTableHead();
       for (const th of document.querySelectorAll("#top-table th[data-key]")) {
         th.addEventListener("click", () => {
-          const key = th.dataset.key;
-          const s = this.topSort;
-          this.topSort = { key, desc: s.key === key ? !s.desc : key !== "name" };
+          this.topSort = this.nextTopSort(th.dataset.key);
           this.renderTop();
         });
       }

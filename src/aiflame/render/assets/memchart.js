@@ -8,7 +8,9 @@
 // graph shows every allocation live at some moment of it (alloc <= k and free > j), so its
 // total can exceed the highest point of the range. The selection replaces the self values
 // of the peak-bytes column (the tree's shape does not change); "Back to the peak" restores
-// the importer's own values. Names only ever reach the DOM as textContent.
+// the importer's own values. Hovering the chart shows a crosshair on the point a click
+// would pick, with its time and the bytes allocated and reserved then. Names only ever
+// reach the DOM as textContent.
 (function (A) {
   "use strict";
 
@@ -64,6 +66,13 @@
       this.sel = null; // {from, to}: point indices, from === to for an instant
       this.box = $("mem-chart");
       this.svg = $("mem-svg");
+      this.hoverK = -1; // the point under the pointer, -1: none
+      this.tip = document.createElement("div");
+      this.tip.id = "mem-tip";
+      this.tip.setAttribute("role", "tooltip");
+      this.tip.hidden = true;
+      document.body.append(this.tip);
+      this.hasReserved = d.reserved.some((v) => v > 0);
       $("mem-clear").addEventListener("click", () => this.clear());
       $("metric").addEventListener("change", () => this.showStatus());
       this.bindPointer();
@@ -146,9 +155,11 @@
       const right = x > this.width / 2;
       items.push(svg("text", { id: "mem-peak-label", class: "mem-peak-label", x: right ? x - 6 : x + 6, y: M.top - 8, "text-anchor": right ? "end" : "start" }, label));
       this.selLayer = svg("g", { id: "mem-selection" });
-      items.push(this.selLayer);
+      this.hoverLayer = svg("g", { id: "mem-hover" });
+      items.push(this.selLayer, this.hoverLayer);
       s.replaceChildren(...items);
       this.drawSelection();
+      this.drawHover();
     }
 
     drawSelection(dragFrom, dragTo) {
@@ -211,7 +222,15 @@
         if (e.button !== 0) return;
         e.preventDefault();
         start = local(e);
+        this.hover(-1);
       });
+      this.svg.addEventListener("mousemove", (e) => {
+        if (start) return; // a drag draws its range instead
+        const [x, y] = local(e);
+        const inside = x >= M.left - DRAG && x <= this.width - M.right + DRAG;
+        this.hover(inside ? this.pointAt(x, y) : -1, e.clientX, e.clientY);
+      });
+      this.svg.addEventListener("mouseleave", () => this.hover(-1));
       window.addEventListener("mousemove", (e) => {
         if (!start) return;
         const [x] = local(e);
@@ -240,6 +259,63 @@
         if (from < 0) from = to = this.pointAt((lo + hi) / 2, y);
         this.select(from, to);
       });
+    }
+
+    // -- hover: crosshair and values ----------------------------------------------------
+
+    // Show point k under the pointer (client coordinates cx, cy), or nothing for k < 0.
+    hover(k, cx, cy) {
+      this.hoverK = k;
+      this.drawHover();
+      const tip = this.tip;
+      if (k < 0) {
+        tip.hidden = true;
+        return;
+      }
+      const d = this.d;
+      const rows = [
+        ["time", this.timeText(k)],
+        ["allocated", bytes(d.live[k]) + " (" + exact(d.live[k]) + ")"],
+      ];
+      if (this.hasReserved) rows.push(["reserved", bytes(d.reserved[k]) + " (" + exact(d.reserved[k]) + ")"]);
+      if (k === this.h.peakIndex) rows.push(["", "the peak"]);
+      const table = document.createElement("table");
+      table.className = "tip-rows";
+      for (const [name, value] of rows) {
+        const tr = table.insertRow();
+        const th = document.createElement("th");
+        th.textContent = name;
+        tr.append(th);
+        tr.insertCell().textContent = value;
+      }
+      const hint = document.createElement("div");
+      hint.className = "tip-hint";
+      hint.textContent = "Click: what was live at this instant. Drag: during a range.";
+      tip.replaceChildren(table, hint);
+      tip.hidden = false;
+      // Beside the pointer, on the side with room.
+      const w = tip.offsetWidth;
+      const hgt = tip.offsetHeight;
+      const left = cx + 14 + w > window.innerWidth ? cx - 14 - w : cx + 14;
+      const top = cy + 14 + hgt > window.innerHeight ? cy - 14 - hgt : cy + 14;
+      tip.style.left = Math.max(0, left) + "px";
+      tip.style.top = Math.max(0, top) + "px";
+    }
+
+    drawHover() {
+      const g = this.hoverLayer;
+      if (!g) return;
+      const k = this.hoverK;
+      if (k < 0 || k >= this.m) {
+        g.replaceChildren();
+        return;
+      }
+      const x = this.px[k];
+      g.replaceChildren(
+        svg("line", { class: "mem-hover-line", x1: x, x2: x, y1: M.top, y2: this.base }),
+        svg("line", { class: "mem-hover-line", x1: M.left, x2: this.width - M.right, y1: this.py[k], y2: this.py[k] }),
+        svg("circle", { class: "mem-hover-dot", cx: x, cy: this.py[k], r: 3.5 }),
+      );
     }
 
     // -- what was live ------------------------------------------------------------------
@@ -322,7 +398,7 @@
     how.textContent = "How to read: ";
     const text =
       "the blue area is the bytes allocated (live) over time, the dashed line the bytes reserved by the caching allocator. " +
-      "Click the chart to see what was live at that instant; drag across it to see every allocation live at some moment " +
+      "Hover the chart for the time and bytes at a point; click it to see what was live at that instant; drag across it to see every allocation live at some moment " +
       "of the range (so its total can exceed the highest point of the range). " +
       (h.legend ? h.legend + " " : "") +
       "Hover a box: total is the bytes of the allocations made under it, self those made right there.";
