@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from aiflame.analysis import memcpy
+from aiflame.analysis.calls import name_mask
 from aiflame.analysis.causes import INDEX
 from aiflame.analysis.insights import Context, Draft, count, us, worth
 from aiflame.analysis.schema import Figure, FlameView
@@ -26,12 +27,13 @@ def _copy_kinds(c: Context) -> tuple[np.ndarray, np.ndarray]:
     """(copy activities, their kind: pageable upload / small / other)."""
     t = c.t
     idx = memcpy.copies(t)
-    pageable = np.array([memcpy.is_pageable_htod(n) for n in t.names], dtype=bool)
+    used = t.gpu_name[idx]
+    pageable = name_mask(t, memcpy.is_pageable_htod, used)
     kind = np.full(idx.size, _OTHER, dtype=np.int8)
     nbytes = t.gpu_bytes[idx] if t.gpu_bytes is not None else np.full(idx.size, -1)
     kind[(nbytes >= 0) & (nbytes < memcpy.SMALL_COPY_BYTES)] = _SMALL
     # Downloads synchronize the host (.cpu(), .item()): they are sync_stalls', any size.
-    download = np.array([memcpy.parse(n)[0] == "DtoH" for n in t.names], dtype=bool)
+    download = name_mask(t, lambda n: memcpy.parse(n)[0] == "DtoH", used)
     kind[download[t.gpu_name[idx]]] = _OTHER
     kind[pageable[t.gpu_name[idx]]] = _PAGEABLE
     return idx, kind
