@@ -54,9 +54,19 @@ TIMELINE = {
 
 @pytest.mark.parametrize("key", TRACES)
 def test_time_breakdown_equals_tracelens_gpu_timeline(key):
-    t = trace(key)
+    assert_breakdown_equals(trace(key), table(key, "gpu_timeline"))
+
+
+def test_time_breakdown_of_a_graph_replay_step_equals_tracelens():
+    folder = DATA / "inference/sglang_decode"  # an SGLang decode step, one HIP graph replay
+    with (folder / "perf_csvs/gpu_timeline.csv").open(encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert_breakdown_equals(load_trace(str(folder / "sglang_Qwen3-8B_decode.json.gz")), rows)
+
+
+def assert_breakdown_equals(t, rows: list[dict[str, str]]) -> None:  # type: ignore[no-untyped-def]
     ours = time_breakdown(t.gpu_ts, t.gpu_dur, t.gpu_kind).to_record()
-    ref = {r["type"]: float(r["time ms"]) * 1000 for r in table(key, "gpu_timeline")}
+    ref = {r["type"]: float(r["time ms"]) * 1000 for r in rows}
     total = ref["total_time"]
     assert total > 0
     for theirs, mine in TIMELINE.items():

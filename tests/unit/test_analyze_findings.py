@@ -31,6 +31,8 @@ QWEN = K / "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 COMPILED = K / "tracelens/torch_compile_triton/trace.json.gz"
 PARAM = K / "param/resnet_kineto.iteration.json.gz"
 CLOVER = DATA / "nsys/cloverleaf/perlmutter-cloverleaf-cuda.sqlite"
+SGLANG = K / "tracelens/inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz"
+EVENT_SYNC = K / "hta/critical_path/cuda_event_sync/event_sync_trace.json.gz"
 
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
 RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "Runtime"}
@@ -190,6 +192,46 @@ def test_eager_bert_inference_is_launch_bound():
     assert "CUDA graphs" in top.fix
 
 
+def idle_inside(path: Path, call_names: tuple[str, ...]) -> tuple[float, float]:
+    """(us the calls named so blocked, us of it during which the GPU ran nothing, inside
+    the GPU timeline: from the first activity's start to the last one's end)."""
+    busy = gpu_union(path)
+    blocked = inside = 0.0
+    for e in events(path):
+        if e["name"] in call_names:
+            blocked += e["dur"]
+            c0, c1 = max(e["ts"], busy[0][0]), min(e["ts"] + e["dur"], busy[-1][1])
+            if c1 > c0:
+                inside += (c1 - c0) - sum(max(0.0, min(b, c1) - max(a, c0)) for a, b in busy)
+    return blocked, inside
+
+
+def test_sglang_decode_leads_with_the_copy_that_waits_on_work_the_trace_does_not_show():
+    """The step's blocking download waits 463 ms while the GPU runs nothing in the trace:
+    the sync is the cause, and what it waited on is outside the trace."""
+    top = report(SGLANG).findings[0]
+    assert top.rule == "sync_stalls" and top.severity == "high"
+    blocked, inside = idle_inside(SGLANG, ("hipMemcpyWithStream",))
+    assert inside > 0.95 * blocked > 0.9 * timeline_us(SGLANG)
+    figures = {f.label: f.value for f in top.figures}
+    assert figures["GPU idle while they blocked"] == pytest.approx(inside, abs=1.0)
+    assert top.cost_us == pytest.approx(inside, rel=1e-3)
+    assert "waited on work it does not record" in top.summary
+    assert top.fix.startswith("first find what the calls waited on")
+    assert "cuda_graph_runner" in " ".join(top.top_stacks[0].stack)
+
+
+def test_syncs_that_wait_for_traced_work_are_not_said_to_wait_elsewhere():
+    f = findings(EVENT_SYNC)["sync_stalls"]
+    blocked, inside = idle_inside(EVENT_SYNC, ("cudaEventSynchronize", "cudaDeviceSynchronize",
+                                               "cudaStreamSynchronize"))  # fmt: skip
+    assert 0 < inside < 0.5 * blocked
+    assert {x.label: x.value for x in f.figures}["GPU idle while they blocked"] == pytest.approx(
+        inside, abs=1.0
+    )
+    assert "does not record" not in f.summary and not f.fix.startswith("first find")
+
+
 def test_cpp_cuda_program_gets_fixes_for_its_own_stack():
     r = report(CLOVER)
     assert r.workload.kind == "cuda-app"
@@ -265,7 +307,7 @@ def test_op_categories_match_the_kernels_of_each_op():
 
 
 ALL = [OWL_H100, OWL_MI300, RESNET_NW0, RESNET_NW4, DLRM, DDP, BERT, VIT, QWEN, COMPILED,
-       PARAM, CLOVER]  # fmt: skip
+       PARAM, CLOVER, SGLANG, EVENT_SYNC]  # fmt: skip
 
 
 @pytest.mark.parametrize("path", ALL, ids=lambda p: p.name[:40])

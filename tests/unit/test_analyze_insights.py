@@ -34,6 +34,7 @@ VLLM = DATA / "tracelens/inference/vllm_decode_full"
 REPLAY = VLLM / "graph_execution.json.gz"
 CAPTURE = next((VLLM / "capture_traces").glob("*.pt.trace.json.gz"))
 CLOVER = DATA.parent / "nsys/cloverleaf/perlmutter-cloverleaf-cuda.sqlite"
+SGLANG = DATA / "tracelens/inference/sglang_decode"
 _cache: dict[Path, insights.Context] = {}
 
 
@@ -173,6 +174,45 @@ def test_graph_replays_hang_under_the_ops_that_captured_them(capsys):
     assert cats["gemm"] > 0.5 and cats["attention"] > 0
     assert main(["analyze", str(REPLAY), "--capture-trace", str(CAPTURE)]) == 0
     assert "hung under the captured ops" in " ".join(capsys.readouterr().out.split())
+
+
+def test_sglang_graph_replay_ops_equal_tracelens_with_the_same_capture():
+    """TraceLens' ops table of this SGLang decode step, computed with its capture trace:
+    the same GPU time per op (TraceLens drops the numeric suffix of profiler ranges)."""
+    import csv
+    import re
+    from collections import Counter
+
+    step, capture = (
+        SGLANG / "sglang_Qwen3-8B_decode.json.gz",
+        SGLANG / "capture_traces/bs_32_rank0.json.gz",
+    )
+    (r,) = analyze([str(step)], capture=str(capture)).ranks
+    assert r.graph_replays is not None and r.graph_replays.attributed_us == pytest.approx(
+        r.graph_replays.gpu_time_us
+    )
+    with open(SGLANG / "perf_csvs/ops_summary.csv", encoding="utf-8") as f:
+        expected: Counter[str] = Counter()
+        for row in csv.DictReader(f):
+            expected[row["name"]] += float(row["total_direct_kernel_time_sum"])
+    ours = {re.sub(r"_\d+$", "", o.name): o.total_us for o in r.top_ops}
+    for name, us in expected.most_common(10):
+        assert ours[name] == pytest.approx(us, rel=1e-4), name  # times kept in whole ns
+    with open(SGLANG / "perf_csvs/ops_summary_by_category.csv", encoding="utf-8") as f:
+        by_cat: Counter[str] = Counter()
+        for row in csv.DictReader(f):
+            by_cat[row["op category"]] += float(row["total_direct_kernel_time_ms"]) * 1e3
+    cats = {c.category: c for c in r.op_categories}
+    for ours_, theirs in (("gemm", "GEMM"), ("normalization", "RMSNorm"), ("reduction", "reduce")):
+        assert cats[ours_].time_us == pytest.approx(by_cat[theirs], rel=1e-4)
+    # the fused activation and rotary kernels of inference engines are elementwise, the
+    # KV-cache write is attention (TraceLens: RoPE_fwd, elementwise, InferenceAttention)
+    assert {"sgl_kernel::silu_and_mul", "sgl_kernel::rotary_embedding"} <= set(
+        cats["elementwise"].top
+    )
+    assert "sglang::store_cache" in cats["attention"].top
+    # the capture's own synchronizing calls happened when it was captured, not in this step
+    assert r.sync is not None and r.sync.calls == 1
 
 
 def test_unnamed_device_is_identified_by_its_properties():

@@ -57,8 +57,10 @@ def name_mask(
 
 
 def sync_calls(t: TraceData) -> np.ndarray:
-    """Ids of the runtime calls that block the host on the GPU."""
+    """Ids of the runtime calls that block the host on the GPU (on this trace's timeline:
+    not those of an attached capture)."""
     if t.cpu_is_runtime is None or t.cpu_ts.size == 0:
         return np.zeros(0, dtype=np.int64)
     runtime = t.cpu_name[t.cpu_is_runtime]
-    return np.nonzero(t.cpu_is_runtime & name_mask(t, is_sync_call, runtime)[t.cpu_name])[0]
+    calls = np.nonzero(t.cpu_is_runtime & name_mask(t, is_sync_call, runtime)[t.cpu_name])[0]
+    return calls[calls < t.own_slices()]

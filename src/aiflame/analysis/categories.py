@@ -53,11 +53,14 @@ _ELEMENTWISE_OPS = (
     r"where masked_fill clamp clamp_min clamp_max threshold hardtanh leaky_relu elu erf abs "
     r"sign maximum minimum lt le gt ge eq ne logical_\w+ bitwise_\w+ copy fill zero to "
     r"_to_copy dropout native_dropout fused_dropout sin cos floor ceil round trunc lerp "
-    r"addcmul addcdiv _foreach_\w+ mish softplus hardswish hardsigmoid"
+    r"addcmul addcdiv _foreach_\w+ mish softplus hardswish hardsigmoid "
+    # fused activations and rotary embeddings of inference engines (vLLM, SGLang, aiter)
+    r"\w+_and_mul \w*rotary\w* \w*rope"
 )
 # Operator names (without the ``aten::`` namespace), first match wins.
 _OP = (
-    (ATTENTION, re.compile(r"attention|flash_attn|fmha|mha_", re.I)),
+    # with the KV-cache writes of inference engines (reshape_and_cache, store_cache)
+    (ATTENTION, re.compile(r"attention|flash_attn|fmha|mha_|_and_cache|store_cache", re.I)),
     (CONV, re.compile(r"^(cudnn_|miopen_|mkldnn_|_)?conv")),
     (GEMM, _any(_GEMM_OPS, whole=True)),
     (REDUCTION, _any(_REDUCTION_OPS, whole=True, suffix=r"_?(_backward|_data)*")),
@@ -66,12 +69,17 @@ _OP = (
 )
 # Kernel names (any case), first match wins.
 _KERNEL = (
-    (ATTENTION, _any("flash fmha attention attn_ _attn mha")),
+    (ATTENTION, _any("flash fmha attention attn_ _attn mha _and_cache store_cache")),
     (CONV, _any("conv implicit_gemm dgrad wgrad fprop winograd miopen")),
     (GEMM, _any("gemm cutlass cublas Cijk_ nvjet xmma wgmma matmul _mm_ triton_tem_ triton_mm")),
     (NORM, _any("norm")),
     (REDUCTION, _any("reduce softmax triton_red_ triton_per_ argmax topk sort cumsum nll_loss")),
-    (ELEMENTWISE, _any("elementwise vectorized unrolled pointwise triton_poi_ copy_kernel fill")),
+    (
+        ELEMENTWISE,
+        _any(
+            "elementwise vectorized unrolled pointwise triton_poi_ copy_kernel fill _and_mul rotary"
+        ),
+    ),
 )
 
 

@@ -215,6 +215,14 @@ _SYNC_FIXES = {
     "work with streams and events (cudaEventRecord, cudaStreamWaitEvent) and synchronize "
     "once, where the host needs the results",
 }
+# The calls blocked with no GPU work in the trace: what they waited on is elsewhere.
+_UNSEEN_WAIT_FIX = (
+    "first find what the calls waited on, since the GPU ran none of this trace's work "
+    "meanwhile: trace every process and stream on the device (nsys/rocprofv3 system-wide), "
+    "start the trace earlier (work submitted before it began), or look for work on "
+    "another stream or rank the call waits for; then: "
+)
+WAITED_ON_UNSEEN = 0.5  # share of the blocked time the GPU idled: the calls waited elsewhere
 
 
 def sync_stalls(c: Context) -> Draft | None:
@@ -247,6 +255,8 @@ def sync_stalls(c: Context) -> Draft | None:
             for name, v in list(s.by_cause.items())[:5]
         ]
     blocked = s.blocked_us * 1e3 if s is not None else 0.0
+    inside = s.gpu_idle_inside_us * 1e3 if s is not None else 0.0
+    unseen = blocked > 0 and inside >= WAITED_ON_UNSEEN * blocked
     total = c.total_ns
     calls = "|".join(sorted(s.by_call)) if s is not None else ""
     copies = (
@@ -255,6 +265,13 @@ def sync_stalls(c: Context) -> Draft | None:
         if other_copies
         else ""
     )
+    waited = (
+        f" For {duration(inside)} of the time they blocked the GPU ran nothing this trace "
+        "shows: they waited on work it does not record."
+        if unseen
+        else ""
+    )
+    fix = pick(_SYNC_FIXES, c.workload)
     return Draft(
         rule="sync_stalls",
         title="synchronizing calls stop the CPU from queuing work ahead of the GPU",
@@ -262,16 +279,17 @@ def sync_stalls(c: Context) -> Draft | None:
         summary=(
             f"The CPU blocks {duration(blocked)} in {s.calls if s else 0:,} synchronizing "
             f"calls{copies}; in all they cost the GPU {duration(cost)} of idle "
-            f"({cost / total:.1%} of the timeline)."
+            f"({cost / total:.1%} of the timeline).{waited}"
         ),
         assumption="assumes that without the call the CPU would have prepared the next work "
         "while it waited: the cost per gap is at most the time the call blocked before the "
         "GPU ran dry",
-        fix=pick(_SYNC_FIXES, c.workload),
+        fix=_UNSEEN_WAIT_FIX + fix if unseen else fix,
         figures=[
             us("GPU idle caused", cost),
             us("of it in synchronous copies", other_copies),
             us("CPU blocked in the calls", blocked),
+            us("GPU idle while they blocked", inside),
             us("idle of the gaps after them", s.gpu_idle_after_us * 1e3 if s else 0.0),
             count("calls", s.calls if s else 0),
         ],

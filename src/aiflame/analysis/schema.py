@@ -235,6 +235,8 @@ class Sync(Record):
     blocked_us: float
     gpu_idle_after_us: float
     gpu_idle_caused_us: float
+    # GPU idle while the calls blocked: they waited on no work the trace shows
+    gpu_idle_inside_us: float
     by_call: dict[str, SyncStat]
     by_cause: dict[str, SyncStat]
     top_stacks: list[Stack]

@@ -11,7 +11,9 @@ else ``explicit synchronize`` (``torch.cuda.synchronize()`` called from Python).
 call blocked. Not all of it is the call's doing: what the CPU did after the call returned
 kept the GPU idle too. ``gpu_idle_caused_us`` is the call's share (:mod:`causes`): at most
 the time it blocked before the GPU ran dry, which the CPU could have spent preparing the
-next work.
+next work. ``gpu_idle_inside_us`` is the GPU idle *while* the calls blocked: a call that
+blocks with no GPU work in flight waits on something the trace does not show (work of
+another process or stream on the device, or submitted before the trace began).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from aiflame.analysis.causes import INDEX, Explained
 from aiflame.analysis.idle import SYNC, Gaps
 from aiflame.analysis.schema import Sync, SyncStat
 from aiflame.analysis.stacks import top_stacks
+from aiflame.analysis.timeline import covered
 from aiflame.model.trace import TraceData
 
 EXPLICIT = "explicit synchronize"
@@ -65,11 +68,13 @@ def sync_stalls(t: TraceData, g: Gaps, e: Explained) -> Sync | None:
             for k, v in enumerate(row):
                 acc[k] += v
     blocked_ns = t.cpu_dur[calls].astype(np.float64)
+    inside = covered(t.cpu_ts[calls], t.cpu_dur[calls], g.start, g.length)
     return Sync(
         calls=int(calls.size),
         blocked_us=float(blocked_ns.sum()) / 1e3,
         gpu_idle_after_us=float(g.length[sync_gap].sum()) / 1e3,
         gpu_idle_caused_us=float(caused[calls].sum()) / 1e3,
+        gpu_idle_inside_us=float(inside.sum()) / 1e3,
         by_call={k: _stat(v) for k, v in by_call.items()},
         by_cause={k: _stat(v) for k, v in sorted(by_cause.items(), key=lambda kv: -kv[1][1])},
         top_stacks=top_stacks(t, calls, blocked_ns),

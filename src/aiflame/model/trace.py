@@ -69,8 +69,10 @@ class TraceData:
     gpu_stream: np.ndarray | None = None  # index into names
     gpu_bytes: np.ndarray | None = None  # bytes a memcpy/memset moved, -1: not recorded
     # For graph replays matched to their capture: the captured launch of each replayed
-    # activity (a CPU slice of the capture, on its own thread), -1 elsewhere.
+    # activity (a CPU slice of the capture, on its own thread), -1 elsewhere; and how many
+    # CPU slices are this trace's own (the capture's follow them, at the capture's times).
     gpu_origin: np.ndarray | None = None
+    cpu_own: int | None = None
     cpu_kernel: np.ndarray | None = None  # the kernel a launch call names (index), -1: none
     op_concrete: dict[int, Any] = field(default_factory=dict)  # op -> Concrete Inputs
     notes: list[str] = field(default_factory=list)  # what the source could not give
@@ -80,6 +82,10 @@ class TraceData:
         if self.cpu_thread is not None:
             return self.cpu_thread
         return np.zeros(self.cpu_ts.size, dtype=np.int64)
+
+    def own_slices(self) -> int:
+        """How many CPU slices (the first ones) happened on this trace's timeline."""
+        return self.cpu_ts.size if self.cpu_own is None else self.cpu_own
 
     def op_launch(self) -> np.ndarray:
         """Per GPU activity, the CPU slice its operator is looked up from: its launch, or

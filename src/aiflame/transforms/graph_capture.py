@@ -196,6 +196,7 @@ def _merged(
         cpu_kernel=both(r.cpu_kernel, c_kernel, -1).astype(np.int64),
         gpu_op=gpu_op,
         gpu_origin=origin,
+        cpu_own=offset,
         op_shapes={**r.op_shapes, **{k + offset: v for k, v in c.op_shapes.items()}},
         op_concrete={**r.op_concrete, **{k + offset: v for k, v in c.op_concrete.items()}},
     )
