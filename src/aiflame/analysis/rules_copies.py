@@ -8,6 +8,8 @@ synchronous copies (``.cpu()``, ``.item()``) is ``sync_stalls``'.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from aiflame.analysis import memcpy
@@ -20,11 +22,14 @@ from aiflame.analysis.words import duration
 from aiflame.analysis.workload import pick
 
 SMALL_COPIES_MIN = 20  # many_small_copies: at least this many
-_PAGEABLE, _SMALL, _OTHER = 2, 1, 0
+# Copy kinds, the larger first when one call issued several.
+_PAGEABLE, _SYNCHRONOUS, _SMALL, _OTHER = 3, 2, 1, 0
+# Copy calls that return only when the copy is done (no Async in the name).
+_SYNC_COPY_CALL = re.compile(r"^(cuda|hip)Memcpy(2D|3D)?(WithStream)?$|^cuMemcpy(?!.*Async)")
 
 
 def _copy_kinds(c: Context) -> tuple[np.ndarray, np.ndarray]:
-    """(copy activities, their kind: pageable upload / small / other)."""
+    """(copy activities, their kind: pageable upload / synchronous / small / other)."""
     t = c.t
     idx = memcpy.copies(t)
     used = t.gpu_name[idx]
@@ -32,10 +37,16 @@ def _copy_kinds(c: Context) -> tuple[np.ndarray, np.ndarray]:
     kind = np.full(idx.size, _OTHER, dtype=np.int8)
     nbytes = t.gpu_bytes[idx] if t.gpu_bytes is not None else np.full(idx.size, -1)
     kind[(nbytes >= 0) & (nbytes < memcpy.SMALL_COPY_BYTES)] = _SMALL
-    # Downloads synchronize the host (.cpu(), .item()): they are sync_stalls', any size.
-    download = name_mask(t, lambda n: memcpy.parse(n)[0] == "DtoH", used)
-    kind[download[t.gpu_name[idx]]] = _OTHER
-    kind[pageable[t.gpu_name[idx]]] = _PAGEABLE
+    # Downloads synchronize the host (.cpu(), .item()), as do copy calls without Async:
+    # they are sync_stalls', any size.
+    download = name_mask(t, lambda n: memcpy.parse(n)[0] == "DtoH", used)[used]
+    launch = t.gpu_launch[idx]
+    if t.cpu_ts.size:
+        call = t.cpu_name[np.maximum(launch, 0)]
+        blocking = name_mask(t, _SYNC_COPY_CALL.search, call)[call] & (launch >= 0)
+        download |= blocking
+    kind[download] = _SYNCHRONOUS
+    kind[pageable[used]] = _PAGEABLE
     return idx, kind
 
 
@@ -52,13 +63,15 @@ def _split(c: Context) -> dict[str, float]:
     untied = float(e.ns[(e.cause == INDEX["copy"]) & (e.slice < 0)].sum())
     return {
         "pageable": float(ns[k == _PAGEABLE].sum()),
+        "synchronous": float(ns[k == _SYNCHRONOUS].sum()),
         "small": float(ns[k == _SMALL].sum()),
         "other": float(ns[k == _OTHER].sum()) + untied,
     }
 
 
 def copy_idle(c: Context) -> dict[str, float]:
-    """Idle ns of copy calls by what they copied: ``pageable``, ``small``, ``other``."""
+    """Idle ns of copy calls by what they copied: ``pageable`` uploads, ``synchronous``
+    copies (downloads, calls without Async), ``small`` ones and ``other`` (asynchronous)."""
     found: dict[str, float] | None = c.__dict__.get("_copy_idle")
     if found is None:
         found = c.__dict__["_copy_idle"] = _split(c)

@@ -232,13 +232,13 @@ def sync_stalls(c: Context) -> Draft | None:
     synchronize, or a synchronous copy, when the GPU ran dry). Cost: only the part of each
     gap the call is to blame for: at most the time it blocked before the GPU ran dry,
     during which the CPU could have prepared the next work; the rest of the gap is what
-    the CPU did afterwards (other rules). Plus the idle of synchronous copies that are
-    neither pageable uploads nor small copies.
+    the CPU did afterwards (other rules). Plus the idle while the CPU sat in synchronous
+    copies (downloads, copy calls without Async) that are not pageable uploads.
     """
     s = c.sync
     from aiflame.analysis.rules_copies import copy_idle
 
-    other_copies = copy_idle(c)["other"]
+    other_copies = copy_idle(c)["synchronous"]
     cost = c.idle_of("sync") + other_copies
     if s is None and not other_copies:
         return None
@@ -259,12 +259,20 @@ def sync_stalls(c: Context) -> Draft | None:
     unseen = blocked > 0 and inside >= WAITED_ON_UNSEEN * blocked
     total = c.total_ns
     calls = "|".join(sorted(s.by_call)) if s is not None else ""
-    copies = (
-        f", and the GPU idles {duration(other_copies)} while it waits in synchronous copies "
-        "(downloads such as .cpu() and .item())"
-        if other_copies
-        else ""
+    examples = pick(
+        {"default": "downloads such as .cpu() and .item()", "app": "cudaMemcpy, downloads"},
+        c.workload,
     )
+    in_copies = (
+        f"the GPU idles {duration(other_copies)} while the CPU waits in synchronous copies "
+        f"({examples})"
+    )
+    n_calls = s.calls if s else 0
+    if n_calls:
+        said = f"The CPU blocks {duration(blocked)} in {n_calls:,} synchronizing calls"
+        said += f", and {in_copies}" if other_copies else ""
+    else:
+        said = in_copies[0].upper() + in_copies[1:]
     waited = (
         f" For {duration(inside)} of the time they blocked the GPU ran nothing this trace "
         "shows: they waited on work it does not record."
@@ -277,8 +285,7 @@ def sync_stalls(c: Context) -> Draft | None:
         title="synchronizing calls stop the CPU from queuing work ahead of the GPU",
         parts={"idle": cost},
         summary=(
-            f"The CPU blocks {duration(blocked)} in {s.calls if s else 0:,} synchronizing "
-            f"calls{copies}; in all they cost the GPU {duration(cost)} of idle "
+            f"{said}; in all they cost the GPU {duration(cost)} of idle "
             f"({cost / total:.1%} of the timeline).{waited}"
         ),
         assumption="assumes that without the call the CPU would have prepared the next work "
@@ -288,10 +295,16 @@ def sync_stalls(c: Context) -> Draft | None:
         figures=[
             us("GPU idle caused", cost),
             us("of it in synchronous copies", other_copies),
-            us("CPU blocked in the calls", blocked),
-            us("GPU idle while they blocked", inside),
-            us("idle of the gaps after them", s.gpu_idle_after_us * 1e3 if s else 0.0),
-            count("calls", s.calls if s else 0),
+            *(
+                [
+                    us("CPU blocked in the calls", blocked),
+                    us("GPU idle while they blocked", inside),
+                    us("idle of the gaps after them", s.gpu_idle_after_us * 1e3),
+                    count("calls", n_calls),
+                ]
+                if s is not None and n_calls
+                else []
+            ),
         ],
         items=items,
         top_stacks=s.top_stacks if s else [],
