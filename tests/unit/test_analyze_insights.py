@@ -274,10 +274,18 @@ DDP = DATA / "hta/nccl_parser_config/nccl_data.json.gz"
 QWEN = DATA / "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 
 
-def test_allocation_where_cudnn_allocates_in_the_loop_not_in_bert():
-    d = rules_host.allocation(ctx(SIMPLE_ADD))
+MULTI_STREAM = DATA / "hta/critical_path/cuda_event_sync_multi_stream/event_sync_trace.json.gz"
+
+
+def test_allocation_where_the_step_allocates_not_in_bert():
+    d = rules_host.allocation(ctx(MULTI_STREAM))
     assert d is not None and {"cudaFree", "cudaMalloc"} & set(d.top_stacks[0].stack)
     assert rules_host.allocation(ctx(BERT)) is None
+    # cuDNN's first cudaFree/cudaMalloc calls of seconds are its setup: initialization
+    assert rules_host.allocation(ctx(SIMPLE_ADD)) is None
+    d = rules_host.initialization(ctx(SIMPLE_ADD))
+    assert d is not None and d.top_stacks[0].stack[-1] == "cudaFree"
+    assert rules_host.initialization(ctx(BERT)) is None
 
 
 def test_cpu_ops_are_operators_that_compute_not_views():

@@ -14,6 +14,8 @@ overlap with the gap is charged to the cause its slice stands for:
 ``sync``             a synchronizing runtime call (device/stream/event synchronize)
 ``copy``             a memcpy runtime call (synchronous, or staging pageable memory)
 ``allocation``       ``cudaMalloc``/``cudaFree`` and kin, which synchronize the device
+``initialization``   any other runtime call of ``INIT_CALL_MS`` or more (context creation,
+                     lazy module loading, cuDNN/cuBLAS setup: once per process)
 ``launch_overhead``  a launch call or another runtime call
 ``cpu_ops``          an operator that launches no GPU work (it computes on the CPU)
 ``python_overhead``  Python code and operator dispatch between launches
@@ -51,6 +53,7 @@ CAUSES: dict[str, str] = {  # the labels a report shows
     "sync": "CPU blocked in synchronizing calls",
     "copy": "memcpy calls (synchronous or pageable copies)",
     "allocation": "GPU memory allocation and freeing",
+    "initialization": "one-time initialization in runtime calls (50 ms or more each)",
     "launch_overhead": "kernel launch and other runtime calls",
     "cpu_ops": "operators computing on the CPU",
     "python_overhead": "Python and operator dispatch between launches",
@@ -60,6 +63,9 @@ CAUSES: dict[str, str] = {  # the labels a report shows
     "unlinked": "work launched outside the trace",
 }
 KEYS = tuple(CAUSES)
+# A runtime call this long, while the GPU idles, is one-time setup: launches, allocations
+# and stream creation take microseconds once the context, modules and handles exist.
+INIT_CALL_MS = 50
 INDEX = {k: i for i, k in enumerate(KEYS)}
 HOST_CAUSES = frozenset(KEYS[: KEYS.index("untraced") + 1])
 
@@ -208,6 +214,7 @@ def slice_causes(t: TraceData, slices: np.ndarray, within: np.ndarray | None = N
     cause[(ctx & _COLLECTIVE) > 0] = INDEX["collective"]
     cause[runtime] = INDEX["launch_overhead"]
     cause[runtime & alloc] = INDEX["allocation"]
+    cause[runtime & (t.cpu_dur[s] >= INIT_CALL_MS * 1_000_000)] = INDEX["initialization"]
     cause[runtime & sync] = INDEX["sync"]
     cause[runtime & copy] = INDEX["copy"]
     out[ok] = cause[back]

@@ -39,6 +39,7 @@ def _idle_draft(
     fixes: dict[str, str],
     metric: str = "cpu-time",
     ns: float | None = None,
+    assumption: str = IDLE_ASSUMPTION,
 ) -> Draft | None:
     cost = c.idle_of(*keys) if ns is None else ns
     if not worth(c, cost):
@@ -57,7 +58,7 @@ def _idle_draft(
         title=title,
         parts={"idle": cost},
         summary=summary,
-        assumption=IDLE_ASSUMPTION,
+        assumption=assumption,
         fix=pick(fixes, c.workload),
         figures=[
             us("GPU idle it explains", cost),
@@ -331,6 +332,28 @@ def allocation(c: Context) -> Draft | None:
     )  # fmt: skip
 
 
+def initialization(c: Context) -> Draft | None:
+    """The trace records one-time setup: runtime calls of 50 ms or more (CUDA context
+    creation, lazy module loading on a first launch, cuDNN/cuBLAS handles and workspaces)
+    while the GPU idles. Cost: their idle time, which a later step does not pay. Fix:
+    profile the steady state; warm up before serving."""
+    return _idle_draft(
+        c, "initialization", ("initialization",), "the trace records one-time initialization, "
+        "not the steady state", "in runtime calls of 50 ms or more (context creation, lazy "
+        "module loading, cuDNN/cuBLAS setup: paid once per process)", {
+            "default": "profile steady-state steps: torch.profiler.profile(schedule="
+            "torch.profiler.schedule(wait=1, warmup=2, active=3)) or start the trace after "
+            "a warm-up step; where every run pays it (serving, short jobs), warm up before "
+            "the first request or load modules eagerly (CUDA_MODULE_LOADING=EAGER)",
+            "app": "time and profile after a warm-up: create the context early (cudaFree(0) "
+            "or cudaSetDevice), run each kernel once, allocate buffers up front, and record "
+            "with nsys --capture-range=cudaProfilerApi around the steady-state loop",
+        },
+        assumption="assumes the calls are one-time setup, so a steady-state step pays none "
+        "of this idle (a process that runs only this step pays all of it)",
+    )  # fmt: skip
+
+
 def unexplained_idle(c: Context) -> Draft | None:
     """The GPU waits while the launching thread has no slice open: the trace does not show
     what the CPU did. Cost: that idle time. Fix: record the CPU side (Python stacks)."""
@@ -382,6 +405,7 @@ RULES = [
     host_overhead,
     sync_stalls,
     allocation,
+    initialization,
     unexplained_idle,
     dependency_waits,
     launch_gaps,
