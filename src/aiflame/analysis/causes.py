@@ -8,7 +8,8 @@ overlap with the gap is charged to the cause its slice stands for:
 ===================  ===============================================================
 ``data_loading``     inside a DataLoader (``enumerate(DataLoader)``, ``torch/utils/data``)
 ``preprocessing``    inside input preprocessing (image/feature processors, tokenizers,
-                     transforms, PIL, OpenCV, SciPy ndimage, ``preprocess``)
+                     transforms, PIL, OpenCV, SciPy ndimage, ``preprocess``), where the
+                     slice launches no GPU work
 ``collective``       inside a CPU-side collective or barrier (``c10d``, ``nccl:``, ``gloo``,
                      ``MPI_*``)
 ``sync``             a synchronizing runtime call (device/stream/event synchronize)
@@ -210,7 +211,10 @@ def slice_causes(t: TraceData, slices: np.ndarray, within: np.ndarray | None = N
     cause = np.full(s.size, INDEX["python_overhead"], dtype=np.int8)
     cause[cpu_op] = INDEX["cpu_ops"]
     cause[(ctx & _DATA) > 0] = INDEX["data_loading"]
-    cause[(ctx & _PREPROCESS) > 0] = INDEX["preprocessing"]  # e.g. inside a DataLoader's fetch
+    # Inside preprocessing (e.g. in a DataLoader's fetch), but not the model work an
+    # engine's input step launches (vLLM's _preprocess runs the embedding on the GPU).
+    on_gpu = launching[at] | in_gpu_op[at]
+    cause[((ctx & _PREPROCESS) > 0) & ~on_gpu] = INDEX["preprocessing"]
     cause[(ctx & _COLLECTIVE) > 0] = INDEX["collective"]
     cause[runtime] = INDEX["launch_overhead"]
     cause[runtime & alloc] = INDEX["allocation"]
