@@ -34,6 +34,7 @@ CLOVER = DATA / "nsys/cloverleaf/perlmutter-cloverleaf-cuda.sqlite"
 SGLANG = K / "tracelens/inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz"
 EVENT_SYNC = K / "hta/critical_path/cuda_event_sync/event_sync_trace.json.gz"
 ALEXNET = K / "hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
+VLLM_EAGER = K / "tracelens/b200/eager_trace.json.gz"
 
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
 RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "Runtime"}
@@ -239,6 +240,19 @@ def test_syncs_that_wait_for_traced_work_are_not_said_to_wait_elsewhere():
     assert "does not record" not in f.summary and not f.fix.startswith("first find")
 
 
+def test_eager_vllm_engine_is_launch_bound_and_its_input_step_is_not_preprocessing():
+    """vLLM in eager mode on B200: ~70 us of Python and dispatch per launch for kernels of
+    a few us; the engine's _preprocess launches GPU work (the embedding), which is not
+    input preprocessing to move off the step."""
+    top = report(VLLM_EAGER).findings[0]
+    assert top.rule == "launch_bound" and "CUDA/HIP graphs" in top.fix
+    assert "enforce_eager" in top.fix  # the engine's own switch
+    idle = sum(b - a for a, b, _ in host_gaps(VLLM_EAGER))
+    assert 0.3 * idle < top.cost_us <= idle
+    assert "preprocessing" not in findings(VLLM_EAGER)
+    assert "exposed_communication" in findings(VLLM_EAGER)  # the tensor-parallel all-reduces
+
+
 def test_first_iterations_lead_with_their_one_time_initialization():
     """AlexNet's first iterations: cuDNN's setup in runtime calls of seconds, not a
     caching-allocator or Python problem."""
@@ -333,7 +347,7 @@ def test_op_categories_match_the_kernels_of_each_op():
 
 
 ALL = [OWL_H100, OWL_MI300, RESNET_NW0, RESNET_NW4, DLRM, DDP, BERT, VIT, QWEN, COMPILED,
-       PARAM, CLOVER, SGLANG, EVENT_SYNC, ALEXNET]  # fmt: skip
+       PARAM, CLOVER, SGLANG, EVENT_SYNC, ALEXNET, VLLM_EAGER]  # fmt: skip
 
 
 @pytest.mark.parametrize("path", ALL, ids=lambda p: p.name[:40])
