@@ -178,7 +178,7 @@ def test_finding_link_opens_the_flame_graph_zoomed_to_its_stack(driver, h100):
     # The stack that launches most in the launch-bound phase, down to its operator.
     assert state["path"][-1] == stack[-1] == "aten::index_select"
     assert state["crumbs"][-1] == stack[-1]
-    assert state["metric"] == "cpu-time" and "Launch" in state["search"]
+    assert state["metric"] == "wall-time" and "Launch" in state["search"]
     # The zoomed node fills the canvas, and the launch calls under it are highlighted.
     matched = driver.find_element(By.ID, "matched").text
     assert matched.startswith("matched:") and "0.0%" not in matched

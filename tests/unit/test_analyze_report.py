@@ -121,9 +121,9 @@ def test_launch_bound_link_zooms_to_a_launching_stack():
     report = analyze([loaded.trace])
     finder = StackFinder(loaded.profile())
     f = next(f for f in report.ranks[0].findings if f.rule == "launch_bound")
-    main_frag, per_stack = fragment(f, finder, {"gpu-time", "cpu-time"}, None)
+    main_frag, per_stack = fragment(f, finder, {"gpu-time", "wall-time"}, None)
     q = parse_qs(main_frag)
-    assert q["metric"] == ["cpu-time"]
+    assert q["metric"] == ["wall-time"]
     assert re.match(q["search"][0], "cudaLaunchKernel")
     path = q["path"]
     # The stack is cut at 12 frames; the link has the full path from the root.

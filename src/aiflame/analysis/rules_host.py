@@ -37,7 +37,7 @@ def _idle_draft(
     title: str,
     doing: str,
     fixes: dict[str, str],
-    metric: str = "cpu-time",
+    metric: str = "wall-time",
     ns: float | None = None,
     assumption: str = IDLE_ASSUMPTION,
 ) -> Draft | None:
@@ -185,7 +185,7 @@ def launch_bound(c: Context) -> Draft | None:
             share("GPU busy in the longest phase", p.gpu_busy_share),
         ],
         top_stacks=p.top_stacks,
-        flame=FlameView(metric="cpu-time", search=r"^(cuda|hip)(Graph)?Launch|^cuLaunch"),
+        flame=FlameView(metric="wall-time", search=r"^(cuda|hip)(Graph)?Launch|^cuLaunch"),
     )
 
 
@@ -309,7 +309,7 @@ def sync_stalls(c: Context) -> Draft | None:
         ],
         items=items,
         top_stacks=s.top_stacks if s else [],
-        flame=FlameView(metric="cpu-time", search=f"^({calls})(_v\\d+)?$" if calls else None),
+        flame=FlameView(metric="wall-time", search=f"^({calls})(_v\\d+)?$" if calls else None),
     )
 
 

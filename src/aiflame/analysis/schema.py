@@ -505,6 +505,8 @@ class Report(Record):
     schema_version: int
     ranks: list[RankReport]  # one per trace, in the order given
     job: Job
+    # With GPU PC samples among the inputs: their stall analysis (analysis/gpu_stalls.py)
+    gpu_stalls: dict[str, Any] | None = None
 
 
 def _plain(value: Any) -> Any:

@@ -8,6 +8,7 @@ HTML report (-o)."""
 from __future__ import annotations
 
 import argparse
+import json
 
 from aiflame.analysis import read
 from aiflame.analysis.report import analyze
@@ -28,7 +29,8 @@ def configure(p: argparse.ArgumentParser) -> None:
         nargs="+",
         metavar="TRACE",
         help="PyTorch profiler trace (.json or .json.gz), a directory of them (one per rank), "
-        "an Nsight Systems SQLite export (.sqlite) or a Chrome trace",
+        "an Nsight Systems SQLite export (.sqlite) or a Chrome trace; GPU PC samples "
+        "(HPCToolkit, Nsight Compute, rocprofv3, CUPTI dumps, iaprof) for the stall analysis",
     )
     p.add_argument("--json", metavar="OUT", help="write the report as JSON ('-': stdout)")
     p.add_argument(
@@ -50,6 +52,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from aiflame.cli.analyze_gpu import split_inputs, stall_report
+    from aiflame.render.gpu_stalls_text import format_report
     from aiflame.sources.registry import expand_inputs, load_trace_input
 
     check_open(args, args.output, is_page=True)
@@ -57,14 +61,34 @@ def run(args: argparse.Namespace) -> int:
         if args.output.lower().endswith(".json"):
             raise AiflameError(f"{args.output}: -o writes the HTML report; use --json for JSON")
         output_format(args.output, "html", ("html",))
+    traces, samples = split_inputs(expand_inputs(args.traces))
+    stalls = stall_report(samples, args.top) if samples else None
+    if not traces:  # GPU PC samples only: the stall analysis is the report
+        if stalls is None:
+            raise AiflameError("no GPU PC samples in " + ", ".join(samples))
+        if args.output:
+            raise AiflameError(
+                f"{args.output}: the HTML report is of traces; the flame graph of GPU PC "
+                "samples is 'aiflame flamegraph'"
+            )
+        if args.json:
+            text = json.dumps({"gpu_stalls": stalls.to_json()}, indent=1)
+            if args.json == "-":
+                print(text)
+                return 0
+            write_output(args.json, text + "\n")
+        print(format_report(stalls.to_json()), end="")
+        return 0
     options = efficiency_options(args)
     flame = module_options(args)
     capture = load_trace_input(args.capture_trace, kernel_args=True) if args.capture_trace else None
     # A directory stands for its traces (one per rank, as torch's profiler writes them).
-    inputs = [read(path, capture, **flame) for path in expand_inputs(args.traces)]
+    inputs = [read(path, capture, **flame) for path in traces]
     report = analyze(
         [i.trace for i in inputs], options=options, captures=[args.capture_trace] * len(inputs)
     )
+    if stalls is not None:
+        report.gpu_stalls = stalls.to_json()
     if args.output:
         write_html_report(args.output, inputs, report)
     if args.json:
@@ -75,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
             write_output(args.json, text + "\n")
     if args.json != "-":
         render_terminal(report, args.top)
+        if stalls is not None:
+            print(format_report(stalls.to_json()), end="")
     if args.open:
         open_page(args.output)
     return 0

@@ -22,6 +22,7 @@ import numpy as np
 from aiflame.analysis.schema import Finding
 from aiflame.analysis.stacks import ANY_STEP, STEP_NAME
 from aiflame.model import CallTree, FrameKind, Profile, ProfileBuilder, SampleType
+from aiflame.model.profile import METRIC_ALIASES
 from aiflame.model.stacks import EMPTY_STACK
 from aiflame.sources.kineto_names import python_frame
 from aiflame.transforms.pynames import module_call_frames
@@ -48,9 +49,9 @@ _COPIES = r"^Memcpy|^\[memcpy "
 
 # The stacks in the report's sections (by top-level key); findings carry their own view.
 SECTION_HINTS: dict[str, Hint] = {
-    "idle": Hint("cpu-time"),
-    "launch": Hint("cpu-time", lambda e: _LAUNCHES),
-    "sync": Hint("cpu-time", lambda e: _calls_regex(e.get("by_call"))),
+    "idle": Hint("wall-time"),
+    "launch": Hint("wall-time", lambda e: _LAUNCHES),
+    "sync": Hint("wall-time", lambda e: _calls_regex(e.get("by_call"))),
     "memory_traffic": Hint("gpu-time", lambda e: _COPIES),
 }
 
@@ -204,6 +205,7 @@ class StackFinder:
 
 def _params(metric: str | None, search: str | None, metrics: set[str]) -> list[tuple[str, str]]:
     params: list[tuple[str, str]] = []
+    metric = metric if metric in metrics else METRIC_ALIASES.get(metric or "", metric)
     if metric in metrics:
         params.append(("metric", metric))
     if search:

@@ -358,7 +358,7 @@ class _Slices:
         encloses."""
         nesting = correlate.nest(self.thread, self.ts, self.dur, self.seq)
         if nesting.bleeding:
-            self.col.warnings["slices that end after their enclosing slice"] += nesting.bleeding
+            self.col.warnings[correlate.OVERLAP_WARNING] += nesting.bleeding
         return nesting
 
 
@@ -394,9 +394,10 @@ def _slices(source: Input, col: _Collector | None = None) -> _Slices:
 
 def load(source: Input, **_: object) -> Profile:
     sl = _slices(source)
-    col, thread, ts, dur, name, nesting = sl.col, sl.thread, sl.ts, sl.dur, sl.name, sl.nesting
+    col, thread, ts, name, nesting = sl.col, sl.thread, sl.ts, sl.name, sl.nesting
     base, warnings, n_threads = sl.base_us, col.warnings, len(col.thread_keys)
-    self_ns = correlate.self_times(ts, dur, nesting.parent)
+    dur = sl.dur
+    self_ns = correlate.self_times(ts, nesting.dur, nesting.parent)
 
     builder = ProfileBuilder(SAMPLE_TYPES)
     roots, labels = _thread_roots(builder, col)
@@ -536,7 +537,7 @@ def trace_input(source: Input, **_: object) -> TraceInput:
         gpu_launch=none,
         gpu_op=none.copy(),
         cpu_ts=sl.ts[c],
-        cpu_dur=sl.dur[c],
+        cpu_dur=sl.nesting.dur[c],  # partial overlaps resolved: children inside parents
         cpu_name=sl.name[c],
         cpu_is_op=np.zeros(c.size, dtype=bool),
         cpu_parent=cpu_parent,
