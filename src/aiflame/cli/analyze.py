@@ -6,12 +6,12 @@ shape and findings; as a terminal report, JSON (--json) and an HTML report (-o).
 from __future__ import annotations
 
 import argparse
-import json
 
 from aiflame.analysis.report import analyze
 from aiflame.cli.analyze_flags import add_efficiency_flags, efficiency_options
 from aiflame.cli.analyze_output import add_source_notes, load_input, write_html_report
 from aiflame.cli.common import write_output
+from aiflame.render import jsonsafe
 from aiflame.render.analyze_terminal import render_terminal
 
 HELP = "time breakdown, top kernels/ops, efficiency and findings of Kineto traces or nsys exports"
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         write_html_report(args.output, inputs, report)
     if args.json:
-        text = json.dumps(report, indent=1)
+        text = jsonsafe.dumps(report, indent=1)  # NaN as null: the file stays JSON
         if args.json == "-":
             print(text)
             return 0

@@ -41,8 +41,9 @@ class CallTree:
         total = self_value.copy()
         if n:
             # Deepest level first: each level adds its totals into its parents' rows.
-            # A radix sort on int16 depths keeps this linear.
-            order = np.argsort(depth.astype(np.int16), kind="stable")
+            # A radix sort on int16 depths keeps this linear (deeper trees need int32).
+            key = depth.astype(np.int16) if depth.max() < 2**15 else depth
+            order = np.argsort(key, kind="stable")
             bounds = np.searchsorted(depth[order], np.arange(int(depth.max()) + 2))
             for d in range(int(depth.max()), 0, -1):
                 idx = order[bounds[d] : bounds[d + 1]]

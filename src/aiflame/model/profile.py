@@ -110,6 +110,25 @@ class Profile:
     def is_empty(self) -> bool:
         return len(self) == 0 or not np.any(self.values)
 
+    def value_problem(self) -> str | None:
+        """Why the values cannot be added up and shown, or None: a value that is NaN or
+        infinite, or values whose sum is beyond the range of a float (about 1.8e308),
+        which no call tree, total or output format could hold."""
+        if not len(self):
+            return None
+        sums = self.values.sum(axis=0)  # NaN and infinities propagate into the sums
+        if np.isfinite(sums).all() and not (self.values < 0).any():
+            return None
+        for i, t in enumerate(self.sample_types):
+            col = self.values[:, i]
+            bad = ~np.isfinite(col)
+            if bad.any():
+                k = int(np.argmax(bad))
+                return f"sample {k + 1:,} has the {t.name} value {col[k]} (not a finite number)"
+            if not np.isfinite(np.abs(col).sum()):
+                return f"the {t.name} values add up to more than a float holds (1.8e308)"
+        return None
+
 
 class ProfileBuilder:
     """Collects samples cheaply (appends to compact arrays), then freezes a :class:`Profile`.

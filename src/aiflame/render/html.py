@@ -16,6 +16,7 @@ from importlib import resources
 
 from aiflame import __version__
 from aiflame.model import Profile
+from aiflame.render import jsonsafe
 from aiflame.render.flamedata import pack
 from aiflame.render.memtimeline import memory_stacks, pack_memory
 
@@ -34,8 +35,9 @@ def _asset(name: str) -> str:
 
 
 def script_json(value: object) -> str:
-    """JSON that is safe inside a <script> element: no ``</script>``, no ``<!--``."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    """JSON that is safe inside a <script> element: no ``</script>``, no ``<!--``; NaN and
+    infinities as null."""
+    text = jsonsafe.dumps(value, ensure_ascii=False, separators=(",", ":"))
     return (
         text.replace("<", "\\u003c")
         .replace(">", "\\u003e")

@@ -12,6 +12,7 @@ import gzip
 
 import numpy as np
 
+from aiflame.errors import AiflameError
 from aiflame.model import Profile
 from aiflame.proto import conventions as conv
 from aiflame.proto import profile_pb2 as pb
@@ -111,7 +112,14 @@ class _Writer:
             sums[:, c] = np.bincount(inverse, weights=p.values[:, c], minlength=len(groups))
         ints = np.empty((len(groups), ncols), dtype=np.int64)
         for c, e in enumerate(exponents):
-            ints[:, c] = np.clip(np.round(sums[:, c] * 10.0**e), -(2**63), 2**63 - 1024)
+            scaled = np.round(sums[:, c] * 10.0**e)
+            if not np.all(np.abs(scaled) < 2.0**63):  # NaN fails too
+                raise AiflameError(
+                    f"pprof holds 64-bit integers: {p.sample_types[c].name} has a value of "
+                    f"{float(np.max(np.abs(sums[:, c]))):.4g}, beyond 9.2e18; write folded or"
+                    " speedscope instead"
+                )
+            ints[:, c] = scaled
         keep = np.any(ints != 0, axis=1)
         groups, ints = groups[keep], ints[keep]
         stacks = groups // nlab - 1

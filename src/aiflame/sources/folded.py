@@ -23,7 +23,7 @@ from aiflame.symbolize.kinds import DELIMITER, KindGuesser
 
 FORMAT = "folded"
 
-_LINE = re.compile(r"^\S.*?\s+(\d+(?:\.\d*)?)\s*$")
+_COUNT = re.compile(r"\d+(?:\.\d*)?")
 
 
 def sniff(head: bytes, path: str) -> bool:
@@ -32,8 +32,15 @@ def sniff(head: bytes, path: str) -> bool:
         return False
     # The last line of the head may be cut short; judge on complete ones when we can.
     complete = lines[:-1] or lines
-    good = sum(1 for ln in complete if _LINE.match(ln))
+    good = sum(1 for ln in complete if looks_folded(ln))
     return good >= max(1, len(complete) // 2)
+
+
+def looks_folded(line: str) -> bool:
+    """``^\\S.*?\\s+(\\d+(?:\\.\\d*)?)\\s*$``: a stack, blanks, a count; by splitting off
+    the last token (a backtracking regex is quadratic on long lines)."""
+    parts = line.rstrip().rsplit(None, 1)
+    return len(parts) == 2 and not line[0].isspace() and _COUNT.fullmatch(parts[1]) is not None
 
 
 def parse_line(line: str) -> tuple[str, float] | None:

@@ -29,7 +29,10 @@ FORMAT = "perf-script"
 
 # An "ADDRESS SYMBOL (MODULE)" line, as perf script prints call chains (indented, except
 # in some old versions).
-_STACK_LINE = re.compile(r"[ \t]*[0-9a-fA-F]+\s+\S.*\(.*\)\s*$", re.ASCII)
+# "ADDR FUNC (MODULE)": ADDR, blanks, then a "(" and, after it, a ")" that ends the line.
+# Possessive runs and the first "(" only: linear on long lines (a backtracking
+# ".*\(.*\)" is quadratic where a line has many "(" and no ")" at its end).
+_STACK_LINE = re.compile(r"[ \t]*+[0-9a-fA-F]++\s++\S[^(\n]*+\((?=.*\)\s*$)", re.ASCII)
 _CLOCK_EVENTS = ("cpu-clock", "task-clock")
 
 

@@ -71,6 +71,9 @@ def load(path: str, fmt: str | None = None, **options: Any) -> Profile:
         raise
     except Exception as e:  # a parser bug or corrupt data must still be one clear line
         raise InputError(path, f"cannot read as {mod.FORMAT}: {type(e).__name__}: {e}") from e
+    problem = profile.value_problem()
+    if problem:
+        raise InputError(path, problem)
     profile.meta.setdefault("source", path)
     profile.meta.setdefault("format", mod.FORMAT)
     return profile
@@ -88,6 +91,9 @@ def load_many(paths: Sequence[str], fmt: str | None = None, **options: Any) -> P
     if len(profiles) == 1:
         return profiles[0]
     merged = merge(profiles)
+    problem = merged.value_problem()
+    if problem:
+        raise AiflameError(f"{len(profiles)} inputs merged: {problem}")
     merged.meta.update(combine_meta(profiles))
     return merged
 
