@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from aiflame.model import CallTree, FrameKind, Profile
+from aiflame.render.visible import visible_all
 
 FORMAT_VERSION = 1
 ROOT_NAME = "all"
@@ -254,7 +255,12 @@ def _frame_table(profile: Profile, used: np.ndarray) -> tuple[np.ndarray, list[s
 def _strings_section(strings: list[str]) -> bytes:
     # ASCII JSON (non-ASCII as \u escapes): the browser parses it in one native call, and
     # names that are not valid Unicode (lone surrogates) still round-trip.
-    return json.dumps(strings, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+    data = json.dumps(strings, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+    if b"\\" in data:  # escapes: there may be control or bidirectional characters
+        shown = visible_all(strings)  # shown as <U+XXXX>, so a name cannot pose as another
+        if shown != strings:
+            data = json.dumps(shown, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+    return data
 
 
 def pack(

@@ -19,6 +19,7 @@ from aiflame.model import Profile
 from aiflame.render import jsonsafe
 from aiflame.render.flamedata import pack
 from aiflame.render.memtimeline import memory_stacks, pack_memory
+from aiflame.render.visible import visible
 
 # Load order matters: app.js starts the page and uses everything defined before it;
 # fragment.js (deep links) waits for it.
@@ -87,8 +88,9 @@ def render_html(
     inverted: bool = False,
 ) -> str:
     """The page of ``profile``; ``metric`` is the sample type shown first."""
-    title = title or _default_title(profile)
+    title = visible(title or _default_title(profile))
     subtitle = subtitle if subtitle is not None else str(profile.meta.get("subtitle", "") or "")
+    subtitle = visible(subtitle)
     diff = _diff_info(profile)
     column = diff["test"] if diff else profile.type_index(metric)
     packed = pack(

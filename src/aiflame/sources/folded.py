@@ -18,6 +18,7 @@ import numpy as np
 from aiflame.errors import InputError
 from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
 from aiflame.model.stacks import EMPTY_STACK
+from aiflame.sources import limits
 from aiflame.sources.inputs import Input, decode_head
 from aiflame.symbolize.kinds import DELIMITER, KindGuesser
 
@@ -64,7 +65,7 @@ def read_counts(source: Input) -> tuple[dict[str, float], int]:
     counts: dict[str, float] = {}
     ignored = 0
     get = counts.get
-    with source.open_text() as f:
+    with source.open_text(max_line=limits.max_line()) as f:
         for line in f:
             # The usual "stack 123": taken here without parse_line's copies of the line
             # (a line can be a megabyte); anything else goes through parse_line.

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from aiflame.errors import InputError
+from aiflame.sources import limits
 from aiflame.sources.inputs import GZIP_MAGIC, Input
 from aiflame.sources.perf_collapse import Collapser, collapse, collapse_stream
 from aiflame.sources.perf_parallel import collapse_file
@@ -91,7 +92,7 @@ def collapse_input(source: Input, opts: PerfOptions, jobs: int = 0) -> Collapser
             plain = f.read(2) != GZIP_MAGIC
         if plain:
             return collapse_file(source.path, opts, jobs)
-    with source.open_binary() as f:
+    with source.open_binary(max_line=limits.max_line()) as f:
         return collapse_stream(f, opts)
 
 
