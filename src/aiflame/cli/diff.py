@@ -16,6 +16,7 @@ import numpy as np
 from aiflame.cli.common import add_metric, add_output, write_output
 from aiflame.errors import AiflameError
 from aiflame.model import Profile
+from aiflame.model.profile import value_problem
 from aiflame.sources import load
 
 HELP = "compare two profiles as a differential flame graph"
@@ -100,6 +101,9 @@ def run(args: argparse.Namespace) -> int:
         stacks, base, test = pair.columns(args.normalize)
         if not (np.any(base) or np.any(test)):
             raise AiflameError(nothing_to_compare(args))
+        problem = value_problem(np.column_stack([base, test]), ["base", "test"])
+        if problem:
+            raise AiflameError(f"{args.base} and {args.test}: {problem}")
         write_output(args.output, format_diff_lines(stacks, base, test, args.normalize))
     elif fmt == "folded":
         from aiflame.render.folded import render_diff_folded
@@ -138,6 +142,9 @@ def diff_of(args: argparse.Namespace) -> Profile:
         )
     if diff.is_empty():
         raise AiflameError(nothing_to_compare(args))
+    problem = diff.value_problem()  # e.g. --normalize scaling a tiny base beyond float range
+    if problem:
+        raise AiflameError(f"{args.base} and {args.test}: {problem}")
     return diff
 
 

@@ -1,4 +1,5 @@
-"""Folded stacks output: ``root;...;leaf VALUE`` lines, sorted, names exactly as stored."""
+"""Folded stacks output: ``root;...;leaf VALUE`` lines, sorted, names exactly as stored
+(but for line breaks inside a name, written as spaces: one stack is one line)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,13 @@ from collections.abc import Iterator
 import numpy as np
 
 from aiflame.model import Profile
+
+
+def one_line(text: str) -> str:
+    """``text`` with its line breaks as spaces (a folded stack is one line)."""
+    if "\n" in text or "\r" in text:
+        return text.replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
+    return text
 
 
 def format_value(v: float) -> str:
@@ -23,7 +31,7 @@ def folded_lines(profile: Profile, metric: str | None = None) -> Iterator[str]:
     for stack, value in profile.iter_stack_values(col):
         if value == 0 or stack < 0:
             continue
-        lines.append((";".join(profile.stack_names(stack)), value))
+        lines.append((one_line(";".join(profile.stack_names(stack))), value))
     # Stacks may repeat once names are taken alone (frames differing only in kind/file).
     merged: dict[str, float] = {}
     for stack_str, value in lines:
@@ -55,7 +63,7 @@ def stack_strings(profile: Profile, wanted: np.ndarray, chunk: int = 16384) -> l
     interpreter step per frame, several times slower on deep profiles.
     """
     names = profile.strings.strings
-    piece = np.array([";" + names[n] for n in profile.frames.name] + [""], dtype=object)
+    piece = np.array([";" + one_line(names[n]) for n in profile.frames.name] + [""], dtype=object)
     pad = len(piece) - 1  # the empty piece, left of short stacks
     parent = profile.stacks.parents_array()
     frame = profile.stacks.frames_array()

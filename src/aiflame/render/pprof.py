@@ -44,7 +44,10 @@ class _Writer:
         loc_of = self.locations()
         self.samples(exponents, loc_of)
         self.header()
-        self.message.string_table.extend(self.table)
+        try:
+            self.message.string_table.extend(self.table)
+        except UnicodeEncodeError:  # a lone surrogate (from a JSON escape): not UTF-8
+            self.message.string_table.extend(map(utf8_text, self.table))
 
     def s(self, text: str) -> int:
         i = self._index.get(text)
@@ -166,6 +169,11 @@ class _Writer:
         for field in ("drop_frames", "keep_frames", "doc_url"):
             if isinstance(meta.get(field), str):
                 setattr(msg, field, self.s(meta[field]))  # type: ignore[arg-type]
+
+
+def utf8_text(text: str) -> str:
+    """``text`` with what UTF-8 cannot hold (lone surrogates) replaced by "?"."""
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def _time_span(p: Profile) -> tuple[int, int]:

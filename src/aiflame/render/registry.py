@@ -10,6 +10,8 @@ if TYPE_CHECKING:  # the model (and numpy) load with a renderer, not with the fo
     from aiflame.model import Profile
 
 FORMATS = ("folded", "pprof", "speedscope", "html")
+# Names that are not valid Unicode (lone surrogates, from JSON escapes): "?" in text outputs.
+_REPLACE = "replace"
 
 _EXTENSIONS = (
     (".speedscope.json", "speedscope"),
@@ -39,7 +41,7 @@ def render(
     if fmt == "folded":
         from aiflame.render.folded import render_folded
 
-        return render_folded(profile, metric).encode("utf-8")
+        return render_folded(profile, metric).encode("utf-8", _REPLACE)
     if fmt == "pprof":
         from aiflame.render.pprof import render_pprof
 
@@ -47,9 +49,9 @@ def render(
     if fmt == "speedscope":
         from aiflame.render.speedscope import render_speedscope
 
-        return render_speedscope(profile, metric).encode("utf-8")
+        return render_speedscope(profile, metric).encode("utf-8", _REPLACE)
     if fmt == "html":
         from aiflame.render.html import render_html
 
-        return render_html(profile, title=title, metric=metric).encode("utf-8")
+        return render_html(profile, title=title, metric=metric).encode("utf-8", _REPLACE)
     raise AiflameError(f"unknown output format '{fmt}' (known: {', '.join(FORMATS)})")

@@ -19,7 +19,7 @@ from aiflame.errors import InputError
 from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
 from aiflame.model.stacks import EMPTY_STACK
 from aiflame.sources import limits
-from aiflame.sources.inputs import Input, decode_head
+from aiflame.sources.inputs import SNIFF_BYTES, Input, decode_head
 from aiflame.symbolize.kinds import DELIMITER, KindGuesser
 
 FORMAT = "folded"
@@ -31,6 +31,11 @@ def sniff(head: bytes, path: str) -> bool:
     lines = [ln for ln in decode_head(head).splitlines()[:20] if ln.strip()]
     if not lines:
         return False
+    if len(lines) == 1 and len(head) >= SNIFF_BYTES:
+        # One line longer than the head (a stack thousands of frames deep), cut short:
+        # a stack of frames so far. Folded is tried last, so little else can claim it.
+        line = lines[0]
+        return ";" in line and not line[0].isspace() and line.isprintable()
     # The last line of the head may be cut short; judge on complete ones when we can.
     complete = lines[:-1] or lines
     good = sum(1 for ln in complete if looks_folded(ln))

@@ -30,7 +30,7 @@ from aiflame.errors import InputError
 from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
 from aiflame.model.stacks import EMPTY_STACK
 from aiflame.sources.inputs import Input
-from aiflame.sources.kineto_events import _ident, _number
+from aiflame.sources.kineto_events import TimeOutOfRange, _ident, _number, us_to_ns
 from aiflame.sources.kineto_json import TraceStream
 from aiflame.sources.kineto_samples import unique_rows
 from aiflame.transforms import correlate
@@ -250,8 +250,7 @@ def _collect(source: Input) -> _Collector:
 
 
 def _ns(us: array, base: float) -> np.ndarray:
-    v = np.frombuffer(us, dtype=np.float64) if len(us) else np.zeros(0)
-    return np.rint((v - base) * 1000.0).astype(np.int64)
+    return us_to_ns(us, base, "time" if base else "duration")
 
 
 def _ints(a: array) -> np.ndarray:
@@ -323,9 +322,12 @@ def match_begin_end(
 def load(source: Input, **_: object) -> Profile:
     col = _collect(source)
     base = col.base_us or 0.0
-    x_thread, x_ts, x_dur = _ints(col.x[0]), _ns(col.x[1], base), _ns(col.x[2], 0.0)
-    x_name, x_seq = _ints(col.x[3]), _ints(col.x[4])
-    be_thread, be_ts = _ints(col.be[0]), _ns(col.be[1], base)
+    try:
+        x_ts, x_dur, be_ts = _ns(col.x[1], base), _ns(col.x[2], 0.0), _ns(col.be[1], base)
+    except TimeOutOfRange as e:
+        raise InputError(source.path, str(e)) from None
+    x_thread, x_name, x_seq = _ints(col.x[0]), _ints(col.x[3]), _ints(col.x[4])
+    be_thread = _ints(col.be[0])
     n_threads = len(col.thread_keys)
     thread_end = np.full(n_threads, np.iinfo(np.int64).min, dtype=np.int64)
     np.maximum.at(thread_end, x_thread, x_ts + x_dur)
