@@ -402,6 +402,11 @@ class Campaign:
                 if problem:
                     outcome, why = "clobbered", problem
             self.runs += 1
+            if self.runs % 100 == 0:
+                failed = sum(c[o] for c in self.counts.values() for o in FAILURES)
+                print(
+                    f"{self.runs:,} runs, {self.mutants:,} mutants, {failed} failures", flush=True
+                )
             self.counts[fmt][outcome] += 1
             self.commands[name][outcome] += 1
             if outcome in FAILURES:
