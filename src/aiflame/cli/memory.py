@@ -14,6 +14,7 @@ import sys
 
 from aiflame.cli.common import add_output, check_metric, write_output
 from aiflame.model import Profile
+from aiflame.render.visible import visible
 from aiflame.sources.inputs import Input
 from aiflame.sources.registry import detect, load
 from aiflame.sources.torch_memory_frames import FRAME_MODES
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         write_output(args.output, render(profile, out_fmt, metric, args.title))
     if args.output != "-":
         line = summary(profile)
-        print(f"{line + '; ' if line else ''}wrote {args.output}", file=sys.stderr)
+        print(visible(f"{line + '; ' if line else ''}wrote {args.output}"), file=sys.stderr)
     return 0
 
 
