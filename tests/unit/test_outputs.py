@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from aiflame.cli.output import write_output
+from aiflame.cli.output import write_output, write_outputs
 from aiflame.errors import AiflameError
 
 FOLDED = "main;forward;aten::mm 3\nmain;forward;aten::add 2\n"
@@ -319,3 +319,16 @@ def test_sigterm_leaves_no_file(tmp_path):
 def test_output_in_a_missing_directory(tmp_path):
     with pytest.raises(AiflameError, match="does not exist"):
         write_output(str(tmp_path / "gone" / "x.folded"), "a 1\n")
+
+
+def test_files_that_go_together_are_written_together(tmp_path):
+    """A report and its flame page: when the second cannot be written, neither is."""
+    first, second = tmp_path / "report.flame.html", tmp_path / "report.html"
+    second.mkdir()
+    with pytest.raises(AiflameError, match="is a directory"):
+        write_outputs([(str(first), "<html>flame</html>"), (str(second), "<html>r</html>")])
+    assert not first.exists()
+    no_temporary_files(tmp_path)
+    second.rmdir()
+    write_outputs([(str(first), "flame"), (str(second), "report")])
+    assert first.read_text() == "flame" and second.read_text() == "report"

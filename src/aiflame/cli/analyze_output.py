@@ -18,7 +18,7 @@ from aiflame.analysis.busy_timeline import busy_timeline
 from aiflame.analysis.trace import TraceData
 from aiflame.cli.analyze_input import from_columns
 from aiflame.cli.analyze_links import StackFinder, combine, fragment, section_fragments
-from aiflame.cli.common import write_output
+from aiflame.cli.output import write_outputs
 from aiflame.errors import AiflameError, InputError
 from aiflame.model import Profile
 from aiflame.sources import kineto, nsys
@@ -136,6 +136,6 @@ def write_html_report(out: str, inputs: list[Loaded], report: dict[str, Any]) ->
         flame_href=os.path.basename(flame_file),
         title=title,
     )
-    write_output(flame_file, render_html(flame, title="Flame graph: " + title[16:]))
-    write_output(out, page)
+    flame_page = render_html(flame, title="Flame graph: " + title[16:])
+    write_outputs([(flame_file, flame_page), (out, page)])  # both or neither
     print(f"wrote {out} and {flame_file}", file=sys.stderr)

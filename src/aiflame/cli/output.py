@@ -36,14 +36,40 @@ _STREAM_ROOTS = ("/dev/stdout", "/dev/stderr", "/dev/fd/", "/proc/")
 
 def write_output(path: str, data: Data) -> None:
     """Write ``data`` (text, bytes, or chunks of bytes) to ``path`` ('-' is stdout)."""
-    if path == "-":
-        write_stdout(data)
-        return
-    real, existing = _resolve(path)
-    if (existing is not None and not stat.S_ISREG(existing.st_mode)) or _is_special(path):
-        _write_stream(path, existing, data)
-    else:
-        _write_replacing(path, real, existing, data)
+    write_outputs([(path, data)])
+
+
+def write_outputs(outputs: list[tuple[str, Data]]) -> None:
+    """Write several files that go together (a report and the page it links to): all of
+    them or none. Regular files are each written to a temporary file first and renamed
+    only once all are whole; streams (stdout, devices, FIFOs) are written after that."""
+    staged: list[tuple[str, str]] = []  # (temporary file, file it replaces)
+    streams: list[tuple[str, os.stat_result | None, Data]] = []
+    try:
+        for path, data in outputs:
+            if path == "-":
+                streams.append((path, None, data))
+                continue
+            real, existing = _resolve(path)
+            if (existing is not None and not stat.S_ISREG(existing.st_mode)) or _is_special(path):
+                streams.append((path, existing, data))
+            else:
+                staged.append((_write_temporary(path, real, existing, data), real))
+        for tmp, real in staged:
+            try:
+                os.replace(tmp, real)
+            except OSError as e:
+                raise _error(real, e) from None
+        staged = []
+    finally:
+        for tmp, _ in staged:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+    for path, existing, data in streams:
+        if path == "-":
+            write_stdout(data)
+        else:
+            _write_stream(path, existing, data)
 
 
 def write_stdout(data: Data) -> None:
@@ -105,7 +131,9 @@ def _write_stream(path: str, existing: os.stat_result | None, data: Data) -> Non
         raise _error(path, e) from None
 
 
-def _write_replacing(path: str, real: str, existing: os.stat_result | None, data: Data) -> None:
+def _write_temporary(path: str, real: str, existing: os.stat_result | None, data: Data) -> str:
+    """``data`` in a new temporary file beside ``real``, with the permissions ``real``
+    will have; returns its path (the caller renames it, or removes it)."""
     if existing is not None:
         _check_writable(path, real)
     directory, name = os.path.split(real)
@@ -119,7 +147,7 @@ def _write_replacing(path: str, real: str, existing: os.stat_result | None, data
             _write_chunks(f, data)
             f.flush()
             _keep_permissions(f.fileno(), existing)
-        os.replace(tmp, real)
+        return tmp
     except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -176,4 +204,4 @@ def _error(path: str, e: OSError) -> AiflameError:
     return AiflameError(f"cannot write {path}: {_reason(e)}")
 
 
-__all__ = ["write_output", "write_stdout"]
+__all__ = ["write_output", "write_outputs", "write_stdout"]
