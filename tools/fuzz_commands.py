@@ -311,8 +311,8 @@ def validate(path: Path) -> str | None:
             from aiflame.proto import profile_pb2
 
             profile_pb2.Profile().ParseFromString(gzip.decompress(data))
-        elif name.endswith(".folded"):
-            for line in data.decode("utf-8", "surrogateescape").splitlines():
+        elif name.endswith(".folded"):  # lines end at "\n" only, as folded readers see them
+            for line in data.decode("utf-8", "surrogateescape").split("\n"):
                 if line and not line.rpartition(" ")[2].replace(".", "", 1).lstrip("-").isdigit():
                     return f"not a folded line: {line[:80]!r}"
     except Exception as e:
@@ -410,7 +410,7 @@ class Campaign:
             self.counts[fmt][outcome] += 1
             self.commands[name][outcome] += 1
             if outcome in FAILURES:
-                self.keep(fmt, mutation, mutant, name, argv, r, outcome, why, odd)
+                self.keep(fmt, seed, mutation, mutant, name, argv, r, outcome, why, odd)
             for p in (case / "out").iterdir():
                 if p.is_dir() and not p.is_symlink():
                     shutil.rmtree(p, ignore_errors=True)
@@ -418,8 +418,9 @@ class Campaign:
                     with contextlib.suppress(OSError):
                         p.unlink()
 
-    def keep(self, fmt: str, mutation: str, mutant: Path, name: str, argv: list[str], r: dict,
-             outcome: str, why: str, odd: OddOutput | None) -> None:  # fmt: skip
+    def keep(self, fmt: str, seed: Path, mutation: str, mutant: Path, name: str,
+             argv: list[str], r: dict, outcome: str, why: str,
+             odd: OddOutput | None) -> None:  # fmt: skip
         data = mutant.read_bytes()
         digest = hashlib.sha1(data).hexdigest()[:12]
         where = self.out / "failures" / outcome
@@ -428,7 +429,8 @@ class Campaign:
         if not kept.exists():
             kept.write_bytes(data)
         record = {
-            "format": fmt, "mutation": mutation, "command": name, "outcome": outcome, "why": why,
+            "format": fmt, "seed": str(seed), "mutation": mutation, "command": name,
+            "outcome": outcome, "why": why,
             "input": str(kept), "argv": argv, "rc": r["rc"], "seconds": r["seconds"],
             "odd_output": odd.kind if odd else None, "stderr": r["stderr"][-3000:],
         }  # fmt: skip
