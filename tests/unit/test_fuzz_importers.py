@@ -36,6 +36,7 @@ import fuzz_mutants  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
 KEPT = DATA / "fuzz"
+NOT_INPUTS = ("PROVENANCE.md", "LICENSE")
 SECONDS = float(os.environ.get("AIFLAME_FUZZ_SECONDS", "0") or 0)
 EXAMPLES = 8  # per importer and batch: a few seconds
 MEMORY = 1 * GIB
@@ -159,7 +160,7 @@ def test_importer_survives_mutants(fmt: str, tmp_path: Path) -> None:
 
 
 def _kept_inputs() -> list[Path]:
-    return sorted(p for p in KEPT.rglob("*") if p.is_file() and p.name != "PROVENANCE.md")
+    return sorted(p for p in KEPT.rglob("*") if p.is_file() and p.name not in NOT_INPUTS)
 
 
 @pytest.mark.parametrize("path", _kept_inputs(), ids=lambda p: f"{p.parent.name}/{p.name}")
