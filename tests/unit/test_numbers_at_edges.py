@@ -223,3 +223,38 @@ def test_memory_page_with_a_frame_line_of_2_64(tmp_path):
     header, payload = extract_data((tmp_path / "m.html").read_text())
     lines = unpack(header, payload)["frame_line"]
     assert lines.max() < 2**31
+
+
+def _deep_among_short(path: Path) -> Path:
+    """A pprof of 20,000 short stacks and one of 100,000 frames: a (stacks x depth)
+    matrix of it would be two billion cells."""
+    from aiflame.proto import profile_pb2 as pb
+
+    msg = pb.Profile()
+    msg.string_table.extend(["", "samples", "count", *(f"f{i}" for i in range(100))])
+    msg.sample_type.add(type=1, unit=2)
+    for i in range(100):
+        msg.function.add(id=i + 1, name=i + 3)
+        msg.location.add(id=i + 1).line.add(function_id=i + 1)
+    for i in range(20_000):
+        distinct = [i % 97 + 1, (i // 97) % 97 + 1, (i // 9409) % 97 + 1]
+        msg.sample.add(location_id=distinct, value=[1])
+    msg.sample.add(location_id=[i % 100 + 1 for i in range(100_000)], value=[5])
+    path.write_bytes(gzip.compress(msg.SerializeToString()))
+    return path
+
+
+def _load_and_write_all(path: str) -> dict[str, int]:
+    profile = load(path)
+    return {fmt: len(render(profile, fmt)) for fmt in ("folded", "pprof", "speedscope", "html")}
+
+
+def test_one_very_deep_stack_among_many_short_ones(tmp_path):
+    from limited import run_limited
+
+    path = _deep_among_short(tmp_path / "deep.pb.gz")
+    outcome = run_limited(_load_and_write_all, str(path), memory=1 << 30, timeout=120)
+    assert outcome.status == "ok", outcome
+    assert outcome.seconds < 60
+    r = aiflame("diff", str(path), str(path), "-o", str(tmp_path / "d.folded"))
+    assert r.returncode == 0, r.stderr.decode()

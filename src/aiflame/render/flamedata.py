@@ -47,6 +47,10 @@ class Packed:
 # -- tree ordering --------------------------------------------------------------------------
 
 
+# A level's vectorised pass costs about as much as this many nodes visited one by one.
+_LEVEL_COST = 100
+
+
 def level_order(depth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Node ids grouped by depth, and the bounds of each depth's group."""
     # A stable sort of 16-bit keys is a radix sort in numpy: linear time.
@@ -70,10 +74,18 @@ def preorder(parent: np.ndarray, depth: np.ndarray, sort_key: np.ndarray) -> np.
     if n == 0 or is_sorted_preorder(parent, depth, sort_key):
         return None
     order, bounds = level_order(depth)
+    deep = (len(bounds) - 2) * _LEVEL_COST > n  # a few very deep stacks: node by node
     size = np.ones(n, dtype=np.int64)
-    for d in range(len(bounds) - 2, 0, -1):
-        idx = order[bounds[d] : bounds[d + 1]]
-        np.add.at(size, parent[idx], size[idx])
+    if deep:
+        up, sizes = parent.tolist(), size.tolist()
+        for i in order[::-1].tolist():  # deepest first: a child before its parent
+            if up[i] >= 0:
+                sizes[up[i]] += sizes[i]
+        size = np.asarray(sizes, dtype=np.int64)
+    else:
+        for d in range(len(bounds) - 2, 0, -1):
+            idx = order[bounds[d] : bounds[d + 1]]
+            np.add.at(size, parent[idx], size[idx])
     # Siblings are contiguous after sorting by (parent, key); offsets are the exclusive
     # running sums of subtree sizes within each sibling group.
     sib = np.argsort((parent + 1) * (int(sort_key.max()) + 1) + sort_key, kind="stable")
@@ -88,9 +100,15 @@ def preorder(parent: np.ndarray, depth: np.ndarray, sort_key: np.ndarray) -> np.
     pos = np.empty(n, dtype=np.int64)
     roots = order[bounds[0] : bounds[1]]
     pos[roots] = offset[roots]
-    for d in range(1, len(bounds) - 1):
-        idx = order[bounds[d] : bounds[d + 1]]
-        pos[idx] = pos[parent[idx]] + 1 + offset[idx]
+    if deep:
+        up, off, at = parent.tolist(), offset.tolist(), pos.tolist()
+        for i in order[bounds[1] :].tolist():  # by depth: a parent before its children
+            at[i] = at[up[i]] + 1 + off[i]
+        pos = np.asarray(at, dtype=np.int64)
+    else:
+        for d in range(1, len(bounds) - 1):
+            idx = order[bounds[d] : bounds[d + 1]]
+            pos[idx] = pos[parent[idx]] + 1 + offset[idx]
     out = np.empty(n, dtype=np.int64)
     out[pos] = np.arange(n)
     return out
