@@ -520,9 +520,19 @@ def _plain(value: Any) -> Any:
 _ENCODER = msgspec.json.Encoder(enc_hook=_plain)
 
 
+# C1 controls and bidirectional formatting characters, which JSON may hold raw but which a
+# terminal obeys (`cat report.json`): written as \\u escapes, the same text to a JSON reader.
+_ESCAPED = {
+    c: f"\\u{c:04x}"
+    for c in (*range(0x7F, 0xA0), 0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F),
+              *range(0x2066, 0x206A))
+}  # fmt: skip
+
+
 def to_json(report: Report, indent: int = 1) -> str:
-    """The report as JSON text (valid JSON: NaN and infinities are null)."""
-    return msgspec.json.format(_ENCODER.encode(report), indent=indent).decode()
+    """The report as JSON text (valid JSON: NaN and infinities are null; characters a
+    terminal would obey escaped, as JSON escapes the C0 controls)."""
+    return msgspec.json.format(_ENCODER.encode(report), indent=indent).decode().translate(_ESCAPED)
 
 
 def to_builtins(report: Any) -> Any:

@@ -8,7 +8,6 @@ HTML report (-o)."""
 from __future__ import annotations
 
 import argparse
-import json
 
 from aiflame.analysis import read
 from aiflame.analysis.report import analyze
@@ -18,6 +17,7 @@ from aiflame.cli.analyze_output import write_html_report
 from aiflame.cli.browser import add_open, check_open, open_page
 from aiflame.cli.common import add_module_options, module_options, output_format, write_output
 from aiflame.errors import AiflameError
+from aiflame.render import jsonsafe
 from aiflame.render.analyze_terminal import render_terminal
 
 HELP = "GPU time breakdown, idle causes, kernels/ops and findings of GPU traces"
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
                 "samples is 'aiflame flamegraph'"
             )
         if args.json:
-            text = json.dumps({"gpu_stalls": stalls.to_json()}, indent=1)
+            text = jsonsafe.dumps({"gpu_stalls": stalls.to_json()}, indent=1)
             if args.json == "-":
                 print(text)
                 return 0

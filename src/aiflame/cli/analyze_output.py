@@ -14,7 +14,7 @@ from pathlib import Path
 from aiflame.analysis.busy_timeline import busy_timeline
 from aiflame.analysis.schema import Report, to_builtins
 from aiflame.cli.analyze_links import StackFinder, combine, fragment, section_fragments
-from aiflame.cli.common import write_output
+from aiflame.cli.output import write_outputs
 from aiflame.errors import AiflameError
 from aiflame.sources.trace_input import TraceInput
 
@@ -68,6 +68,6 @@ def write_html_report(out: str, inputs: list[TraceInput], report: Report) -> Non
         flame_href=os.path.basename(flame_file),
         title=title,
     )
-    write_output(flame_file, render_html(flame, title="Flame graph: " + title[16:]))
-    write_output(out, page)
+    flame_page = render_html(flame, title="Flame graph: " + title[16:])
+    write_outputs([(flame_file, flame_page), (out, page)])  # both or neither
     print(f"wrote {out} and {flame_file}", file=sys.stderr)

@@ -1,14 +1,12 @@
-"""Flags shared by subcommands, and output that never leaves a half-written file."""
+"""Flags shared by subcommands; outputs are written by :mod:`aiflame.cli.output`."""
 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from aiflame.cli.output import write_output
 from aiflame.errors import AiflameError
 
 
@@ -98,6 +96,9 @@ def add_metric(p: argparse.ArgumentParser) -> None:
     )
 
 
+__all__ = ["write_output"]  # re-exported: every command writes through it
+
+
 def add_output(p: argparse.ArgumentParser, required: bool = True, help: str = "") -> None:
     p.add_argument("-o", "--output", required=required, metavar="OUT", help=help or "output file")
 
@@ -132,43 +133,6 @@ def output_format(
             f"{path}: this command does not write {fmt}; name the output {endings}{other}"
         )
     return fmt
-
-
-def write_output(path: str, data: str | bytes | Iterable[bytes]) -> None:
-    """Write ``data`` (text, bytes, or chunks of bytes) to ``path`` atomically ('-' is
-    stdout)."""
-    if path == "-":
-        if not isinstance(data, str | bytes):
-            for chunk in data:
-                sys.stdout.buffer.write(chunk)
-            sys.stdout.buffer.flush()
-            return
-        if isinstance(data, str):
-            sys.stdout.write(data)
-            sys.stdout.flush()
-        else:
-            sys.stdout.buffer.write(data)
-            sys.stdout.buffer.flush()
-        return
-    target = Path(path)
-    if target.is_dir():
-        raise AiflameError(f"{path}: is a directory; give a file name with -o")
-    directory = target.parent if str(target.parent) else Path(".")
-    if not directory.is_dir():
-        raise AiflameError(f"{path}: directory {directory} does not exist")
-    chunks = [data.encode("utf-8")] if isinstance(data, str) else data
-    if isinstance(chunks, bytes):
-        chunks = [chunks]
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def check_metric(profile, metric: str | None) -> None:  # type: ignore[no-untyped-def]

@@ -24,6 +24,7 @@ from aiflame.cli.common import (
 )
 from aiflame.errors import AiflameError
 from aiflame.model import Profile
+from aiflame.model.profile import value_problem
 from aiflame.render.titles import diff_names, file_stem
 from aiflame.sources import load_many
 
@@ -118,6 +119,9 @@ def run(args: argparse.Namespace) -> int:
         stacks, base, test = pair.columns(args.normalize)
         if not (np.any(base) or np.any(test)):
             raise AiflameError(nothing_to_compare(args))
+        problem = value_problem(np.column_stack([base, test]), ["base", "test"])
+        if problem:
+            raise AiflameError(f"{args.base} and {args.test}: {problem}")
         write_output(args.output, format_diff_lines(stacks, base, test, args.normalize))
     elif fmt == "folded":
         from aiflame.render.folded import render_diff_folded
@@ -169,6 +173,9 @@ def diff_of(args: argparse.Namespace) -> Profile:
         raise AiflameError(nothing_to_compare(args))
     named = cast("dict[str, Any]", diff.meta["diff"])
     named.update(base_name=names[0], test_name=names[1], title=title)
+    problem = diff.value_problem()  # e.g. --normalize scaling a tiny base beyond float range
+    if problem:
+        raise AiflameError(f"{args.base} and {args.test}: {problem}")
     return diff
 
 

@@ -18,6 +18,7 @@ from aiflame.cli.browser import add_open, check_open, open_page
 from aiflame.cli.common import add_output, check_metric, output_format, write_output
 from aiflame.errors import AiflameError
 from aiflame.model import Profile
+from aiflame.render.visible import visible
 from aiflame.sources.inputs import Input
 from aiflame.sources.registry import detect, load
 from aiflame.sources.torch_memory_frames import FRAME_MODES
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         write_output(args.output, render(profile, out_fmt, metric, title))
     if args.output != "-":
         line = summary(profile)
-        print(f"{line + '; ' if line else ''}wrote {args.output}", file=sys.stderr)
+        print(visible(f"{line + '; ' if line else ''}wrote {args.output}"), file=sys.stderr)
     if args.open:
         open_page(args.output)
     return 0

@@ -19,6 +19,7 @@ from aiflame.cli.browser import add_open, check_open, open_first_page
 from aiflame.cli.common import add_metric, write_output
 from aiflame.errors import AiflameError
 from aiflame.model.profile import METRIC_ALIASES
+from aiflame.render.visible import visible
 
 HELP = "record a running or launched Python/PyTorch program (CPU stacks, GPU kernels)"
 DEFAULT_NATIVE_RATE = 2  # about 1% of wall time per Hz: docs/benchmarks.md "record overhead"
@@ -273,7 +274,7 @@ def run(args: argparse.Namespace) -> int:
             progress.done()
             width = shutil.get_terminal_size((100, 24)).columns
             for line in summary_lines(result.profile, width=width):
-                print(line, file=sys.stderr)
+                print(visible(line), file=sys.stderr)  # names of the program's functions
             for path in written:
                 print(f"aiflame: wrote {path}", file=sys.stderr)
             if args.open:

@@ -150,6 +150,31 @@ class Profile:
 
         return profile_html(self)
 
+    def value_problem(self) -> str | None:
+        """Why the values cannot be added up and shown, or None (see :func:`value_problem`)."""
+        return value_problem(self.values, [t.name for t in self.sample_types])
+
+
+def value_problem(values: np.ndarray, names: Sequence[str]) -> str | None:
+    """Why ``values`` (samples by type, one column per name) cannot be added up and
+    shown, or None: a value that is NaN or infinite, or values whose sum is beyond the
+    range of a float (about 1.8e308), which no call tree, total or output could hold."""
+    if not len(values):
+        return None
+    with np.errstate(over="ignore", invalid="ignore"):  # overflows are what is looked for
+        sums = values.sum(axis=0)  # NaN and infinities propagate into the sums
+        if np.isfinite(sums).all() and not (values < 0).any():
+            return None
+        for i, name in enumerate(names):
+            col = values[:, i]
+            bad = ~np.isfinite(col)
+            if bad.any():
+                k = int(np.argmax(bad))
+                return f"sample {k + 1:,} has the {name} value {col[k]} (not a finite number)"
+            if not np.isfinite(np.abs(col).sum()):
+                return f"the {name} values add up to more than a float holds (1.8e308)"
+    return None
+
 
 class ProfileBuilder:
     """Collects samples cheaply (appends to compact arrays), then freezes a :class:`Profile`.

@@ -16,6 +16,7 @@ from typing import Any
 
 from aiflame import __version__
 from aiflame.render.html import _asset, _inline_script, script_json
+from aiflame.render.visible import visible_data
 
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 
@@ -181,7 +182,7 @@ def render_report_html(
     """
     ranks = report.get("ranks", [])
     data: dict[str, Any] = {
-        "report": report,
+        "report": visible_data(report),  # names shown as they are: bidi controls spelled out
         "timelines": timelines or [{} for _ in ranks],
         "links": links or [[{}] * len(r.get("findings", [])) for r in ranks],
         "section_links": section_links or [{} for _ in ranks],

@@ -1,5 +1,8 @@
 """The terminal report of ``aiflame analyze``: one compact block per rank, drawn by rich.
 
+Every string of the report goes through :func:`~aiflame.render.visible.visible_data` and
+rich's markup is off, so that names from the trace are shown as they are, never obeyed.
+
 Colour and styles only on a terminal (rich leaves them out when the output is piped or
 ``NO_COLOR`` is set); never wider than ``MAX_WIDTH`` columns.
 """
@@ -36,6 +39,7 @@ from aiflame.render.analyze_format import (
     time_us,
 )
 from aiflame.render.elide import table_labels
+from aiflame.render.visible import visible_data
 
 MAX_WIDTH = 100
 BAR_WIDTH = 36
@@ -55,7 +59,8 @@ def make_console(file: TextIO | None = None, width: int | None = None) -> Consol
     probe = Console(file=file)
     if width is None:
         width = min(probe.width, MAX_WIDTH) if probe.is_terminal else MAX_WIDTH
-    return Console(file=file, width=width, highlight=False, emoji=False)
+    # No markup: a kernel named "[bold]x" is printed as it is, not styled.
+    return Console(file=file, width=width, highlight=False, emoji=False, markup=False)
 
 
 def _bar(fraction: float, width: int, style: str, ascii_only: bool) -> Text:
@@ -415,6 +420,7 @@ def _render_all(console: Console, report: Report, top: int) -> None:
 
 def render_terminal(report: Report, top: int = 10, console: Console | None = None) -> None:
     console = console or make_console()
+    report = visible_data(report)  # names from the trace: no escape sequence reaches the terminal
     if console.is_terminal:
         _render_all(console, report, top)
         return

@@ -29,6 +29,7 @@ import numpy as np
 
 from aiflame.model import CallTree, FrameKind, Profile
 from aiflame.model.strings import natural_key
+from aiflame.render.visible import visible_all
 
 FORMAT_VERSION = 1
 ROOT_NAME = "all"
@@ -47,6 +48,10 @@ class Packed:
 
 
 # -- tree ordering --------------------------------------------------------------------------
+
+
+# A level's vectorised pass costs about as much as this many nodes visited one by one.
+_LEVEL_COST = 100
 
 
 def level_order(depth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -82,10 +87,18 @@ def preorder(parent: np.ndarray, depth: np.ndarray, sort_key: np.ndarray) -> np.
     ):
         return _reorder_children(depth, sort_key, misordered)
     order, bounds = level_order(depth)
+    deep = (len(bounds) - 2) * _LEVEL_COST > n  # a few very deep stacks: node by node
     size = np.ones(n, dtype=np.int64)
-    for d in range(len(bounds) - 2, 0, -1):
-        idx = order[bounds[d] : bounds[d + 1]]
-        np.add.at(size, parent[idx], size[idx])
+    if deep:
+        up, counts = parent.tolist(), size.tolist()
+        for i in order[::-1].tolist():  # deepest first: a child before its parent
+            if up[i] >= 0:
+                counts[up[i]] += counts[i]
+        size = np.asarray(counts, dtype=np.int64)
+    else:
+        for d in range(len(bounds) - 2, 0, -1):
+            idx = order[bounds[d] : bounds[d + 1]]
+            np.add.at(size, parent[idx], size[idx])
     # Siblings are contiguous after sorting by (parent, key); offsets are the exclusive
     # running sums of subtree sizes within each sibling group.
     sib = np.argsort((parent + 1) * (int(sort_key.max()) + 1) + sort_key, kind="stable")
@@ -100,9 +113,15 @@ def preorder(parent: np.ndarray, depth: np.ndarray, sort_key: np.ndarray) -> np.
     pos = np.empty(n, dtype=np.int64)
     roots = order[bounds[0] : bounds[1]]
     pos[roots] = offset[roots]
-    for d in range(1, len(bounds) - 1):
-        idx = order[bounds[d] : bounds[d + 1]]
-        pos[idx] = pos[parent[idx]] + 1 + offset[idx]
+    if deep:
+        up, off, at = parent.tolist(), offset.tolist(), pos.tolist()
+        for i in order[bounds[1] :].tolist():  # by depth: a parent before its children
+            at[i] = at[up[i]] + 1 + off[i]
+        pos = np.asarray(at, dtype=np.int64)
+    else:
+        for d in range(1, len(bounds) - 1):
+            idx = order[bounds[d] : bounds[d + 1]]
+            pos[idx] = pos[parent[idx]] + 1 + offset[idx]
     out = np.empty(n, dtype=np.int64)
     out[pos] = np.arange(n)
     return out
@@ -327,7 +346,12 @@ def _frame_table(profile: Profile, used: np.ndarray) -> tuple[np.ndarray, list[s
 def _strings_section(strings: list[str]) -> bytes:
     # ASCII JSON (non-ASCII as \u escapes): the browser parses it in one native call, and
     # names that are not valid Unicode (lone surrogates) still round-trip.
-    return json.dumps(strings, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+    data = json.dumps(strings, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+    if b"\\" in data:  # escapes: there may be control or bidirectional characters
+        shown = visible_all(strings)  # shown as <U+XXXX>, so a name cannot pose as another
+        if shown != strings:
+            data = json.dumps(shown, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+    return data
 
 
 def pack(

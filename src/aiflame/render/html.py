@@ -15,9 +15,11 @@ from importlib import resources
 
 from aiflame import __version__
 from aiflame.model import FrameKind, Profile, gpu
+from aiflame.render import jsonsafe
 from aiflame.render.flamedata import pack
 from aiflame.render.memtimeline import memory_stacks, pack_memory
 from aiflame.render.titles import flame_title
+from aiflame.render.visible import visible
 
 # Load order matters: app.js starts the page and uses everything defined before it;
 # fragment.js (deep links) waits for it.
@@ -35,8 +37,9 @@ def _asset(name: str) -> str:
 
 
 def script_json(value: object) -> str:
-    """JSON that is safe inside a <script> element: no ``</script>``, no ``<!--``."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    """JSON that is safe inside a <script> element: no ``</script>``, no ``<!--``; NaN and
+    infinities as null."""
+    text = jsonsafe.dumps(value, ensure_ascii=False, separators=(",", ":"))
     return (
         text.replace("<", "\\u003c")
         .replace(">", "\\u003e")
@@ -112,8 +115,9 @@ def render_html(
     inverted: bool = False,
 ) -> str:
     """The page of ``profile``; ``metric`` is the sample type shown first."""
-    title = title or _default_title(profile)
+    title = visible(title or _default_title(profile))
     subtitle = subtitle if subtitle is not None else str(profile.meta.get("subtitle", "") or "")
+    subtitle = visible(subtitle)
     diff = _diff_info(profile)
     column = diff["test"] if diff else profile.type_index(metric)
     packed = pack(

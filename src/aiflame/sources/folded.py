@@ -22,12 +22,13 @@ from aiflame.errors import InputError
 from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
 from aiflame.model.folded import ESCAPED, split_stack
 from aiflame.model.stacks import EMPTY_STACK
-from aiflame.sources.inputs import Input, decode_head
+from aiflame.sources import limits
+from aiflame.sources.inputs import SNIFF_BYTES, Input, decode_head
 from aiflame.symbolize.kinds import DELIMITER, KindGuesser
 
 FORMAT = "folded"
 
-_LINE = re.compile(r"^\S.*?\s+(\d+(?:\.\d*)?)\s*$")
+_COUNT = re.compile(r"\d+(?:\.\d*)?")
 
 
 def sniff(head: bytes, path: str) -> bool:
@@ -35,10 +36,22 @@ def sniff(head: bytes, path: str) -> bool:
     lines = [ln for ln in lines if not ln.startswith("#")][:20]  # comments are not stacks
     if not lines:
         return False
+    if len(lines) == 1 and len(head) >= SNIFF_BYTES:
+        # One line longer than the head (a stack thousands of frames deep), cut short:
+        # a stack of frames so far. Folded is tried last, so little else can claim it.
+        line = lines[0]
+        return ";" in line and not line[0].isspace() and line.isprintable()
     # The last line of the head may be cut short; judge on complete ones when we can.
     complete = lines[:-1] or lines
-    good = sum(1 for ln in complete if _LINE.match(ln))
+    good = sum(1 for ln in complete if looks_folded(ln))
     return good >= max(1, len(complete) // 2)
+
+
+def looks_folded(line: str) -> bool:
+    """``^\\S.*?\\s+(\\d+(?:\\.\\d*)?)\\s*$``: a stack, blanks, a count; by splitting off
+    the last token (a backtracking regex is quadratic on long lines)."""
+    parts = line.rstrip().rsplit(None, 1)
+    return len(parts) == 2 and not line[0].isspace() and _COUNT.fullmatch(parts[1]) is not None
 
 
 def parse_line(line: str) -> tuple[str, float] | None:
@@ -62,7 +75,7 @@ def read_counts(source: Input) -> tuple[dict[str, float], int]:
     counts: dict[str, float] = {}
     ignored = 0
     get = counts.get
-    with source.open_text() as f:
+    with source.open_text(max_line=limits.max_line()) as f:
         for line in f:
             if line[:1] == "#":
                 continue  # a comment: '# mode: wall' would otherwise be a frame

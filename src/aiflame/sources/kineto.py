@@ -41,7 +41,7 @@ from aiflame.model import FrameKind, Profile, ProfileBuilder, gpu
 from aiflame.model.stacks import EMPTY_STACK
 from aiflame.model.trace import TraceData
 from aiflame.sources.inputs import Input
-from aiflame.sources.kineto_events import Cls, Columns, EventCollector
+from aiflame.sources.kineto_events import Cls, Columns, EventCollector, TimeOutOfRange
 from aiflame.sources.kineto_info import describe
 from aiflame.sources.kineto_json import TraceStream
 from aiflame.sources.kineto_names import PyFrame, python_frame
@@ -194,7 +194,10 @@ def read_columns(
         stream = TraceStream(f, source.path, collector.event_type)
         for batch in stream.batches():
             collector.add(batch)
-    cols = collector.freeze()
+    try:
+        cols = collector.freeze()
+    except TimeOutOfRange as e:
+        raise InputError(source.path, str(e)) from None
     if cols.cpu_ts.size == 0 and cols.gpu_ts.size == 0:
         what = ", ".join(f"{n} {c}" for c, n in cols.ignored.most_common(4))
         raise NoKinetoEvents(

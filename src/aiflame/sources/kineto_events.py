@@ -14,6 +14,7 @@ Categories across trace generations: ``python_function``, ``cpu_op``/``Operator`
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
@@ -211,15 +212,40 @@ def coerce_event(
     )
 
 
+# Times are int64 nanoseconds from the trace's start: microseconds beyond this (73 years)
+# would not fit once a start and a duration are added. A trace holding one is corrupt.
+MAX_US = float(2**62) / 1000.0
+
+
+class TimeOutOfRange(ValueError):
+    """An event time or duration that no nanosecond column can hold."""
+
+
+def us_to_ns(us: array, base: float, what: str) -> np.ndarray:
+    """Microseconds (floats, from ``base``) as int64 nanoseconds; raises
+    :class:`TimeOutOfRange` for one beyond :data:`MAX_US` (or not a number)."""
+    v = np.frombuffer(us, dtype=np.float64) if len(us) else np.zeros(0)
+    rel = v - base if base else v
+    if not np.all(np.abs(rel) < MAX_US):  # NaN and infinities fail too
+        bad = float(v[~(np.abs(rel) < MAX_US)][0])
+        raise TimeOutOfRange(
+            f"an event's {what} is {bad:g} us, more than 64-bit nanoseconds hold "
+            f"(up to {MAX_US:.2g} us from the trace's start)"
+        )
+    return np.rint(rel * 1000.0).astype(np.int64)
+
+
 def _number(v: Any) -> float | int | None:
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return v if v == v else None  # NaN is no time
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None  # NaN and infinities are no time
     if isinstance(v, str):
         try:
             f = float(v)
         except ValueError:
             return None
-        return f if f == f else None
+        return f if math.isfinite(f) else None
     return None
 
 
@@ -551,12 +577,10 @@ class EventCollector:
             if a.typecode in "qi":
                 dtype = np.int64 if a.typecode == "q" else np.int32
                 return np.frombuffer(a, dtype=dtype) if len(a) else np.zeros(0, dtype)
-            us = np.frombuffer(a, dtype=np.float64) if len(a) else np.zeros(0)
-            return np.rint(us * 1000.0).astype(np.int64)  # durations: us -> ns
+            return us_to_ns(a, 0.0, "duration")
 
         def ts_(a: array) -> np.ndarray:
-            us = np.frombuffer(a, dtype=np.float64) if len(a) else np.zeros(0)
-            return np.rint((us - base) * 1000.0).astype(np.int64)
+            return us_to_ns(a, base, "time")
 
         cpu = {k: ts_(v) if k == "ts" else np_(v) for k, v in self.cpu.items()}
         gpu = {k: ts_(v) if k == "ts" else np_(v) for k, v in self.gpu.items()}

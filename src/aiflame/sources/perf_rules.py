@@ -16,12 +16,16 @@ from dataclasses import dataclass
 WS = " \t\n\r\f\v"
 _HEX = "0123456789abcdef"
 
-# The event line: "comm [pid/]tid ..." (the Perl pattern ^(\S.+?)\s+(\d+)\/*(\d+)*\s+,
-# with the ambiguous (\d+)* rewritten as (\d+)? which matches the same lines and captures
-# the same groups, without exponential backtracking on long digit runs).
-EVENT = re.compile(r"(\S.+?)\s+(\d+)/*(\d+)?\s+", re.ASCII)
-# "...: PERIOD EVENT:" at the end of an event line; same rewrite of (\d+)*.
-PERIOD = re.compile(r":\s*(\d+)?\s+(\S+):\s*$", re.ASCII)
+# The event line: "comm [pid/]tid ..." (the Perl pattern ^(\S.+?)\s+(\d+)\/*(\d+)*\s+),
+# rewritten to match the same lines with the same groups in linear time. Perl's lazy comm
+# ends where a blank run followed by the pid starts (or at the second character, when the
+# run starts at the first): only there is the rest tried, and the rest never backtracks
+# (possessive quantifiers: a split of a blank or digit run cannot make it match). Perl's
+# ambiguous (\d+)* is (\d+)?, which matches the same and captures the same.
+EVENT = re.compile(r"(\S\s(?=\s)|\S.+?(?<!\s))\s++(\d++)/*+(\d++)?+\s++", re.ASCII)
+# "...: PERIOD EVENT:" at the end of an event line; same rewrite of (\d+)*. Searched by
+# _PeriodSearch, which tries it only from the one colon where it can match.
+_PERIOD = re.compile(r":\s*(\d+)?\s+(\S+):\s*$", re.ASCII)
 # The usual event line, "comm pid[/tid] [cpu] secs.usecs: [period] event: ", in one match.
 # When it matches, EVENT and PERIOD give the same groups: EVENT's lazy comm stops at the
 # first blank (comm has 2+ characters and no blank), and PERIOD can only match from the
@@ -29,9 +33,8 @@ PERIOD = re.compile(r":\s*(\d+)?\s+(\S+):\s*$", re.ASCII)
 HEADER = re.compile(
     r"(\S\S+) +(\d+)(?:/(\d+))? +(?:\[\d+\] +)?\d+\.\d+: +(?:(\d+) +)?(\S+): *$", re.ASCII
 )
-# A stack line: "ADDR FUNC (MODULE)". Used when the string-method parse cannot decide.
-_STACK = re.compile(r"\s*(\w+)\s*(.+) \((.*)\)", re.ASCII)
-_GO_METHOD = re.compile(r"\.\(.*\)\.")
+_WORD = re.compile(r"\w*", re.ASCII)
+_BLANKS = re.compile(r"\s*", re.ASCII)
 _PERF_MAP = re.compile(r"/tmp/perf-\d+\.map", re.ASCII)
 # perf inject --jit writes each jitted function into a jitted-PID-N.so of its own.
 _JITTED_SO = re.compile(r"(?:^|/)jitted-\d+-\d+\.so$", re.ASCII)
@@ -51,6 +54,25 @@ _USER_BRACKETS += ("[stack]", "[anon")
 # the end of its name: a newline can never be part of a name (input is split at newlines).
 KERNEL_MARK = "\nk"
 JIT_MARK = "\nj"
+
+
+class _PeriodSearch:
+    """``PERIOD.search(line)`` of the Perl pattern ``:\\s*(\\d+)*\\s+(\\S+):\\s*$``, in
+    linear time. The event must be the last token of the line (it ends with the last
+    colon, blanks after it only), and between the colon that starts the match and that
+    token there are only blanks and digits: so the match can only start at the last colon
+    before the token, and the pattern is tried there alone."""
+
+    def search(self, line: str) -> re.Match[str] | None:
+        text = line.rstrip(WS)
+        if not text.endswith(":"):
+            return None
+        token = max(map(text.rfind, WS)) + 1  # start of the last token
+        colon = text.rfind(":", 0, token)
+        return _PERIOD.match(line, colon) if colon >= 0 else None
+
+
+PERIOD = _PeriodSearch()
 
 
 @dataclass(frozen=True)
@@ -99,8 +121,34 @@ def parse_stack_line(line: str) -> tuple[str, str, str] | None:
         p = rest.rfind(" (", 0, close)
         if p >= 1:
             return pc, rest[:p], rest[p + 2 : close]
-    m = _STACK.match(line)  # unusual shapes: let the regex backtrack as Perl's does
-    return (m.group(1), m.group(2), m.group(3)) if m else None
+    return _stack_match(line)  # unusual shapes
+
+
+def _stack_match(line: str) -> tuple[str, str, str] | None:
+    """The groups of Perl's ``/\\s*(\\w+)\\s*(.+) \\((.*)\\)/`` on ``line``, found in
+    linear time rather than by backtracking (quadratic on long lines). The module is up to
+    the last ")"; the function, the longest run before the last " (" that has a ")" after
+    it, given the address (all of the word, then shorter) and the blanks after it (all of
+    them, then fewer) that Perl tries first."""
+    start = _BLANKS.match(line).end()  # type: ignore[union-attr]
+    word_end = _WORD.match(line, start).end()  # type: ignore[union-attr]
+    close = line.rfind(")")
+    if word_end == start or close < 0:
+        return None
+    func = _BLANKS.match(line, word_end).end()  # type: ignore[union-attr]
+    paren = line.rfind(" (", func + 1, close)
+    if paren >= 0:  # the whole word, then all the blanks: the usual case
+        return line[start:word_end], line[func:paren], line[paren + 2 : close]
+    # Otherwise only a " (" whose blank ends those blanks can be reached: by leaving two
+    # blanks to ".+ (" when there are two or more, else (one blank) by leaving the word's
+    # last character to the function.
+    paren = func - 1
+    if line[paren : paren + 2] == " (" and paren + 2 <= close:
+        if func - 2 >= word_end:
+            return line[start:word_end], line[func - 2 : paren], line[paren + 2 : close]
+        if word_end - start >= 2:
+            return line[start : word_end - 1], line[word_end - 1 : paren], line[paren + 2 : close]
+    return None
 
 
 def strip_offset(rawfunc: str) -> str:
@@ -115,7 +163,7 @@ def tidy(func: str) -> str:
     """``;`` -> ``:``, no argument list (unless a Go method), no quotes."""
     if ";" in func:
         func = func.replace(";", ":")
-    if "(" in func and not (".(" in func and _GO_METHOD.search(func)):
+    if "(" in func and not _go_method(func):
         # Cut at the first "(" that does not open "(anonymous namespace)".
         i = func.find("(")
         while i >= 0 and func.startswith("anonymous namespace)", i + 1):
@@ -145,6 +193,13 @@ def module_mark(mod: str) -> str:
     if base.startswith(("vmlinux", "bpf_prog_")) or base.endswith(".ko") or ".ko." in base:
         return KERNEL_MARK
     return ""
+
+
+def _go_method(func: str) -> bool:
+    """Whether ``func`` matches ``/\\.\\(.*\\)\\./`` (a Go method such as
+    ``main.(*T).f``): a ")." after the first ".(" (searched, not backtracked)."""
+    start = func.find(".(")
+    return start >= 0 and func.find(").", start + 2) >= 0
 
 
 def frame_names(pc: str, func_raw: str, mod: str, java: bool, opts: PerfOptions) -> list[str]:

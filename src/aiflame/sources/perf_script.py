@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from aiflame.errors import InputError
+from aiflame.sources import limits
 from aiflame.sources.inputs import GZIP_MAGIC, Input
 from aiflame.sources.perf_collapse import Collapser, collapse, collapse_stream
 from aiflame.sources.perf_parallel import collapse_file
@@ -30,7 +31,10 @@ FORMAT = "perf-script"
 
 # An "ADDRESS SYMBOL (MODULE)" line, as perf script prints call chains (indented, except
 # in some old versions).
-_STACK_LINE = re.compile(r"[ \t]*[0-9a-fA-F]+\s+\S.*\(.*\)\s*$", re.ASCII)
+# "ADDR FUNC (MODULE)": ADDR, blanks, then a "(" and, after it, a ")" that ends the line.
+# Possessive runs and the first "(" only: linear on long lines (a backtracking
+# ".*\(.*\)" is quadratic where a line has many "(" and no ")" at its end).
+_STACK_LINE = re.compile(r"[ \t]*+[0-9a-fA-F]++\s++\S[^(\n]*+\((?=.*\)\s*$)", re.ASCII)
 _CLOCK_EVENTS = ("cpu-clock", "task-clock")
 
 
@@ -89,7 +93,7 @@ def collapse_input(source: Input, opts: PerfOptions, jobs: int = 0) -> Collapser
             plain = f.read(2) != GZIP_MAGIC
         if plain:
             return collapse_file(source.path, opts, jobs)
-    with source.open_binary() as f:
+    with source.open_binary(max_line=limits.max_line()) as f:
         return collapse_stream(f, opts)
 
 

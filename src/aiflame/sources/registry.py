@@ -101,6 +101,9 @@ def load(path: str, fmt: str | None = None, **options: Any) -> Profile:
     source = Input(path)
     mod = _module_of(fmt) if fmt else detect(source)
     profile = _guarded(mod, path, mod.load, source, **options)
+    problem = profile.value_problem()  # NaN, infinities, sums beyond a float's range
+    if problem:
+        raise InputError(path, problem)
     profile.meta.setdefault("source", path)
     profile.meta.setdefault("format", mod.FORMAT)
     return profile
@@ -187,6 +190,9 @@ def load_many(
     if len(profiles) == 1:
         return profiles[0]
     merged = merge(profiles)
+    problem = merged.value_problem()
+    if problem:
+        raise AiflameError(f"{len(profiles)} inputs merged: {problem}")
     merged.meta.pop("device", None)  # the first input's; kept only if all share it
     merged.meta.update(combine_meta(profiles))
     for p in profiles:  # GPU samples: how they met the launch stacks, one sample's period

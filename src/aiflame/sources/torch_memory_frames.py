@@ -179,7 +179,7 @@ class FrameNamer:
                 found = buckets[key] = []
             else:
                 for known, known_sid in found:
-                    if known == frames:
+                    if known is frames or known == frames:  # `is` first: O(1)
                         sid = known_sid
                         break
             if sid < 0:

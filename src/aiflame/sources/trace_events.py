@@ -35,7 +35,7 @@ from aiflame.model.stacks import EMPTY_STACK
 from aiflame.model.timeline import Timeline, TimelineBuilder
 from aiflame.model.trace import Kind, TraceData, is_communication
 from aiflame.sources.inputs import Input
-from aiflame.sources.kineto_events import _ident, _number
+from aiflame.sources.kineto_events import TimeOutOfRange, _ident, _number, us_to_ns
 from aiflame.sources.kineto_json import TraceStream
 from aiflame.sources.kineto_samples import unique_rows
 from aiflame.sources.trace_input import TraceInput
@@ -269,8 +269,7 @@ def _collect(source: Input) -> _Collector:
 
 
 def _ns(us: array, base: float) -> np.ndarray:
-    v = np.frombuffer(us, dtype=np.float64) if len(us) else np.zeros(0)
-    return np.rint((v - base) * 1000.0).astype(np.int64)
+    return us_to_ns(us, base, "time" if base else "duration")
 
 
 def _ints(a: array) -> np.ndarray:
@@ -365,9 +364,12 @@ class _Slices:
 def _slices(source: Input, col: _Collector | None = None) -> _Slices:
     col = col or _collect(source)
     base = col.base_us or 0.0
-    x_thread, x_ts, x_dur = _ints(col.x[0]), _ns(col.x[1], base), _ns(col.x[2], 0.0)
-    x_name, x_seq = _ints(col.x[3]), _ints(col.x[4])
-    be_thread, be_ts = _ints(col.be[0]), _ns(col.be[1], base)
+    try:
+        x_ts, x_dur, be_ts = _ns(col.x[1], base), _ns(col.x[2], 0.0), _ns(col.be[1], base)
+    except TimeOutOfRange as e:
+        raise InputError(source.path, str(e)) from None
+    x_thread, x_name, x_seq = _ints(col.x[0]), _ints(col.x[3]), _ints(col.x[4])
+    be_thread = _ints(col.be[0])
     n_threads = len(col.thread_keys)
     thread_end = np.full(n_threads, np.iinfo(np.int64).min, dtype=np.int64)
     np.maximum.at(thread_end, x_thread, x_ts + x_dur)
