@@ -113,7 +113,7 @@ def test_children_are_not_followed_unless_asked(hot):
     assert "hot" not in {k.comm for k, _ in raw.counts}
 
 
-def test_nothing_left_attached_after_target_exit_or_error(hot):
+def test_nothing_left_attached_after_target_exit_or_error(hot, bpftool):
     held: set[tuple[str, int]] = set()
     sampler = CpuSampler(SamplerOptions(freq=99, pids=[]))
     sampler.start()
@@ -171,7 +171,7 @@ def _running_hot(parent: int) -> bool:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_signalled_recording_leaves_nothing_attached(hot, tmp_path, sig):
+def test_a_signalled_recording_leaves_nothing_attached(hot, bpftool, tmp_path, sig):
     out = tmp_path / "p.folded"
     # -r 997: hot's 10 ms cycle would alias with 99 Hz and could miss hot_a
     argv = [sys.executable, "-m", "aiflame", "record", "--ebpf", "-r", "997", "-o", str(out)]

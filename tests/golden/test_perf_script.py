@@ -247,7 +247,8 @@ def test_parallel_ranges_give_the_same_result(stem, event, tmp_path, monkeypatch
     starts = perf_parallel.range_starts(io.BytesIO(data), len(data), 3)
     assert len(starts) == 3 and all(data[s - 2 : s] == b"\n\n" for s in starts[1:])
     assert perf_parallel.first_event(io.BytesIO(data), starts[1]) == event
-    for opts in (PerfOptions(tid=True), PerfOptions(kernel=True)):
+    # kinds=True: what the Profile path collapses with (kernel and JIT frames marked)
+    for opts in (PerfOptions(tid=True), PerfOptions(kernel=True), PerfOptions(kinds=True)):
         serial = collapse_stream(io.BytesIO(data), opts)
         par = perf_parallel.collapse_file(str(path), opts, jobs=3)
         assert par.result() == serial.result()

@@ -11,6 +11,7 @@ import native_programs as progs
 import numpy as np
 import pytest
 
+import systools
 from aiflame.symbolize.cxa import Demangler
 from aiflame.symbolize.elf import (
     SHT_DYNSYM,
@@ -23,7 +24,7 @@ from aiflame.symbolize.elf import (
 from aiflame.symbolize.kallsyms import MAX_SPAN, KernelSymbolTable
 from aiflame.symbolize.maps import Maps, parse_line
 
-pytestmark = pytest.mark.skipif(not progs.have_toolchain(), reason="needs gcc and binutils")
+pytestmark = pytest.mark.tools("gcc", "nm", "readelf", "objcopy", "strip")
 
 
 @pytest.fixture(scope="module")
@@ -263,8 +264,7 @@ def test_cxa_abbreviates_std_streams_like_addr2line():
 
 
 def test_without_libstdcxx_names_go_through_cxxfilt(monkeypatch):
-    if not shutil.which("c++filt"):
-        pytest.skip("no c++filt")
+    systools.need("c++filt")
     d = Demangler(use_cxa=False)
     assert not d.in_process
     assert d("_ZN5aiflm4demo7computeEi") == "aiflm::demo::compute(int)"
@@ -329,8 +329,7 @@ def test_damaged_files_raise_only_elf_errors(built):
 
 def test_names_libstdcxx_rejects_are_retried_with_cxxfilt():
     """GCC 12's libstdc++ cannot read generic lambdas (``UlDpOT_E_``); binutils can."""
-    if not shutil.which("c++filt"):
-        pytest.skip("no c++filt")
+    systools.need("c++filt")
     name = "_ZZN2at21wrapPropagateTLSStateISt8functionIFvvEEEEDaT_ENKUlDpOT_E_clIJEEEDaS7_"
     want = (
         "auto at::wrapPropagateTLSState<std::function<void ()> >(std::function<void ()>)"

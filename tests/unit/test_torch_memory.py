@@ -21,6 +21,7 @@ from aiflame.model import FrameKind, Profile
 from aiflame.sources import torch_memory as tm
 from aiflame.sources.inputs import Input
 from aiflame.sources.torch_memory_replay import decimate
+from aiflame.symbolize.cxa import Demangler
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "memory"
 SNAPSHOT = DATA / "medium_128_inference_memory_snapshot.pickle.gz"
@@ -547,7 +548,10 @@ def test_methods_are_named_by_their_class_when_the_source_is_readable(tmp_path):
     assert "Attention > __init__" not in {bare.frames.name_of(i) for i in range(len(bare.frames))}
 
 
-@pytest.mark.skipif(shutil.which("c++filt") is None, reason="needs c++filt (binutils)")
+@pytest.mark.skipif(
+    not Demangler().in_process and shutil.which("c++filt") is None,
+    reason="needs libstdc++ (libstdc++6) or c++filt (binutils)",
+)
 def test_mangled_cpp_names_are_demangled(tmp_path):
     mangled = "_ZN3c104cuda20CUDACachingAllocator6Native22NativeCachingAllocator8allocateEm"
     data = {"segments": [], "device_traces": [[event("alloc", 1, 10, 1, [frame(mangled)])]]}
@@ -572,7 +576,12 @@ def test_cli_memory_writes_each_metric(tmp_path, capsys):
     assert main(["memory", str(SNAPSHOT), "-o", str(out), "--metric", "reserved-bytes"]) == 0
     assert any(ln.startswith(tm.FRAGMENTATION) for ln in out.read_text().splitlines())
     assert main(["memory", str(SNAPSHOT), "-o", str(out), "--frames", "compact"]) == 0
-    assert "PyMethod_New" not in out.read_text() and ";forward;" in out.read_text()
+    compact = out.read_text()
+    assert "PyMethod_New" not in compact and ";forward;" in compact
+    assert main(["memory", str(SNAPSHOT), "-o", str(out)]) == 0
+    assert out.read_text() == compact  # compact is the default: the op on the first screen
+    assert main(["memory", str(SNAPSHOT), "-o", str(out), "--frames", "pytorch"]) == 0
+    assert "PyMethod_New" in out.read_text()
     assert main(["memory", str(SNAPSHOT), "-o", str(out), "--metric", "nope"]) == 1
     assert "no metric 'nope'" in capsys.readouterr().err
 

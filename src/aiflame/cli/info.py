@@ -83,6 +83,9 @@ def _truncated_line(profile: Profile) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from aiflame.cli.output import write_stdout
+    from aiflame.render.visible import visible
+
     profile = load_many(args.inputs, args.input_format, **perf_load_options(args))
-    print("\n".join(describe(profile)))
+    write_stdout("".join(visible(line) + "\n" for line in describe(profile)))
     return 0

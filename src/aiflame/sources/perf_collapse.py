@@ -27,7 +27,7 @@ import re
 from collections.abc import Iterable, Iterator
 from itertools import compress, count, islice, repeat
 from operator import is_
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from aiflame.sources.perf_rules import (
     EVENT,
@@ -134,7 +134,7 @@ class Collapser:
                 else:
                     fragments = frs[start:i]
                     fragments.reverse()  # lines go leaf first; stacks are written root first
-                    rest = "".join(fragments)
+                    rest = "".join(cast(list[str], fragments))  # misses are filled
                     by_rest = counts.get(pname)
                     if by_rest is None:
                         by_rest = counts[pname] = {}
@@ -408,18 +408,20 @@ def collapse(lines: Iterable[str], options: PerfOptions | None = None) -> dict[s
 def iter_chunks(f: BinaryIO, chunk_bytes: int = CHUNK_BYTES) -> Iterator[str]:
     """Complete lines of a byte stream, decoded as Latin-1, a few megabytes at a time,
     joined by ``\\n`` without a final one (so Perl's lines are exactly ``split("\\n")``)."""
-    carry = ""
+    parts: list[str] = []  # the line read so far (pieces: a long line is joined once)
     while True:
         chunk = f.read(chunk_bytes)
         if not chunk:
             break
-        text = carry + chunk.decode("latin-1")
+        text = chunk.decode("latin-1")
         cut = text.rfind("\n")
         if cut < 0:
-            carry = text  # a line longer than a chunk: keep reading
+            parts.append(text)  # a line longer than a chunk: keep reading
             continue
-        carry = text[cut + 1 :]
-        yield text[:cut]
+        parts.append(text[:cut])
+        yield "".join(parts)
+        parts = [text[cut + 1 :]]
+    carry = "".join(parts)
     if carry:
         yield carry  # the last line had no newline; Perl still reads it
 

@@ -25,7 +25,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from aiflame.model import FrameKind, ProfileBuilder
-from aiflame.symbolize.demangle import demangle_many, is_mangled
+from aiflame.symbolize.cxa import demangle_all
+from aiflame.symbolize.demangle import is_mangled
 from aiflame.symbolize.pyclass import ClassResolver
 
 # From torch/cuda/_memory_viz.py (_frame_filter) and torch/utils/viz/MemoryViz.js
@@ -100,10 +101,10 @@ class FrameNamer:
         self._stacks: dict[tuple[int, ...], dict[tuple[int, ...], int]] = {}
 
     def finish(self) -> None:
-        """Demangle the mangled names seen, in one batch (one ``c++filt`` run)."""
+        """Demangle the mangled names seen, in one batch (libstdc++, else one ``c++filt``)."""
         if not self._mangled:
             return
-        done = demangle_many(self._mangled.values())
+        done = demangle_all(self._mangled.values())
         names, intern = self.builder.frames.name, self.builder.strings.intern
         for fid, name in self._mangled.items():
             if name in done:
@@ -178,7 +179,7 @@ class FrameNamer:
                 found = buckets[key] = []
             else:
                 for known, known_sid in found:
-                    if known == frames:
+                    if known is frames or known == frames:  # `is` first: O(1)
                         sid = known_sid
                         break
             if sid < 0:
