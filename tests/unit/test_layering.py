@@ -20,8 +20,8 @@ ALLOWED = {
     # the analysis report's renderers read its typed records
     "render": {"model", "errors", "transforms", "symbolize", "proto", "analysis"},
     "collectors": {"model", "errors", "symbolize", "sources", "transforms"},
-    # The fleet server uses every layer below it (importers, renderers, the analyze engine
-    # through the command's own functions); nothing but the command line imports it.
+    # The fleet server uses every layer below it (importers, renderers, the analysis
+    # library); it is no command's helper; nothing but the command line imports it.
     "server": {
         "model",
         "errors",
@@ -31,7 +31,6 @@ ALLOWED = {
         "analysis",
         "render",
         "proto",
-        "cli",
     },
 }
 

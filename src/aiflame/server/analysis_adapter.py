@@ -1,21 +1,20 @@
 """The one place the server calls ``aiflame analyze``'s engine: a trace file in, the report
 (the same JSON as ``aiflame analyze --json``) and the flame graph page out.
 
-It goes through what the command itself uses (``aiflame.cli.analyze_output.load_input``,
-``aiflame.analysis.report.analyze``), so a trace analyzed here gives exactly the findings
-of ``aiflame analyze`` on the file. When the engine's library call changes, only this
-module follows.
+It uses the analysis library call (``aiflame.analysis.read`` and ``analyze``, typed
+``Report``), exactly as the command does, so a trace analyzed here gives the findings of
+``aiflame analyze`` on the file.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from aiflame.errors import AiflameError
 from aiflame.sources.inputs import Input
 from aiflame.sources.registry import detect
 
-ANALYZABLE = ("kineto", "nsys")
+# Timelines the analysis reads (the sources registry's trace inputs).
+ANALYZABLE = ("kineto", "nsys", "trace-events")
 
 
 def trace_format(path: str) -> str:
@@ -25,23 +24,24 @@ def trace_format(path: str) -> str:
 
 def analyze_file(path: str) -> dict[str, Any]:
     """The analysis report of one trace, as ``aiflame analyze --json`` writes it."""
+    from aiflame.analysis import read
     from aiflame.analysis.report import Options, analyze
-    from aiflame.cli.analyze_output import add_source_notes, load_input
+    from aiflame.analysis.schema import to_builtins
 
-    loaded = load_input(path)
-    report = analyze([loaded.trace], options=Options())
-    add_source_notes(loaded, report["ranks"][0])
-    return report
+    found = read(path)
+    report = analyze([found.trace], options=Options())
+    out: dict[str, Any] = to_builtins(report)
+    return out
 
 
 def flame_page(path: str, title: str) -> str:
     """The interactive flame graph page of a trace (analyzable or a memory snapshot)."""
-    from aiflame.cli.analyze_output import load_input
+    from aiflame.analysis import read
     from aiflame.render.html import render_html
     from aiflame.sources.registry import load
 
     fmt = trace_format(path)
-    profile = load_input(path).profile() if fmt in ANALYZABLE else load(path)
+    profile = read(path).profile() if fmt in ANALYZABLE else load(path)
     return render_html(profile, title=title)
 
 
@@ -87,5 +87,7 @@ def findings(report: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-class AnalysisFailed(AiflameError):
-    pass
+def evidence(finding: dict[str, Any]) -> dict[str, Any]:
+    """What a finding stores as its evidence: its summary, figures, items and stacks."""
+    keep = ("summary", "assumption", "figures", "items", "top_stacks", "flame")
+    return {k: finding[k] for k in keep if k in finding}

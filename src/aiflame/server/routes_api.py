@@ -300,7 +300,7 @@ async def trace_flamegraph(request: Request) -> Response:
             raise BadRequest(f"this trace has no flame graph: {e}") from None
         if len(state.page_cache) > 32:
             state.page_cache.clear()
-        state.page_cache[key] = page
+        state.page_cache[key] = str(page)
     return HTMLResponse(page)
 
 

@@ -127,8 +127,8 @@ def _select_series(
         ps = out.series.add()
         for k, v in sorted(s.labels.items()):
             ps.labels.add(name=k, value=v)
-        for ts, v in zip(s.timestamps_ms, s.values, strict=True):
-            ps.points.add(timestamp=ts, value=v)
+        for ts, value in zip(s.timestamps_ms, s.values, strict=True):
+            ps.points.add(timestamp=ts, value=value)
     return out
 
 

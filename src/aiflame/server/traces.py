@@ -29,7 +29,7 @@ from aiflame.server.errors import BadRequest, PayloadTooLarge
 from aiflame.server.store.writer import Work, Writer
 
 log = logging.getLogger("aiflame.server")
-ACCEPTED = ("kineto", "nsys", "torch-memory")
+ACCEPTED = (*analysis_adapter.ANALYZABLE, "torch-memory")
 _MS = pa.timestamp("ms", tz="UTC")
 _MAP = pa.map_(pa.string(), pa.string())
 _WORKER_MEMORY = 16 << 30  # address space of one analysis worker
@@ -67,7 +67,7 @@ def check_upload(blob: bytes, inflated_limit: int, tmpdir: str) -> str:
     if fmt not in ACCEPTED:
         raise BadRequest(
             f"a {fmt} file is not a trace (expected a Kineto trace, an Nsight Systems SQLite "
-            "export or a PyTorch memory snapshot)"
+            "export, a Chrome trace or a PyTorch memory snapshot)"
         )
     return fmt
 
@@ -187,13 +187,11 @@ def analysis_work(tenant: str, trace_id: str, row: dict[str, Any], result: dict[
                 "severity": [f["severity"] for f in found],
                 "title": [f["title"] for f in found],
                 "cost_us": [float(f["cost_us"]) for f in found],
-                "share": [
-                    float((f.get("evidence") or {}).get("share_of_gpu_time") or 0.0) for f in found
-                ],
+                "share": [float(f.get("share_of_gpu_time") or 0.0) for f in found],
                 "timeline_us": [float(f["timeline_us"]) for f in found],
                 "fix": [f.get("fix", "") for f in found],
                 "evidence": [
-                    json.dumps(f.get("evidence") or {}, separators=(",", ":")) for f in found
+                    json.dumps(analysis_adapter.evidence(f), separators=(",", ":")) for f in found
                 ],
                 "version": pa.array([version] * n, pa.uint64()),
             }

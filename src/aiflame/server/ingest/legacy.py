@@ -71,7 +71,8 @@ def multipart_profile(body: bytes, content_type: str) -> bytes:
         raise BadRequest("a multipart body without parts")
     for part in msg.iter_parts():
         if part.get_param("name", header="content-disposition") == "profile":
-            return part.get_payload(decode=True) or b""
+            payload = part.get_payload(decode=True)
+            return payload if isinstance(payload, bytes) else b""
     raise BadRequest("the multipart body has no 'profile' part")
 
 

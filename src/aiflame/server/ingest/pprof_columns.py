@@ -13,6 +13,7 @@ error. Both paths are compared in tests/server/test_pprof_columns.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -65,7 +66,7 @@ class PprofColumns:
 
 
 # -- the top level, with sub-messages left as bytes ----------------------------------------
-def _lean_profile_class() -> type:
+def _lean_profile_class() -> Any:
     F = descriptor_pb2.FieldDescriptorProto
     fd = descriptor_pb2.FileDescriptorProto(
         name="aiflame_server_lean_pprof.proto", package="aiflame.lean", syntax="proto3"

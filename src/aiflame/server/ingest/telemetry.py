@@ -148,10 +148,11 @@ def tables(doc: Telemetry, tenant: str, received_ms: int, max_labels: int) -> di
         models = sorted({by_uuid[u].name for u in w.gpu_uuids if u in by_uuid and by_uuid[u].name})
         if models:
             labels.setdefault("gpu_model", ",".join(models))
-        energy = None
+        energy: float | None = None
         powered = [by_uuid[u] for u in set(w.gpu_uuids) if u in by_uuid]
-        if powered and all(x.power_watts is not None for x in powered):
-            energy = sum(x.power_watts * period / holders[x.uuid] for x in powered)  # type: ignore[operator]
+        watts = [(x.power_watts, holders[x.uuid]) for x in powered]
+        if watts and all(p is not None for p, _ in watts):
+            energy = sum(float(p or 0.0) * period / n for p, n in watts)
         rows.append((w, labels, series_id(labels), energy))
     if rows:
         n = len(rows)

@@ -223,10 +223,10 @@ def attribution(store: Store, q: Query) -> dict[str, Any]:
         k: {c: [0.0] * len(timestamps) for c in ("allocated", "busy", "useful", "flop")}
         for k in groups_out
     }
-    for t, key, s in rows:
+    for when, key, sums in rows:
         k = key if key in shown else OTHER
         for c in ("allocated", "busy", "useful", "flop"):
-            series[k][c][index[t]] += s[c] / 3600.0 if c != "flop" else s[c]
+            series[k][c][index[when]] += sums[c] / 3600.0 if c != "flop" else sums[c]
     resolution = q.source()[2]
     return {
         "from": q.start_ms,

@@ -71,7 +71,7 @@ def fleet_findings(
                 "cost_us_in_traces": float(cost_us),
                 "trace_id": trace_id,
                 "top_stacks": ev.get("top_stacks") or [],
-                "evidence": {k: v for k, v in ev.items() if k != "top_stacks"},
+                "evidence": {k: v for k, v in ev.items() if k not in ("top_stacks", "flame")},
             }
         )
     out = sorted(rules.values(), key=lambda r: -r["gpu_hours"])

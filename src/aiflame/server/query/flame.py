@@ -107,8 +107,9 @@ class Symbols:
                 parts = np.split(of_uniq[inv], np.cumsum(sizes)[:-1])
                 for i, arr in zip(missing, parts, strict=True):
                     self._stack_names[keys[i]] = cached[i] = arr
-        lengths = np.fromiter((c.size for c in cached), dtype=np.int64, count=len(cached))
-        flat = np.concatenate(cached) if cached else np.zeros(0, dtype=np.int32)
+        done = [c if c is not None else np.zeros(0, dtype=np.int32) for c in cached]
+        lengths = np.fromiter((c.size for c in done), dtype=np.int64, count=len(done))
+        flat = np.concatenate(done) if done else np.zeros(0, dtype=np.int32)
         return flat, lengths
 
 

@@ -110,7 +110,7 @@ def stack_values_sql(sel: Selection, db: str, params: dict[str, object]) -> str:
         "tenant = {tenant:String} AND profile_type = {pt:String} AND series_id IN (" + series + ")"
     )
     ms = "fromUnixTimestamp64Milli({%s:Int64}, 'UTC')"
-    parts = []
+    parts: list[str] = []
     for table, col, a, b in _pieces(sel.start_ms, sel.end_ms):
         ka, kb = f"p{len(parts)}a", f"p{len(parts)}b"
         params[ka], params[kb] = a, b
