@@ -37,6 +37,8 @@ RANK0 = "hta/trace_filter/sampled_rank-0.json.gz"
 CUPTI = "hta/cupti_profiler/benchmark_result_924719_1679055439_trace.json.gz"
 OLDEST = "kineto_tb_plugin/resnet50_num_workers_4_worker0.step6.pt.trace.json.gz"
 PARAM = "param/resnet_kineto.iteration.json.gz"
+# ResNet inference on a Windows CPU with profile_memory=True (thread ids as on Windows)
+CPU_MEMORY = "dtu_mlops/resnet_cpu_profile_memory.json.gz"
 ALL = sorted(str(p.relative_to(DATA)) for p in DATA.rglob("*.json.gz"))
 GPU_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset", "mtia_ccp_events"}
 
@@ -81,18 +83,23 @@ def test_flame_graph_total_is_the_trace_gpu_activity(rel: str) -> None:
     ]
     profile = trace(rel)
     totals = dict(zip([t.name for t in profile.sample_types], profile.totals(), strict=True))
+    # Metrics with no data are not offered: a CPU-only trace has no gpu-time at all.
+    assert ("gpu-time" in totals) == ("kernel-count" in totals) == bool(gpu)
+    if not gpu:
+        return
     assert totals["kernel-count"] == len(gpu)
     assert totals["gpu-time"] == sum(round(e["dur"] * 1000) for e in gpu)
     unlinked = stacks(profile, "gpu-time")
     lost = sum(v for s, v in unlinked.items() if s.startswith(kineto.UNLINKED_ROOT + ";"))
     assert lost == profile.meta.get("unlinked_gpu_ns", 0)
-    default = profile.sample_types[profile.type_index(None)].name
-    assert default == ("gpu-time" if gpu else "wall-time")
+    assert profile.sample_types[profile.type_index(None)].name == "gpu-time"
 
 
 @pytest.mark.parametrize("rel", ALL)
 def test_every_gpu_stack_is_cpu_part_delimiter_activity(rel: str) -> None:
     profile = trace(rel)
+    if "kernel-count" not in [t.name for t in profile.sample_types]:
+        return  # no GPU activity: no GPU stacks
     col = profile.type_index("kernel-count")
     for stack, value in profile.iter_stack_values(col):
         if not value:
@@ -358,6 +365,19 @@ def test_gpu_only_trace_has_runtime_roots() -> None:
     for s in stacks(trace(GPU_ONLY), "gpu-time"):
         frames = s.split(";")
         assert len(frames) == 3 and frames[0].startswith("hip") and frames[1] == "-"
+
+
+@pytest.mark.parametrize("rel", [CPU_ONLY, CPU_MEMORY])
+def test_cpu_only_trace_offers_wall_time_alone(rel: str) -> None:
+    # gpu-time and kernel-count of a trace without GPU activity were offered, all zeros:
+    # in 'aiflame info', in the pprof sample types of 'convert'.
+    profile = trace(rel)
+    assert [t.name for t in profile.sample_types] == ["wall-time"]
+    events = [e for e in raw_events(rel) if e.get("ph") == "X"]
+    assert not any(e.get("cat") in GPU_CATEGORIES for e in events)
+    assert profile.totals()[0] == pytest.approx(
+        sum(union for _, union in thread_times(rel).values()), abs=1000
+    )
 
 
 def test_cpu_only_trace_shows_wall_time() -> None:

@@ -56,6 +56,7 @@ from aiflame.symbolize.pyframes import PythonNaming
 from aiflame.transforms import correlate
 from aiflame.transforms.pynames import merge_steps as merge_profiler_steps
 from aiflame.transforms.pynames import module_methods
+from aiflame.transforms.strip import drop_empty_types
 
 if TYPE_CHECKING:
     from aiflame.model.timeline import Timeline
@@ -301,7 +302,9 @@ def build_profile(
             "correlation": gpu_corr[linked].astype(np.int64),
             "stack": stack_of[launch[linked]].astype(np.int64),
         }
-    profile = builder.build()
+    # A CPU-only trace has no gpu-time or kernel-count, a GPU-only one no wall-time: a
+    # metric without data is not offered (info, the page's choice, pprof's sample types).
+    profile = drop_empty_types(builder.build())
     if python_names == "short":  # 'raw' keeps the frames as the profiler wrote them
         profile = module_methods(profile, instances=module_instances)
     return merge_profiler_steps(profile) if merge_steps else profile
