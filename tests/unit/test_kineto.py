@@ -37,6 +37,7 @@ RANK0 = "hta/trace_filter/sampled_rank-0.json.gz"
 CUPTI = "hta/cupti_profiler/benchmark_result_924719_1679055439_trace.json.gz"
 OLDEST = "kineto_tb_plugin/resnet50_num_workers_4_worker0.step6.pt.trace.json.gz"
 PARAM = "param/resnet_kineto.iteration.json.gz"
+SGLANG_MI300 = "tracelens/sglang/sglang_Qwen3-8B_decode.json.gz"
 # ResNet inference on a Windows CPU with profile_memory=True (thread ids as on Windows)
 CPU_MEMORY = "dtu_mlops/resnet_cpu_profile_memory.json.gz"
 ALL = sorted(str(p.relative_to(DATA)) for p in DATA.rglob("*.json.gz"))
@@ -457,6 +458,29 @@ def test_profiler_step_encloses_the_step_it_times() -> None:
     assert all(";_record_function_enter_new;ProfilerStep#6" not in s for s in step)
     inside = sum(v for s, v in cpu.items() if ";ProfilerStep#6;" in s)
     assert inside > 4e6  # the model's forward runs inside the step
+
+
+def test_mangled_rocm_kernel_names_are_demangled() -> None:
+    # ROCm names aiter's kernels by their symbol; the page showed "_Z…ib" boxes.
+    mangled = "_ZN5aiter24add_rmsnorm_quant_kernelIDF16bDF16bLi256ELi16ELb1ELb0ELb1ELi1EEEvPT0_PT_PfS4_S4_S4_diiiiiiib"  # noqa: E501
+    readable = (  # binutils' c++filt reads it so too
+        "void aiter::add_rmsnorm_quant_kernel<std::bfloat16_t, std::bfloat16_t, 256, 16, true,"
+        " false, true, 1>(std::bfloat16_t*, std::bfloat16_t*, float*, std::bfloat16_t*,"
+        " std::bfloat16_t*, std::bfloat16_t*, double, int, int, int, int, int, int, int, bool)"
+    )
+    kernels = [e for e in raw_events(SGLANG_MI300) if e.get("cat") == "kernel"]
+    raw = sum(round(e["dur"] * 1000) for e in kernels if e["name"] == mangled)
+    assert raw > 0
+    by_leaf = collections.Counter()
+    for line, value in stacks(trace(SGLANG_MI300), "gpu-time").items():
+        by_leaf[line.rsplit(";", 1)[-1]] += value
+    assert by_leaf[readable] == raw and mangled not in by_leaf
+    # every name that demangles did; the one libstdc++ and c++filt both reject stays
+    left = {name for name in by_leaf if name.startswith("_Z")}
+    assert left == {e["name"] for e in kernels if e["name"].startswith("_ZN7sgl_hip")}
+    assert sum(by_leaf.values()) == sum(round(e["dur"] * 1000) for e in kernels) + sum(
+        round(e["dur"] * 1000) for e in raw_events(SGLANG_MI300) if e.get("cat") == "gpu_memcpy"
+    )
 
 
 def test_cpu_time_is_the_old_name_of_wall_time() -> None:

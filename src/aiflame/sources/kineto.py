@@ -14,7 +14,9 @@ the thread spent in slices.
 
 Layouts: recent traces with ``python_function`` events; older ones whose operators carry
 a ``Call stack`` string; the 2021 ``Operator``/``Runtime``/``Kernel`` layout; AMD (HIP
-names in the same categories); MTIA; GPU-only and CPU-only traces.
+names in the same categories; kernels named by their mangled symbol are demangled); MTIA;
+GPU-only and CPU-only traces (a metric with no data is left out: no ``gpu-time`` without GPU
+activity).
 
 Options: ``python_names`` ('short': ``function (file.py:12)``, ``Class > method``; 'raw':
 as written by the profiler), ``kernel_names`` ('full', the default, exactly as in the
@@ -51,7 +53,9 @@ from aiflame.sources.kineto_samples import (
     add_cpu_samples,
     add_gpu_samples,
 )
+from aiflame.symbolize.cxa import demangle_all
 from aiflame.symbolize.cxxnames import distinct_short_names, short_kernel_name
+from aiflame.symbolize.demangle import is_mangled
 from aiflame.symbolize.pyframes import PythonNaming
 from aiflame.transforms import correlate
 from aiflame.transforms.pynames import merge_steps as merge_profiler_steps
@@ -157,6 +161,7 @@ def read_columns(
         for batch in stream.batches():
             collector.add(batch)
     cols = collector.freeze()
+    _demangle_kernels(cols)
     if cols.cpu_ts.size == 0 and cols.gpu_ts.size == 0:
         what = ", ".join(f"{n} {c}" for c, n in cols.ignored.most_common(4))
         raise NoKinetoEvents(
@@ -165,6 +170,23 @@ def read_columns(
             "calls or GPU activity)" + (f"; only: {what}" if what else ""),
         )
     return cols, stream.meta
+
+
+def _demangle_kernels(cols: Columns) -> None:
+    """Readable names of the kernels the trace names by their C++ symbol.
+
+    CUPTI writes CUDA kernels demangled; ROCm's profiler names the kernels it launches
+    through ``hipModuleLaunchKernel`` (aiter, composable_kernel, sglang's) by their mangled
+    symbol: ``_ZN5aiter24add_rmsnorm_quant_kernel...`` for ``void
+    aiter::add_rmsnorm_quant_kernel<...>(...)``. Names that do not demangle stay as they are.
+    """
+    used = np.unique(cols.gpu_name[cols.gpu_cls == Cls.KERNEL]).tolist()
+    mangled = {i: cols.names[i] for i in used if is_mangled(cols.names[i])}
+    if not mangled:
+        return
+    readable = demangle_all(mangled.values())
+    for i, name in mangled.items():
+        cols.names[i] = readable.get(name, name)
 
 
 def _rank_of(meta: dict[str, Any]) -> str | None:
