@@ -483,6 +483,12 @@ def test_mangled_rocm_kernel_names_are_demangled() -> None:
     )
 
 
+def test_devices_the_trace_does_not_name() -> None:
+    # vLLM's trace of 8 MI300X lists their properties with empty names: "8 x " read as cut off
+    profile = trace("tracelens/vllm/graph_execution.json.gz")
+    assert profile.meta["info:devices"] == "8 x (no name in the trace)"
+
+
 def test_cpu_time_is_the_old_name_of_wall_time() -> None:
     profile = trace(CPU_ONLY)
     assert profile.type_index("cpu-time") == profile.type_index("wall-time")
