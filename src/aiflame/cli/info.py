@@ -25,7 +25,11 @@ def describe(profile: Profile) -> list[str]:
         out = [
             f"source:      {profile.meta.get('source', '?')} ({profile.meta.get('format', '?')})"
         ]
-    out.append(f"samples:     {len(profile):,}")
+    read = profile.meta.get("samples_read")
+    if isinstance(read, int) and read != len(profile):  # perf script: samples collapsed
+        out.append(f"samples:     {read:,} ({len(profile):,} rows once identical stacks merge)")
+    else:
+        out.append(f"samples:     {len(profile):,}")
     totals = profile.totals()
     default = profile.type_index(None)
     for i, t in enumerate(profile.sample_types):
