@@ -115,7 +115,7 @@ def test_a_program_that_is_not_python_is_refused():
 def test_an_old_python_is_refused_with_its_version():
     old = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.10.*/bin/python3.10")))
     if not old:
-        pytest.skip("needs a Python 3.10 built by pyenv (pyenv install 3.10)")
+        pytest.skip("needs a Python 3.10 (pyenv install 3.10)")
     proc = subprocess.Popen([old[0], "-c", "import time; time.sleep(5)"])
     try:
         time.sleep(0.3)
