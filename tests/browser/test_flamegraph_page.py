@@ -280,6 +280,32 @@ def test_metric_switch_changes_widths_and_units(open_page):
     assert "total 3.00 MiB (75.0% of all)" in page.text("tooltip")
 
 
+def test_metrics_without_data_are_not_offered(open_page):
+    # A CPU-only recording: gpu-time and kernel-count hold nothing. The page opens on a
+    # metric with data even where the profile's default is an empty one.
+    types = (("gpu-time", "nanoseconds"), ("kernel-count", "count"))
+    types += (("cpu-samples", "count"), ("wall-time", "nanoseconds"))
+    stacks = {"main;f": [0, 0, 10, 5e6], "main;g": [0, 0, 3, 1e6]}
+    page = open_page(profile_of(stacks, types=types, meta={"default_type": 0}))
+    options = page.js(
+        "return [...document.querySelectorAll('#metric option')].map(o => o.textContent);"
+    )
+    assert options == ["cpu-samples (count)", "wall-time (nanoseconds)"]
+    assert page.visible("metric-box") and page.text("total") == "Total: 13 cpu-samples"
+    # one metric with data: no choice to offer
+    one = {stack: values[:3] for stack, values in stacks.items()}
+    page = open_page(profile_of(one, types=types[:3]), name="one.html")
+    assert not page.visible("metric-box") and page.text("total") == "Total: 13 cpu-samples"
+    # a link naming the metric's former name still opens it
+    page = open_page(profile_of(stacks, types=types), name="link.html")
+    page.driver.get(page.url + "#metric=cpu-time")
+    shown = page.run_async(  # applied on hashchange, without a reload
+        "aiflame.fragmentApplied.then(() => setTimeout(() =>"
+        " done(aiflame.app.types[aiflame.app.metric].name), 100));"
+    )
+    assert shown == "wall-time"
+
+
 def test_nanoseconds_are_shown_as_durations(open_page):
     stacks = {"main;step": 1.5e9, "main;io": 2500}
     page = open_page(profile_of(stacks, types=(("wall", "nanoseconds"),)))

@@ -31,6 +31,7 @@ LAUNCHER = [  # the trace's chain from the interpreter to the model, as the page
     "wrapper (moca/shared/maybe/_decorator.py:90)",
     "profile_function (moca/library/profiling/profile.py:53)",
     "run_torch_profiler (moca/library/profiling/profile.py:34)",
+    "ProfilerStep#6",  # the step's annotation encloses the step it times
     "run_action (moca/library/model_hub/entry_point.py:106)",
     "run_on_input (moca/library/model_hub/huggingface/model/adapters/text_base_model.py:28)",
 ]
@@ -63,7 +64,7 @@ def test_first_screen_folds_the_launcher_and_shows_the_model(flame):
     head = page.find(LAUNCHER[0])
     assert row_of(page, head) == 1
     label = page.js("return aiflame.app.view.labelText(arguments[0]);", head)
-    assert label.startswith("▸ 12 frames: <module> (<string>:1) › … › run_on_input")
+    assert label.startswith("▸ 13 frames: <module> (<string>:1) › … › run_on_input")
     for name in LAUNCHER[1:]:  # folded into the head's row: not drawn on their own
         assert page.rect(page.find(name)) is None
     model = page.find(MODEL)
@@ -78,12 +79,12 @@ def test_first_screen_folds_the_launcher_and_shows_the_model(flame):
     # The fold's tooltip lists its frames; a click unfolds them.
     page.hover(*page.centre(head))
     tip = page.text("tooltip")
-    assert tip.startswith("12 frames of one call chain, folded")
+    assert tip.startswith("13 frames of one call chain, folded")
     assert "spawn_main (multiprocessing/spawn.py:122)" in tip
     page.click(head)
     assert page.zoom() == 0
-    assert [row_of(page, page.find(n)) for n in LAUNCHER] == list(range(1, 13))
-    assert row_of(page, page.find(MODEL)) == 13
+    assert [row_of(page, page.find(n)) for n in LAUNCHER] == list(range(1, 14))
+    assert row_of(page, page.find(MODEL)) == 14
 
 
 def test_breadcrumbs_show_the_path_and_zoom_out(flame):
@@ -97,9 +98,11 @@ def test_breadcrumbs_show_the_path_and_zoom_out(flame):
     # Long names are cut: the function stays whole, its file keeps its name and line.
     assert all(len(c) <= 48 for c in crumbs)
     assert crumbs[-1] == "Qwen2DecoderLayer > forward (…ling_qwen2.py:243)"
-    assert crumbs[12] == "run_on_input (…l/adapters/text_base_model.py:28)"
+    assert crumbs[len(LAUNCHER)] == "run_on_input (…l/adapters/text_base_model.py:28)"
     titles = page.js("return [...document.querySelectorAll('#crumbs .crumb')].map((b) => b.title);")
-    assert titles[1:13] == LAUNCHER and titles[-1] == LAYER  # the whole name on hover
+    assert (
+        titles[1 : 1 + len(LAUNCHER)] == LAUNCHER and titles[-1] == LAYER
+    )  # the whole name on hover
     page.driver.find_elements("css selector", "#crumbs .crumb")[-2].click()
     assert page.zoom() == page.find(MODEL)
     page.driver.find_elements("css selector", "#crumbs .crumb")[0].click()

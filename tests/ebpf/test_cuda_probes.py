@@ -299,9 +299,12 @@ def test_record_ebpf_has_the_cuda_metrics_beside_cpu_samples(built, tmp_path):
 
     profile = load(str(out))
     names = [t.name for t in profile.sample_types]
-    assert names[0] == "cpu-samples"
-    wanted = ["launch-count", "sync-time", "copy-bytes", "alloc-bytes", "alloc-count"]
-    assert set(wanted) <= set(names)
+    # cpu-samples first, when the program (which mostly sleeps) was caught on a CPU: a
+    # metric without data is left out
+    assert names[0] == "cpu-samples" or "cpu-samples" not in names
+    assert all(profile.totals() > 0)
+    wanted = ["launch-count", "sync-time", "alloc-bytes", "alloc-count"]
+    assert set(wanted) <= set(names) and "copy-bytes" not in names  # it copies nothing
     assert from_main(by_stack(profile, "launch-count")) == {
         "main;launch_site;cuLaunchKernel;-;driver::kernel_a()": 3,
         "main;launch_site;cuLaunchKernel;-;kernel_b(float*)": 2,

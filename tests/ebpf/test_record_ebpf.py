@@ -206,3 +206,70 @@ def test_attaching_to_a_process_that_never_runs_says_so(tmp_path):
         r"it did not run on a CPU \(a program it started is followed with --subprocesses\)",
         rec.stderr.strip(),
     ), rec.stderr
+
+
+TRAIN = """
+import time
+import torch
+import torch.nn as nn
+
+model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8192, 10))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(8, 3, 32, 32), torch.randint(0, 10, (8,))
+t0 = time.time()
+while time.time() - t0 < 2.5:
+    opt.zero_grad()
+    nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+"""
+
+
+def test_pytorch_program_without_aiflames_own_code_or_empty_metrics(tmp_path):
+    pytest.importorskip("torch")
+    from aiflame.render.html import extract_data
+
+    prog = tmp_path / "train.py"
+    prog.write_text(textwrap.dedent(TRAIN))
+    rec = record("--ebpf", "--gpu-window", "1", "--", sys.executable, str(prog), cwd=tmp_path)
+    assert rec.returncode == 0, rec.stderr
+    (pprof,) = tmp_path.glob("aiflame-train-*.pb.gz")
+    (page,) = tmp_path.glob("aiflame-train-*.html")
+    profile = load(str(pprof))
+    names = [t.name for t in profile.sample_types]
+    # CPU-only: no gpu-time or kernel-count to offer, and nothing empty in the page either
+    assert names == ["cpu-samples", "wall-time"], names
+    assert all(profile.totals() > 0)
+    header, _ = extract_data(page.read_text(encoding="utf-8"))
+    assert [t["name"] for t in header["types"]] == names
+    assert all(t["total"] > 0 for t in header["types"])
+    assert header["types"][header["metric"]]["name"] == "cpu-samples"
+    frames_of = {
+        metric: [
+            (profile.stack_frames(s), v)
+            for s, v in profile.iter_stack_values(profile.type_index(metric))
+        ]
+        for metric in names
+    }
+    # The bootstrap's frames (import hook, window start/stop, timer thread) are left out...
+    for metric, stacks in frames_of.items():
+        for frames, _ in stacks:
+            assert not any("sitecustomize" in f.file + f.name for f in frames), (metric, frames)
+    # ... while the import of torch it wrapped stays under the program's own frames.
+    imports = [
+        frames
+        for frames, _ in frames_of["cpu-samples"]
+        if any(f.name.startswith("<module> (torch/__init__.py") for f in frames)
+    ]
+    rooted = [frames for frames in imports if frames[0].name == "<module> (train.py:1)"]
+    assert rooted
+    # (the others are torch's deepest nested imports, their outermost frames cut at the
+    # walker's depth limit of 127 Python frames)
+    for frames in imports:
+        if frames not in rooted:
+            assert sum(f.kind == FrameKind.PYTHON for f in frames) >= 120, frames[0]
+    # The timer thread that waited for the window's end (47% of the window's time) is gone:
+    # what is left of it is threading's own frames around the bootstrap's (microseconds).
+    wall = frames_of["wall-time"]
+    total = sum(v for _, v in wall)
+    threads = sum(v for frames, v in wall if frames[0].name.startswith("_bootstrap (threading"))
+    assert threads < 0.01 * total, (threads, total)

@@ -122,9 +122,9 @@ def test_sync_stall_link_zooms_to_the_stack_that_blocks():
     flame = loaded.profile()
     finder = StackFinder(flame)
     sync = next(f for f in report["ranks"][0]["findings"] if f["rule"] == "sync_stalls")
-    main_frag, per_stack = fragment(sync, finder, {"gpu-time", "cpu-time"}, None)
+    main_frag, per_stack = fragment(sync, finder, {"gpu-time", "wall-time"}, None)
     q = parse_qs(main_frag)
-    assert q["metric"] == ["cpu-time"]
+    assert q["metric"] == ["wall-time"]
     assert re.match(q["search"][0], "cudaStreamSynchronize")
     path = q["path"]
     # The evidence stack is cut at 12 frames; the link has the full path from the root.

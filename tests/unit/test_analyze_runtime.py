@@ -113,7 +113,10 @@ def test_copies_inside_the_profiler_step():
     assert loop is not None and loop["steps"] == 1
     assert loop["copies"] == loop["copies_per_step_median"] > 0
     assert loop["htod_copies"] >= 1 and loop["htod_bytes"] > 0
-    assert memcpy.memory_traffic(trace(BERT))["in_step_loop"] is None  # the copy is outside
+    # BERT's one DtoH copy is launched 0.8 ms into ProfilerStep#6, an annotation that starts
+    # inside _record_function_enter_new and outlives it: it still encloses the step.
+    bert = memcpy.memory_traffic(trace(BERT))["in_step_loop"]
+    assert bert is not None and (bert["steps"], bert["copies"], bert["htod_copies"]) == (1, 1, 0)
 
 
 def test_copy_names_parse():

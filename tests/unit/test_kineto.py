@@ -87,7 +87,7 @@ def test_flame_graph_total_is_the_trace_gpu_activity(rel: str) -> None:
     lost = sum(v for s, v in unlinked.items() if s.startswith(kineto.UNLINKED_ROOT + ";"))
     assert lost == profile.meta.get("unlinked_gpu_ns", 0)
     default = profile.sample_types[profile.type_index(None)].name
-    assert default == ("gpu-time" if gpu else "cpu-time")
+    assert default == ("gpu-time" if gpu else "wall-time")
 
 
 @pytest.mark.parametrize("rel", ALL)
@@ -273,7 +273,7 @@ def test_counter_ranges_are_reported_not_counted() -> None:
     # HTA reads 77 cuda_profiler_range events (CUPTI counters); they carry no GPU time.
     profile = trace(CUPTI)
     assert "cuda_profiler_range 77" in str(profile.meta["info:not used"])
-    assert profile.sample_types[profile.type_index(None)].name == "cpu-time"
+    assert profile.sample_types[profile.type_index(None)].name == "wall-time"
 
 
 # -- layouts ----------------------------------------------------------------------------------
@@ -360,9 +360,9 @@ def test_gpu_only_trace_has_runtime_roots() -> None:
         assert len(frames) == 3 and frames[0].startswith("hip") and frames[1] == "-"
 
 
-def test_cpu_only_trace_shows_cpu_time() -> None:
+def test_cpu_only_trace_shows_wall_time() -> None:
     profile = trace(CPU_ONLY)
-    assert profile.sample_types[profile.type_index(None)].name == "cpu-time"
+    assert profile.sample_types[profile.type_index(None)].name == "wall-time"
     assert profile.meta["info:rank"] == "34"
     assert all(("rank", "34") in ls for ls in profile.label_sets[1:])
     # Self times partition each thread's busy time (no slice overruns its parent here).
@@ -374,7 +374,74 @@ def test_cpu_only_trace_shows_cpu_time() -> None:
         for s, e in spans:
             busy += max(0.0, e - max(s, end))
             end = max(end, e)
-    assert profile.totals()[profile.type_index("cpu-time")] == pytest.approx(busy * 1000, abs=5)
+    assert profile.totals()[profile.type_index("wall-time")] == pytest.approx(busy * 1000, abs=5)
+
+
+CPU_CATEGORIES = {"python_function", "cpu_op", "operator", "user_annotation", "runtime"}
+
+
+def thread_times(rel: str) -> dict[tuple[str, str], tuple[float, float]]:
+    """Per (pid, tid): the wall span (first start to last end) of its CPU slices, and the
+    time inside any of them (the union of their intervals), in ns, from the raw events."""
+    by_thread: dict[tuple[str, str], list[tuple[float, float]]] = collections.defaultdict(list)
+
+    def on_cpu(e: dict) -> bool:
+        cat = e.get("cat")
+        if e.get("ph") != "X" or not isinstance(cat, str):
+            return False
+        return cat.lower() in CPU_CATEGORIES or cat.lower().endswith(("_runtime", "_driver"))
+
+    slices = [e for e in raw_events(rel) if on_cpu(e)]
+    origin = min((float(e["ts"]) for e in slices), default=0.0)  # keeps ns exact in a float
+    for e in slices:
+        start = (float(e["ts"]) - origin) * 1000
+        by_thread[str(e["pid"]), str(e["tid"])].append((start, start + e["dur"] * 1000))
+    out = {}
+    for key, spans in by_thread.items():
+        spans.sort()
+        union, end = 0.0, -np.inf
+        for s, e in spans:
+            union += max(0.0, e - max(s, end))
+            end = max(end, e)
+        out[key] = (end - spans[0][0], union)
+    return out
+
+
+WITH_CPU = [rel for rel in ALL if rel != GPU_ONLY]
+
+
+@pytest.mark.parametrize("rel", WITH_CPU)
+def test_wall_time_never_exceeds_a_threads_span(rel: str) -> None:
+    # Slices that overlap partially (BERT's ProfilerStep#6 starts inside
+    # _record_function_enter_new and outlives it; MTIA's runtime calls overlap each other)
+    # are counted once: per thread, wall-time is at most the time inside slices.
+    profile = trace(rel)
+    col = profile.type_index("wall-time")
+    per_thread: collections.Counter = collections.Counter()
+    for i in np.nonzero(profile.values[:, col])[0]:
+        labels = profile.labels_of(int(i))
+        per_thread[labels["pid"], labels["tid"]] += profile.values[i, col]
+    times = thread_times(rel)
+    assert set(per_thread) <= set(times)
+    for thread, value in per_thread.items():
+        span, union = times[thread]
+        assert value <= span + 1000, thread  # ns rounding of each slice
+        assert 0.99 * union - 1000 <= value <= union + 1000, thread
+
+
+def test_profiler_step_encloses_the_step_it_times() -> None:
+    # Before: the annotation was nested under _record_function_enter_new, enclosed nothing
+    # and the step's 4.4 ms were counted twice (9.2 ms on a thread that spans 4.8 ms).
+    cpu = stacks(trace(BERT_H100), "wall-time")
+    step = [s for s in cpu if "ProfilerStep#6" in s]
+    assert all(";_record_function_enter_new;ProfilerStep#6" not in s for s in step)
+    inside = sum(v for s, v in cpu.items() if ";ProfilerStep#6;" in s)
+    assert inside > 4e6  # the model's forward runs inside the step
+
+
+def test_cpu_time_is_the_old_name_of_wall_time() -> None:
+    profile = trace(CPU_ONLY)
+    assert profile.type_index("cpu-time") == profile.type_index("wall-time")
 
 
 def test_triton_launch_under_its_compiled_op() -> None:
@@ -425,7 +492,7 @@ def test_bad_option_values() -> None:
 
 def test_cpu_view_self_times() -> None:
     profile = trace(BERT_H100)
-    cpu = stacks(profile, "cpu-time")
+    cpu = stacks(profile, "wall-time")
     runtime_self = sum(v for s, v in cpu.items() if s.endswith(";cudaLaunchKernel"))
     launches = [e for e in raw_events(BERT_H100) if e.get("name") == "cudaLaunchKernel"]
     assert runtime_self == sum(round(e["dur"] * 1000) for e in launches)

@@ -41,6 +41,12 @@ def test_convert_folded_gpu_time_keeps_trace_names(capsys: pytest.CaptureFixture
     assert "torch/nn/modules/linear.py(124): forward" in raw
 
 
+def test_cpu_time_still_names_the_slice_metric(capsys: pytest.CaptureFixture[str]) -> None:
+    wall = run(capsys, "convert", str(BERT), "-f", "folded", "--metric", "wall-time", "-o", "-")
+    old = run(capsys, "convert", str(BERT), "-f", "folded", "--metric", "cpu-time", "-o", "-")
+    assert old == wall and ";ProfilerStep#6;" in wall
+
+
 def test_several_ranks_from_a_directory(capsys: pytest.CaptureFixture[str]) -> None:
     files = sorted(str(p) for p in RANKS.glob("*.json.gz"))
     merged = load_many([str(RANKS)])

@@ -15,7 +15,7 @@ import pytest
 
 from aiflame.cli.main import main
 from aiflame.model import CallTree, FrameKind
-from aiflame.render.palette import PALETTE, kind_color
+from aiflame.render.palette import PALETTE, STALL_CLASSES, kind_color
 from aiflame.render.svg import elide, render_svg
 from aiflame.sources import load
 
@@ -110,6 +110,20 @@ def test_the_palette_is_the_one_of_the_page():
         )
     )  # fmt: skip
     assert table == PALETTE
+
+
+def test_stall_classes_are_the_ones_of_the_page():
+    js = (Path(__file__).parents[2] / "src/aiflame/render/assets/format.js").read_text()
+    block = js.split("const STALL_CLASSES", 1)[1].split("};", 1)[0]
+    pattern = (
+        r'"?(\w[\w /-]*?)"?: \{ base: \[(\d+), (\d+), (\d+)\], range: \[(\d+), (\d+), (\d+)\] \}'
+    )
+    table = {
+        m.group(1): (tuple(int(m.group(i)) for i in (2, 3, 4)),
+                     tuple(int(m.group(i)) for i in (5, 6, 7)))
+        for m in re.finditer(pattern, block)
+    }  # fmt: skip
+    assert table == STALL_CLASSES and len(table) == 7
 
 
 def test_labels_fit_and_are_cut_in_the_middle():

@@ -41,6 +41,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from aiflame.cli.analyze_gpu import split_inputs, stall_report
+    from aiflame.render.gpu_stalls_text import format_report
     from aiflame.sources.registry import expand_inputs
 
     check_open(args, args.output, is_page=True)
@@ -49,11 +51,31 @@ def run(args: argparse.Namespace) -> int:
         if args.output.lower().endswith(".json"):
             raise AiflameError(f"{args.output}: -o writes the HTML report; use --json for JSON")
         output_format(args.output, "html", ("html",))
+    traces, samples = split_inputs(expand_inputs(args.traces))
+    stalls = stall_report(samples, args.top) if samples else None
+    if not traces:  # GPU PC samples only: the stall analysis is the report
+        if stalls is None:
+            raise AiflameError("no GPU PC samples in " + ", ".join(samples))
+        if args.output:
+            raise AiflameError(
+                f"{args.output}: the HTML report is of traces; the flame graph of GPU PC "
+                "samples is 'aiflame flamegraph'"
+            )
+        if args.json:
+            text = json.dumps({"gpu_stalls": stalls.to_json()}, indent=1)
+            if args.json == "-":
+                print(text)
+                return 0
+            write_output(args.json, text + "\n")
+        print(format_report(stalls.to_json()), end="")
+        return 0
     flame = module_options(args)
-    inputs = [load_input(path, **flame) for path in expand_inputs(args.traces)]
+    inputs = [load_input(path, **flame) for path in traces]
     report = analyze([i.trace for i in inputs], options=efficiency_options(args))
     for i, r in zip(inputs, report["ranks"], strict=True):
         add_source_notes(i, r)
+    if stalls is not None:
+        report["gpu_stalls"] = stalls.to_json()
     if args.output:
         write_html_report(args.output, inputs, report)
     if args.json:
@@ -64,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
             write_output(args.json, text + "\n")
     if args.json != "-":
         render_terminal(report, args.top)
+        if stalls is not None:
+            print(format_report(stalls.to_json()), end="")
     if args.open:
         open_page(args.output)
     return 0

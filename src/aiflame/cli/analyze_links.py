@@ -56,18 +56,18 @@ _LAUNCHES = r"^(cuda|hip)(Graph)?Launch|^cuLaunch"
 _COPIES = r"^Memcpy|^\[memcpy "
 
 HINTS: dict[str, Hint] = {
-    "sync_stalls": Hint("cpu-time", _calls_regex),
-    "launch_bound": Hint("cpu-time", lambda e: _LAUNCHES),
-    "host_wait_dominated": Hint("cpu-time"),
+    "sync_stalls": Hint("wall-time", _calls_regex),
+    "launch_bound": Hint("wall-time", lambda e: _LAUNCHES),
+    "host_wait_dominated": Hint("wall-time"),
     "pageable_copies": Hint("gpu-time", lambda e: r"Pageable|^\[memcpy HtoD\]$"),
     "many_small_copies": Hint("gpu-time", lambda e: _COPIES),
     "below_roofline": Hint("gpu-time", _ops_regex),
 }
 # The same for the stacks in the report's sections (by top-level key).
 SECTION_HINTS: dict[str, Hint] = {
-    "idle": Hint("cpu-time"),
-    "launch": Hint("cpu-time", lambda e: _LAUNCHES),
-    "sync": Hint("cpu-time", lambda e: _calls_regex({"calls": e.get("by_call")})),
+    "idle": Hint("wall-time"),
+    "launch": Hint("wall-time", lambda e: _LAUNCHES),
+    "sync": Hint("wall-time", lambda e: _calls_regex({"calls": e.get("by_call")})),
     "memory_traffic": Hint("gpu-time", lambda e: _COPIES),
 }
 

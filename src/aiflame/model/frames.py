@@ -26,6 +26,7 @@ class FrameKind(IntEnum):
     GPU_INSTRUCTION = 9
     JIT = 10  # JIT-compiled code (oneDNN, Java, perf maps)
     LABEL = 11  # synthetic frames: group-by roots such as `rank 0`, `[launch not in trace]`
+    GPU_STALL = 12  # the stall reason of GPU PC samples (leaf above an instruction)
 
     @property
     def slug(self) -> str:

@@ -14,7 +14,7 @@ from functools import cache
 from importlib import resources
 
 from aiflame import __version__
-from aiflame.model import Profile
+from aiflame.model import FrameKind, Profile, gpu
 from aiflame.render.flamedata import pack
 from aiflame.render.memtimeline import memory_stacks, pack_memory
 from aiflame.render.titles import flame_title
@@ -81,6 +81,27 @@ def _diff_info(profile: Profile) -> dict[str, object] | None:
     return info
 
 
+def gpu_info(profile: Profile) -> dict[str, object] | None:
+    """What the page needs of GPU PC samples: the class of each stall-reason frame (for
+    colours and the legend), the classes present in legend order, one sample's period,
+    how the samples were joined to launch stacks. None without stall frames."""
+    kinds = profile.frames.kind
+    names = {
+        profile.frames.name_of(f) for f in range(len(kinds)) if kinds[f] == FrameKind.GPU_STALL
+    }
+    if not names:
+        return None
+    classes = {n: gpu.stall_class(n) for n in sorted(names)}
+    period = profile.meta.get(gpu.META_PERIOD)
+    return {
+        "stallClasses": classes,
+        "classes": [c for c in gpu.STALL_CLASSES if c in classes.values()],
+        "period": period if isinstance(period, (int, float)) else None,
+        "periodUnit": str(profile.meta.get(gpu.META_PERIOD_UNIT, "")),
+        "join": str(profile.meta.get(gpu.META_JOIN, "")),
+    }
+
+
 def render_html(
     profile: Profile,
     *,
@@ -100,7 +121,11 @@ def render_html(
         subtitle=subtitle,
         metric=int(column),  # type: ignore[call-overload]
         inverted=inverted,
-        extra={"diff": diff, "source": str(profile.meta.get("source", ""))},
+        extra={
+            "diff": diff,
+            "source": str(profile.meta.get("source", "")),
+            "gpu": gpu_info(profile),
+        },
         keep=memory_stacks(profile),
     )
     # A memory profile's chart over time (memchart.js): its own header and sections.

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from aiflame.model import FrameKind
+from aiflame.model.gpu import stall_class
 
 # kind slug -> (base r, g, b), (range r, g, b): colour = base + v * range, v in [0, 1)
 PALETTE: dict[str, tuple[tuple[int, int, int], tuple[int, int, int]]] = {
@@ -22,6 +23,17 @@ PALETTE: dict[str, tuple[tuple[int, int, int], tuple[int, int, int]]] = {
     "label": ((150, 170, 200), (25, 25, 25)),
     "delimiter": ((165, 165, 165), (0, 0, 0)),
     "unknown": ((205, 185, 155), (30, 30, 30)),
+    "gpu-stall": ((175, 175, 175), (30, 30, 30)),
+}
+# GPU stall reasons by their normalized class (model/gpu.py), as the page's ``STALL_CLASSES``
+STALL_CLASSES: dict[str, tuple[tuple[int, int, int], tuple[int, int, int]]] = {
+    "memory latency": ((225, 75, 70), (25, 30, 25)),
+    "short dependency": ((240, 150, 55), (15, 40, 30)),
+    "synchronization": ((165, 105, 215), (30, 30, 25)),
+    "front end": ((85, 135, 225), (30, 35, 20)),
+    "scheduler/pipe": ((215, 190, 45), (25, 30, 40)),
+    "issued": ((160, 205, 160), (20, 20, 20)),
+    "other": ((165, 165, 165), (25, 25, 25)),
 }
 SEARCH_COLOR = "rgb(230,0,230)"
 
@@ -37,9 +49,13 @@ def name_hash(name: str) -> float:
 
 
 def kind_color(kind: FrameKind | int, name: str) -> str:
-    """``rgb(r,g,b)`` of a frame, the same as the page's ``kindColor``."""
+    """``rgb(r,g,b)`` of a frame, the same as the page's ``kindColor`` (and, for a stall
+    reason, its ``stallColor``: the colour of the reason's class)."""
     slug = FrameKind(kind).slug if kind in FrameKind._value2member_map_ else "unknown"
-    base, spread = PALETTE.get(slug, PALETTE["unknown"])
+    if slug == "gpu-stall":
+        base, spread = STALL_CLASSES.get(stall_class(name), STALL_CLASSES["other"])
+    else:
+        base, spread = PALETTE.get(slug, PALETTE["unknown"])
     v = name_hash(name)
     # JavaScript's Math.round (half up), not Python's round (half to even)
     r, g, b = (math.floor(base[i] + v * spread[i] + 0.5) for i in range(3))

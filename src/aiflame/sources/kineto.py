@@ -6,7 +6,11 @@ runtime/driver call -> ``-`` -> the activity, weighted by its GPU duration (``gp
 ns) and counted (``kernel-count``). Activity whose launch is not in the trace hangs under
 ``[launch not in trace]``, so the flame graph's total is the trace's total GPU time. The
 CPU slices give a second view: the self time of every Python function, operator and
-runtime call (``cpu-time``, ns).
+runtime call (``wall-time``, ns: the profiler times slices by the wall clock, so a thread
+sleeping inside a function counts as much as one computing; ``cpu-time``, the old name, is
+accepted as an alias). Slices that overlap partially are counted once (see
+:func:`aiflame.transforms.correlate.nest`): per thread, the total never exceeds the time
+the thread spent in slices.
 
 Layouts: recent traces with ``python_function`` events; older ones whose operators carry
 a ``Call stack`` string; the 2021 ``Operator``/``Runtime``/``Kernel`` layout; AMD (HIP
@@ -32,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from aiflame.errors import AiflameError, InputError
-from aiflame.model import FrameKind, Profile, ProfileBuilder
+from aiflame.model import FrameKind, Profile, ProfileBuilder, gpu
 from aiflame.model.stacks import EMPTY_STACK
 from aiflame.sources.inputs import Input
 from aiflame.sources.kineto_events import Cls, Columns, EventCollector
@@ -103,11 +107,13 @@ def load(
     python_roots: Sequence[str] | None = None,
     module_instances: bool = False,
     merge_steps: bool = False,
+    python_naming: PythonNaming | None = None,
     **_: object,
 ) -> Profile:
     """``python_roots``: the traced interpreter's ``sys.path``, when known (``aiflame
-    record``): Python frames are then named per function as py-spy's samples are (see
-    :mod:`aiflame.symbolize.pyframes`), with classes read from the source files."""
+    record``): Python frames are then named per function as the samplers' are (see
+    :mod:`aiflame.symbolize.pyframes`), with classes read from the source files.
+    ``python_naming``: that naming itself, shared with the samplers of the recording."""
     if python_names not in ("short", "raw"):
         raise AiflameError(f"python_names must be 'short' or 'raw', not '{python_names}'")
     if kernel_names not in ("full", "short"):
@@ -121,7 +127,9 @@ def load(
             return trace_events.load(source)
         except trace_events.NoSlices:
             raise no_events from None
-    naming = PythonNaming(python_roots) if python_roots is not None else None
+    naming = python_naming
+    if naming is None and python_roots is not None:
+        naming = PythonNaming(python_roots)
     return build_profile(
         cols,
         trace_meta,
@@ -286,6 +294,13 @@ def build_profile(
     unlinked = add_gpu_samples(builder, kernels, cols, launch, stack_of, labels)
 
     builder.meta.update(describe(cols, unlinked, warnings, rank, trace_meta, use_call_stacks))
+    if len(launch) and stack_of.size:
+        # Which CPU stack launched each correlation id: joins GPU PC samples (gpujoin).
+        linked = launch >= 0
+        builder.meta[gpu.LAUNCHES] = {
+            "correlation": gpu_corr[linked].astype(np.int64),
+            "stack": stack_of[launch[linked]].astype(np.int64),
+        }
     profile = builder.build()
     if python_names == "short":  # 'raw' keeps the frames as the profiler wrote them
         profile = module_methods(profile, instances=module_instances)
@@ -308,7 +323,7 @@ def cpu_slice_stacks(
     """Nest the CPU slices of ``cols`` and intern their stacks into ``builder``."""
     nesting = correlate.nest(cols.cpu_thread, cols.cpu_ts, cols.cpu_dur, _ranks(cols.cpu_cls))
     if nesting.bleeding:
-        warnings["slices that end after their enclosing slice"] += nesting.bleeding
+        warnings[correlate.OVERLAP_WARNING] += nesting.bleeding
     use_call_stacks = not np.any(cols.cpu_cls == Cls.PYTHON) and bool(cols.call_stacks)
     stack_of = _cpu_stacks(builder, frames, cols, nesting, use_call_stacks)
     return CpuSlices(nesting, stack_of, use_call_stacks)

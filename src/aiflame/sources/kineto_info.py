@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from aiflame.sources.kineto_events import Cls, Columns
-from aiflame.sources.kineto_samples import CPU_TIME, GPU_TIME, UNLINKED_ROOT
+from aiflame.sources.kineto_samples import GPU_TIME, UNLINKED_ROOT, WALL_TIME
 from aiflame.transforms import correlate
 
 
@@ -52,7 +52,7 @@ def describe(
 ) -> dict[str, object]:
     """Profile meta: default metric, time range and the ``info:`` lines of ``aiflame info``."""
     n_gpu = int(cols.gpu_ts.size)
-    meta: dict[str, object] = {"default_type": GPU_TIME if n_gpu else CPU_TIME}
+    meta: dict[str, object] = {"default_type": GPU_TIME if n_gpu else WALL_TIME}
     first = min(int(t.min()) for t in (cols.cpu_ts, cols.gpu_ts) if t.size)
     last = max(
         int((t + d).max())

@@ -1,4 +1,4 @@
-"""Samples of a Kineto trace: CPU self time per stack, GPU activity per launch stack.
+"""Samples of a Kineto trace: self time of CPU slices per stack, GPU activity per launch stack.
 
 Samples are aggregated per distinct (stack, labels) before they reach the profile, so a
 trace of millions of events gives a profile the size of its distinct stacks.
@@ -16,9 +16,9 @@ from aiflame.transforms import correlate
 SAMPLE_TYPES = (
     SampleType("gpu-time", "nanoseconds"),
     SampleType("kernel-count", "count"),
-    SampleType("cpu-time", "nanoseconds"),
+    SampleType("wall-time", "nanoseconds"),  # of CPU slices: wall clock, not CPU
 )
-GPU_TIME, KERNEL_COUNT, CPU_TIME = 0, 1, 2
+GPU_TIME, KERNEL_COUNT, WALL_TIME = 0, 1, 2
 UNLINKED_ROOT = "[launch not in trace]"
 DELIMITER = "-"
 _DENSE_KEYS = 1 << 22  # (stack, labels) pairs counted in a table up to this many
@@ -102,7 +102,7 @@ def add_cpu_samples(
     stack_of: np.ndarray,
     labels: Labels,
 ) -> None:
-    self_ns = correlate.self_times(cols.cpu_ts, cols.cpu_dur, nesting.parent)
+    self_ns = correlate.self_times(cols.cpu_ts, nesting.dur, nesting.parent)
     keep = np.nonzero(self_ns > 0)[0]
     thread = cols.cpu_thread[keep]
     # Label ids by thread (a lookup table), not by slice: no sort over millions of rows.
@@ -113,7 +113,7 @@ def add_cpu_samples(
     lab = per_thread[thread]
     weights = self_ns[keep].astype(np.float64)
     del self_ns
-    _add_aggregated(builder, stack_of[keep], lab, {CPU_TIME: weights})
+    _add_aggregated(builder, stack_of[keep], lab, {WALL_TIME: weights})
 
 
 def add_gpu_samples(

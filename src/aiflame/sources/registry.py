@@ -22,6 +22,11 @@ from aiflame.sources.inputs import Input
 
 # Most specific first: the first sniffer that says yes wins.
 IMPORTERS = (
+    "aiflame.sources.hpctoolkit",
+    "aiflame.sources.rocprof_pc",
+    "aiflame.sources.cupti_pc",
+    "aiflame.sources.ncu",
+    "aiflame.sources.iaprof",
     "aiflame.sources.torch_memory",
     "aiflame.sources.pprof",
     "aiflame.sources.speedscope",
@@ -45,11 +50,30 @@ def _modules() -> list[ModuleType]:
     return mods
 
 
+def _module_of(fmt: str) -> ModuleType:
+    """The importer of ``fmt``, importing no other (each costs its dependencies: protobuf,
+    sqlite...). Modules are named after their format (``perf-script``: ``perf_script``)."""
+    name = "aiflame.sources." + fmt.replace("-", "_")
+    if name in IMPORTERS:
+        mod = importlib.import_module(name)
+        if fmt == mod.FORMAT:
+            return mod
+    mods = {m.FORMAT: m for m in _modules()}
+    if fmt not in mods:
+        raise AiflameError(f"unknown input format '{fmt}' (known: {', '.join(mods)})")
+    return mods[fmt]
+
+
 def formats() -> list[str]:
     return [m.FORMAT for m in _modules()]
 
 
 def detect(source: Input) -> ModuleType:
+    if os.path.isdir(source.path):  # a database directory (HPCToolkit): asked by name
+        for mod in _modules():
+            if getattr(mod, "sniff_directory", None) and mod.sniff_directory(source.path):
+                return mod
+        raise InputError(source.path, "is a directory, not a profile")
     head = source.head()
     if not head.strip():
         raise InputError(source.path, "empty input (no samples)")
@@ -62,13 +86,7 @@ def detect(source: Input) -> ModuleType:
 def load(path: str, fmt: str | None = None, **options: Any) -> Profile:
     """Load one input, detecting its format unless ``fmt`` is given."""
     source = Input(path)
-    if fmt:
-        mods = {m.FORMAT: m for m in _modules()}
-        if fmt not in mods:
-            raise AiflameError(f"unknown input format '{fmt}' (known: {', '.join(mods)})")
-        mod = mods[fmt]
-    else:
-        mod = detect(source)
+    mod = _module_of(fmt) if fmt else detect(source)
     try:
         profile = mod.load(source, **options)
     except (AiflameError, MemoryError, KeyboardInterrupt):
@@ -93,11 +111,13 @@ def load_many(
     per rank of a PyTorch profiler run. ``label_files``: a label key given to every sample,
     whose value names the input file it came from (its shortest distinct path suffix).
     """
+    from aiflame.transforms.gpujoin import join_gpu_samples
     from aiflame.transforms.group import with_label
     from aiflame.transforms.merge import merge
 
     files = expand_inputs(paths)
     profiles = [load(p, fmt, **options) for p in files]
+    profiles = join_gpu_samples(profiles)  # PC samples under the launch stacks of a trace
     if label_files:
         names = distinct_names(files)
         profiles = [with_label(p, label_files, n) for p, n in zip(profiles, names, strict=True)]
@@ -106,7 +126,16 @@ def load_many(
     merged = merge(profiles)
     merged.meta.pop("device", None)  # the first input's; kept only if all share it
     merged.meta.update(combine_meta(profiles))
+    for p in profiles:  # GPU samples: how they met the launch stacks, one sample's period
+        for key in _CARRIED_META:
+            if key in p.meta and key not in merged.meta:
+                merged.meta[key] = p.meta[key]
+        if "gpu_samples_join" in p.meta and "subtitle" not in merged.meta:
+            merged.meta["subtitle"] = p.meta["gpu_samples_join"]
     return merged
+
+
+_CARRIED_META = ("gpu_samples_join", "gpu_sample_period", "gpu_sample_period_unit")
 
 
 def load_timeline(path: str, fmt: str | None = None, metric: str | None = None, **options: Any):  # type: ignore[no-untyped-def]
@@ -169,7 +198,7 @@ def expand_inputs(paths: Sequence[str]) -> list[str]:
     """``paths`` with each directory replaced by its trace files, in natural name order."""
     out: list[str] = []
     for path in paths:
-        if path == "-" or not os.path.isdir(path):
+        if path == "-" or not os.path.isdir(path) or _is_database(path):
             out.append(path)
             continue
         found = sorted(
@@ -205,6 +234,13 @@ def distinct_names(paths: Sequence[str]) -> list[str]:
             return names
         for i in grow:
             depth[i] += 1
+
+
+def _is_database(path: str) -> bool:
+    """A directory that one importer reads whole (an HPCToolkit database)."""
+    return any(
+        getattr(mod, "sniff_directory", None) and mod.sniff_directory(path) for mod in _modules()
+    )
 
 
 def combine_meta(profiles: Sequence[Profile]) -> dict[str, object]:

@@ -371,8 +371,8 @@ def load(source: Input, **_: object) -> Profile:
     # Slices starting together with equal length: the one written first encloses.
     nesting = correlate.nest(thread, ts, dur, seq)
     if nesting.bleeding:
-        warnings["slices that end after their enclosing slice"] += nesting.bleeding
-    self_ns = correlate.self_times(ts, dur, nesting.parent)
+        warnings[correlate.OVERLAP_WARNING] += nesting.bleeding
+    self_ns = correlate.self_times(ts, nesting.dur, nesting.parent)
 
     builder = ProfileBuilder(SAMPLE_TYPES)
     roots, labels = _thread_roots(builder, col)

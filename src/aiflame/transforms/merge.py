@@ -50,5 +50,6 @@ def merge(profiles: Sequence[Profile]) -> Profile:
         copy_into(builder, p, tmap)
     merged = builder.build()
     merged.meta = dict(profiles[0].meta)
+    merged.meta.pop("gpu_launches", None)  # its stack ids are those of profiles[0] alone
     merged.meta["sources"] = [p.meta.get("source") for p in profiles]
     return merged

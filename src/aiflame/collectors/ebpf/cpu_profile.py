@@ -167,7 +167,7 @@ class _PythonFrames:
             if function is None:
                 frame = Frame(PYTHON_FRAME_UNREADABLE, FrameKind.LABEL)
             else:
-                named = self.naming.sampled(function.qualname, function.file, function.first_line)
+                named = self.naming.code(function.qualname, function.file, function.first_line)
                 frame = Frame(named.name, FrameKind.PYTHON, named.file, named.line)
             self._named[function] = frame
         return frame

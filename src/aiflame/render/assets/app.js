@@ -146,9 +146,19 @@
       const f = tree.frame[i];
       let c = this.kindColors[f];
       if (c === undefined) {
-        c = this.kindColors[f] = A.kindColor(this.frames.kindSlug(f), this.frames.name(f));
+        const slug = this.frames.kindSlug(f);
+        const cls = slug === "gpu-stall" ? this.stallClass(f) : null;
+        c = this.kindColors[f] = cls
+          ? A.stallColor(cls, this.frames.name(f))
+          : A.kindColor(slug, this.frames.name(f));
       }
       return c;
+    }
+
+    // The normalized class of a GPU stall-reason frame ("memory latency"...), or null.
+    stallClass(f) {
+      const g = this.header.gpu;
+      return (g && g.stallClasses && g.stallClasses[this.frames.name(f)]) || null;
     }
 
     // Per-node deltas (test - base) of self or total, and the largest magnitude.
@@ -217,6 +227,9 @@
         rows.append(tr);
       };
       row("kind", kind.label);
+      if (this.frames.kindSlug(f) === "gpu-stall" && this.stallClass(f)) {
+        row("stall class", this.stallClass(f));
+      }
       const t = this.metric;
       const type = this.types[t];
       const all = this.baseTree.totals(t)[0];
@@ -404,6 +417,15 @@
       box.replaceChildren(...items);
     }
 
+    // "gpu-samples (count, 1 = 1024 cycles)": what one GPU PC sample stands for.
+    metricLabel(type) {
+      const g = this.header.gpu;
+      if (type.name === "gpu-samples" && g && g.period) {
+        return type.name + " (" + type.unit + ", 1 = " + A.formatValue(g.period, "count") + " " + g.periodUnit + ")";
+      }
+      return type.name + " (" + type.unit + ")";
+    }
+
     updateInvertButton() {
       $("invert").textContent = this.view.inverted ? "Flame view" : "Icicle view";
       $("invert").title = this.view.inverted ? "root at the bottom" : "root at the top";
@@ -421,6 +443,8 @@
           items.push(it);
         }
       }
+      const g = this.header.gpu;
+      if (g && g.classes && g.classes.length) used.delete("gpu-stall"); // its own legend below
       for (const slug of Object.keys(A.PALETTE)) {
         if (!used.has(slug)) continue;
         const p = A.PALETTE[slug];
@@ -431,10 +455,35 @@
         items.push(it);
       }
       box.replaceChildren(...items);
+      this.buildStallLegend();
       if (this.diff) {
         $("howto-diff").hidden = false;
         $("colormode-box").hidden = false;
       }
+    }
+
+    // GPU PC samples: one swatch per stall class present, with the reasons in it.
+    buildStallLegend() {
+      const box = $("stalls");
+      const g = this.header.gpu;
+      if (!box || !g || !g.classes || !g.classes.length) return;
+      const reasons = {};
+      for (const [name, cls] of Object.entries(g.stallClasses || {})) {
+        (reasons[cls] = reasons[cls] || []).push(name);
+      }
+      const items = [el("span", { class: "stall-title" }, "GPU stall reasons:")];
+      for (const cls of g.classes) {
+        const it = el("span", { class: "kind stall-class", "data-stall-class": cls });
+        const sw = el("span", { class: "swatch" });
+        sw.style.background = A.stallColor(cls, "");
+        const names = (reasons[cls] || []).sort();
+        it.title = names.join(", ");
+        it.append(sw, el("span", null, cls), el("span", { class: "stall-names" }, names.join(", ")));
+        items.push(it);
+      }
+      if (g.join) items.push(el("span", { class: "stall-join" }, g.join));
+      box.replaceChildren(...items);
+      box.hidden = false;
     }
 
     // -- tabs: top functions and sandwich ---------------------------------------------
@@ -595,12 +644,14 @@
 
     bindControls() {
       const metric = $("metric");
+      // A metric with no data (gpu-time of a CPU-only run) is not offered, unless shown.
       this.types.forEach((type, t) => {
-        metric.append(el("option", { value: String(t) }, type.name + " (" + type.unit + ")"));
+        if (type.total === 0 && t !== this.metric) return;
+        metric.append(el("option", { value: String(t) }, this.metricLabel(type)));
       });
       metric.value = String(this.metric);
       metric.addEventListener("change", () => this.setMetric(Number(metric.value)));
-      if (this.types.length < 2 || this.diff) $("metric-box").hidden = true;
+      if (metric.options.length < 2 || this.diff) $("metric-box").hidden = true;
 
       const mode = $("colormode");
       mode.addEventListener("change", () => {

@@ -112,6 +112,7 @@
     "gpu-instruction": { label: "GPU instruction", base: [60, 185, 60], range: [60, 60, 50] },
     "gpu-source": { label: "GPU source line", base: [70, 200, 200], range: [50, 45, 45] },
     "gpu-kernel": { label: "GPU kernel", base: [120, 205, 130], range: [50, 45, 40] },
+    "gpu-stall": { label: "GPU stall reason", base: [175, 175, 175], range: [30, 30, 30] },
     native: { label: "C (native)", base: [215, 70, 60], range: [40, 70, 60] },
     cpp: { label: "C++", base: [205, 190, 55], range: [45, 50, 40] },
     kernel: { label: "Linux kernel", base: [230, 130, 30], range: [25, 60, 30] },
@@ -123,6 +124,26 @@
     unknown: { label: "other", base: [205, 185, 155], range: [30, 30, 30] },
   };
   A.PALETTE = PALETTE;
+
+  // Stall reasons are coloured by their normalized class (aiflame/model/gpu.py), so the
+  // same kind of stall reads the same on NVIDIA, AMD and Intel samples.
+  const STALL_CLASSES = {
+    "memory latency": { base: [225, 75, 70], range: [25, 30, 25] },
+    "short dependency": { base: [240, 150, 55], range: [15, 40, 30] },
+    synchronization: { base: [165, 105, 215], range: [30, 30, 25] },
+    "front end": { base: [85, 135, 225], range: [30, 35, 20] },
+    "scheduler/pipe": { base: [215, 190, 45], range: [25, 30, 40] },
+    issued: { base: [160, 205, 160], range: [20, 20, 20] },
+    other: { base: [165, 165, 165], range: [25, 25, 25] },
+  };
+  A.STALL_CLASSES = STALL_CLASSES;
+
+  A.stallColor = function (cls, name) {
+    const p = STALL_CLASSES[cls] || STALL_CLASSES.other;
+    const v = nameHash(name);
+    const c = [0, 1, 2].map((k) => Math.round(p.base[k] + v * p.range[k]));
+    return "rgb(" + c[0] + "," + c[1] + "," + c[2] + ")";
+  };
   A.SEARCH_COLOR = "rgb(230,0,230)";
 
   // FNV-1a of the name, folded to [0, 1): stable across pages and sessions.
