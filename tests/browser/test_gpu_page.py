@@ -1,7 +1,8 @@
 """GPU PC samples in the page: the instruction/source-line palette, stall reasons coloured
 by class with their legend, zoom from a kernel into its lines and instructions, the
 sandwich of a source line, the gpu-samples metric; on real recordings (HPCToolkit's CUDA
-recording and a real Nsight Compute report)."""
+recording, its database with the per-instruction samples of its measurement directory,
+and a real Nsight Compute report)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,40 @@ def test_palette_and_stall_legend_on_a_real_recording(hpc_page):
     assert "stall class memory latency" in page.text("tooltip")
     metric = page.driver.find_element("id", "metric").text
     assert "gpu-samples (count, 1 = 4,096 cycles)" in metric and "gpu-time" in metric
+
+
+def test_zoom_from_an_hpctoolkit_kernel_into_its_lines_and_instructions(hpc_page):
+    page = hpc_page
+    kernel = page.find("kernmain()")
+    page.click(kernel)
+    assert page.js("return aiflame.app.view.zoom;") == kernel
+    k = page.rect(kernel)
+    loop = page.find("loop at loops.cu:21")
+    line = page.find("loops.cu:16")  # func2, inlined at line 31 in the loop
+    r = page.rect(line)
+    assert page.rect(loop)["y"] > r["y"]  # the loop below the inlined line
+    assert r["w"] > 0.7 * k["w"]  # 2,212,974,592 of 2,691,330,048 weighted samples
+    # its hottest instruction: green, above it, named with nvdisasm's text
+    inst = page.js(
+        "const t = aiflame.app.tree, a = aiflame.app; let best = -1, v = -1;"
+        "for (let i = 0; i < t.n; i++) if (a.frames.kindSlug(t.frame[i]) === 'gpu-instruction'"
+        " && t.parent[i] === arguments[0] && t.totals(0)[i] > v) { v = t.totals(0)[i]; best = i; }"
+        "return best;",
+        line,
+    )
+    assert inst > 0
+    ri = page.rect(inst)
+    assert ri is not None and ri["y"] < r["y"]
+    name = page.js("return aiflame.app.tree.nameOf(arguments[0]);", inst)
+    assert name.split(" ")[0] in ("DFMA", "STL.64") and " @ +0x" in name
+    green = rgb(page.js("return aiflame.kindColor('gpu-instruction', arguments[0]);", name))
+    assert page.pixel(ri["x"] + ri["w"] / 2, ri["y"] + ri["h"] / 2) == green
+    assert green[1] > green[0] and green[1] > green[2]
+    # and the stall reason on top of it
+    page.hover(ri["x"] + ri["w"] / 2, ri["y"] - ri["h"] / 2)
+    assert "STL_" in page.text("tooltip")
+    # the host stack stays above as the zoom's breadcrumb
+    assert page.crumbs()[:3] == ["all", "main", "kernmain"]
 
 
 def test_zoom_from_a_kernel_into_its_lines_and_instructions(ncu_page):

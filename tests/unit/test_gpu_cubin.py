@@ -19,7 +19,13 @@ from aiflame.symbolize import cubin as cb
 DATA = Path(__file__).parents[1] / "data" / "gpu_instructions"
 SM75 = DATA / "parca_otel_ebpf_profiler" / "toy.cubin"
 SM121 = DATA / "parcagpu" / "pc_sample_toy.cubin"
-SM80 = DATA / "hpctoolkit" / "loops-cuda-nvidiapc-t.m" / "82578c6c35b16bf3c6712d8cc5175793.gpubin"
+SM80 = (
+    DATA
+    / "hpctoolkit"
+    / "loops-cuda-nvidiapc-t.m"
+    / "gpubins"
+    / "82578c6c35b16bf3c6712d8cc5175793.gpubin"
+)
 
 needs_nvdisasm = pytest.mark.skipif(cb.find_nvdisasm() is None, reason="nvdisasm not installed")
 

@@ -2,7 +2,9 @@
 PC sampling (loops.cu on an sm_80 GPU; see tests/data/gpu_instructions/PROVENANCE.md).
 
 The expected totals are the ones HPCToolkit's reader (hpctesttool) gives for the summary
-profile, listed in the PROVENANCE: they are not computed by the importer under test.
+profile, listed in the PROVENANCE: they are not computed by the importer under test. The
+database is read from a copy without its measurement directory beside it (the samples then
+stop at the line); test_gpu_hpcrun.py reads both.
 """
 
 from __future__ import annotations
@@ -21,7 +23,17 @@ from aiflame.model import FrameKind, gpu
 from aiflame.sources import load
 
 DATA = Path(__file__).parents[1] / "data" / "gpu_instructions" / "hpctoolkit"
-DB = DATA / "loops-cuda-nvidiapc-t.d"
+SOURCE_DB = DATA / "loops-cuda-nvidiapc-t.d"
+
+
+@pytest.fixture(scope="module")
+def db_alone(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("alone") / "loops.d"
+    d.mkdir()
+    for name in ("meta.db", "profile.db"):
+        shutil.copy(SOURCE_DB / name, d / name)
+    return d
+
 
 PERIOD = 4096  # GSAMP:PER (cyc)
 # Summary-profile totals (values weighted by the period), from the PROVENANCE.
@@ -31,8 +43,8 @@ ALL_SAMPLES = 657_063  # GSAMP:TOT
 
 
 @pytest.fixture(scope="module")
-def profile():
-    return load(str(DB))
+def profile(db_alone):
+    return load(str(db_alone))
 
 
 def pc_samples(profile) -> list[int]:
@@ -110,12 +122,12 @@ def test_stall_classes(profile):
     assert classes["STL_NONE"] == gpu.ISSUED
 
 
-def test_database_file_and_gzip_copies(tmp_path, profile):
-    assert len(load(str(DB / "meta.db"))) == len(profile)
+def test_database_file_and_gzip_copies(tmp_path, profile, db_alone):
+    assert len(load(str(db_alone / "meta.db"))) == len(profile)
     gz = tmp_path / "db"
     gz.mkdir()
     for name in ("meta.db", "profile.db"):
-        with open(DB / name, "rb") as src, gzip.open(gz / (name + ".gz"), "wb") as dst:
+        with open(SOURCE_DB / name, "rb") as src, gzip.open(gz / (name + ".gz"), "wb") as dst:
             shutil.copyfileobj(src, dst)
     again = load(str(gz))
     assert again.totals() == pytest.approx(profile.totals())
@@ -123,13 +135,13 @@ def test_database_file_and_gzip_copies(tmp_path, profile):
 
 def test_bad_databases_are_one_clear_error(tmp_path, capsys):
     (tmp_path / "only").mkdir()
-    shutil.copy(DB / "meta.db", tmp_path / "only" / "meta.db")
+    shutil.copy(SOURCE_DB / "meta.db", tmp_path / "only" / "meta.db")
     with pytest.raises(InputError, match=r"without profile\.db"):
         load(str(tmp_path / "only"))
     cut = tmp_path / "cut"
     cut.mkdir()
-    (cut / "meta.db").write_bytes((DB / "meta.db").read_bytes()[:3000])
-    shutil.copy(DB / "profile.db", cut / "profile.db")
+    (cut / "meta.db").write_bytes((SOURCE_DB / "meta.db").read_bytes()[:3000])
+    shutil.copy(SOURCE_DB / "profile.db", cut / "profile.db")
     out = tmp_path / "x.html"
     assert main(["flamegraph", str(cut), "-o", str(out)]) == 1
     err = capsys.readouterr().err
@@ -139,5 +151,5 @@ def test_bad_databases_are_one_clear_error(tmp_path, capsys):
 
 def test_flamegraph_of_the_database(tmp_path):
     out = tmp_path / "hpc.html"
-    assert main(["flamegraph", str(DB), "-o", str(out)]) == 0
+    assert main(["flamegraph", str(SOURCE_DB), "-o", str(out)]) == 0
     assert out.stat().st_size > 1000

@@ -37,6 +37,12 @@ class GpuStacks:
             sid = self.b.stacks.intern((f,), sid)
         return sid
 
+    def loop(self, sid: int, file: str, line: int) -> int:
+        """A loop of the kernel (HPCToolkit's structure knows them): ``loop at f.cu:21``."""
+        name = "loop at " + gpu.source_line_name(file, line)
+        f = self._frame(("l", file, line), name, FrameKind.GPU_SOURCE, file, line)
+        return self.b.stacks.intern((f,), sid)
+
     def instruction(self, sid: int, text: str, offset: int, module: str = "") -> int:
         name = gpu.instruction_name(text, offset)
         key = ("i", name, module, offset)

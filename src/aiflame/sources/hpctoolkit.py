@@ -19,6 +19,14 @@ they stay with the listed context above them: totals always equal HPCToolkit's.
 ``GINS`` counts are weighted by the sampling period (``GSAMP:PER``, in GPU cycles); they
 are divided by it, so ``gpu-samples`` counts samples and the period is kept in meta.
 ``GKER (sec)`` becomes ``gpu-time`` and ``GKER:COUNT`` ``kernel-count``.
+
+``hpcprof`` keeps the GPU contexts only down to the source line. hpcrun's measurement
+directory (:mod:`aiflame.sources.hpctoolkit_meas`) has every sampled instruction: given
+beside the database (``aiflame flamegraph X.d X.m``), or found next to it (``X.m`` for
+``X.d``, ``X-measurements`` for ``X-database``), the GPU samples are taken from it, one per
+instruction with its SASS, under the host contexts of the database; the database's and the
+measurements' ``GINS`` totals must agree. A measurement directory alone (or one ``.hpcrun``
+file) is read too, its host frames named from the ``structs/`` hpcrun's ``hpcstruct`` left.
 """
 
 from __future__ import annotations
@@ -32,7 +40,9 @@ import numpy as np
 from aiflame.errors import InputError
 from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType, gpu
 from aiflame.model.stacks import EMPTY_STACK
+from aiflame.sources import hpcrun_fmt
 from aiflame.sources import hpctoolkit_db as db
+from aiflame.sources import hpctoolkit_meas as meas_dir
 from aiflame.sources.inputs import Input
 from aiflame.symbolize.kinds import DELIMITER, guess_kind
 
@@ -55,7 +65,7 @@ _DB_FILES = ("meta.db", "profile.db", "cct.db", "trace.db")
 
 
 def sniff(head: bytes, path: str) -> bool:
-    return head.startswith(_MAGIC)
+    return head.startswith(_MAGIC) or hpcrun_fmt.is_hpcrun(head)
 
 
 def is_database_dir(path: str) -> bool:
@@ -65,17 +75,46 @@ def is_database_dir(path: str) -> bool:
 
 
 def sniff_directory(path: str) -> bool:
-    return is_database_dir(path)
+    return is_database_dir(path) or meas_dir.is_measurement_dir(path)
 
 
-def load(source: Input, **_: object) -> Profile:
+def pair_inputs(paths: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Databases given with measurement directories: (the inputs left to load, database ->
+    its measurements). A directory pairs with the database of the same name (``X.m`` and
+    ``X.d``, ``X-measurements`` and ``X-database``), or one of each pairs whatever names."""
+    dbs = [p for p in paths if is_database_dir(p)]
+    meas = [p for p in paths if not is_database_dir(p) and meas_dir.is_measurement_dir(p)]
+    pairs: dict[str, str] = {}
+    for m in meas:
+        for d in dbs:
+            if d not in pairs and meas_dir.beside_database(d) == os.path.abspath(m.rstrip("/")):
+                pairs[d] = m
+    if len(dbs) == 1 and len(meas) == 1 and not pairs:
+        pairs[dbs[0]] = meas[0]
+    used = set(pairs.values())
+    return [p for p in paths if p not in used], pairs
+
+
+def load(source: Input, measurements: str | None = None, **_: object) -> Profile:
+    if meas_dir.is_measurement_dir(source.path) and not is_database_dir(source.path):
+        return meas_dir.build_profile(meas_dir.Measurements(source.path))
+    if not os.path.isdir(source.path) and hpcrun_fmt.is_hpcrun(source.head(32)):
+        if source.is_stdin:
+            raise InputError(source.path, "an hpcrun file is read from its path (structs/ beside)")
+        return meas_dir.build_profile(meas_dir.Measurements(source.path))
     meta_data, profile_data = _read_database(source)
     try:
         meta = db.read_meta(meta_data)
         profiles = db.read_profiles(profile_data, meta.id_names)
     except db.FormatError as e:
         raise InputError(source.path, str(e)) from None
-    profile = _Importer(meta, profiles).run()
+    importer = _Importer(meta, profiles)
+    if importer.has_gpu_samples():
+        folder = source.path if os.path.isdir(source.path) else os.path.dirname(source.path)
+        found = measurements or meas_dir.beside_database(folder or ".")
+        if found:
+            importer.use_measurements(meas_dir.Measurements(found), explicit=bool(measurements))
+    profile = importer.run()
     profile.meta.setdefault("title", meta.title)
     return profile
 
@@ -126,7 +165,21 @@ class _Importer:
                 self.children.setdefault(c.parent, []).append(c.ctx_id)
         self.stack_of: dict[int, int] = {}
         self.gpu_side: dict[int, bool] = {}
-        self.kernel_entry: dict[int, int] = {}  # ctx -> ctx of its GPU function (kernel)
+        self.meas: meas_dir.Measurements | None = None
+        self.meas_explicit = False
+        self._calls: dict[int, list[int]] = {}
+
+    def has_gpu_samples(self) -> bool:
+        return any(m.name == ALL_SAMPLES for m in self.meta.metrics)
+
+    def use_measurements(self, meas: meas_dir.Measurements, explicit: bool) -> None:
+        """Take the GPU samples from hpcrun's measurements (one per instruction)."""
+        if explicit and meas.program and self.meta.title and meas.program != self.meta.title:
+            raise InputError(
+                meas.path,
+                f"measurements of '{meas.program}', not of the database's '{self.meta.title}'",
+            )
+        self.meas, self.meas_explicit = meas, explicit
 
     # -- values -----------------------------------------------------------------------------
     def _metric_ids(self, names: Iterable[str]) -> dict[str, int]:
@@ -233,6 +286,11 @@ class _Importer:
                 "hpctoolkit", "database has no GPU sample, kernel or CPU time metrics to show"
             )
         col = {t.name: i for i, t in enumerate(b.sample_types)}
+        if self.meas is not None and ALL_SAMPLES in ids:
+            self._check_measurements(ids[ALL_SAMPLES])
+        if self.meas is not None:
+            self._add_measured_samples(stall_names, period, col[gpu.GPU_SAMPLES.name])
+            ids.pop(ALL_SAMPLES)  # the database's own GINS are the same samples, by line
         stall_frames: dict[str, int] = {}
         for p in self.profiles:
             labels = {k.lower(): str(v) for k, v in p.id_tuple if k not in ("NODE", "SUMMARY")}
@@ -295,3 +353,84 @@ class _Importer:
     ) -> None:
         for ctx, value in sorted(self._own_values(p, metric_id).items()):
             self.b.add_value(self.stack(ctx), column, value * scale, self.b.labels(labels))
+
+    # -- GPU samples from the measurement directory -------------------------------------------
+    def _check_measurements(self, gins_id: int) -> None:
+        """The measurements must be those the database was made of: same GINS in total."""
+        assert self.meas is not None
+        ours = sum(sum(self._own_values(p, gins_id).values()) for p in self.profiles)
+        theirs = 0.0
+        for t in self.meas.threads:
+            gins = t.values({meas_dir.ALL_SAMPLES}).get(meas_dir.ALL_SAMPLES, {})
+            theirs += sum(gins[n] for n, _ in meas_dir.gpu_sample_nodes(t, gins))
+        if abs(ours - theirs) <= 1e-9 * max(ours, 1.0):
+            return
+        why = f"GINS {theirs:,.0f} in the measurements, {ours:,.0f} in the database"
+        if self.meas_explicit:
+            raise InputError(self.meas.path, f"not the measurements of this database ({why})")
+        self.b.meta["info:GPU instructions"] = f"not read from {self.meas.path} ({why})"
+        self.meas = None
+
+    def _add_measured_samples(self, stall_names: list[str], period: float, column: int) -> None:
+        assert self.meas is not None
+        maker = meas_dir.StackMaker(self.meas, self.b)
+        joined = own = 0
+        for ti, t in enumerate(self.meas.threads):
+
+            def base(
+                placeholder: int,
+                binary: meas_dir.GpuBinary,
+                kernel: meas_dir.Kernel,
+                ti: int = ti,
+                t: meas_dir.Thread = t,
+            ) -> int:
+                nonlocal joined, own
+                names = maker.host_names(t, placeholder)
+                ctx = self._kernel_context([*names, kernel[0] if kernel else None])
+                if ctx is not None:
+                    joined += 1
+                    return self.stack(ctx)
+                own += 1
+                frame = maker.kernel_frame(binary, kernel)
+                return self.b.stacks.intern((frame,), maker.host_stack(ti, t, placeholder))
+
+            vals = t.values({meas_dir.ALL_SAMPLES, *stall_names})
+            meas_dir.add_pc_samples(maker, t, vals, stall_names, period, column, base)
+        note = f"one sample per instruction, from {self.meas.path}"
+        if own:
+            note += f" ({own} of {joined + own} instructions under stacks of hpcstruct's names)"
+        self.b.meta["info:GPU instructions"] = note
+
+    def _calls_below(self, ctx: int) -> list[int]:
+        """The contexts called from ``ctx``'s body (below its loops, lines, inlined code)."""
+        hit = self._calls.get(ctx)
+        if hit is None:
+            hit, todo = [], list(self.children.get(ctx, ()))
+            while todo:
+                c = self.contexts[todo.pop()]
+                if c.lexical_type == db.LEX_FUNCTION and c.relation == db.REL_CALL:
+                    hit.append(c.ctx_id)
+                else:
+                    todo.extend(self.children.get(c.ctx_id, ()))
+            self._calls[ctx] = hit
+        return hit
+
+    def _function_name(self, ctx: int) -> str:
+        f = self.contexts[ctx].function
+        return self.meta.functions[f].name if f >= 0 else ""
+
+    def _kernel_context(self, names: list[str | None]) -> int | None:
+        """The database's context of a kernel launched through the calls ``names`` (the
+        function of each host node of hpcrun's CCT, ``<gpu kernel>``, the kernel; None:
+        any function): walked down from the entry points, one call level per name. None
+        unless all the contexts it can be give one stack."""
+        found = list(self.meta.entry_names)
+        for name in names:
+            found = [
+                k for c in found for k in self._calls_below(c)
+                if name is None or self._function_name(k) == name
+            ]  # fmt: skip
+            if not found:
+                return None
+        stacks = {self.stack(c) for c in found}
+        return found[0] if len(stacks) == 1 else None

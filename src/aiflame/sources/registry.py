@@ -111,12 +111,18 @@ def load_many(
     per rank of a PyTorch profiler run. ``label_files``: a label key given to every sample,
     whose value names the input file it came from (its shortest distinct path suffix).
     """
+    from aiflame.sources.hpctoolkit import pair_inputs
     from aiflame.transforms.gpujoin import join_gpu_samples
     from aiflame.transforms.group import with_label
     from aiflame.transforms.merge import merge
 
     files = expand_inputs(paths)
-    profiles = [load(p, fmt, **options) for p in files]
+    # An HPCToolkit database and its measurement directory are one input.
+    files, measurements = pair_inputs(files) if fmt in (None, "hpctoolkit") else (files, {})
+    profiles = [
+        load(p, fmt, **options, **({"measurements": measurements[p]} if p in measurements else {}))
+        for p in files
+    ]
     profiles = join_gpu_samples(profiles)  # PC samples under the launch stacks of a trace
     if label_files:
         names = distinct_names(files)

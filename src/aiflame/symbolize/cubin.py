@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import glob
+import hashlib
 import json
 import os
 import re
@@ -27,7 +28,8 @@ from aiflame.errors import AiflameError
 
 ELF_MAGIC = b"\x7fELF"
 EM_CUDA = 190
-CACHE_VERSION = 1
+# 2: inline chains kept whole and paths normalized (entries of 1 had neither)
+CACHE_VERSION = 2
 
 
 class CubinError(AiflameError):
@@ -274,11 +276,16 @@ def cache_dir() -> str:
     return os.path.join(base, "aiflame", "cubin")
 
 
-_memory: dict[int, Cubin] = {}
+_memory: dict[str, Cubin] = {}
 
 
-def _cache_path(crc: int) -> str:
-    return os.path.join(cache_dir(), f"{crc:016x}.json")
+def _cache_key(data: bytes, crc: int | None) -> str:
+    """The CRC where known; else the content's SHA-1 (a cubin read without libcupti)."""
+    return f"{crc:016x}" if crc is not None else "sha1-" + hashlib.sha1(data).hexdigest()
+
+
+def _cache_path(key: str) -> str:
+    return os.path.join(cache_dir(), f"{key}.json")
 
 
 def _from_json(crc: int, doc: dict) -> Cubin:
@@ -300,26 +307,35 @@ def _to_json(c: Cubin) -> dict:
     }
 
 
-def load_cubin(data: bytes, crc: int | None = None) -> Cubin:
-    """The instructions of a cubin, disassembled once per CRC (memory, then disk cache)."""
+def load_cubin(data: bytes, crc: int | None = None, *, need_crc: bool = True) -> Cubin:
+    """The instructions of a cubin, disassembled once per CRC (memory, then disk cache).
+
+    Without ``crc``, CUPTI computes it; ``need_crc=False`` (the caller knows the cubin by
+    other means, as HPCToolkit's gpubins by their MD5) goes on without libcupti, the
+    cubin's ``crc`` then 0."""
     if not is_cubin(data):
         raise CubinError("not a cubin (an ELF file for CUDA)")
     if crc is None:
-        crc = cubin_crc(data)
-    hit = _memory.get(crc)
+        try:
+            crc = cubin_crc(data)
+        except CubinError:
+            if need_crc:
+                raise
+    key = _cache_key(data, crc)
+    hit = _memory.get(key)
     if hit is not None:
         return hit
-    path = _cache_path(crc)
+    path = _cache_path(key)
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
         if doc.get("version") == CACHE_VERSION:
-            hit = _memory[crc] = _from_json(crc, doc)
+            hit = _memory[key] = _from_json(crc or 0, doc)
             return hit
     except (OSError, ValueError, KeyError, TypeError):
         pass
     sm, functions = disassemble(data)
-    cubin = _memory[crc] = Cubin(crc, sm, functions)
+    cubin = _memory[key] = Cubin(crc or 0, sm, functions)
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
