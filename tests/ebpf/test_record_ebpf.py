@@ -225,7 +225,7 @@ while time.time() - t0 < 2.5:
 
 
 def test_pytorch_program_without_aiflames_own_code_or_empty_metrics(tmp_path):
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="needs PyTorch (pip install torch; the CPU wheel will do)")
     from aiflame.render.html import extract_data
 
     prog = tmp_path / "train.py"
