@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from aiflame.analysis import devices, efficiency, opmodels
+from aiflame.analysis.schema import to_builtins
 from aiflame.analysis.timeline import time_breakdown
-from aiflame.cli.analyze_input import read_trace
+from aiflame.sources.registry import load_trace as read_trace
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "kineto" / "tracelens"
 TRACES = {
@@ -26,7 +27,7 @@ def report(key: str) -> dict:
         t = read_trace(str(DATA / f"{TRACES[key]}.json.gz"))
         spec, _ = devices.resolve(t.device_info)
         b = time_breakdown(t.gpu_ts, t.gpu_dur, t.gpu_kind)
-        _cache[key] = efficiency.efficiency(t, spec, b.total, b.busy, top=1000)
+        _cache[key] = to_builtins(efficiency.efficiency(t, spec, b.total, b.busy, top=1000))
     return _cache[key]  # type: ignore[return-value]
 
 
@@ -159,6 +160,6 @@ def test_mfu_and_roofline_follow_their_definitions():
 def test_no_mfu_without_a_device_but_rates_still_there():
     t = read_trace(str(DATA / f"{TRACES['h100']}.json.gz"))
     b = time_breakdown(t.gpu_ts, t.gpu_dur, t.gpu_kind)
-    e = efficiency.efficiency(t, None, b.total, b.busy)
+    e = to_builtins(efficiency.efficiency(t, None, b.total, b.busy))
     assert e["mfu"] is None and e["device"] is None
     assert all(r["tflops_per_s"] and r["pct_of_peak"] is None for r in e["ops"])

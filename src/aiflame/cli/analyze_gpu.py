@@ -18,7 +18,8 @@ SAMPLE_FORMATS = frozenset({"hpctoolkit", "nsight-compute", "cupti-pc", "rocprof
 
 def split_inputs(paths: Sequence[str]) -> tuple[list[str], list[str]]:
     """(trace inputs, GPU-sample inputs), in the given order."""
-    traces, samples = [], []
+    traces: list[str] = []
+    samples: list[str] = []
     for path in paths:
         fmt = ""
         if path != "-":  # stdin can be read once: it stays with the trace reader

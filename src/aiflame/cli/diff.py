@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 
@@ -126,8 +127,8 @@ def run(args: argparse.Namespace) -> int:
         from aiflame.render.html import render_html
 
         diff = diff_of(args)
-        names = diff.meta["diff"]
-        title = args.title or names["title"]
+        named = cast("dict[str, Any]", diff.meta["diff"])
+        title = args.title or named["title"]
         subtitle = f"base: {args.base} · test: {args.test}"
         write_output(args.output, render_html(diff, title=title, subtitle=subtitle))
     if args.output != "-":
@@ -143,9 +144,9 @@ def diff_of(args: argparse.Namespace) -> Profile:
         from aiflame.sources.folded_diff import load_diff
 
         diff = load_diff(args.base, args.test, args.normalize, args.strip_hex)
-        names = (file_stem(args.base), file_stem(args.test))
+        names = [file_stem(args.base), file_stem(args.test)]
         if names[0] == names[1]:
-            names = (args.base, args.test)
+            names = [args.base, args.test]
         title = f"{names[0]} vs {names[1]}"
     else:
         from aiflame.transforms.cut import GPU_SIDE, cut_at_kinds, has_kinds
@@ -166,7 +167,8 @@ def diff_of(args: argparse.Namespace) -> Profile:
         )
     if diff.is_empty():
         raise AiflameError(nothing_to_compare(args))
-    diff.meta["diff"].update(base_name=names[0], test_name=names[1], title=title)
+    named = cast("dict[str, Any]", diff.meta["diff"])
+    named.update(base_name=names[0], test_name=names[1], title=title)
     return diff
 
 

@@ -518,11 +518,11 @@ class Session:
             from aiflame.transforms.merge import merge
 
             meta = profile.meta
-            parts = [profile, *torch_profiles]
+            together = [profile, *torch_profiles]
             if self.ebpf_profile is not None:
                 # eBPF's cpu-samples first; no all-zero python-samples if py-spy saw nothing
-                parts = [self.ebpf_profile, *([profile] if total else []), *torch_profiles[1:]]
-            profile = merge(parts)
+                together = [self.ebpf_profile, *([profile] if total else []), *torch_profiles[1:]]
+            profile = merge(together)
             profile.meta = {**meta, "sources": profile.meta.get("sources")}
         if self.ebpf_profile is not None:
             ebpf_meta = {k: v for k, v in self.ebpf_profile.meta.items() if k not in profile.meta}

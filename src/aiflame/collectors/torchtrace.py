@@ -81,6 +81,4 @@ def load_torch_traces(
 
 def window_costs(profiles: list[Profile]) -> list[dict]:
     """The start/stop/export seconds each bootstrap measured."""
-    return [
-        p.meta["torch_window"] for p in profiles if isinstance(p.meta.get("torch_window"), dict)
-    ]
+    return [w for p in profiles if isinstance(w := p.meta.get("torch_window"), dict)]

@@ -58,7 +58,8 @@ class Profile:
         holds no value while another type does: then the first type that has values.
         """
         if name is None:
-            default = int(self.meta.get("default_type", 0))  # type: ignore[arg-type]
+            chosen = self.meta.get("default_type", 0)
+            default = chosen if isinstance(chosen, int) else 0
             if len(self) and not self.values[:, default].any():
                 filled = np.flatnonzero(self.values.any(axis=0))
                 return int(filled[0]) if filled.size else default

@@ -21,7 +21,8 @@ from aiflame.render.titles import flame_title
 
 # Load order matters: app.js starts the page and uses everything defined before it;
 # fragment.js (deep links) waits for it.
-SCRIPTS = ("decode.js", "tree.js", "format.js", "flameview.js", "app.js", "fragment.js")
+SCRIPTS: tuple[str, ...] = ("decode.js", "tree.js", "format.js", "flameview.js", "app.js")
+SCRIPTS = (*SCRIPTS, "fragment.js")
 # The memory chart (memchart.js) waits for app.js too; without memory data it does nothing.
 SCRIPTS = (*SCRIPTS, "memchart.js")
 

@@ -163,8 +163,9 @@ class _Writer:
 def _time_span(p: Profile) -> tuple[int, int]:
     """(start, duration) in ns from pprof meta, a time range, or the sample timestamps."""
     meta = p.meta
-    if isinstance(meta.get("time_nanos"), int):
-        return meta["time_nanos"], int(meta.get("duration_nanos", 0) or 0)  # type: ignore[return-value]
+    start, dur = meta.get("time_nanos"), meta.get("duration_nanos")
+    if isinstance(start, int):
+        return start, int(dur) if isinstance(dur, int | float) else 0
     span = meta.get("time_range_ns")
     if isinstance(span, (list, tuple)) and len(span) == 2:
         return int(span[0]), int(span[1]) - int(span[0])

@@ -203,7 +203,7 @@ def load(source: Input, **_: object) -> Profile:
         values = [acc[i] * (1000.0 if i < 2 else scale) for i in picks]
         if not any(values):
             continue
-        thread, _, stack_text = _split_head(head)
+        thread, _sep, stack_text = _split_head(head)
         lab = labels.get(thread)
         if lab is None:
             lab = labels[thread] = builder.labels(_thread_labels(thread))

@@ -14,6 +14,7 @@ import math
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import cast
 
 import numpy as np
 
@@ -155,7 +156,7 @@ def build_profile(
                 ids.append(fid)
         parents.append(path[k - 1] if k else EMPTY_STACK)
         parents.extend(range(first_new, first_new + n_new - 1))
-        frames.extend(ids)
+        frames.extend(cast(list[int], ids))  # every None was filled in above
         del path[k:]
         path.extend(range(first_new, first_new + n_new))
         prev = names

@@ -27,6 +27,7 @@ instances of a class merge, see :mod:`aiflame.transforms.pynames`) and ``merge_s
 
 from __future__ import annotations
 
+import re
 from array import array
 from collections import Counter
 from collections.abc import Sequence
@@ -38,11 +39,12 @@ import numpy as np
 from aiflame.errors import AiflameError, InputError
 from aiflame.model import FrameKind, Profile, ProfileBuilder, gpu
 from aiflame.model.stacks import EMPTY_STACK
+from aiflame.model.trace import TraceData
 from aiflame.sources.inputs import Input
 from aiflame.sources.kineto_events import Cls, Columns, EventCollector
 from aiflame.sources.kineto_info import describe
 from aiflame.sources.kineto_json import TraceStream
-from aiflame.sources.kineto_names import python_frame
+from aiflame.sources.kineto_names import PyFrame, python_frame
 from aiflame.sources.kineto_samples import (
     DELIMITER,
     SAMPLE_TYPES,
@@ -51,8 +53,10 @@ from aiflame.sources.kineto_samples import (
     add_cpu_samples,
     add_gpu_samples,
 )
+from aiflame.sources.kineto_trace import from_columns, rank_of
+from aiflame.sources.trace_input import TraceInput
 from aiflame.symbolize.cxxnames import distinct_short_names, short_kernel_name
-from aiflame.symbolize.pyframes import PythonNaming
+from aiflame.symbolize.pyframes import NamedFrame, PythonNaming
 from aiflame.transforms import correlate
 from aiflame.transforms.pynames import merge_steps as merge_profiler_steps
 from aiflame.transforms.pynames import module_methods
@@ -142,15 +146,50 @@ def load(
     )
 
 
+def trace_input(
+    source: Input,
+    kernel_args: bool = False,
+    module_instances: bool = False,
+    merge_steps: bool = False,
+    **_: object,
+) -> TraceInput:
+    """The trace for ``aiflame analyze`` and, from the same parse, its flame graph (with
+    the flame graph options ``module_instances`` and ``merge_steps``).
+
+    ``kernel_args``: read the kernel names launch calls carry (the trace of a graph's
+    capture, which is matched to the replays by them)."""
+    try:
+        cols, meta = read_columns(source, shapes=True, kernels=kernel_args)
+    except NoKinetoEvents as no_events:
+        from aiflame.sources import trace_events
+
+        try:
+            return trace_events.trace_input(source)
+        except trace_events.NoSlices:
+            raise no_events from None
+    trace = from_columns(cols, meta, source.path, _fill_correlation_from_flows(cols))
+    flame: dict[str, Any] = {"module_instances": module_instances, "merge_steps": merge_steps}
+
+    def profile() -> Profile:
+        return build_profile(cols, meta, source.path, "short", "full", **flame)
+
+    return TraceInput(FORMAT, trace, profile, state=(cols, meta, flame))
+
+
+def trace(source: Input, kernel_args: bool = False, **_: object) -> TraceData:
+    return trace_input(source, kernel_args).trace
+
+
 def read_columns(
-    source: Input, shapes: bool = False, memory: bool = False
+    source: Input, shapes: bool = False, memory: bool = False, kernels: bool = False
 ) -> tuple[Columns, dict[str, Any]]:
     """Stream the trace into columns; the top-level keys other than traceEvents beside.
 
     ``shapes``: keep the operators' recorded input shapes and dtypes too (for FLOPs);
-    ``memory``: keep the ``[memory]`` events (see :mod:`kineto_memory`).
+    ``memory``: keep the ``[memory]`` events (see :mod:`kineto_memory`); ``kernels``: the
+    kernel names of launch calls.
     """
-    collector = EventCollector(shapes, memory)
+    collector = EventCollector(shapes, memory, kernels=kernels)
     with source.open_binary() as f:
         stream = TraceStream(f, source.path, collector.event_type)
         for batch in stream.batches():
@@ -164,14 +203,6 @@ def read_columns(
             "calls or GPU activity)" + (f"; only: {what}" if what else ""),
         )
     return cols, stream.meta
-
-
-def _rank_of(meta: dict[str, Any]) -> str | None:
-    info = meta.get("distributedInfo")
-    rank = info.get("rank") if isinstance(info, dict) else None
-    if isinstance(rank, int) or (isinstance(rank, str) and rank.isdigit()):
-        return str(rank)
-    return None
 
 
 class Frames:
@@ -198,9 +229,10 @@ class Frames:
 
     def python(self, raw: str) -> int:
         f = python_frame(raw, self.py)
+        shown: PyFrame | NamedFrame = f
         if self.naming is not None and f.func:
-            f = self.naming.traced(f.func, f.file, f.line)
-        return self.b.frame(f.name, FrameKind.PYTHON, f.file, f.line)
+            shown = self.naming.traced(f.func, f.file, f.line)
+        return self.b.frame(shown.name, FrameKind.PYTHON, shown.file, shown.line)
 
     def get(self, cls: int, name_id: int) -> int:
         key = (cls, name_id)
@@ -264,11 +296,15 @@ def build_profile(
     *,
     module_instances: bool = False,
     merge_steps: bool = False,
+    replays: tuple[Columns, np.ndarray] | None = None,
 ) -> Profile:
+    """``replays``: the columns of a CUDA/HIP graph's capture trace and, per GPU activity,
+    the captured launch (a CPU slice of the capture, -1: none) of replayed ones: those
+    hang under their graph launch, ``[graph replay]`` and the captured stack."""
     builder = ProfileBuilder(SAMPLE_TYPES)
     frames = Frames(builder, cols, python_names, kernel_names, naming)
     warnings = Counter(cols.warnings)
-    rank = _rank_of(trace_meta)
+    rank = rank_of(trace_meta)
 
     cpu_corr, gpu_corr = _fill_correlation_from_flows(cols)
     slices = cpu_slice_stacks(builder, frames, cols, warnings)
@@ -291,7 +327,11 @@ def build_profile(
     labels = Labels(builder, cols, rank)
     add_cpu_samples(builder, cols, nesting, stack_of, labels)
     kernels = frames.column(cols.gpu_cls, cols.gpu_name)
-    unlinked = add_gpu_samples(builder, kernels, cols, launch, stack_of, labels)
+    graft = _replayed_stacks(builder, cols, launch, stack_of)
+    if replays is not None:
+        captured = _captured_stacks(builder, cols, launch, stack_of, replays, python_names)
+        graft = captured if graft is None else np.where(captured >= 0, captured, graft)
+    unlinked = add_gpu_samples(builder, kernels, cols, launch, stack_of, labels, graft)
 
     builder.meta.update(describe(cols, unlinked, warnings, rank, trace_meta, use_call_stacks))
     if len(launch) and stack_of.size:
@@ -327,6 +367,70 @@ def cpu_slice_stacks(
     use_call_stacks = not np.any(cols.cpu_cls == Cls.PYTHON) and bool(cols.call_stacks)
     stack_of = _cpu_stacks(builder, frames, cols, nesting, use_call_stacks)
     return CpuSlices(nesting, stack_of, use_call_stacks)
+
+
+REPLAY_FRAME = "[graph replay]"
+NO_OP_REPLAY_FRAME = "[graph replay: no operator known]"
+_GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)GraphLaunch")
+
+
+def _replayed_stacks(
+    builder: ProfileBuilder, cols: Columns, launch: np.ndarray, stack_of: np.ndarray
+) -> np.ndarray | None:
+    """Per GPU activity launched by a CUDA/HIP graph launch: its launch's stack with a
+    ``[graph replay: no operator known]`` frame, so the flame graph says what share of the
+    GPU time ran in replays no operator is known for; -1 elsewhere (None: no replays)."""
+    is_graph = np.fromiter(
+        (bool(_GRAPH_LAUNCH.match(n)) for n in cols.names), dtype=bool, count=len(cols.names)
+    )
+    if not is_graph.any() or cols.cpu_ts.size == 0:
+        return None
+    replayed = (launch >= 0) & (cols.cpu_cls[np.maximum(launch, 0)] == Cls.RUNTIME)
+    replayed &= is_graph[cols.cpu_name[np.maximum(launch, 0)]]
+    if not replayed.any():
+        return None
+    label = builder.frame(NO_OP_REPLAY_FRAME, FrameKind.LABEL)
+    out = np.full(launch.size, -1, dtype=np.int64)
+    for s in np.unique(stack_of[launch[replayed]]).tolist():
+        out[replayed & (stack_of[np.maximum(launch, 0)] == s)] = builder.stacks.child(s, label)
+    return out
+
+
+def _captured_stacks(
+    builder: ProfileBuilder,
+    cols: Columns,
+    launch: np.ndarray,
+    stack_of: np.ndarray,
+    replays: tuple[Columns, np.ndarray],
+    python_names: str,
+) -> np.ndarray:
+    """Per GPU activity: the stack it hangs under when replayed from a captured launch
+    (graph launch -> [graph replay] -> the captured Python frames and ops), else -1."""
+    cap, origin = replays
+    frames = Frames(builder, cap, python_names, "full")
+    nesting = correlate.nest(cap.cpu_thread, cap.cpu_ts, cap.cpu_dur, _ranks(cap.cpu_cls))
+    label = builder.frame(REPLAY_FRAME, FrameKind.LABEL)
+    out = np.full(origin.size, -1, dtype=np.int64)
+    done: dict[tuple[int, int], int] = {}
+    for j in np.nonzero((origin >= 0) & (launch >= 0))[0].tolist():
+        key = (int(stack_of[launch[j]]), int(origin[j]))
+        found = done.get(key)
+        if found is None:
+            chain, i = [], key[1]
+            while i >= 0:
+                chain.append(frames.get(int(cap.cpu_cls[i]), int(cap.cpu_name[i])))
+                i = int(nesting.parent[i])
+            found = done[key] = builder.stacks.intern([label, *chain[::-1]], key[0])
+        out[j] = found
+    return out
+
+
+def replay_profile(replay: TraceInput, capture: TraceInput, origin: np.ndarray) -> Profile:
+    """The flame graph of ``replay`` with its graph replays under the captured stacks
+    (``origin``: per GPU activity of the replay, the capture's CPU slice or -1)."""
+    (cols, meta, flame), cap = replay.state, capture.state[0]
+    path = replay.trace.path
+    return build_profile(cols, meta, path, "short", "full", **flame, replays=(cap, origin))
 
 
 def _ranks(cls: np.ndarray) -> np.ndarray:
@@ -412,7 +516,10 @@ __all__ = [
     "build_profile",
     "load",
     "read_columns",
+    "replay_profile",
     "sniff",
+    "trace",
+    "trace_input",
 ]
 
 

@@ -109,6 +109,19 @@ class ShapeEvent(Event, gc=False):
     args: ShapeArgs | None = None
 
 
+class KernelArgs(ShapeArgs, gc=False):
+    """:class:`ShapeArgs` plus the kernel a launch call names (ROCm traces; opt-in, for the
+    trace of a graph's capture)."""
+
+    kernel: Any = None
+
+
+class KernelEvent(Event, gc=False):
+    """A :class:`ShapeEvent` whose launch calls' kernel names are read too."""
+
+    args: KernelArgs | None = None
+
+
 class MemoryArgs(Args, gc=False):
     """:class:`Args` plus the fields of ``[memory]`` events (``profile_memory=True``)."""
 
@@ -140,12 +153,14 @@ def device_name(device_type: Any, device_id: Any) -> str:
     return f"{name}:{index}" if index >= 0 else name
 
 
-def coerce_event(item: Any, shapes: bool = False, memory: bool = False) -> Event | None:
+def coerce_event(
+    item: Any, shapes: bool = False, memory: bool = False, kernels: bool = False
+) -> Event | None:
     """Build an :class:`Event` from a plain decoded item (the slow path for odd events)."""
     if not isinstance(item, dict):
         return None
     raw = item.get("args")
-    args = None
+    args: Any = None  # of the Args type that goes with the event type below
     if isinstance(raw, dict):
         fields = {
             "correlation": raw.get("correlation"),
@@ -166,18 +181,24 @@ def coerce_event(item: Any, shapes: bool = False, memory: bool = False) -> Event
                 total_allocated=raw.get("Total Allocated"),
                 total_reserved=raw.get("Total Reserved"),
             )
-        elif shapes:
-            args = ShapeArgs(
-                **fields,
-                input_dims=raw.get("Input Dims"),
-                input_type=raw.get("Input type"),
-                concrete_inputs=raw.get("Concrete Inputs"),
-                bytes=raw.get("bytes"),
-            )
+        elif shapes or kernels:
+            shape_fields = {
+                "input_dims": raw.get("Input Dims"),
+                "input_type": raw.get("Input type"),
+                "concrete_inputs": raw.get("Concrete Inputs"),
+                "bytes": raw.get("bytes"),
+            }
+            if kernels:
+                args = KernelArgs(**fields, **shape_fields, kernel=raw.get("kernel"))
+            else:
+                args = ShapeArgs(**fields, **shape_fields)
         else:
             args = Args(**fields)
     get = item.get
-    return (MemoryEvent if memory else ShapeEvent if shapes else Event)(
+    event_type = (
+        MemoryEvent if memory else KernelEvent if kernels else ShapeEvent if shapes else Event
+    )
+    return event_type(
         get("ph"),
         get("cat"),
         get("name"),
@@ -253,6 +274,8 @@ class Columns:
     cpu_shape: np.ndarray | None = None
     shapes: list[tuple[Any, Any, Any]] = field(default_factory=list)
     gpu_bytes: np.ndarray | None = None
+    # ...and per CPU slice the kernel a launch call names (index into names, -1: none).
+    cpu_kernel: np.ndarray | None = None
     # From the metadata ('M') events: names, labels and sort order of processes and threads,
     # keyed by pid and by (pid, tid) as in `threads`.
     process_meta: dict[Any, dict[str, Any]] = field(default_factory=dict)
@@ -278,14 +301,19 @@ class MemoryColumns:
 class EventCollector:
     """Feed batches of :class:`Event` with :meth:`add`; :meth:`freeze` gives :class:`Columns`."""
 
-    def __init__(self, shapes: bool = False, memory: bool = False) -> None:
+    def __init__(self, shapes: bool = False, memory: bool = False, kernels: bool = False) -> None:
+        """``kernels``: read the kernel names of launch calls too (implies ``shapes``)."""
+        shapes = shapes or kernels
         if shapes and memory:
             raise ValueError("shapes and memory are read by separate collectors")
-        self.shapes, self.memory = shapes, memory
-        self.event_type: type[Event] = MemoryEvent if memory else ShapeEvent if shapes else Event
+        self.shapes, self.memory, self.kernels = shapes, memory, kernels
+        self.event_type: type[Event] = (
+            MemoryEvent if memory else KernelEvent if kernels else ShapeEvent if shapes else Event
+        )
         self._shape_ids: dict[bytes, int] = {}
         self._shape_list: list[tuple[Any, Any, Any]] = []
         self.cpu_shape = array("i")
+        self.cpu_kernel = array("i")
         self.gpu_bytes = array("q")
 
         # Times are kept as written (float microseconds) and converted to integer ns
@@ -298,7 +326,7 @@ class EventCollector:
         self.gpu = cols("thread", "ts", "dur", "cls", "name", "corr", "device", "stream")
         self.flow_s = cols("thread", "ts", "id")
         self.flow_f = cols("thread", "ts", "id")
-        self.mem = {
+        self.mem: dict[str, array] = {
             "thread": array("i"),
             "ts": array("d"),
             "nbytes": array("q"),
@@ -352,10 +380,13 @@ class EventCollector:
             for k in ("thread", "ts", "dur", "cls", "name", "corr", "device", "stream")
         )
         base = self.base_us
-        etype, shapes, memory = self.event_type, self.shapes, self.memory
+        etype, shapes, memory, kernels = self.event_type, self.shapes, self.memory, self.kernels
+        e: Event | None
         for e in events:
             if type(e) is not etype:
-                e = coerce_event(e, shapes, memory)  # plain dicts, from a batch that fell back
+                e = coerce_event(
+                    e, shapes, memory, kernels
+                )  # plain dicts, from a batch that fell back
                 if e is None:
                     warn["events that are not JSON objects"] += 1
                     continue
@@ -407,6 +438,11 @@ class EventCollector:
                     c_stack(cs)
                     if shapes:
                         self.cpu_shape.append(self._shape(args, cls))
+                    if kernels:
+                        kernel = getattr(args, "kernel", None) if cls == Cls.RUNTIME else None
+                        self.cpu_kernel.append(
+                            self._intern(names, kernel) if type(kernel) is str else -1
+                        )
                     c_thread(th)
                     c_ts(ts)
                     c_dur(dur)
@@ -551,6 +587,7 @@ class EventCollector:
             np_(self.cpu_shape) if self.shapes else None,
             self._shape_list,
             np_(self.gpu_bytes) if self.shapes else None,
+            np_(self.cpu_kernel).astype(np.int64) if self.kernels else None,
             memory=self._freeze_memory(ts_) if self.memory else None,
             process_meta=self.process_meta,
             thread_meta=self.thread_meta,

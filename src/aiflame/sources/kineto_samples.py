@@ -123,11 +123,13 @@ def add_gpu_samples(
     launch: np.ndarray,
     stack_of: np.ndarray,
     labels: Labels,
+    graft: np.ndarray | None = None,
 ) -> np.ndarray:
     """One sample per GPU activity (aggregated); returns the mask of unlinked ones.
 
     ``kernel`` holds the frame id of each activity, ``launch`` the CPU slice that launched
-    it (-1: none), ``stack_of`` the stack id of each CPU slice.
+    it (-1: none), ``stack_of`` the stack id of each CPU slice; ``graft``, per activity, a
+    stack to hang it under instead (-1: its launch's), e.g. a replayed graph's capture.
     """
     n = int(cols.gpu_ts.shape[0])
     if n == 0:
@@ -137,6 +139,8 @@ def add_gpu_samples(
     if unlinked.any():
         root = builder.stacks.child(EMPTY_STACK, builder.frame(UNLINKED_ROOT, FrameKind.LABEL))
     base = np.where(unlinked, root, stack_of[np.maximum(launch, 0)] if stack_of.size else root)
+    if graft is not None:
+        base = np.where(graft >= 0, graft, base)
     delim = builder.frame(DELIMITER, FrameKind.DELIMITER)
     pairs, inverse = unique_rows(base, kernel)
     child = builder.stacks.child

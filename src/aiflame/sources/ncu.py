@@ -177,7 +177,8 @@ class _Report:
 
 def _blocks(rows: Iterator[list[str]]) -> Iterator[tuple[str, list[str], list[list[str]]]]:
     """(kernel name, header, rows) per ``"Kernel Name"`` block."""
-    kernel, header, body = None, None, []
+    kernel, header = None, None
+    body: list[list[str]] = []
     for row in rows:
         if not row:
             continue

@@ -75,7 +75,7 @@ def _ranks(db: NsysDB, thread_names: dict[int, str], gpu_tables: tuple[str, ...]
             ranks.setdefault(process_key(g), m.group(1))
     if ranks:
         return ranks
-    processes = set()
+    processes: set[int] = set()
     for table in gpu_tables:
         if "globalPid" in db.columns(table):
             sql = f'SELECT DISTINCT "globalPid" / 16777216 FROM "{table}"'

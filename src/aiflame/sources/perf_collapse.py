@@ -27,7 +27,7 @@ import re
 from collections.abc import Iterable, Iterator
 from itertools import compress, count, islice, repeat
 from operator import is_
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from aiflame.sources.perf_rules import (
     EVENT,
@@ -134,7 +134,7 @@ class Collapser:
                 else:
                     fragments = frs[start:i]
                     fragments.reverse()  # lines go leaf first; stacks are written root first
-                    rest = "".join(fragments)
+                    rest = "".join(cast(list[str], fragments))  # misses are filled
                     by_rest = counts.get(pname)
                     if by_rest is None:
                         by_rest = counts[pname] = {}

@@ -37,7 +37,14 @@ _PERF_MAP = re.compile(r"/tmp/perf-\d+\.map", re.ASCII)
 _JITTED_SO = re.compile(r"(?:^|/)jitted-\d+-\d+\.so$", re.ASCII)
 # Bracketed modules perf names that are user space, not the kernel (perf report marks
 # their symbols [.]); every other "[name]" is the kernel or a kernel module.
-_USER_BRACKETS = ("[vdso]", "[vsyscall]", "[vectors]", "[sigpage]", "[uprobes]", "[heap]")
+_USER_BRACKETS: tuple[str, ...] = (
+    "[vdso]",
+    "[vsyscall]",
+    "[vectors]",
+    "[sigpage]",
+    "[uprobes]",
+    "[heap]",
+)
 _USER_BRACKETS += ("[stack]", "[anon")
 
 # With PerfOptions.kinds, a frame whose module tells its kind carries one of these marks at

@@ -3,7 +3,10 @@
 An importer module defines ``FORMAT`` (its name), ``sniff(head: bytes, path: str) -> bool``
 and ``load(source: Input, **options) -> Profile``, and is listed in ``IMPORTERS``. An
 importer of traces also defines ``load_timeline(source: Input, **options) -> Timeline``:
-the slices in time that the Chrome trace exporter writes.
+the slices in time that the Chrome trace exporter writes. A source of a GPU trace format
+also defines ``trace_input(source: Input, **options) -> TraceInput`` and
+``trace(source: Input, **options) -> TraceData``, which ``aiflame analyze`` reads
+(:func:`load_trace_input`). Every reader's failure on bad input is one :class:`InputError`.
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ from typing import Any
 from aiflame.errors import AiflameError, InputError
 from aiflame.model import Profile
 from aiflame.model.strings import natural_key
+from aiflame.model.trace import TraceData
 from aiflame.sources.inputs import Input
+from aiflame.sources.nsys_db import SQLITE_MAGIC
+from aiflame.sources.trace_input import TraceInput
 
 # Most specific first: the first sniffer that says yes wins.
 IMPORTERS = (
@@ -39,9 +45,14 @@ IMPORTERS = (
 )
 
 
-def _modules() -> list[ModuleType]:
+# The sources of GPU timelines (in IMPORTERS' order), which analyze reads: asked first, so
+# that reading a trace does not import every other importer.
+TRACE_SOURCES = ("aiflame.sources.kineto", "aiflame.sources.trace_events", "aiflame.sources.nsys")
+
+
+def _modules(names: Sequence[str] = IMPORTERS) -> list[ModuleType]:
     mods = []
-    for name in IMPORTERS:
+    for name in names:
         try:
             mods.append(importlib.import_module(name))
         except ModuleNotFoundError as e:
@@ -80,6 +91,8 @@ def detect(source: Input) -> ModuleType:
     for mod in _modules():
         if mod.sniff(head, source.path):
             return mod
+    if head.startswith(SQLITE_MAGIC):
+        raise InputError(source.path, "unknown format: SQLite, but not an Nsight Systems export")
     raise InputError(source.path, "unknown format (expected one of: " + ", ".join(formats()) + ")")
 
 
@@ -87,15 +100,59 @@ def load(path: str, fmt: str | None = None, **options: Any) -> Profile:
     """Load one input, detecting its format unless ``fmt`` is given."""
     source = Input(path)
     mod = _module_of(fmt) if fmt else detect(source)
-    try:
-        profile = mod.load(source, **options)
-    except (AiflameError, MemoryError, KeyboardInterrupt):
-        raise
-    except Exception as e:  # a parser bug or corrupt data must still be one clear line
-        raise InputError(path, f"cannot read as {mod.FORMAT}: {type(e).__name__}: {e}") from e
+    profile = _guarded(mod, path, mod.load, source, **options)
     profile.meta.setdefault("source", path)
     profile.meta.setdefault("format", mod.FORMAT)
     return profile
+
+
+def _guarded(mod: ModuleType, path: str, read: Any, *args: Any, **options: Any) -> Any:
+    """``read(*args, **options)``, any failure on bad input turned into one InputError."""
+    try:
+        return read(*args, **options)
+    except (AiflameError, MemoryError, KeyboardInterrupt):
+        raise
+    except RecursionError as e:
+        raise InputError(path, f"cannot read as {mod.FORMAT}: nested too deeply") from e
+    except Exception as e:  # a parser bug or corrupt data must still be one clear line
+        raise InputError(path, f"cannot read as {mod.FORMAT}: {type(e).__name__}: {e}") from e
+
+
+def trace_formats() -> list[str]:
+    return [m.FORMAT for m in _modules(TRACE_SOURCES)]
+
+
+def load_trace(path: str, **options: Any) -> TraceData:
+    """The :class:`TraceData` of one GPU timeline trace (see :func:`load_trace_input`)."""
+    return load_trace_input(path, **options).trace
+
+
+def load_trace_input(path: str, **options: Any) -> TraceInput:
+    """One GPU timeline trace (Kineto, Nsight Systems, Chrome trace) for the analysis.
+
+    The trace must be a file (or ``-``); its format is detected from its content. The
+    TraceInput's ``profile()`` builds the flame graph of the same input; a failure there is
+    one InputError too.
+    """
+    if path != "-" and not os.path.isfile(path):
+        raise InputError(path, "no such file" if not os.path.exists(path) else "not a file")
+    source = Input(path)
+    head = source.head()
+    # No earlier importer claims what a timeline source sniffs (pickles, protobuf and
+    # speedscope's JSON are not Chrome traces or SQLite), so these may be asked alone.
+    mod = next((m for m in _modules(TRACE_SOURCES) if head.strip() and m.sniff(head, path)), None)
+    mod = mod or detect(source)
+    if not hasattr(mod, "trace_input"):
+        raise InputError(
+            path,
+            f"a {mod.FORMAT} profile has no GPU timeline to analyze (analyze reads: "
+            + ", ".join(trace_formats())
+            + ")",
+        )
+    found: TraceInput = _guarded(mod, path, mod.trace_input, source, **options)
+    build = found.profile
+    found.profile = lambda: _guarded(mod, path, build)
+    return found
 
 
 def load_many(

@@ -17,7 +17,7 @@ unpickler would build; anything else is read opcode by opcode.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import chain, compress
 from operator import itemgetter
@@ -277,7 +277,7 @@ class TraceSink:
         n = len(kind)
         values = np.zeros((n, len(INT_KEYS)), dtype=np.int64)
         present = np.zeros((n, len(INT_KEYS)), dtype=bool)
-        by_shape: dict[int, tuple[Shape, list[np.ndarray], list[list[bytes]]]] = {}
+        by_shape: dict[int, tuple[Shape, list[np.ndarray], list[Iterable[bytes]]]] = {}
         at = 0
         for k, _, _, shape, rows in pending:
             if shape is None:
@@ -302,13 +302,13 @@ class TraceSink:
             ]
         )
         values, present = values[keep], present[keep]
-        for k, key in enumerate(INT_KEYS):
-            if not present[:, k].all():
+        for j, key in enumerate(INT_KEYS):
+            if not present[:, j].all():
                 if key in ("addr", "size"):  # the unpickler's reading reports the missing key
                     raise ValueError(f"an event without {key}")
                 if key == "time_us":
                     self.has_time = False
-            cols[key].append(values[:, k].copy())
+            cols[key].append(values[:, j].copy())
 
     def finish(self, frame_lists: list[Any]) -> Trace:
         """The columns, with ``frame_lists[i]`` the frame list of id ``i``."""

@@ -123,7 +123,7 @@ class _Machine:
         # Frame lists of trace events: id 0 is no list; by object, by reference bytes.
         self.frame_lists: list[Any] = [None]
         self.by_id: dict[int, int] = {id(None): 0}
-        self.by_run: dict[bytes, int] = {}
+        self.by_run: dict[bytes, tuple[int, tuple[int, ...]]] = {}
         self.slots = _Slots()
         self.window = MIN_WINDOW
         self.since = 0
@@ -180,6 +180,7 @@ class _Machine:
     def _run(self) -> Any:  # one branch per opcode, the frequent ones first
         stack: list[Any] = []
         marks: list[int] = []
+        items: Any  # the objects of a container being built
         memo = self.memo
         push = stack.append
         str_index = self.str_index
@@ -602,7 +603,7 @@ class _Machine:
         stores = self.info.stores.__getitem__
         base = len(memo)
         keys = list(map(shape.key, rows))
-        entries = list(map(cache.get, keys))
+        entries: list[Any] = list(map(cache.get, keys))
         done = 0  # rows whose memo entries are stored
         while None in entries[done:]:  # new: checked against the memo as it is then
             i = entries.index(None, done)

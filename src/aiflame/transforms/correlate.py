@@ -243,3 +243,21 @@ def busy_time(ts: np.ndarray, dur: np.ndarray) -> int:
     first = np.nonzero(new)[0]
     last = np.append(first[1:] - 1, start.shape[0] - 1)
     return int((end[last] - start[first]).sum())
+
+
+def nearest_enclosing(parent: np.ndarray, mask: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """For each slice in ``start`` (-1: none): itself if ``mask`` holds for it, else its
+    nearest enclosing slice for which it does, else -1."""
+    out = np.full(start.shape[0], -1, dtype=np.int64)
+    if mask.size == 0:
+        return out
+    cur = start.copy()
+    todo = cur >= 0
+    while np.any(todo):
+        c = np.maximum(cur, 0)
+        hit = todo & mask[c]
+        out[hit] = cur[hit]
+        todo &= ~hit
+        cur = np.where(todo, parent[c], -1)
+        todo &= cur >= 0
+    return out

@@ -99,11 +99,11 @@ class _Launches:
             for corr, s in zip(table["correlation"].tolist(), table["stack"].tolist(), strict=True):
                 if s < 0:
                     continue
-                prefix = cpu.get(s)
-                if prefix is None:
+                found = cpu.get(s)
+                if found is None:
                     frames = p.stacks.frames_of(int(s))
-                    prefix = cpu[s] = (*(p.frames.get(f) for f in frames), delim)
-                self.by_corr[int(corr)] = prefix
+                    found = cpu[s] = (*(p.frames.get(f) for f in frames), delim)
+                self.by_corr[int(corr)] = found
 
     def __bool__(self) -> bool:
         return bool(self.by_name or self.by_corr)

@@ -96,9 +96,9 @@ def module_methods(profile: Profile, instances: bool = False) -> Profile:
         cls = waiting[i]
         if cls is None:
             continue
-        m = method_child[i]
-        if m >= 0:
-            fid = method(frame_of[m], cls)
+        first = method_child[i]
+        if first >= 0:
+            fid = method(frame_of[first], cls)
             if names[frames.name[fid]].startswith(cls + " > "):
                 stand_in[i] = fid
         p = parent_of[i]
@@ -116,12 +116,12 @@ def module_methods(profile: Profile, instances: bool = False) -> Profile:
         elif p >= 0 and stand_in[p] >= 0 and method_child[p] == i:
             new_id[i] = above  # the method itself: the node of its module call
         elif f in module_class:  # no method names it: the module frame, numberless
-            fid = plain.get(f)
-            if fid is None:
+            plain_id = plain.get(f)
+            if plain_id is None:
                 old = frames.get(f)
                 name = f"nn.Module: {module_class[f]}"
-                fid = plain[f] = frames.intern(name, old.kind, old.file, old.line, old.module)
-            new_id[i] = child(above, fid)
+                plain_id = plain[f] = frames.intern(name, old.kind, old.file, old.line, old.module)
+            new_id[i] = child(above, plain_id)
         else:
             cls = waiting[p] if p >= 0 else None
             if cls is not None and waiting[i] is None and frames.file[f]:
