@@ -24,6 +24,7 @@ PACKAGES = {
     "clang": "clang",
     "llvm-strip": "llvm",
     "gcc": "gcc",
+    "g++": "g++",
     "perl": "perl",
     "nm": "binutils",
     "readelf": "binutils",

@@ -4,6 +4,7 @@ metric switch, differential colours, hostile names, and no network access."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -36,6 +37,7 @@ APP_KINDS = {
     "memcpy": K.NATIVE,
     "idle": K.RUNTIME,
 }
+DATA = Path(__file__).parents[1] / "data"
 RECURSIVE = {"main;a;b;a;c": 10, "main;a;d": 5, "main;x;a": 3}
 
 
@@ -306,10 +308,28 @@ def test_metrics_without_data_are_not_offered(open_page):
     assert shown == "wall-time"
 
 
+def test_the_only_metric_is_named_beside_its_total(open_page):
+    # A CPU-only PyTorch profiler trace offers wall-time alone: the page showed
+    # "Total: 219.373 ms" and nothing said it was the wall time of CPU slices.
+    from aiflame.sources import load
+
+    trace = DATA / "kineto" / "dtu_mlops" / "resnet_cpu_profile_memory.json.gz"
+    page = open_page(load(str(trace)), name="cpu-only.html")
+    assert not page.visible("metric-box")
+    assert page.text("total") == "Total wall-time: 219.373 ms"
+    # with a choice, the select names it; counts name themselves ("13 cpu-samples")
+    stacks = {"main;f": [10, 5e6], "main;g": [3, 1e6]}
+    page = open_page(
+        profile_of(stacks, types=(("cpu-samples", "count"), ("wall-time", "nanoseconds"))),
+        name="two.html",
+    )
+    assert page.visible("metric-box") and page.text("total") == "Total: 13 cpu-samples"
+
+
 def test_nanoseconds_are_shown_as_durations(open_page):
     stacks = {"main;step": 1.5e9, "main;io": 2500}
     page = open_page(profile_of(stacks, types=(("wall", "nanoseconds"),)))
-    assert page.text("total") == "Total: 1.500 s"
+    assert page.text("total") == "Total wall: 1.500 s"  # the only metric: named
     page.hover(*page.centre(page.find("step")))
     assert "total 1.500 s" in page.text("tooltip")
 

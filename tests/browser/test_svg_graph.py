@@ -130,3 +130,22 @@ def test_search_highlights_and_gives_the_matched_share(graph):
     ActionChains(graph).send_keys(Keys.ESCAPE).perform()
     assert [f["fill"] for f in frames(graph)] == [f["fill"] for f in before]
     assert graph.find_element(By.ID, "matched").text == ""
+
+
+def test_the_script_cuts_labels_as_the_python_side(graph):
+    # Zooming relabels frames in the browser: the same rules as the labels written by
+    # render/svg.py, so a label does not change its shape when the view does.
+    from aiflame.render.svg import elide
+
+    names = [
+        "void dpsk::ep::internode::combine<__nv_bfloat16, 16, 24>(int*, void*)",
+        "forward (torch/nn/modules/linear.py:125)",
+        "Qwen2DecoderLayer_10",
+        "Memcpy DtoH (Device -> Pinned)",
+        "at::native::vectorized_elementwise_kernel",
+    ]
+    cases = [(n, w) for n in names for w in range(0, len(n) + 2)]
+    got = graph.execute_script(
+        "return arguments[0].map((c) => elide(c[0], c[1]));", [list(c) for c in cases]
+    )
+    assert got == [elide(n, w) for n, w in cases]

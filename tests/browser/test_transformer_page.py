@@ -221,3 +221,38 @@ def test_focus_on_a_layer_shows_its_parts_once(flame):
     assert "Qwen2Attention > forward (transformers/models/qwen2/modeling_qwen2.py:150)" in children
     assert "Qwen2MLP > forward (transformers/models/qwen2/modeling_qwen2.py:56)" in children
     assert not [c for c in children if c.startswith("nn.Module: ")]
+
+
+def test_diff_labels_stay_legible_on_the_deepest_colours(driver, data_dir, tmp_path):
+    # The largest change is the deepest red or blue: black text on rgb(0,0,255) could not
+    # be read, and that box is the one the page is for. MI300X -> H100: the op that grew
+    # most the other way round shrinks most.
+    out = tmp_path / "shrink.html"
+    base, test = (str(data_dir / QWEN.format(d)) for d in ("mi300", "h100"))
+    write(["diff", base, test, "-o", str(out)])
+    page = FlamePage(driver, out.read_text(encoding="utf-8"), out)
+    inks = page.js(
+        """const app = aiflame.app, d = app.deltas(app.tree), out = [];
+           for (let i = 1; i < app.tree.n; i++) {
+             const r = aiflame.test.rect(i);
+             if (!r || r.w < 80 || !app.view.labelText(i)) continue;
+             const v = app.view, b = v.canvas.getBoundingClientRect();
+             const px = v.ctx.getImageData(Math.round(r.x - b.left), Math.round(r.y - b.top),
+                                           Math.round(r.w), Math.round(r.h)).data;
+             let light = 0, dark = 0;  // text pixels: far from the box colour
+             for (let k = 0; k < px.length; k += 4) {
+               const s = px[k] + px[k + 1] + px[k + 2];
+               if (s > 720) light++; else if (s < 60) dark++;
+             }
+             out.push([app.colorOf(app.tree, i), Math.abs(d.delta[i]) / d.max, light, dark]);
+           }
+           return out;"""
+    )
+    deep = [x for x in inks if x[1] > 0.6 and x[0].endswith(",255)")]  # deep blue
+    assert deep and ["rgb(0,0,255)", 1] in [x[:2] for x in deep]
+    for color, _, light, dark in deep:
+        assert light > 20 and dark == 0, color  # white text drawn on it
+        assert page.js("return aiflame.labelInk(arguments[0]);", color) == "#fff"
+    red = [x for x in inks if x[1] > 0.4 and x[0].startswith("rgb(255,")]
+    assert red and all(x[3] > 20 and x[2] == 0 for x in red)  # dark text on red, as before
+    assert page.js("return aiflame.labelInk('rgb(255,0,0)');") == "#111"  # 4.7:1 on red

@@ -150,7 +150,7 @@ def test_an_interpreter_ebpf_cannot_walk_without_py_spy_one_note(without_py_spy,
     pyenv = glob.glob(os.path.expanduser("~/.pyenv/versions/3.10.*/bin/python3.10"))
     old = next(iter(sorted(pyenv) + glob.glob("/usr/bin/python3.10")), None)  # no pyenv shim
     if old is None:
-        pytest.skip("no Python 3.10 installed here")
+        pytest.skip("needs a Python 3.10 (pyenv install 3.10)")
     python, env = without_py_spy
     prog = tmp_path / "busy.py"
     prog.write_text(textwrap.dedent(BUSY))
@@ -225,7 +225,7 @@ while time.time() - t0 < 2.5:
 
 
 def test_pytorch_program_without_aiflames_own_code_or_empty_metrics(tmp_path):
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="needs PyTorch (pip install torch; the CPU wheel will do)")
     from aiflame.render.html import extract_data
 
     prog = tmp_path / "train.py"

@@ -280,7 +280,7 @@ print("trained", steps > 0)
 
 @pytest.mark.slow
 def test_pytorch_training_loop_python_ops_and_jit_kernels(tmp_path):
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="needs PyTorch (pip install torch; the CPU wheel will do)")
     prog = script(tmp_path, "train.py", TRAIN)
     out = tmp_path / "train.pb.gz"
     env = dict(os.environ, OMP_NUM_THREADS="1")  # oneDNN kernels run on the sampled thread

@@ -124,6 +124,14 @@ def test_devices_from_device_properties():
     assert devices.identify(a100).tb_per_s == 1.555  # the 40 GB part
     assert devices.identify({"name": "AMD Instinct MI300X VF"}).peak("bf16") == 1307.4
     assert devices.identify({"name": "AMD Radeon Graphics", "numSms": 104}) is None
+    # A GH200 trace's deviceProperties (Lambda's GH200 480GB): its name holds "h200", but
+    # its GPU has 96 GB of HBM3 at 4.0 TB/s, not an H200's 141 GB at 4.8 TB/s.
+    gh200 = {"name": "NVIDIA GH200 480GB", "totalGlobalMem": 101468602368, "numSms": 132}
+    assert devices.identify(gh200).name == "NVIDIA GH200 96GB"
+    assert devices.identify(gh200).tb_per_s == 4.0 and devices.identify(gh200).peak("bf16") == 989.4
+    assert devices.identify({**gh200, "totalGlobalMem": 150_000_000_000}).tb_per_s == 4.9
+    spec, why = devices.resolve([{"name": "", "totalGlobalMem": 0}])  # vLLM's ROCm traces
+    assert spec is None and why.startswith("the trace names no device")
     spec, why = devices.resolve([{"name": "AMD Radeon Graphics"}])
     assert spec is None and "not in the table" in why
     spec, why = devices.resolve([{"name": "AMD Radeon Graphics"}], device="mi250x")

@@ -122,7 +122,7 @@ def test_device_level_classification_equals_hta_on_one_stream(name):
 
 
 def test_hta_itself_agrees(tmp_path, monkeypatch):
-    pytest.importorskip("hta", reason="holistictraceanalysis not installed")
+    pytest.importorskip("hta", reason="needs HTA (pip install -e '.[compare]')")
     monkeypatch.setenv("HTA_DISABLE_NS_ROUNDING", "1")
     logging.disable(logging.WARNING)
     warnings.filterwarnings("ignore")

@@ -65,7 +65,8 @@ def test_terminal_report_has_colour_on_a_terminal_and_keeps_its_width():
     loaded = load_input(str(H100))
     report = analyze([loaded.trace])
     buf = io.StringIO()
-    console = Console(file=buf, force_terminal=True, color_system="standard", width=72)
+    # A 72x24 terminal: with no height rich takes 80x25 where TERM=dumb, whatever the width.
+    console = Console(file=buf, force_terminal=True, color_system="standard", width=72, height=24)
     render_terminal(report, 5, console)
     text = buf.getvalue()
     assert "\x1b[" in text

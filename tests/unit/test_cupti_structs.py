@@ -10,12 +10,13 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+import systools
 
 BOOTSTRAP = Path(__file__).parents[2] / "src" / "aiflame" / "collectors" / "torch_bootstrap"
 sys.path.insert(0, str(BOOTSTRAP))
@@ -106,8 +107,9 @@ def c_program() -> str:
 @pytest.fixture(scope="module")
 def layout(tmp_path_factory) -> dict[str, int]:
     dirs = header_dirs()
-    if not dirs or shutil.which("g++") is None:  # the utility's header is C++
-        pytest.skip("CUPTI headers (pip install nvidia-cuda-cupti) or g++ missing")
+    if not dirs:
+        pytest.skip("needs CUPTI's headers (pip install nvidia-cuda-cupti)")
+    systools.need("g++")  # the utility's header is C++
     cuda = runtime_header_dirs()
     if not cuda:
         pytest.skip("CUDA runtime headers (pip install nvidia-cuda-runtime-cu12) missing")

@@ -122,7 +122,8 @@ def test_flamegraph_of_trace_and_samples_says_the_join(tmp_path):
     assert "joined to launch stacks by kernel name" in out.read_text()
 
 
-def test_kernels_not_in_the_trace_keep_their_stacks(tmp_path):
+def test_kernels_not_in_the_trace_keep_their_stacks(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # demangled in process: no c++filt (binutils)
     dump = tmp_path / "pc.dat"
     write_dump(str(dump), [Buf([Rec(0, "_Z9not_therev", 0x10, [(LONG_SB, 3)])])], REASONS)
     joined = load_many([str(TRACE), str(dump)])

@@ -37,6 +37,9 @@ RANK0 = "hta/trace_filter/sampled_rank-0.json.gz"
 CUPTI = "hta/cupti_profiler/benchmark_result_924719_1679055439_trace.json.gz"
 OLDEST = "kineto_tb_plugin/resnet50_num_workers_4_worker0.step6.pt.trace.json.gz"
 PARAM = "param/resnet_kineto.iteration.json.gz"
+SGLANG_MI300 = "tracelens/sglang/sglang_Qwen3-8B_decode.json.gz"
+# ResNet inference on a Windows CPU with profile_memory=True (thread ids as on Windows)
+CPU_MEMORY = "dtu_mlops/resnet_cpu_profile_memory.json.gz"
 ALL = sorted(str(p.relative_to(DATA)) for p in DATA.rglob("*.json.gz"))
 GPU_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset", "mtia_ccp_events"}
 
@@ -81,18 +84,23 @@ def test_flame_graph_total_is_the_trace_gpu_activity(rel: str) -> None:
     ]
     profile = trace(rel)
     totals = dict(zip([t.name for t in profile.sample_types], profile.totals(), strict=True))
+    # Metrics with no data are not offered: a CPU-only trace has no gpu-time at all.
+    assert ("gpu-time" in totals) == ("kernel-count" in totals) == bool(gpu)
+    if not gpu:
+        return
     assert totals["kernel-count"] == len(gpu)
     assert totals["gpu-time"] == sum(round(e["dur"] * 1000) for e in gpu)
     unlinked = stacks(profile, "gpu-time")
     lost = sum(v for s, v in unlinked.items() if s.startswith(kineto.UNLINKED_ROOT + ";"))
     assert lost == profile.meta.get("unlinked_gpu_ns", 0)
-    default = profile.sample_types[profile.type_index(None)].name
-    assert default == ("gpu-time" if gpu else "wall-time")
+    assert profile.sample_types[profile.type_index(None)].name == "gpu-time"
 
 
 @pytest.mark.parametrize("rel", ALL)
 def test_every_gpu_stack_is_cpu_part_delimiter_activity(rel: str) -> None:
     profile = trace(rel)
+    if "kernel-count" not in [t.name for t in profile.sample_types]:
+        return  # no GPU activity: no GPU stacks
     col = profile.type_index("kernel-count")
     for stack, value in profile.iter_stack_values(col):
         if not value:
@@ -360,6 +368,19 @@ def test_gpu_only_trace_has_runtime_roots() -> None:
         assert len(frames) == 3 and frames[0].startswith("hip") and frames[1] == "-"
 
 
+@pytest.mark.parametrize("rel", [CPU_ONLY, CPU_MEMORY])
+def test_cpu_only_trace_offers_wall_time_alone(rel: str) -> None:
+    # gpu-time and kernel-count of a trace without GPU activity were offered, all zeros:
+    # in 'aiflame info', in the pprof sample types of 'convert'.
+    profile = trace(rel)
+    assert [t.name for t in profile.sample_types] == ["wall-time"]
+    events = [e for e in raw_events(rel) if e.get("ph") == "X"]
+    assert not any(e.get("cat") in GPU_CATEGORIES for e in events)
+    assert profile.totals()[0] == pytest.approx(
+        sum(union for _, union in thread_times(rel).values()), abs=1000
+    )
+
+
 def test_cpu_only_trace_shows_wall_time() -> None:
     profile = trace(CPU_ONLY)
     assert profile.sample_types[profile.type_index(None)].name == "wall-time"
@@ -437,6 +458,35 @@ def test_profiler_step_encloses_the_step_it_times() -> None:
     assert all(";_record_function_enter_new;ProfilerStep#6" not in s for s in step)
     inside = sum(v for s, v in cpu.items() if ";ProfilerStep#6;" in s)
     assert inside > 4e6  # the model's forward runs inside the step
+
+
+def test_mangled_rocm_kernel_names_are_demangled() -> None:
+    # ROCm names aiter's kernels by their symbol; the page showed "_Z…ib" boxes.
+    mangled = "_ZN5aiter24add_rmsnorm_quant_kernelIDF16bDF16bLi256ELi16ELb1ELb0ELb1ELi1EEEvPT0_PT_PfS4_S4_S4_diiiiiiib"  # noqa: E501
+    readable = (  # binutils' c++filt reads it so too
+        "void aiter::add_rmsnorm_quant_kernel<std::bfloat16_t, std::bfloat16_t, 256, 16, true,"
+        " false, true, 1>(std::bfloat16_t*, std::bfloat16_t*, float*, std::bfloat16_t*,"
+        " std::bfloat16_t*, std::bfloat16_t*, double, int, int, int, int, int, int, int, bool)"
+    )
+    kernels = [e for e in raw_events(SGLANG_MI300) if e.get("cat") == "kernel"]
+    raw = sum(round(e["dur"] * 1000) for e in kernels if e["name"] == mangled)
+    assert raw > 0
+    by_leaf = collections.Counter()
+    for line, value in stacks(trace(SGLANG_MI300), "gpu-time").items():
+        by_leaf[line.rsplit(";", 1)[-1]] += value
+    assert by_leaf[readable] == raw and mangled not in by_leaf
+    # every name that demangles did; the one libstdc++ and c++filt both reject stays
+    left = {name for name in by_leaf if name.startswith("_Z")}
+    assert left == {e["name"] for e in kernels if e["name"].startswith("_ZN7sgl_hip")}
+    assert sum(by_leaf.values()) == sum(round(e["dur"] * 1000) for e in kernels) + sum(
+        round(e["dur"] * 1000) for e in raw_events(SGLANG_MI300) if e.get("cat") == "gpu_memcpy"
+    )
+
+
+def test_devices_the_trace_does_not_name() -> None:
+    # vLLM's trace of 8 MI300X lists their properties with empty names: "8 x " read as cut off
+    profile = trace("tracelens/vllm/graph_execution.json.gz")
+    assert profile.meta["info:devices"] == "8 x (no name in the trace)"
 
 
 def test_cpu_time_is_the_old_name_of_wall_time() -> None:

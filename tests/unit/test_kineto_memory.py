@@ -23,6 +23,8 @@ CPU = DATA / "kineto/recorded/cpu_semicolon_memory.json.gz"
 OLD = DATA / "kineto/kineto_tb_plugin/resnet50_num_workers_4_worker0.step6.pt.trace.json.gz"
 NO_MEMORY = DATA / "kineto/hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
 FOLDED = DATA / "speedscope/stackcollapse/simple.txt"
+NSYS = DATA / "nsys/saxpy-mpi-cuda_nsys_perlmutter0.sqlite"  # memcpy bytes, no memory held
+WINDOWS_CPU = DATA / "kineto/dtu_mlops/resnet_cpu_profile_memory.json.gz"
 
 
 def events(path: Path) -> list[dict]:
@@ -151,7 +153,12 @@ def test_cli_memory_of_a_trace(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     ("path", "words"),
-    [(NO_MEMORY, "profile_memory=True"), (FOLDED, "no memory data")],
+    [
+        (NO_MEMORY, "profile_memory=True"),
+        (FOLDED, "no memory data"),
+        # wrote a "Memory (gpu-bytes)" page of the bytes memcpys moved
+        (NSYS, "gpu-bytes counts the bytes memcpys moved, not memory held"),
+    ],
 )
 def test_inputs_without_memory_data_say_so(path, words, tmp_path, capsys):
     out = tmp_path / "m.html"
@@ -159,6 +166,18 @@ def test_inputs_without_memory_data_say_so(path, words, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and words in err
     assert not out.exists()
+
+
+def test_memory_of_a_cpu_only_trace_recorded_on_windows():
+    # No GPU: the CPU allocator's events are the memory charted (their Device Id is -1).
+    p = kineto_memory.load(Input(str(WINDOWS_CPU)))
+    events = memory_events(WINDOWS_CPU)
+    assert {device(e) for e in events} == {"cpu"}
+    peak = max(e["args"]["Total Allocated"] for e in events)
+    assert p.meta["peak_bytes"] == peak == 117_349_888
+    assert p.meta["memory_timeline"]["live_bytes"] == [e["args"]["Total Allocated"] for e in events]
+    allocated = sum(e["args"]["Bytes"] for e in events if e["args"]["Bytes"] > 0)
+    assert p.totals()[p.type_index("alloc-bytes")] == allocated
 
 
 def test_a_profile_with_a_bytes_metric_is_accepted(tmp_path, capsys):

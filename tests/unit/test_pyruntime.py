@@ -80,7 +80,8 @@ def sysconfig_include() -> str:
 def test_table_matches_the_headers(version, tmp_path):
     dirs = include_dirs(version)
     if not dirs:
-        pytest.skip(f"no headers of Python {version[0]}.{version[1]} here")
+        v = f"{version[0]}.{version[1]}"
+        pytest.skip(f"needs the headers of Python {v} (apt-get install python{v}-dev, or pyenv)")
     systools.need("gcc")
     source = tmp_path / "offsets.c"
     source.write_text(OFFSETS_C)
@@ -114,7 +115,7 @@ def test_a_program_that_is_not_python_is_refused():
 def test_an_old_python_is_refused_with_its_version():
     old = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.10.*/bin/python3.10")))
     if not old:
-        pytest.skip("no Python 3.10 installed here")
+        pytest.skip("needs a Python 3.10 (pyenv install 3.10)")
     proc = subprocess.Popen([old[0], "-c", "import time; time.sleep(5)"])
     try:
         time.sleep(0.3)

@@ -135,6 +135,39 @@ def test_labels_fit_and_are_cut_in_the_middle():
         assert len(f["text"] or "") <= f["w"] / (12 * 0.59)
 
 
+# What the page's labels do (format.js fitLabel); render/svg.py and the SVG's script agree.
+LABEL_CASES = [
+    ("void dpsk::ep::internode::combine<__nv_bfloat16, 16, 24>(int*, void*)", 30),
+    (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>,"
+        " std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)",
+        45,
+    ),
+    ("at::native::kern<float>(int)", 26),
+    ("forward (torch/nn/modules/linear.py:125)", 30),
+    ("Qwen2DecoderLayer_10", 8),
+    ("Memcpy DtoH (Device -> Pinned)", 15),
+]
+
+
+def test_labels_drop_a_signature_as_the_page_does():
+    # The SVG cut "void dpsk::ep::internode::combine<...>(int*, void*)" to "voi…*)": the
+    # return type and parameters are what tells kernels apart least.
+    assert elide(*LABEL_CASES[0]) == "dpsk::ep::inter…oat16, 16, 24>"
+    assert elide(*LABEL_CASES[2]) == "at::native::kern<float>"  # parameters go first
+    assert elide("void at::native::kern<float>(int)", 28) == "at::native::kern<float>(int)"
+    assert elide("forward (torch/nn/modules/linear.py:125)", 30) == "forward (…dules/linear.py:125)"
+    assert elide("Qwen2DecoderLayer_10", 8) == "Qwen…_10"  # the instance number whole
+    assert elide("Memcpy DtoH (Device -> Pinned)", 15) == "Memcpy …Pinned)"  # no signature
+    trace = DATA / "kineto" / "tracelens" / "h100" / "gaunernst_bert-small-uncased__1016001.json.gz"
+    labels = [f for f in frames_of(render_svg(load(str(trace)))) if f["text"]]
+    kernels = [f for f in labels if f["name"].startswith("void ")]
+    assert len(kernels) >= 10
+    for f in kernels:  # the label starts with the kernel's name, after the "void "
+        head = f["text"].split("…")[0]
+        assert f["text"] == f["name"] or f["name"].removeprefix("void ").startswith(head)
+
+
 def test_names_are_escaped_and_the_document_is_xml(tmp_path):
     path = tmp_path / "odd.folded"
     path.write_text('main;<script>alert("x")</script>;a&b\x01c 5\nmain;x]]>y 3\n')

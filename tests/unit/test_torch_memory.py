@@ -25,6 +25,8 @@ from aiflame.symbolize.cxa import Demangler
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "memory"
 SNAPSHOT = DATA / "medium_128_inference_memory_snapshot.pickle.gz"
+# Python 3.12 built with its sources' paths: CPython's C helpers are named and placed
+CS336 = DATA / "cs336_forward_memory_snapshot.pickle.gz"
 BLESS = os.environ.get("AIFLAME_BLESS") == "1"
 
 
@@ -500,6 +502,27 @@ def test_frame_modes_all_and_compact(profile):
         assert np.array_equal(p.totals(), profile.totals())
     with pytest.raises(ValueError):
         tm.build_profile(raw, frames="some")
+
+
+def test_compact_frames_hide_cpython_helpers_by_name_and_file():
+    # slot_tp_call, type_call, method_vectorcall_*, binary_op1 sat between the Python
+    # frames of every stack (a 12-row tower of interpreter glue on a Jupyter snapshot).
+    pytorch = tm.load(Input(str(CS336)), frames="pytorch", resolve_classes=False)
+    compact = tm.load(Input(str(CS336)), frames="compact", resolve_classes=False)
+
+    def natives(p: Profile) -> dict[str, str]:
+        frames = [p.frames.get(i) for i in range(len(p.frames))]
+        return {f.name: f.file for f in frames if f.kind == FrameKind.NATIVE}
+
+    glue = {"slot_tp_call", "type_call", "method_vectorcall_VARARGS_KEYWORDS", "binary_op1"}
+    assert glue <= set(natives(pytorch))  # as PyTorch's own viewers show them
+    assert natives(pytorch)["slot_tp_call"].endswith("/python-3.12.3/Objects/typeobject.c")
+    left = natives(compact)
+    assert not glue & set(left)
+    assert not [f for f in left.values() if "/python-3.12.3/" in f]  # none of CPython's files
+    assert "THPVariable_subclass_clear(THPVariable*)" in left  # torch's own C++ stays
+    assert compact.meta["peak_bytes"] == pytorch.meta["peak_bytes"] == 43_754_773_506
+    assert np.array_equal(compact.totals(), pytorch.totals())
 
 
 def test_methods_are_named_by_their_class_when_the_source_is_readable(tmp_path):

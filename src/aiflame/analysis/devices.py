@@ -47,6 +47,11 @@ KNOWN = [
           fp16=2250, fp8=4500, int8=4500),
     _spec("NVIDIA H200", 4.8, 141, ("h200", "h200 sxm"), fp64=34, fp32=67, tf32=494.7,
           bf16=989.4, fp16=989.4, fp8=1978.9, int8=1978.9),
+    # Grace Hopper: an H100's compute with 96 GB of HBM3 (4.0 TB/s) or 144 GB of HBM3e
+    _spec("NVIDIA GH200 96GB", 4.0, 96, ("gh200", "gh200 96gb"), fp64=34, fp32=67,
+          tf32=494.7, bf16=989.4, fp16=989.4, fp8=1978.9, int8=1978.9),
+    _spec("NVIDIA GH200 144GB", 4.9, 144, ("gh200 144gb",), fp64=34, fp32=67, tf32=494.7,
+          bf16=989.4, fp16=989.4, fp8=1978.9, int8=1978.9),
     _spec("NVIDIA H100 SXM", 3.35, 80, ("h100", "h100 sxm", "h100 80gb hbm3"), fp64=34,
           fp32=67, tf32=494.7, bf16=989.4, fp16=989.4, fp8=1978.9, int8=1978.9),
     _spec("NVIDIA H100 PCIe", 2.0, 80, ("h100 pcie",), fp64=26, fp32=51, tf32=378,
@@ -132,6 +137,8 @@ def identify(props: dict[str, Any]) -> DeviceSpec | None:
     def pick(key: str) -> DeviceSpec | None:
         return _BY_ALIAS.get(key)
 
+    if "gh200" in name:  # before "h200": GH200 is no H200 (less and slower memory)
+        return pick("gh200 144gb") if gb is not None and gb > 120 else pick("gh200")
     if "h100" in name:
         if "pcie" in name or sms == 114:
             return pick("h100 pcie")
@@ -212,9 +219,15 @@ def resolve(
     elif props:
         base = identify(props[0])
         if base is None:
-            what = props[0].get("name") or _describe(props[0])
+            named = props[0].get("name")
+            what = (
+                f"device '{named}' is not"
+                if named
+                else "the trace names no device, and its properties "
+                f"({_describe(props[0])}) are not"
+            )
             why = (
-                f"device '{what}' is not in the table of known GPUs; "
+                f"{what} in the table of known GPUs; "
                 "give --device or --peak-tflops/--peak-bandwidth"
             )
         elif not str(props[0].get("name") or "").strip():

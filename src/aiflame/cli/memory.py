@@ -120,14 +120,29 @@ def load_memory(args: argparse.Namespace, fmt: str) -> Profile:
         profile.meta.setdefault("format", fmt)
         return profile
     profile = load(args.input, fmt)
-    if not any(t.unit == "bytes" for t in profile.sample_types):
+    if not memory_types(profile):
         metrics = ", ".join(t.name for t in profile.sample_types)
+        moved = "; gpu-bytes counts the bytes memcpys moved, not memory held" * any(
+            t.name in TRANSFER_METRICS for t in profile.sample_types
+        )
         raise AiflameError(
-            f"{args.input}: no memory data ({fmt} input with metrics {metrics}, none in bytes);"
+            f"{args.input}: no memory data ({fmt} input with metrics {metrics}{moved});"
             " give a PyTorch memory snapshot, a profiler trace recorded with"
             " profile_memory=True, or a profile with a metric in bytes"
         )
     return profile
+
+
+# Metrics in bytes that are traffic, not memory: an Nsight Systems export's bytes copied by
+# memcpys and set by memsets.
+TRANSFER_METRICS = frozenset({"gpu-bytes"})
+
+
+def memory_types(profile: Profile) -> list[str]:
+    """Names of the profile's metrics that measure memory (in bytes, not bytes moved)."""
+    return [
+        t.name for t in profile.sample_types if t.unit == "bytes" and t.name not in TRANSFER_METRICS
+    ]
 
 
 def default_metric(profile: Profile, fmt: str) -> str | None:
@@ -137,7 +152,7 @@ def default_metric(profile: Profile, fmt: str) -> str | None:
         return "peak-bytes"
     if fmt in (SNAPSHOT_FORMAT, TRACE_FORMAT):
         return None
-    return next(t.name for t in profile.sample_types if t.unit == "bytes")
+    return memory_types(profile)[0]
 
 
 def _title(profile: Profile, metric: str | None) -> str:

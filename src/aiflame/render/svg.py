@@ -57,23 +57,64 @@ def escape(text: str) -> str:
 
 
 _ANNOTATION = re.compile(r"_\[[kwij]\]$")  # FlameGraph's kind marks: the colour says it
-_LOCATION = re.compile(r" \([^()]*:\d+\)$")  # Python's "func (file.py:12)"
+# Python's "func (file.py:12)" or "<module> (pkg/x.py)": the location gives way first
+_LOCATION = re.compile(r"^(.*\S) \(([^()]*(?::\d+|\.py))\)$")
+_TRAILING_NUMBER = re.compile(r"\d+$")
 
 
 def elide(name: str, chars: int) -> str:
-    """``name`` in at most ``chars`` characters, cut in the middle (``nn…Layer_0``); empty
-    when fewer than 3 fit (as flamegraph.pl, which draws no text there). A Python frame's
-    ``(file.py:12)`` goes first: the function tells frames apart better than the line."""
+    """``name`` in at most ``chars`` characters, as the HTML page labels its boxes: empty
+    when fewer than 3 fit (as flamegraph.pl, which draws no text there); a Python frame's
+    ``(file.py:12)`` is cut from its start, then dropped; a C++ signature loses its return
+    ``void`` and its parameters (``void at::kern<T>(int, float*)`` -> ``at::kern<T>``);
+    what remains is cut in the middle (``nn…Layer_0``), a trailing number kept whole."""
     if chars < 3:
         return ""
     if len(name) <= chars:
         return name
-    short = _LOCATION.sub("", name)
-    if short != name:
-        return elide(short, chars)
-    head = chars // 2
-    tail = chars - 1 - head
-    return name[:head] + ELLIPSIS + (name[-tail:] if tail else "")
+    m = _LOCATION.match(name)
+    if m:
+        func, loc = m.group(1), m.group(2)
+        room = chars - len(func) - 3  # " (" and ")"
+        if room >= 8:
+            return f"{func} ({ELLIPSIS}{loc[len(loc) - room + 1 :]})"
+        return _elide_middle(func, chars)
+    func, params = _split_signature(name)
+    if params and len(func) + len(params) <= chars:
+        return func + params
+    return _elide_middle(func, chars)
+
+
+def _split_signature(text: str) -> tuple[str, str]:
+    """``void ns::kern<T>(int, float*)`` -> (``ns::kern<T>``, ``(int, float*)``); a name
+    whose ``(`` follows a space (``Memcpy DtoH (Device -> Pinned)``) is no signature."""
+    if not text.endswith(")"):
+        return text, ""
+    depth = 0
+    for i in range(len(text) - 1, 0, -1):
+        c = text[i]
+        if c == ")":
+            depth += 1
+        elif c == "(":
+            depth -= 1
+            if depth == 0:
+                if text[i - 1] == " " or i < 2:
+                    break
+                return text[:i].removeprefix("void "), text[i:]
+    return text, ""
+
+
+def _elide_middle(text: str, room: int) -> str:
+    """The start and the end of ``text`` around an ``…``; a number at the end stays whole
+    while there is room for it (``n…10``, not ``nn…0``)."""
+    if len(text) <= room:
+        return text
+    head = room // 2
+    number = _TRAILING_NUMBER.search(text)
+    if number and room - 2 >= len(number.group()):
+        head = min(head, room - 1 - len(number.group()))
+    tail = room - 1 - head
+    return text[:head] + ELLIPSIS + (text[len(text) - tail :] if tail else "")
 
 
 def _natural(text: str) -> list[object]:

@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from aiflame.model import Profile
 
 # What a file name ends with that is not its name (checked repeatedly: x.pt.trace.json.gz).
-_EXTENSIONS = (".gz", ".json", ".trace", ".pt", ".txt", ".folded", ".collapsed", ".pb")
+_EXTENSIONS = (
+    ".gz", ".json", ".trace", ".pt", ".txt", ".folded", ".collapsed", ".pb", ".speedscope",
+)  # fmt: skip
 MAX_NAME = 48
 
 

@@ -25,7 +25,7 @@ from aiflame.sources.cupti_pc_file import DumpError, is_dump, read_dump
 from aiflame.sources.gpu_stacks import GpuStacks
 from aiflame.sources.inputs import Input
 from aiflame.symbolize import cubin as cubins
-from aiflame.symbolize.demangle import demangle_many
+from aiflame.symbolize.cxa import demangle_all
 
 FORMAT = "cupti-pc"
 COLLECTION_MODES = {1: "continuous", 2: "kernel-serialized"}
@@ -73,7 +73,7 @@ def find_cubins(path: str) -> dict[int, cubins.Cubin]:
 def build_profile(buffers, found: dict[int, cubins.Cubin]) -> Profile:
     b = ProfileBuilder([gpu.GPU_SAMPLES])
     stacks = GpuStacks(b)
-    names = demangle_many({r.function_name for buf in buffers for r in buf.records})
+    names = demangle_all({r.function_name for buf in buffers for r in buf.records})
     reason_names = {}
     for buf in buffers:
         reason_names.update(buf.reason_names)

@@ -14,7 +14,9 @@ the thread spent in slices.
 
 Layouts: recent traces with ``python_function`` events; older ones whose operators carry
 a ``Call stack`` string; the 2021 ``Operator``/``Runtime``/``Kernel`` layout; AMD (HIP
-names in the same categories); MTIA; GPU-only and CPU-only traces.
+names in the same categories; kernels named by their mangled symbol are demangled); MTIA;
+GPU-only and CPU-only traces (a metric with no data is left out: no ``gpu-time`` without GPU
+activity).
 
 Options: ``python_names`` ('short': ``function (file.py:12)``, ``Class > method``; 'raw':
 as written by the profiler), ``kernel_names`` ('full', the default, exactly as in the
@@ -55,11 +57,14 @@ from aiflame.sources.kineto_samples import (
 )
 from aiflame.sources.kineto_trace import from_columns, rank_of
 from aiflame.sources.trace_input import TraceInput
+from aiflame.symbolize.cxa import demangle_all
 from aiflame.symbolize.cxxnames import distinct_short_names, short_kernel_name
+from aiflame.symbolize.demangle import is_mangled
 from aiflame.symbolize.pyframes import NamedFrame, PythonNaming
 from aiflame.transforms import correlate
 from aiflame.transforms.pynames import merge_steps as merge_profiler_steps
 from aiflame.transforms.pynames import module_methods
+from aiflame.transforms.strip import drop_empty_types
 
 if TYPE_CHECKING:
     from aiflame.model.timeline import Timeline
@@ -198,6 +203,7 @@ def read_columns(
         cols = collector.freeze()
     except TimeOutOfRange as e:
         raise InputError(source.path, str(e)) from None
+    _demangle_kernels(cols)
     if cols.cpu_ts.size == 0 and cols.gpu_ts.size == 0:
         what = ", ".join(f"{n} {c}" for c, n in cols.ignored.most_common(4))
         raise NoKinetoEvents(
@@ -206,6 +212,25 @@ def read_columns(
             "calls or GPU activity)" + (f"; only: {what}" if what else ""),
         )
     return cols, stream.meta
+
+
+def _demangle_kernels(cols: Columns) -> None:
+    """Readable names of the kernels the trace names by their C++ symbol.
+
+    CUPTI writes CUDA kernels demangled; ROCm's profiler names the kernels it launches
+    through ``hipModuleLaunchKernel`` (aiter, composable_kernel, sglang's) by their mangled
+    symbol: ``_ZN5aiter24add_rmsnorm_quant_kernel...`` for ``void
+    aiter::add_rmsnorm_quant_kernel<...>(...)``. Names that do not demangle stay as they are.
+    """
+    used = np.unique(cols.gpu_name[cols.gpu_cls == Cls.KERNEL]).tolist()
+    if cols.cpu_kernel is not None:  # the kernels launch calls name (graph captures): alike
+        used += np.unique(cols.cpu_kernel[cols.cpu_kernel >= 0]).tolist()
+    mangled = {i: cols.names[i] for i in set(used) if is_mangled(cols.names[i])}
+    if not mangled:
+        return
+    readable = demangle_all(mangled.values())
+    for i, name in mangled.items():
+        cols.names[i] = readable.get(name, name)
 
 
 class Frames:
@@ -344,7 +369,9 @@ def build_profile(
             "correlation": gpu_corr[linked].astype(np.int64),
             "stack": stack_of[launch[linked]].astype(np.int64),
         }
-    profile = builder.build()
+    # A CPU-only trace has no gpu-time or kernel-count, a GPU-only one no wall-time: a
+    # metric without data is not offered (info, the page's choice, pprof's sample types).
+    profile = drop_empty_types(builder.build())
     if python_names == "short":  # 'raw' keeps the frames as the profiler wrote them
         profile = module_methods(profile, instances=module_instances)
     return merge_profiler_steps(profile) if merge_steps else profile

@@ -67,7 +67,10 @@ def describe(
         meta["info:rank"] = rank
     devices = trace_meta.get("deviceProperties")
     if isinstance(devices, list) and devices:
-        names = Counter(str(d.get("name", "?")) for d in devices if isinstance(d, dict))
+        # vLLM's traces of ROCm devices leave the name empty: say so rather than "8 x "
+        names = Counter(
+            str(d.get("name") or "(no name in the trace)") for d in devices if isinstance(d, dict)
+        )
         meta["info:devices"] = ", ".join(f"{n} x {name}" for name, n in names.items())
         meta["device"] = "+".join(dict.fromkeys(short_device_name(n) for n in names))
     counts = np.bincount(cols.cpu_cls, minlength=8)

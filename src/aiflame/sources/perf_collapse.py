@@ -63,6 +63,7 @@ class Collapser:
         self.comms: dict[str, tuple[str, str, str]] = {}  # root frame -> (comm, pid, tid)
         self.unrecognized = 0  # lines that are neither events nor stack frames
         self.filtered = 0  # event lines of other event types
+        self.samples = 0  # event lines of the event collapsed: the samples read
         self.periods = False  # whether samples carried a period
         self._addrs = self.options.addrs
         self._name = namer(self.options)
@@ -156,6 +157,7 @@ class Collapser:
                             self.filtered += 1
                             continue
                         event_filter = self.event_filter = event
+                    self.samples += 1
                     if not tid or tid == "0":  # Perl: "if (not $tid)"
                         tid, pid = pid, "?"
                     if not per or per == "0":
@@ -306,6 +308,7 @@ class Collapser:
             elif event != self.event_filter:
                 self.filtered += 1
                 return False  # the open sample, if any, stays open (as in Perl)
+        self.samples += 1
         if not period or period == "0":
             self._period = 1
         else:
@@ -349,6 +352,7 @@ class Collapser:
             self.comms.setdefault(pname, ids)
         self.unrecognized += other.unrecognized
         self.filtered += other.filtered
+        self.samples += other.samples
         self._pname = other._pname  # the later part decides how the input ended
         self.periods = self.periods or other.periods
 

@@ -123,6 +123,7 @@ def load(source: Input, **options: object) -> Profile:
     event = c.event_filter
     builder = build_profile(counts, _sample_type(event, c.periods), _frame_namer())
     builder.meta["ignored_lines"] = c.unrecognized
+    builder.meta["samples_read"] = c.samples  # the rows are fewer: one per distinct stack
     if event:
         builder.meta["info:event"] = event
     if c.filtered:

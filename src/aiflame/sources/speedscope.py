@@ -54,6 +54,9 @@ def load(source: Input, **_: object) -> Profile:
     return _Reader(source.path).read(doc)
 
 
+GENERIC_NAMES = frozenset({"py-spy profile"})  # a document name that names nothing
+
+
 class _Reader:
     def __init__(self, path: str) -> None:
         self.path = path
@@ -109,7 +112,9 @@ class _Reader:
             builder.meta["default_type"] = columns[active]
             builder.meta["active_profile"] = names[active]
         title = doc.get("name") or (names[0] if len(names) == 1 else "")
-        if isinstance(title, str) and title:
+        # py-spy names every file "py-spy profile": the page's own title, which names the
+        # file (and its process, where known), says more
+        if isinstance(title, str) and title and title not in GENERIC_NAMES:
             builder.meta["title"] = title
         if isinstance(doc.get("exporter"), str):
             builder.meta["exporter"] = doc["exporter"]

@@ -8,7 +8,8 @@ with the C/C++ frames of the interpreter and of PyTorch.
   ``PyEval_``/``PyObject_``/``PyFunction_`` and the dispatcher's ``Register*`` files), so
   that aiflame's graph and PyTorch's agree frame for frame (``frames="pytorch"``, the
   default). ``frames="compact"`` also hides the CPython interpreter's and libc's own C frames
-  (``PyMethod_New``, ``_PyRun_SimpleFileObject``, ``__libc_init_first``...), which the
+  (``PyMethod_New``, ``_PyRun_SimpleFileObject``, ``slot_tp_call``, ``method_vectorcall_O``,
+  ``__libc_init_first``..., and any C frame of CPython's own source files), which the
   unwinder interleaves with every Python frame; ``frames="all"`` keeps everything.
 * Names: Python methods read ``Class > method`` when the class can be known, which needs
   the source (see :mod:`aiflame.symbolize.pyclass`): the snapshot holds only the bare
@@ -55,8 +56,21 @@ OMIT_FILENAMES = (
 )
 
 FRAME_MODES = ("pytorch", "compact", "all")
-# C frames of libpython and libc (never C++): the glue between Python frames.
-_INTERPRETER = re.compile(r"^_{0,2}Py(?:[A-Z][A-Za-z]*)?_|^__libc_|^_start$|^main$")
+# C frames of libpython and libc (never C++): the glue between Python frames. By name: the
+# public API (PyObject_Call, _PyEval_EvalFrameDefault) and CPython's static helpers that
+# unwinders name in every stack (slot_tp_call, method_vectorcall_O, cfunction_call,
+# run_eval_code_obj, pymain_run_file; LTO clones carry a ".llvm.<hash>" suffix)...
+_INTERPRETER = re.compile(
+    r"^_{0,2}Py(?:[A-Z][A-Za-z]*)?_|^__libc_|^_start$|^main$"
+    r"|^(?:method_vectorcall|cfunction_(?:vectorcall|call)|slot_(?:tp|nb|sq|mp)_|vectorcall_"
+    r"|run_eval_code_obj$|run_mod$|pyrun_|pymain_|builtin_\w+_impl$|do_call_core$"
+    r"|binary_op1?$|gen_send_ex2?$|task_step(?:_impl)?$|context_run$|partial_vectorcall$"
+    r"|type_call$|method_call$|_?PyVectorcall_)"
+)
+_LLVM_CLONE = re.compile(r"\.llvm\.\d+$")
+# ... and by file: any C frame of CPython's own sources (Python/ceval.c, Objects/call.c,
+# Modules/_asynciomodule.c, Include/internal/pycore_ceval.h), where the build kept them.
+_CPYTHON_SOURCE = re.compile(r"(?:^|/)(?:Python|Objects|Modules|Include|Parser)/[\w./-]*\.[ch]$")
 
 CLASS_SEPARATOR = " > "
 NO_FRAMES_KEPT = "[no frames kept]"
@@ -66,6 +80,11 @@ UNKNOWN_FILES = frozenset(("??", ""))
 def omitted(name: str, filename: str) -> bool:
     """True for frames PyTorch's memory viewers leave out."""
     return any(s in name for s in OMIT_FUNCTIONS) or any(s in filename for s in OMIT_FILENAMES)
+
+
+def _interpreter(name: str, filename: str) -> bool:
+    """True for a C frame of the interpreter or libc, by its file or its name."""
+    return bool(_CPYTHON_SOURCE.search(filename) or _INTERPRETER.match(_LLVM_CLONE.sub("", name)))
 
 
 def frame_kind(name: str, filename: str) -> FrameKind:
@@ -128,7 +147,7 @@ class FrameNamer:
         if self.mode != "all" and omitted(name, filename):
             return -1
         kind = frame_kind(name, filename)
-        if self.mode == "compact" and kind == FrameKind.NATIVE and _INTERPRETER.match(name):
+        if self.mode == "compact" and kind == FrameKind.NATIVE and _interpreter(name, filename):
             return -1
         shown = name
         if kind == FrameKind.PYTHON:

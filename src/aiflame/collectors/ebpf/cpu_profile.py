@@ -16,12 +16,19 @@ as most PyTorch operators, or waiting for it).
 A user stack that does not reach a thread or process start function (``_start``,
 ``__libc_start_main``, ``start_thread``, ``clone``...) was cut short: the unwinder follows
 frame pointers and stops at the first function built without them, or at the depth limit.
-Their share is recorded in the profile's meta (``aiflame info`` shows it).
+Their share is recorded in the profile's meta (``aiflame info`` shows it). Without the C
+library's debug symbols (``libc6-dbg``) its start functions have no name (glibc does not
+export ``__libc_start_call_main`` or ``start_thread``): there a stack whose outermost frame
+is an address of the C library or the dynamic loader that no symbol names counts as
+complete. (A walk that broke inside another unexported libc function, such as qsort's
+callback caller, then counts as complete too.)
 """
 
 from __future__ import annotations
 
 import errno
+import os
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -63,6 +70,8 @@ START_FUNCTIONS = frozenset(
         "runtime.mstart",
     }
 )
+# glibc's and musl's C library and dynamic loader, by file name.
+_C_RUNTIME = re.compile(r"^(?:libc\.so\.\d+|ld-linux[-\w.]*\.so\.\d+|(?:ld|libc)-musl-\w+\.so\.1)$")
 _STACK_LOST = {-errno.ENOMEM: "[stack lost: stack map full]"}
 USER_STACK_MISSING = "[user stack unreadable]"
 PYTHON_FRAME_UNREADABLE = "[Python frame unreadable]"
@@ -113,6 +122,20 @@ class _UserSymbols:
                     out[a] = sym
             todo = missing
         return out
+
+
+def _reaches_start(syms: list[Symbol]) -> bool:
+    """Whether a user stack (innermost first) reaches its thread's or process's start: a
+    start function in it, or an unnamed address of the C library outermost (its start
+    functions where libc's debug symbols are not installed)."""
+    # glibc's internal aliases (__GI___clone) name the same functions
+    if any(s.name.removeprefix("__GI_") in START_FUNCTIONS for s in syms):
+        return True
+    if not syms:
+        return False
+    outer = syms[-1]
+    base = os.path.basename(outer.module)
+    return bool(_C_RUNTIME.match(base)) and outer.name.startswith(f"{base}+0x")
 
 
 def _lookup_addresses(stack: tuple[int, ...]) -> list[int]:
@@ -197,12 +220,11 @@ def build_profile(
             stats.python += count
         elif key.user_stack >= 0:
             user = _stack(raw, key.user_stack)
-            # glibc's internal aliases (__GI___clone) name the same functions
-            names = {usyms[key.pid][a].name.removeprefix("__GI_") for a in _lookup_addresses(user)}
+            syms = [usyms[key.pid][a] for a in _lookup_addresses(user)]
             stats.user_stacks += count
             if len(user) >= MAX_STACK_DEPTH:
                 stats.at_depth_limit += count
-            if len(user) >= MAX_STACK_DEPTH or not names & START_FUNCTIONS:
+            if len(user) >= MAX_STACK_DEPTH or not _reaches_start(syms):
                 stats.truncated += count
         labels = {
             "pid": key.pid,

@@ -344,6 +344,11 @@
       const t = this.metric;
       const type = this.types[t];
       let text = "Total: " + this.fmt(this.baseTree.totals(t)[0], type);
+      // With no metric to choose from, the choice does not say which one this is: a time
+      // or a size must still be named ("wall-time" of CPU slices is not CPU time).
+      if (!this.diff && $("metric-box").hidden && type.unit !== "count") {
+        text = "Total " + type.name + ": " + this.fmt(this.baseTree.totals(t)[0], type);
+      }
       if (this.diff) {
         const b = this.baseTree.totals(this.diff.base)[0];
         const x = this.baseTree.totals(this.diff.test)[0];

@@ -89,15 +89,44 @@ function frameOf(node) {
   return i === null ? null : aiflameSvg.frames[+i];
 }
 
-// A name cut in the middle to fit `chars` characters (as render/svg.py's elide).
+// `name` in at most `chars` characters, as render/svg.py's elide (and the HTML page):
+// a Python frame's location is cut from its start, then dropped; a C++ signature loses
+// its "void " and parameters; what remains is cut in the middle, a trailing number whole.
 function elide(name, chars) {
   if (chars < 3) return "";
   if (name.length <= chars) return name;
-  var short = name.replace(/ \([^()]*:\d+\)$/, "");
-  if (short !== name) return elide(short, chars);
-  var head = Math.floor(chars / 2);
-  var tail = chars - 1 - head;
-  return name.slice(0, head) + "\u2026" + (tail ? name.slice(name.length - tail) : "");
+  var m = /^(.*\S) \(([^()]*(?::\d+|\.py))\)$/.exec(name);
+  if (m) {
+    var room = chars - m[1].length - 3;
+    if (room >= 8) return m[1] + " (\u2026" + m[2].slice(m[2].length - room + 1) + ")";
+    return elideMiddle(m[1], chars);
+  }
+  var sig = splitSignature(name);
+  if (sig[1] && sig[0].length + sig[1].length <= chars) return sig[0] + sig[1];
+  return elideMiddle(sig[0], chars);
+}
+
+function splitSignature(text) {
+  if (text.charAt(text.length - 1) !== ")") return [text, ""];
+  var depth = 0;
+  for (var i = text.length - 1; i > 0; i--) {
+    var c = text.charAt(i);
+    if (c === ")") depth++;
+    else if (c === "(" && --depth === 0) {
+      if (text.charAt(i - 1) === " " || i < 2) break;
+      return [text.slice(0, i).replace(/^void /, ""), text.slice(i)];
+    }
+  }
+  return [text, ""];
+}
+
+function elideMiddle(text, room) {
+  if (text.length <= room) return text;
+  var head = Math.floor(room / 2);
+  var number = /\d+$/.exec(text);
+  if (number && room - 2 >= number[0].length) head = Math.min(head, room - 1 - number[0].length);
+  var tail = room - 1 - head;
+  return text.slice(0, head) + "\u2026" + (tail ? text.slice(text.length - tail) : "");
 }
 
 function place(f, x, w) {

@@ -254,6 +254,7 @@
       const scale = this.scale;
       const top = (d) => (this.inverted ? PAD + d * ROW : PAD + (this.rows - 1 - d) * ROW);
       const labels = [];
+      const lightLabels = [];
       const folded = this.folds.length > 0;
       let style = "";
       for (let k = 0; k < this.nVisible; k++) {
@@ -268,13 +269,16 @@
         if (color !== style) ctx.fillStyle = style = color;
         ctx.globalAlpha = i < z ? 0.55 : 1; // the zoomed node's callers: context, faded
         ctx.fillRect(left, y, w > 3 ? w - 1 : w, ROW - 1);
-        if (w >= 3 * cw + 6) labels.push(i, left, y, w);
+        if (w >= 3 * cw + 6) (A.labelInk(color) === A.DARK_INK ? labels : lightLabels).push(i, left, y, w);
       }
       ctx.globalAlpha = 1;
-      ctx.fillStyle = "#111";
-      for (let k = 0; k < labels.length; k += 4) {
-        const text = this._label(labels[k], labels[k + 3]);
-        ctx.fillText(text, labels[k + 1] + 3, labels[k + 2] + (ROW - 1) / 2 + 0.5);
+      // Two inks, each set once: white only on boxes too dark for the usual one.
+      for (const [list, ink] of [[labels, A.DARK_INK], [lightLabels, "#fff"]]) {
+        ctx.fillStyle = ink;
+        for (let k = 0; k < list.length; k += 4) {
+          const text = this._label(list[k], list[k + 3]);
+          ctx.fillText(text, list[k + 1] + 3, list[k + 2] + (ROW - 1) / 2 + 0.5);
+        }
       }
       const ov = this.overlay;
       if (ov.width !== canvas.width || ov.height !== canvas.height) {

@@ -165,6 +165,31 @@
     return "rgb(" + r + "," + g + "," + b + ")";
   };
 
+  // The label ink for a box of `color` ("rgb(r,g,b)" or "#rrggbb"): dark, unless white
+  // reads better (WCAG contrast), as on the saturated blue of the largest shrink.
+  const DARK_INK = "#111";
+  const LIGHT_INK = "#fff";
+  const inks = new Map();
+  A.labelInk = function (color) {
+    let ink = inks.get(color);
+    if (ink === undefined) {
+      let rgb = /^rgb\((\d+),\s*(\d+),\s*(\d+)\)$/.exec(color);
+      if (rgb) rgb = rgb.slice(1).map(Number);
+      else if (/^#[0-9a-f]{6}$/i.test(color)) rgb = [1, 3, 5].map((k) => parseInt(color.slice(k, k + 2), 16));
+      ink = DARK_INK;
+      if (rgb) {
+        const lin = rgb.map((c) => (c / 255 <= 0.04045 ? c / 255 / 12.92 : ((c / 255 + 0.055) / 1.055) ** 2.4));
+        const lum = 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2];
+        const dark = (lum + 0.05) / (0.0056 + 0.05); // #111's luminance is 0.0056
+        const light = 1.05 / (lum + 0.05);
+        if (light > dark) ink = LIGHT_INK;
+      }
+      inks.set(color, ink);
+    }
+    return ink;
+  };
+  A.DARK_INK = DARK_INK;
+
   // Differential colour as flamegraph.pl draws it: white for no change, towards red for
   // growth and blue for shrinkage, saturated at the largest change in the graph (linear,
   // from white rather than from flamegraph.pl's 210, so that "no change" stays distinct).
