@@ -82,7 +82,8 @@ def cpu_push(labels: dict[str, str], seed: int, time_ns: int) -> tuple[bytes, st
     """One agent push: body, profile id, and the profile that was pushed."""
     p = cpu_profile(seed, time_ns)
     pid = str(uuid.UUID(int=seed + 1))
-    full = {"__name__": "process_cpu", **labels}
+    # As the agent labels it: __delta__=false (the profile covers one period already).
+    full = {"__name__": "process_cpu", "__delta__": "false", **labels}
     return push_request([(full, [(pprof_bytes(p), pid)])]), pid, p
 
 

@@ -133,6 +133,9 @@ def test_pyroscope_sdk_push_is_stored_and_returned(server, tenant, tmp_path):
     assert leaves["hot_b"] > 2 * leaves["hot_a"] > 0
 
     c = Client(server.url, tenant=tenant)
+    # The SDK pushed past this client (through the recorder): wait until what the server
+    # acknowledged is committed, as a reader a moment later would see it.
+    c.settle()
     now = int(time.time() * 1000)
     cpu = "process_cpu:cpu:nanoseconds:cpu:nanoseconds"
     types = c.connect(

@@ -126,6 +126,7 @@ def test_labels_and_series(pushed):
     assert list(r.names) == ["infer-0"]
     r = c.connect("LabelNames", t.LabelNamesRequest(matchers=["{}"]), t.LabelNamesResponse)
     assert {"__name__", "service_name", "host", "pod"} <= set(r.names)
+    assert "__delta__" not in r.names  # Pyroscope's push flag, not a label of the series
     s = c.connect(
         "Series",
         q.SeriesRequest(matchers=['{host="h2"}'], label_names=["pod", "host"]),

@@ -20,6 +20,8 @@ from aiflame.server.ingest.hashing import StringHashes
 from aiflame.server.ingest.profiles import ProfileItem, profile_item
 from aiflame.server.labels import check_labels
 
+DELTA_LABEL = "__delta__"
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -69,6 +71,9 @@ def push_items(
     items: list[ProfileItem] = []
     for series in request.series:
         labels = check_labels([(lb.name, lb.value) for lb in series.labels], limits.max_labels)
+        # Pyroscope's __delta__ says whether the server must subtract the previous
+        # cumulative profile; profiles here are stored as pushed, so it names no series.
+        labels.pop(DELTA_LABEL, None)
         for sample in series.samples:
             raw = sample.raw_profile
             if not raw:
