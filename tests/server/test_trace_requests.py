@@ -20,7 +20,13 @@ def test_trace_request_reaches_the_hosts_of_the_workload(server, tenant):
             now - 10,
             now,
             [],
-            [{"labels": {"job_id": job}, "allocated_gpu_seconds": 10.0}],
+            [
+                {
+                    "labels": {"job_id": job, "team": "search"},
+                    "pids": [4100 + int(job), 4200 + int(job)],
+                    "allocated_gpu_seconds": 10.0,
+                }
+            ],
         )
         assert c.post("/api/v1/telemetry", doc, "application/json")[0] == 200
     c.settle()
@@ -52,8 +58,31 @@ def test_trace_request_reaches_the_hosts_of_the_workload(server, tenant):
     got = beat("h1")
     assert [r["request_id"] for r in got] == [request_id]
     assert got[0]["selector"] == {"job_id": "77"} and got[0]["duration_ms"] == 2000
+    assert got[0]["labels"] == {"job_id": "77"}
     assert beat("h1") == []  # handed over once
     assert beat("h2") == []  # h2 runs another job
+
+    # Any other labels: the agent is handed the PIDs of the matching workload on its host
+    # (its trace API takes exactly one of job_id, pids or all).
+    status, data = c.post(
+        "/api/v1/trace-requests",
+        json.dumps({"selector": {"team": "search"}, "iterations": 3}).encode(),
+        "application/json",
+    )
+    assert status == 200, data
+    by_team = json.loads(data)["request_id"]
+    for host, job in (("h1", 77), ("h2", 88)):
+        got = beat(host)
+        assert [r["request_id"] for r in got] == [by_team]
+        assert got[0]["selector"] == {"pids": [4100 + job, 4200 + job]}
+        assert got[0]["labels"] == {"team": "search"} and got[0]["iterations"] == 3
+    status, data = c.post(
+        "/api/v1/trace-requests",
+        json.dumps({"selector": {"team": "ads"}, "iterations": 3}).encode(),
+        "application/json",
+    )
+    assert status == 200, data
+    assert beat("h1") == [] and beat("h2") == []  # no host runs that team's work
     trace = (
         payloads.DATA
         / "kineto"

@@ -9,6 +9,7 @@ import pyarrow as pa
 
 _MS = pa.timestamp("ms", tz="UTC")
 _RECENT_S = 900  # a host ran a workload if its telemetry said so in the last 15 minutes
+MAX_PIDS = 256  # the agent's bound on the PIDs of one trace request
 
 
 _ACTIVE_CHECK_S = 5.0
@@ -36,6 +37,26 @@ def request_created(tenant: str) -> None:
     _active.pop(tenant, None)
 
 
+def agent_selector(
+    labels: dict[str, str], recent: list[tuple[dict[str, str], list[int]]]
+) -> dict[str, Any] | None:
+    """The processes of this host a request names, as the agent's trace API takes them
+    (exactly one of ``job_id``, ``pids`` or ``all``), or None when it names none here.
+
+    A job id goes as it is (the agent also knows a job's processes that its telemetry has
+    not shown yet); any other labels become the PIDs of the host's workloads that carry
+    them, from their latest telemetry; no labels at all is every process of the host."""
+    if not labels:
+        return {"all": True}
+    matching = [pids for w, pids in recent if all(w.get(k) == v for k, v in labels.items())]
+    if not matching:
+        return None
+    if set(labels) == {"job_id"}:
+        return {"job_id": labels["job_id"]}
+    pids = sorted({p for ps in matching for p in ps if p > 0})[:MAX_PIDS]
+    return {"pids": pids} if pids else None
+
+
 def deliveries_for(
     state: Any, tenant: str, host: str, now_ms: int
 ) -> tuple[list[dict], dict | None]:
@@ -52,12 +73,13 @@ def deliveries_for(
     )
     if not rows:
         return [], None
+    # Each workload the host ran lately, with the PIDs of its latest period.
     recent = [
-        dict(r[0])
-        for r in store.rows(
-            f"SELECT DISTINCT labels FROM {store.db}.workload_telemetry "
+        (dict(labels), [int(p) for p in pids])
+        for labels, pids in store.rows(
+            f"SELECT labels, argMax(pids, start) FROM {store.db}.workload_telemetry "
             "WHERE tenant = {t:String} AND host = {h:String} "
-            "AND start > now64(3) - toIntervalSecond({s:UInt32})",
+            "AND start > now64(3) - toIntervalSecond({s:UInt32}) GROUP BY labels",
             {"t": tenant, "h": host, "s": _RECENT_S},
         )
     ]
@@ -66,13 +88,14 @@ def deliveries_for(
         sel = dict(selector)
         if "host" in sel and sel["host"] != host:
             continue
-        rest = {k: v for k, v in sel.items() if k != "host"}
-        if rest and not any(all(w.get(k) == v for k, v in rest.items()) for w in recent):
+        target = agent_selector({k: v for k, v in sel.items() if k != "host"}, recent)
+        if target is None:
             continue
         out.append(
             {
                 "request_id": request_id,
-                "selector": sel,
+                "selector": target,
+                "labels": sel,
                 "duration_ms": duration_ms,
                 "iterations": iterations,
                 "start_time": start_time,
