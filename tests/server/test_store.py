@@ -7,9 +7,10 @@ from __future__ import annotations
 import time
 
 import payloads
+import pyarrow as pa
 import pytest
 
-from aiflame.server.ingest import hashing, pprof_columns, profiles
+from aiflame.server.ingest import hashing, pprof_columns, profiles, telemetry
 from aiflame.server.store import migrations, schema
 from aiflame.server.store.connection import open_store
 from aiflame.server.store.url import parse_store_url
@@ -42,9 +43,45 @@ def test_schema_migrates_once_and_records_its_version(store):
     assert migrations.migrate(store, schema.DEFAULT_RETENTION_S) == migrations.CURRENT_VERSION
     names = {r[0] for r in store.rows("SELECT name FROM system.tables WHERE database = 'aiflame'")}
     assert {t.name for t in schema.TABLES} | {v.name for v in schema.VIEWS} <= names
-    assert store.rows("SELECT version, name FROM aiflame.schema_migrations") == [
-        (1, "initial schema")
+    assert store.rows("SELECT version, name FROM aiflame.schema_migrations ORDER BY version") == [
+        (v.version, v.name) for v in migrations.MIGRATIONS
     ]
+
+
+GPM_V2 = ("gr_engine_active", "tensor_hmma_active", "tensor_dmma_active", "tensor_imma_active")
+
+
+def test_a_version_1_store_gets_the_gpm_fields_and_keeps_its_rows(store):
+    migrations.migrate(store, schema.DEFAULT_RETENTION_S)
+    # What a store of version 1 is: the GPU rows without the version-2 columns.
+    store.command(
+        "ALTER TABLE aiflame.gpu_telemetry " + ", ".join(f"DROP COLUMN {c}" for c in GPM_V2)
+    )
+    store.command("DELETE FROM aiflame.schema_migrations WHERE version >= 2")
+    store.command(
+        "INSERT INTO aiflame.gpu_telemetry (tenant, host, start, end, gpu_index, uuid, util, "
+        "batch_id) VALUES ('t', 'old', now64(3) - 10, now64(3), 0, 'GPU-0', 0.5, 1)"
+    )
+    assert migrations.migrate(store, schema.DEFAULT_RETENTION_S) == 1
+    assert migrations.applied_version(store) == migrations.CURRENT_VERSION == 2
+    cols = [r[0] for r in store.rows("DESCRIBE TABLE aiflame.gpu_telemetry")]
+    assert cols.index("dram_active") + 1 == cols.index("gr_engine_active")  # as declared
+    declared = next(t for t in schema.TABLES if t.name == "gpu_telemetry")
+    assert cols == [name for name, _ in declared.columns]
+    assert store.rows("SELECT util, tensor_hmma_active FROM aiflame.gpu_telemetry") == [(0.5, None)]
+    # The agent's fields are stored from now on.
+    now = time.time()
+    gpu = {"index": 1, "uuid": "GPU-1", "util": 0.9, "gr_engine_active": 0.95}
+    doc = telemetry.parse(
+        payloads.telemetry("v2", "new", now - 10, now, [{**gpu, "tensor_hmma_active": 0.25}], [])
+    )
+    rows = telemetry.tables(doc, "t", int(now * 1000), 64)["gpu_telemetry"]
+    store.insert("gpu_telemetry", pa.table(rows))
+    got = store.rows(
+        "SELECT gr_engine_active, tensor_hmma_active, tensor_imma_active "
+        "FROM aiflame.gpu_telemetry WHERE host = 'new'"
+    )
+    assert got == [(0.949999988079071, 0.25, None)]
 
 
 def test_a_newer_store_is_refused(store):
@@ -75,9 +112,14 @@ def test_cluster_ddl_is_valid_clickhouse(store):
     by the same engine, and name the replicated and distributed tables."""
     stmts = schema.schema_statements("aiflame", schema.DEFAULT_RETENTION_S, "prod")
     stmts += migrations._versions_table("aiflame", "prod")
+    for m in migrations.MIGRATIONS[1:]:
+        stmts += m.statements("aiflame", schema.DEFAULT_RETENTION_S, "prod")
     for sql in stmts:
         formatted = store.rows("SELECT formatQuery({q:String})", {"q": sql})[0][0]
         assert "ON CLUSTER prod" in formatted
+    assert "ALTER TABLE aiflame.gpu_telemetry_local ON CLUSTER 'prod' ADD COLUMN" in "\n".join(
+        stmts
+    )
     text = "\n".join(stmts)
     for t in schema.TABLES:
         assert f"aiflame.{t.name}_local ON CLUSTER 'prod'" in text

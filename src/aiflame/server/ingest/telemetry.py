@@ -44,6 +44,10 @@ class Gpu(msgspec.Struct, forbid_unknown_fields=False):
     fp32_active: Fraction | None = None
     fp64_active: Fraction | None = None
     dram_active: Fraction | None = None
+    gr_engine_active: Fraction | None = None
+    tensor_hmma_active: Fraction | None = None
+    tensor_dmma_active: Fraction | None = None
+    tensor_imma_active: Fraction | None = None
     est_flops: NonNeg | None = None
     est_flops_basis: str = ""
 
@@ -85,6 +89,10 @@ _GPU_FLOATS = (
     "fp32_active",
     "fp64_active",
     "dram_active",
+    "gr_engine_active",
+    "tensor_hmma_active",
+    "tensor_dmma_active",
+    "tensor_imma_active",
 )
 
 

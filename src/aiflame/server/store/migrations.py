@@ -1,8 +1,10 @@
 """Versioned schema: each migration is a list of statements; the store records which ran.
 
-Version 1 creates everything of :mod:`schema`. A later change of the schema appends a
-migration (``ALTER TABLE ... ADD COLUMN``, a new table or view) and never edits an old one,
-so a store of any age is brought up to date in order. A server refuses a store newer than
+Version 1 creates everything of :mod:`schema` as it is declared now. A later change of the
+schema is declared there and appends a migration that brings older stores to it (``ALTER
+TABLE ... ADD COLUMN IF NOT EXISTS``, a new table or view: statements that change nothing
+on a store version 1 just created), and never edits an old one, so a store of any age is
+brought up to date in order. A server refuses a store newer than
 itself (written by a later aiflame) rather than guess at it.
 
 Retention is not a migration: the TTLs of the tables are set from ``--retention`` at every
@@ -30,7 +32,20 @@ class Migration:
     statements: Callable[[str, dict[str, int], str | None], list[str]]
 
 
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, "initial schema", schema.schema_statements),)
+def _gpm_fields(db: str, retention_s: dict[str, int], cluster: str | None) -> list[str]:
+    return schema.add_columns(
+        "gpu_telemetry",
+        "dram_active",
+        ["gr_engine_active", "tensor_hmma_active", "tensor_dmma_active", "tensor_imma_active"],
+        db,
+        cluster,
+    )
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "initial schema", schema.schema_statements),
+    Migration(2, "GPU telemetry: graphics engine and tensor pipes by precision", _gpm_fields),
+)
 CURRENT_VERSION = MIGRATIONS[-1].version
 
 

@@ -202,6 +202,11 @@ TABLES: tuple[Table, ...] = (
             ("fp32_active", _F32N),
             ("fp64_active", _F32N),
             ("dram_active", _F32N),
+            # schema version 2
+            ("gr_engine_active", _F32N),
+            ("tensor_hmma_active", _F32N),
+            ("tensor_dmma_active", _F32N),
+            ("tensor_imma_active", _F32N),
             ("est_flops", "Nullable(Float64)"),
             ("est_flops_basis", _LC),
             ("batch_id", f"UInt64 TTL toDateTime(start) + INTERVAL {JOURNAL_S} SECOND"),
@@ -531,6 +536,25 @@ def modify_ttl(table: Table, db: str, retention_s: dict[str, int], cluster: str 
     local = f"{table.name}_local" if cluster else table.name
     on = f" ON CLUSTER '{cluster}'" if cluster else ""
     return f"ALTER TABLE {db}.{local}{on} MODIFY TTL {ttl_sql(table, retention_s)}"
+
+
+def add_columns(
+    table_name: str, after: str, columns: list[str], db: str, cluster: str | None
+) -> list[str]:
+    """``ADD COLUMN IF NOT EXISTS`` of columns declared in :data:`TABLES` (a store created
+    at this version has them already); on a cluster the local and the distributed table."""
+    table = next(t for t in TABLES if t.name == table_name)
+    types = dict(table.columns)
+    names = [f"{table_name}_local", table_name] if cluster else [table_name]
+    on = f" ON CLUSTER '{cluster}'" if cluster else ""
+    out = []
+    for name in names:
+        clauses, prev = [], after
+        for col in columns:
+            clauses.append(f"ADD COLUMN IF NOT EXISTS `{col}` {types[col]} AFTER `{prev}`")
+            prev = col
+        out.append(f"ALTER TABLE {db}.{name}{on} " + ", ".join(clauses))
+    return out
 
 
 def schema_statements(db: str, retention_s: dict[str, int], cluster: str | None) -> list[str]:
