@@ -20,6 +20,18 @@ ALLOWED = {
     # the analysis report's renderers read its typed records
     "render": {"model", "errors", "transforms", "symbolize", "proto", "analysis"},
     "collectors": {"model", "errors", "symbolize", "sources", "transforms"},
+    # The fleet server uses every layer below it (importers, renderers, the analysis
+    # library); it is no command's helper; nothing but the command line imports it.
+    "server": {
+        "model",
+        "errors",
+        "symbolize",
+        "sources",
+        "transforms",
+        "analysis",
+        "render",
+        "proto",
+    },
 }
 
 
@@ -56,6 +68,17 @@ def test_layers_import_only_downwards():
             if pkg not in ALLOWED[layer] and (rel.as_posix(), pkg) not in EXCEPTIONS:
                 violations.append(f"{rel} imports aiflame.{pkg}")
     assert not violations, "\n".join(violations)
+
+
+def test_only_the_command_line_imports_the_server():
+    offenders = []
+    for path in SRC.rglob("*.py"):
+        rel = path.relative_to(SRC)
+        if rel.parts[0] in ("server", "cli"):
+            continue
+        if "server" in imported_packages(path):
+            offenders.append(str(rel))
+    assert not offenders, offenders
 
 
 def test_the_walker_sees_imports(tmp_path):
