@@ -199,3 +199,10 @@ def test_findings_cost_gpu_hours(server, fleet):
         assert w["gpu_hours"] == pytest.approx(f["share"] * 6.0)
     costs = [x["gpu_hours"] for x in r["rules"]]
     assert costs == sorted(costs, reverse=True)
+    # Each stack comes with the terminal report's short text: innermost frames as a person
+    # names them (``embedding (functional.py:2437)``, not ``torch/nn/functional.py(2437): ...``).
+    stacks = [s for x in r["rules"] for w in x["workloads"] for s in w["top_stacks"]]
+    assert stacks
+    for s in stacks:
+        assert s["stack"][-1].split(": ")[-1] in s["text"].split(" > ")[-1]  # the leaf
+        assert not any("py(" in part for part in s["text"].split(" > "))

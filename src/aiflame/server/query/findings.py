@@ -13,10 +13,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from aiflame.analysis import words
 from aiflame.server.errors import BadRequest
 from aiflame.server.labels import LABEL_NAME, matchers_sql, parse_selector
 from aiflame.server.query import attribution
 from aiflame.server.store.connection import Store
+
+STACK_FRAMES = 4  # innermost frames shown per stack, as in the terminal report
 
 _SEVERITY = {"high": 3, "medium": 2, "low": 1}
 
@@ -70,7 +73,7 @@ def fleet_findings(
                 "traces": int(traces),
                 "cost_us_in_traces": float(cost_us),
                 "trace_id": trace_id,
-                "top_stacks": ev.get("top_stacks") or [],
+                "top_stacks": [_named(s) for s in ev.get("top_stacks") or []],
                 "evidence": {k: v for k, v in ev.items() if k not in ("top_stacks", "flame")},
             }
         )
@@ -91,3 +94,12 @@ def _workload_hours(
     for _, k, s in attribution.buckets(store, q):
         out[k] = out.get(k, 0.0) + s["allocated"] / 3600
     return out
+
+
+def _named(stack: dict[str, Any]) -> dict[str, Any]:
+    """A finding's stack with the short text the terminal report gives it (its innermost
+    frames as a person names them: ``embedding (functional.py:2437) > aten::embedding``)."""
+    frames = stack.get("stack")
+    if isinstance(frames, list) and all(isinstance(f, str) for f in frames):
+        return {**stack, "text": words.frames(frames, STACK_FRAMES)}
+    return stack

@@ -18,7 +18,8 @@
 
   function stacks(w) {
     return el("div", {}, (w.top_stacks || []).slice(0, 2).map((s) =>
-      el("div", { class: "stack", text: (s.stack || []).slice(-4).join(" → ") })));
+      el("div", { class: "stack", title: (s.stack || []).join(" → "),
+        text: s.text || (s.stack || []).slice(-4).join(" → ") })));
   }
 
   async function load() {
