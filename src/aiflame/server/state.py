@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from aiflame.server.auth import TokenCheck
 from aiflame.server.config import ServerConfig
 from aiflame.server.errors import Overloaded, RequestError
+from aiflame.server.ingest.dictionaries import DictionaryCache
 from aiflame.server.ingest.hashing import StringHashes
 from aiflame.server.store import migrations
 from aiflame.server.store.connection import Store, open_store
@@ -51,6 +52,7 @@ class ServerState:
         recover(self.store)  # batches a killed process left half-written
         self.writer = Writer(self.store, flush_interval_s=config.flush_interval_s)
         self.strings = StringHashes()
+        self.dictionaries = DictionaryCache()  # of the profiles that agents push every period
         self.counters = Counters()
         self.started = time.time()
         base = self.url.path if self.url.kind == "chdb" else tempfile.gettempdir()

@@ -17,6 +17,7 @@ stores it exactly once.
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import logging
 import secrets
 import socket
@@ -63,6 +64,10 @@ class _Pending:
     durable: bool = False  # already in the write-ahead log: retried until stored
 
 
+# The samples' roll-ups (materialized views into SummingMergeTree tables) are summed by
+# every query and by the merges; summing each insert's block once more costs a third of the
+# insert's CPU and saves nothing.
+_INSERT_SETTINGS = {"samples": {"optimize_on_insert": 0}}
 _ID_COLUMN = {"profiles": "profile_id", "telemetry_batches": "id", "traces": "trace_id"}
 # Tables whose rows carry the batch id (rolled back with it).
 _JOURNALLED = (
@@ -77,7 +82,9 @@ _JOURNALLED = (
 
 
 class KnownIds:
-    """Ids already written (with when), so a stack seen every 10 s is written once a day."""
+    """Ids already written (with when), so a stack seen every 10 s is written once a day:
+    its row is written again after a day, which keeps it from the table's TTL while samples
+    still refer to it."""
 
     def __init__(self) -> None:
         self._seen: dict[int, float] = {}
@@ -86,8 +93,13 @@ class KnownIds:
         seen = self._seen
         if len(seen) > _CACHE_LIMIT:
             seen.clear()
-        keep = [(t := seen.get(i)) is None or now - t > _STALE_S for i in ids.tolist()]
-        return ids[np.asarray(keep, dtype=bool)] if ids.size else ids
+        if not ids.size:
+            return ids
+        # dict.get mapped in C over the ids (a profile has thousands of frames)
+        when = np.fromiter(
+            map(seen.get, ids.tolist(), itertools.repeat(-np.inf)), dtype=np.float64, count=ids.size
+        )
+        return ids[now - when > _STALE_S]
 
     def add(self, ids: Iterable[int], now: float) -> None:
         self._seen.update(dict.fromkeys(ids, now))
@@ -114,6 +126,7 @@ class Writer:
         self.stacks = KnownIds()
         self.frames = KnownIds()
         self._series_seen: dict[tuple, float] = {}
+        self._written: tuple[list[int], list[int]] = ([], [])  # of the batch being committed
         self._failures = 0
         self.committed_batches = 0
         self.committed_rows = 0
@@ -199,7 +212,10 @@ class Writer:
             try:
                 # With the journal, the order of the inserts does not matter: an open batch
                 # is rolled back whole. So they run at once, each on its own connection.
-                futures = [self._pool.submit(self.store.insert, n, t) for n, t in tables.items()]
+                futures = [
+                    self._pool.submit(self.store.insert, n, t, _INSERT_SETTINGS.get(n))
+                    for n, t in tables.items()
+                ]
                 for f in futures:
                     f.result()
             except Exception:
@@ -267,6 +283,7 @@ class Writer:
     # -- rows -> Arrow tables ---------------------------------------------------------------
     def _tables(self, works: list[Work], batch_id: int) -> dict[str, pa.Table]:
         now = time.time()
+        self._written = ([], [])  # not those of a batch that failed
         cols: dict[str, dict[str, list]] = {}
         for w in works:
             for table, columns in w.tables.items():
@@ -293,10 +310,14 @@ class Writer:
         profile_tables(items, cols, now, self)
 
     def _remember(self, works: list[Work], now: float) -> None:
+        # The stacks and frames this batch wrote (set by profile_tables): those seen before
+        # keep the time they were written, so they are written again a day later.
+        stacks, frames = self._written
+        self.stacks.add(stacks, now)
+        self.frames.add(frames, now)
+        self._written = ([], [])
         for w in works:
             for it in w.profile_items:
-                self.stacks.add(it.stack_ids.tolist(), now)
-                self.frames.add(it.frame_ids.tolist(), now)
                 for key in getattr(it, "_series_keys", ()):
                     self._series_seen[key] = now
         if len(self._series_seen) > _CACHE_LIMIT:
