@@ -50,7 +50,11 @@ class ServerState:
         self.store: Store = open_store(self.url, config.store_connections)
         migrations.migrate(self.store, config.retention_s)
         recover(self.store)  # batches a killed process left half-written
-        self.writer = Writer(self.store, flush_interval_s=config.flush_interval_s)
+        self.writer = Writer(
+            self.store,
+            flush_interval_s=config.flush_interval_s,
+            logged_interval_s=config.logged_flush_interval_s,
+        )
         self.strings = StringHashes()
         self.dictionaries = DictionaryCache()  # of the profiles that agents push every period
         self.counters = Counters()

@@ -62,6 +62,7 @@ class _Pending:
     works: list[Work]
     future: concurrent.futures.Future
     durable: bool = False  # already in the write-ahead log: retried until stored
+    due: float = 0.0  # time.monotonic() by which its batch should be committed
 
 
 # The samples' roll-ups (materialized views into SummingMergeTree tables) are summed by
@@ -113,9 +114,19 @@ class Writer:
         max_pending_rows: int = 8_000_000,
         commit_timeout_s: float = 60.0,
         insert_threads: int = 4,
+        logged_interval_s: float | None = None,
     ) -> None:
+        """``flush_interval_s``: how long a request that waits for its commit may wait for
+        others to join its batch; ``logged_interval_s`` (default: the same): how long works
+        already in the write-ahead log (answered pushes) may wait. Every batch has a fixed
+        cost in the store (a part per table, and its merges later), so pushes batch longer."""
         self.store = store
         self.flush_interval_s = flush_interval_s
+        self.logged_interval_s = (
+            flush_interval_s if logged_interval_s is None else logged_interval_s
+        )
+        self._batch_rows = max(max_pending_rows // 4, 1)  # a batch this large goes at once
+        self._next_due = float("inf")
         self.max_pending_rows = max_pending_rows
         self.commit_timeout_s = commit_timeout_s
         self.replica = socket.gethostname()
@@ -150,9 +161,15 @@ class Writer:
                 raise Overloaded("the server is shutting down", retry_after=5)
             if not durable and self._pending_rows + rows > self.max_pending_rows and self._pending:
                 raise Overloaded("the store is behind; retry later", retry_after=2)
-            self._pending.append(_Pending(works, fut, durable))
+            wait = self.logged_interval_s if durable else self.flush_interval_s
+            due = time.monotonic() + wait
+            self._pending.append(_Pending(works, fut, durable, due))
             self._pending_rows += rows
-            self._cond.notify()
+            if due < self._next_due:
+                self._next_due = due
+                self._cond.notify()
+            elif self._pending_rows >= self._batch_rows:
+                self._cond.notify()
         return fut
 
     def behind(self, rows: int) -> bool:
@@ -175,13 +192,17 @@ class Writer:
                     self._cond.wait()
                 if not self._pending and self._stop:
                     return
-            # Let a batch gather (group commit), unless shutting down.
-            if not self._stop:
-                time.sleep(self.flush_interval_s)
-            t0 = time.perf_counter()
-            with self._cond:
+                # Let a batch gather (group commit) until the first of its requests is due,
+                # unless shutting down or it is large already.
+                while not self._stop and self._pending_rows < self._batch_rows:
+                    remaining = self._next_due - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._cond.wait(remaining)
                 batch, self._pending = self._pending, []
                 self._pending_rows = 0
+                self._next_due = float("inf")
+            t0 = time.perf_counter()
             try:
                 self._commit(batch)
                 self._failures = 0
@@ -196,6 +217,7 @@ class Writer:
                     with self._cond:
                         self._pending[:0] = again
                         self._pending_rows += sum(w.rows for p in again for w in p.works)
+                        self._next_due = time.monotonic()  # retried after the pause below
                     self._failures = min(self._failures + 1, 6)
                     time.sleep(0.5 * 2**self._failures)
 
