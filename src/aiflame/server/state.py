@@ -103,9 +103,10 @@ class ServerState:
             log.info("wal: %d logged request(s) replayed into the store", len(futures))
         self.wal.drop_before(upto)
 
-    async def store_works(self, works: list[Work]) -> None:
-        """Hand works to the writer and wait until they are committed."""
-        fut = self.writer.submit(works)
+    async def store_works(self, works: list[Work], patient: bool = False) -> None:
+        """Hand works to the writer and wait until they are committed (``patient``: with the
+        pushes' batch, not sooner)."""
+        fut = self.writer.submit(works, patient=patient)
         try:
             await asyncio.wait_for(asyncio.wrap_future(fut), self.writer.commit_timeout_s)
         except TimeoutError:

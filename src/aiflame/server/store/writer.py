@@ -149,11 +149,14 @@ class Writer:
         self._thread.start()
 
     # -- requests ---------------------------------------------------------------------------
-    def submit(self, works: list[Work], durable: bool = False) -> concurrent.futures.Future:
+    def submit(
+        self, works: list[Work], durable: bool = False, patient: bool = False
+    ) -> concurrent.futures.Future:
         """Queue the works of one request; the future resolves once they are stored.
 
         ``durable`` works are in the write-ahead log: a failed commit is retried (never
-        handed back to a client that was already answered)."""
+        handed back to a client that was already answered). Durable and ``patient`` works
+        wait up to ``logged_interval_s`` for their batch, others ``flush_interval_s``."""
         fut: concurrent.futures.Future = concurrent.futures.Future()
         rows = sum(w.rows for w in works)
         with self._cond:
@@ -161,7 +164,7 @@ class Writer:
                 raise Overloaded("the server is shutting down", retry_after=5)
             if not durable and self._pending_rows + rows > self.max_pending_rows and self._pending:
                 raise Overloaded("the store is behind; retry later", retry_after=2)
-            wait = self.logged_interval_s if durable else self.flush_interval_s
+            wait = self.logged_interval_s if durable or patient else self.flush_interval_s
             due = time.monotonic() + wait
             self._pending.append(_Pending(works, fut, durable, due))
             self._pending_rows += rows
