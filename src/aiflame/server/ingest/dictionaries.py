@@ -56,6 +56,8 @@ class DictionaryCache:
             return pprof_columns.columns(top, data, entry.strings), entry.frames
         cols = pprof_columns.columns(top, data)
         frames = dictionary(cols, strings)
+        with self._lock:
+            self.misses += 1
         self._add(key, _Entry(cols.strings, frames, _size(cols.strings, frames)))
         return cols, frames
 
@@ -63,7 +65,6 @@ class DictionaryCache:
         if entry.nbytes > self.budget_bytes:
             return
         with self._lock:
-            self.misses += 1
             if key in self._entries:
                 return
             self._entries[key] = entry
