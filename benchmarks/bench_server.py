@@ -232,6 +232,12 @@ def ingest(args: argparse.Namespace) -> dict:
         stats = json.loads(
             urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/admin/store").read()
         )
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+        dictionaries = {
+            line.split('"')[1]: int(line.split()[-1])
+            for line in metrics.splitlines()
+            if line.startswith("aiflame_server_pprof_dictionaries_total{")
+        }
     finally:
         if proc.poll() is None:
             proc.terminate()
@@ -272,6 +278,7 @@ def ingest(args: argparse.Namespace) -> dict:
         "client_cpu_cores": round(client_cpu / wall, 2),
         "pprof_gz_bytes": round(pprof_gz),
         "decode_ms": {k: round(1000 * v, 2) for k, v in costs.items()},
+        "pprof_dictionaries": dictionaries,  # decoded before (hit) or in full (miss)
         "stored_bytes_per_profile": {
             "as_written": round(written / n_prof),
             "merged": round(merged / n_prof),

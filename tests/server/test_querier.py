@@ -269,3 +269,36 @@ def test_json_push(server):
         headers={"Content-Encoding": "gzip"},
     )
     assert status == 200 and json.loads(data) == {}
+
+
+def test_a_repeated_dictionary_is_decoded_once_and_stored_the_same(server):
+    """Two periods of one program whose code (functions, locations, strings) is the same:
+    the second push decodes only its samples and gives the same flame graph."""
+    c = Client(server.url, tenant="dictionaries")
+    now = time.time_ns()
+    p = payloads.cpu_profile(7, now)
+    raw = payloads.pprof_bytes(p)
+
+    def hits() -> int:
+        status, data, _ = c.request("GET", "/metrics")
+        assert status == 200
+        line = next(x for x in data.decode().splitlines() if 'cache="hit"' in x)
+        return int(line.split()[-1])
+
+    before = hits()
+    for pod, pid in (("a", "dict-a"), ("b", "dict-b")):
+        labels = {"__name__": "process_cpu", "service_name": "dict", "pod": pod}
+        body = payloads.push_request([(labels, [(raw, pid)])])
+        assert c.post("/push.v1.PusherService/Push", body)[0] == 200
+    assert hits() >= before + 1  # the second at least (the first may be known already)
+    trees = []
+    for pod in ("a", "b"):
+        req = q.SelectMergeStacktracesRequest(
+            profile_typeID=payloads.CPU_TYPE,
+            label_selector=f'{{service_name="dict", pod="{pod}"}}',
+            start=now // 1_000_000 - 600_000,
+            end=now // 1_000_000 + 60_000,
+        )
+        fg = c.connect("SelectMergeStacktraces", req, q.SelectMergeStacktracesResponse)
+        trees.append(levels_to_tree(fg.flamegraph))
+    assert trees[0] == trees[1] == expected_tree([p])

@@ -161,3 +161,29 @@ def test_writer_is_idempotent_and_recovers_an_interrupted_batch(store):
         assert store.rows("SELECT count() FROM aiflame.profiles FINAL") == [(1,)]
     finally:
         w.close()
+
+
+def test_logged_pushes_batch_longer_and_a_waiting_request_brings_them_forward(store):
+    migrations.migrate(store, schema.DEFAULT_RETENTION_S)
+    strings = hashing.StringHashes()
+    w = Writer(store, flush_interval_s=0.05, logged_interval_s=2.0)
+    try:
+        pushes = [
+            w.submit([Work(tables={}, key=("profiles", "t", f"p{i}"), profile_items=[it])], True)
+            for i, it in enumerate(_item(i, f"p{i}", strings) for i in range(3))
+        ]
+        time.sleep(0.5)
+        assert not any(f.done() for f in pushes) and w.committed_batches == 0
+        t0 = time.monotonic()
+        w.submit([]).result(30)  # a flush: due at once, it takes the pushes along
+        assert time.monotonic() - t0 < 1.5 and all(f.done() for f in pushes)
+        assert w.committed_batches == 1
+        assert store.rows("SELECT count() FROM aiflame.profiles")[0][0] == 3
+        late = _item(9, "p9", strings)
+        t0 = time.monotonic()
+        w.submit([Work(tables={}, key=("profiles", "t", "p9"), profile_items=[late])], True).result(
+            30
+        )
+        assert time.monotonic() - t0 >= 1.9  # a push alone waits for its batch to fill
+    finally:
+        w.close()

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from aiflame.server.auth import TokenCheck
 from aiflame.server.config import ServerConfig
 from aiflame.server.errors import Overloaded, RequestError
+from aiflame.server.ingest.dictionaries import DictionaryCache
 from aiflame.server.ingest.hashing import StringHashes
 from aiflame.server.store import migrations
 from aiflame.server.store.connection import Store, open_store
@@ -49,8 +50,13 @@ class ServerState:
         self.store: Store = open_store(self.url, config.store_connections)
         migrations.migrate(self.store, config.retention_s)
         recover(self.store)  # batches a killed process left half-written
-        self.writer = Writer(self.store, flush_interval_s=config.flush_interval_s)
+        self.writer = Writer(
+            self.store,
+            flush_interval_s=config.flush_interval_s,
+            logged_interval_s=config.logged_flush_interval_s,
+        )
         self.strings = StringHashes()
+        self.dictionaries = DictionaryCache()  # of the profiles that agents push every period
         self.counters = Counters()
         self.started = time.time()
         base = self.url.path if self.url.kind == "chdb" else tempfile.gettempdir()
@@ -97,9 +103,10 @@ class ServerState:
             log.info("wal: %d logged request(s) replayed into the store", len(futures))
         self.wal.drop_before(upto)
 
-    async def store_works(self, works: list[Work]) -> None:
-        """Hand works to the writer and wait until they are committed."""
-        fut = self.writer.submit(works)
+    async def store_works(self, works: list[Work], patient: bool = False) -> None:
+        """Hand works to the writer and wait until they are committed (``patient``: with the
+        pushes' batch, not sooner)."""
+        fut = self.writer.submit(works, patient=patient)
         try:
             await asyncio.wait_for(asyncio.wrap_future(fut), self.writer.commit_timeout_s)
         except TimeoutError:

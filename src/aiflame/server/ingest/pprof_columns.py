@@ -5,13 +5,18 @@ function. The top level of the message is parsed by the protobuf runtime with th
 locations, functions and mappings declared as ``bytes`` (so they stay opaque byte strings);
 those sub-messages hold nothing but varints and length-delimited runs of varints, so the
 concatenation of each kind is decoded in one vectorised pass and walked field by field for
-all messages at once. Anything that does not fit (unknown wire types, a corrupt varint) goes
-through the protobuf runtime's full decoder instead, which gives the same columns or a clear
-error. Both paths are compared in tests/server/test_pprof_columns.py.
+all messages at once. A profile's dictionary (its functions, locations, mappings and string
+table) can be decoded apart from its samples: an agent that pushes the same program every
+period may send the same dictionary again, and then the server decodes only the samples of
+the push (see ``dictionary_key`` and dictionaries.py). Anything that does not fit (unknown
+wire types, a corrupt varint) goes through the protobuf runtime's full decoder instead,
+which gives the same columns or a clear error. Both paths are compared in
+tests/server/test_units.py.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,7 +91,8 @@ def _lean_profile_class() -> Any:
         (3, "mapping", F.TYPE_MESSAGE, rep),
         (4, "location", F.TYPE_BYTES, rep),
         (5, "function", F.TYPE_BYTES, rep),
-        (6, "string_table", F.TYPE_STRING, rep),
+        # bytes, not string: a dictionary already seen is never decoded to text again
+        (6, "string_table", F.TYPE_BYTES, rep),
         (9, "time_nanos", F.TYPE_INT64, opt),
         (10, "duration_nanos", F.TYPE_INT64, opt),
         (11, "period_type", F.TYPE_MESSAGE, opt),
@@ -107,16 +113,46 @@ _LeanProfile = _lean_profile_class()
 
 def decode(data: bytes) -> PprofColumns:
     """The columns of an (uncompressed) pprof message; BadRequest if it is not one."""
+    return columns(parse(data), data)
+
+
+def parse(data: bytes) -> Any:
+    """The top level of a pprof message, its repeated sub-messages left as bytes."""
     try:
-        top = _LeanProfile.FromString(data)
+        return _LeanProfile.FromString(data)
     except DecodeError as e:
         raise BadRequest(f"corrupt or truncated pprof data ({e})") from None
+
+
+def columns(top: Any, data: bytes, strings: list[str] | None = None) -> PprofColumns:
+    """The columns of a parsed message. With ``strings`` (its string table, decoded before:
+    the caller knows this dictionary), only the samples are decoded and the function,
+    location and mapping columns are left empty."""
     try:
-        cols = _fast(top)
+        cols = _fast(top, strings)
     except Malformed:
         cols = _slow(data)
     _check(cols)
     return cols
+
+
+def dictionary_key(data: bytes) -> bytes:
+    """A digest of what the frames of a profile depend on: its functions, locations,
+    mappings and string table, exactly as encoded. Two profiles with the same key have the
+    same locations and frames (ids included), whatever their samples and times."""
+    d = _LeanProfile.FromString(data)  # parsed apart: fast, and the caller's copy stays whole
+    for name in ("sample", "sample_type", "time_nanos", "duration_nanos", "period_type", "period"):
+        d.ClearField(name)
+    d.DiscardUnknownFields()  # comments, drop/keep_frames: not part of any frame
+    # SHA-256 runs at memory speed with the CPU's SHA extensions (faster than BLAKE2 here).
+    return hashlib.sha256(d.SerializeToString()).digest()
+
+
+def _text(table: Any) -> list[str]:
+    try:
+        return [b.decode("utf-8") for b in table]
+    except UnicodeDecodeError:
+        raise BadRequest("corrupt pprof data: a string is not valid UTF-8") from None
 
 
 # -- vectorised varints ---------------------------------------------------------------------
@@ -262,10 +298,13 @@ def _part(f: _Fields, lo: int, hi: int) -> _Fields:
     return _Fields(f.msg[a:b] - lo, f.field[a:b], f.wire[a:b], f.a[a:b], f.b[a:b], f.seq[a:b])
 
 
-def _fast(top) -> PprofColumns:
-    strings = list(top.string_table)
+def _fast(top: Any, known_strings: list[str] | None = None) -> PprofColumns:
+    strings = known_strings if known_strings is not None else _text(top.string_table)
     # All sub-messages in one buffer, walked together: one pass per nesting level.
-    groups = (top.function, top.location, top.sample)
+    if known_strings is None:
+        groups: tuple = (top.function, top.location, top.sample)
+    else:  # a known dictionary: the samples alone
+        groups = ((), (), top.sample)
     counts = [len(g) for g in groups]
     bounds = np.concatenate(([0], np.cumsum(counts)))
     buf, s, e = _joined(groups)
@@ -275,9 +314,10 @@ def _fast(top) -> PprofColumns:
     nf, nl, n = counts
     # Functions: id 1, name 2, system_name 3, filename 4. Mappings: id, filename.
     fn = [_scalar(fn_f, k, nf) for k in (1, 2, 3, 4)]
+    mappings = top.mapping if known_strings is None else ()
     maps = [
-        np.fromiter((m.id for m in top.mapping), dtype=U64, count=len(top.mapping)),
-        np.fromiter((m.filename for m in top.mapping), dtype=np.int64, count=len(top.mapping)),
+        np.fromiter((m.id for m in mappings), dtype=U64, count=len(mappings)),
+        np.fromiter((m.filename for m in mappings), dtype=np.int64, count=len(mappings)),
     ]
     # Locations: id 1, mapping_id 2, address 3, line 4. Samples: location_id 1, value 2,
     # label 3. Lines (function_id 1, line 2) and labels (key 1, str 2) are walked together.

@@ -87,6 +87,7 @@ def profile_tables(
         _stack_rows(new_stacks, cols, int(now))
     if new_frames:
         _frame_rows(new_frames, cols, int(now))
+    writer._written = (list(new_stacks), list(new_frames))
     cols.setdefault("profiles", {}).update(
         {
             "tenant": [pa.array([it.tenant for it in items])],

@@ -83,7 +83,12 @@ def _kind(name: str, system_name: str, file: str, module: str) -> FrameKind:
 def _positions(ids: np.ndarray, wanted: np.ndarray, what: str) -> np.ndarray:
     """Index of each of ``wanted`` in ``ids`` (BadRequest if one is missing)."""
     order = np.argsort(ids, kind="stable")
-    sorted_ids = ids[order]
+    return _sorted_positions(ids[order], order, wanted, what)
+
+
+def _sorted_positions(
+    sorted_ids: np.ndarray, order: np.ndarray, wanted: np.ndarray, what: str
+) -> np.ndarray:
     pos = np.searchsorted(sorted_ids, wanted)
     pos = np.minimum(pos, max(sorted_ids.size - 1, 0))
     if wanted.size and (sorted_ids.size == 0 or np.any(sorted_ids[pos] != wanted)):
@@ -108,31 +113,30 @@ def _reverse_segments(flat: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return flat[np.repeat(starts + lengths - 1, lengths) - pos]
 
 
-def profile_item(
-    cols: PprofColumns,
-    labels: dict[str, str],
-    *,
-    tenant: str,
-    profile_id: str,
-    received_ms: int,
-    pprof_bytes: int,
-    strings: hashing.StringHashes,
-) -> ProfileItem:
-    name = labels.get(NAME_LABEL, "")
-    if not name:
-        raise BadRequest("a profile series needs a __name__ label (e.g. process_cpu)")
-    labels = dict(labels)
-    labels.setdefault(SERVICE_LABEL, "unknown_service")
-    S = cols.strings
-    type_ids = [
-        f"{name}:{S[t]}:{S[u]}:{S[cols.period_type[0]]}:{S[cols.period_type[1]]}"
-        for t, u in cols.sample_types
-    ]
-    if len(set(type_ids)) != len(type_ids):
-        raise BadRequest("invalid pprof data: the same sample type twice")
-    h = strings.of(S)
+@dataclass
+class Dictionary:
+    """What a profile's functions, locations and mappings make: the frames of every location
+    (innermost first, as pprof lists inlined lines), and every frame's strings. It depends on
+    nothing else, so a profile whose dictionary was seen before reuses it."""
 
-    # Frames of every location, innermost first (pprof's order of inlined lines).
+    strings: list[str]  # the profile's string table, then names made for bare addresses
+    loc_ids: np.ndarray  # sorted location ids, and where each one is in the arrays below
+    loc_order: np.ndarray
+    loc_frames: np.ndarray  # frames of the locations, flattened
+    loc_off: np.ndarray
+    per_loc: np.ndarray
+    frame_ids: np.ndarray  # sorted (for the frames table)
+    frame_src: np.ndarray  # (n, 5) string indices and line, as ProfileItem.frame_src
+
+    def location_positions(self, wanted: np.ndarray) -> np.ndarray:
+        """Index of each location id in ``wanted`` (BadRequest if one is missing)."""
+        return _sorted_positions(self.loc_ids, self.loc_order, wanted, "location")
+
+
+def dictionary(cols: PprofColumns, strings: hashing.StringHashes) -> Dictionary:
+    """The frames of a profile's locations (BadRequest for a dangling reference)."""
+    S = cols.strings
+    h = strings.of(S)
     fn_pos = _positions(cols.fn_id, cols.line_function, "function")
     nl = cols.loc_id.size
     loc_of_line = np.repeat(np.arange(nl), cols.loc_nlines)
@@ -177,15 +181,55 @@ def profile_item(
         z = np.zeros(bare.size, dtype=np.int64)
         src = np.concatenate((src, np.stack((ext, z, z, loc_module[bare], z), axis=1)))
         line_frames = np.concatenate((line_frames, loc_frames[loc_off[bare]]))
+    loc_order = np.argsort(cols.loc_id, kind="stable")
+    frame_order = np.argsort(line_frames, kind="stable")
+    return Dictionary(
+        strings=S,
+        loc_ids=cols.loc_id[loc_order],
+        loc_order=loc_order,
+        loc_frames=loc_frames,
+        loc_off=loc_off,
+        per_loc=per_loc,
+        frame_ids=line_frames[frame_order],
+        frame_src=src[frame_order],
+    )
+
+
+def profile_item(
+    cols: PprofColumns,
+    labels: dict[str, str],
+    *,
+    tenant: str,
+    profile_id: str,
+    received_ms: int,
+    pprof_bytes: int,
+    strings: hashing.StringHashes,
+    known: Dictionary | None = None,
+) -> ProfileItem:
+    """The rows of one profile. ``known``: its dictionary, when it was decoded before (then
+    ``cols`` holds only the samples)."""
+    name = labels.get(NAME_LABEL, "")
+    if not name:
+        raise BadRequest("a profile series needs a __name__ label (e.g. process_cpu)")
+    labels = dict(labels)
+    labels.setdefault(SERVICE_LABEL, "unknown_service")
+    S = cols.strings
+    type_ids = [
+        f"{name}:{S[t]}:{S[u]}:{S[cols.period_type[0]]}:{S[cols.period_type[1]]}"
+        for t, u in cols.sample_types
+    ]
+    if len(set(type_ids)) != len(type_ids):
+        raise BadRequest("invalid pprof data: the same sample type twice")
+    d = known if known is not None else dictionary(cols, strings)
     # Stacks: each sample's locations (leaf first) expanded to frames, then root first.
     n = cols.num_samples
-    loc_pos = _positions(cols.loc_id, cols.sample_locs, "location")
-    leaf_first = _ragged_take(loc_frames, loc_off, per_loc, loc_pos)
+    loc_pos = d.location_positions(cols.sample_locs)
+    leaf_first = _ragged_take(d.loc_frames, d.loc_off, d.per_loc, loc_pos)
     lengths = np.zeros(n, dtype=np.int64)
     if n and loc_pos.size:
         starts = np.cumsum(cols.sample_nlocs) - cols.sample_nlocs
         has = cols.sample_nlocs > 0
-        lengths[has] = np.add.reduceat(per_loc[loc_pos], starts[has])
+        lengths[has] = np.add.reduceat(d.per_loc[loc_pos], starts[has])
     root_first = _reverse_segments(leaf_first, lengths)
     sample_stack = hashing.sequence_ids(root_first, lengths)
     # Series: the pushed one, and one per distinct set of sample labels.
@@ -207,7 +251,6 @@ def profile_item(
     # Distinct stacks with their frames, for the stacks table.
     uniq, first_sample = np.unique(sample_stack, return_index=True)
     offs = np.cumsum(lengths) - lengths
-    frame_order = np.argsort(line_frames, kind="stable")
     return ProfileItem(
         tenant=tenant,
         profile_id=profile_id,
@@ -226,9 +269,9 @@ def profile_item(
         stack_ids=uniq,
         stack_frames=_ragged_take(root_first, offs, lengths, first_sample),
         stack_lengths=lengths[first_sample],
-        frame_ids=line_frames[frame_order],
-        frame_src=src[frame_order],
-        strings=S,
+        frame_ids=d.frame_ids,
+        frame_src=d.frame_src,
+        strings=d.strings,
         samples=n,
         totals=[int(x) for x in cols.values.sum(axis=0).tolist()] if n else [0] * ntypes,
     )

@@ -16,8 +16,9 @@ from aiflame.proto.pyroscope.push.v1 import push_pb2
 from aiflame.server.bodies import GZIP_MAGIC, gunzip
 from aiflame.server.errors import BadRequest
 from aiflame.server.ingest import pprof_columns
+from aiflame.server.ingest.dictionaries import DictionaryCache
 from aiflame.server.ingest.hashing import StringHashes
-from aiflame.server.ingest.profiles import ProfileItem, profile_item
+from aiflame.server.ingest.profiles import Dictionary, ProfileItem, profile_item
 from aiflame.server.labels import check_labels
 
 DELTA_LABEL = "__delta__"
@@ -42,17 +43,27 @@ def content_key(labels: dict[str, str], raw: bytes) -> str:
     return "content-" + h.hexdigest()
 
 
-def decode_pprof(raw: bytes, limits: Limits) -> pprof_columns.PprofColumns:
+def decode_pprof(
+    raw: bytes,
+    limits: Limits,
+    strings: StringHashes,
+    dictionaries: DictionaryCache | None = None,
+) -> tuple[pprof_columns.PprofColumns, Dictionary | None]:
+    """The columns of a pprof (gzipped or not), and its dictionary when ``dictionaries``
+    knew it (then the columns hold the samples only)."""
     data = gunzip(raw, limits.max_profile_bytes, "a profile") if raw[:2] == GZIP_MAGIC else raw
     if len(data) > limits.max_profile_bytes:
         raise BadRequest(f"a profile is larger than {limits.max_profile_bytes:,} bytes")
-    cols = pprof_columns.decode(data)
+    if dictionaries is None:
+        cols, known = pprof_columns.decode(data), None
+    else:
+        cols, known = dictionaries.decode(data, strings)
     if cols.num_samples > limits.max_samples_per_profile:
         raise BadRequest(
             f"a profile has {cols.num_samples:,} samples; at most "
             f"{limits.max_samples_per_profile:,} are accepted"
         )
-    return cols
+    return cols, known
 
 
 def push_items(
@@ -63,6 +74,7 @@ def push_items(
     limits: Limits,
     strings: StringHashes,
     min_time_ms: int,
+    dictionaries: DictionaryCache | None = None,
 ) -> list[ProfileItem]:
     if len(request.series) > limits.max_series_per_push:
         raise BadRequest(
@@ -78,7 +90,7 @@ def push_items(
             raw = sample.raw_profile
             if not raw:
                 raise BadRequest("a RawSample without raw_profile")
-            cols = decode_pprof(raw, limits)
+            cols, known = decode_pprof(raw, limits, strings, dictionaries)
             item = profile_item(
                 cols,
                 labels,
@@ -87,6 +99,7 @@ def push_items(
                 received_ms=received_ms,
                 pprof_bytes=len(raw),
                 strings=strings,
+                known=known,
             )
             check_time(item, min_time_ms, received_ms)
             items.append(item)

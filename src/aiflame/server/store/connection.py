@@ -89,10 +89,11 @@ class Store:
         with self.client() as c:
             return c.query_arrow(sql, parameters=params or None, use_strings=True)
 
-    def insert(self, table: str, data: pa.Table) -> None:
+    def insert(self, table: str, data: pa.Table, settings: dict[str, Any] | None = None) -> None:
         if data.num_rows == 0:
             return
-        settings = CLUSTER_INSERT_SETTINGS if self.cluster else None
+        if self.cluster:
+            settings = {**CLUSTER_INSERT_SETTINGS, **(settings or {})}
         with self.client() as c:
             c.insert_arrow(f"{self.db}.{table}", data, settings=settings)
 

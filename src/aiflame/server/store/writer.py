@@ -17,6 +17,7 @@ stores it exactly once.
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import logging
 import secrets
 import socket
@@ -61,8 +62,13 @@ class _Pending:
     works: list[Work]
     future: concurrent.futures.Future
     durable: bool = False  # already in the write-ahead log: retried until stored
+    due: float = 0.0  # time.monotonic() by which its batch should be committed
 
 
+# The samples' roll-ups (materialized views into SummingMergeTree tables) are summed by
+# every query and by the merges; summing each insert's block once more costs a third of the
+# insert's CPU and saves nothing.
+_INSERT_SETTINGS = {"samples": {"optimize_on_insert": 0}}
 _ID_COLUMN = {"profiles": "profile_id", "telemetry_batches": "id", "traces": "trace_id"}
 # Tables whose rows carry the batch id (rolled back with it).
 _JOURNALLED = (
@@ -77,7 +83,9 @@ _JOURNALLED = (
 
 
 class KnownIds:
-    """Ids already written (with when), so a stack seen every 10 s is written once a day."""
+    """Ids already written (with when), so a stack seen every 10 s is written once a day:
+    its row is written again after a day, which keeps it from the table's TTL while samples
+    still refer to it."""
 
     def __init__(self) -> None:
         self._seen: dict[int, float] = {}
@@ -86,8 +94,13 @@ class KnownIds:
         seen = self._seen
         if len(seen) > _CACHE_LIMIT:
             seen.clear()
-        keep = [(t := seen.get(i)) is None or now - t > _STALE_S for i in ids.tolist()]
-        return ids[np.asarray(keep, dtype=bool)] if ids.size else ids
+        if not ids.size:
+            return ids
+        # dict.get mapped in C over the ids (a profile has thousands of frames)
+        when = np.fromiter(
+            map(seen.get, ids.tolist(), itertools.repeat(-np.inf)), dtype=np.float64, count=ids.size
+        )
+        return ids[now - when > _STALE_S]
 
     def add(self, ids: Iterable[int], now: float) -> None:
         self._seen.update(dict.fromkeys(ids, now))
@@ -101,9 +114,19 @@ class Writer:
         max_pending_rows: int = 8_000_000,
         commit_timeout_s: float = 60.0,
         insert_threads: int = 4,
+        logged_interval_s: float | None = None,
     ) -> None:
+        """``flush_interval_s``: how long a request that waits for its commit may wait for
+        others to join its batch; ``logged_interval_s`` (default: the same): how long works
+        already in the write-ahead log (answered pushes) may wait. Every batch has a fixed
+        cost in the store (a part per table, and its merges later), so pushes batch longer."""
         self.store = store
         self.flush_interval_s = flush_interval_s
+        self.logged_interval_s = (
+            flush_interval_s if logged_interval_s is None else logged_interval_s
+        )
+        self._batch_rows = max(max_pending_rows // 4, 1)  # a batch this large goes at once
+        self._next_due = float("inf")
         self.max_pending_rows = max_pending_rows
         self.commit_timeout_s = commit_timeout_s
         self.replica = socket.gethostname()
@@ -114,6 +137,7 @@ class Writer:
         self.stacks = KnownIds()
         self.frames = KnownIds()
         self._series_seen: dict[tuple, float] = {}
+        self._written: tuple[list[int], list[int]] = ([], [])  # of the batch being committed
         self._failures = 0
         self.committed_batches = 0
         self.committed_rows = 0
@@ -125,11 +149,14 @@ class Writer:
         self._thread.start()
 
     # -- requests ---------------------------------------------------------------------------
-    def submit(self, works: list[Work], durable: bool = False) -> concurrent.futures.Future:
+    def submit(
+        self, works: list[Work], durable: bool = False, patient: bool = False
+    ) -> concurrent.futures.Future:
         """Queue the works of one request; the future resolves once they are stored.
 
         ``durable`` works are in the write-ahead log: a failed commit is retried (never
-        handed back to a client that was already answered)."""
+        handed back to a client that was already answered). Durable and ``patient`` works
+        wait up to ``logged_interval_s`` for their batch, others ``flush_interval_s``."""
         fut: concurrent.futures.Future = concurrent.futures.Future()
         rows = sum(w.rows for w in works)
         with self._cond:
@@ -137,9 +164,15 @@ class Writer:
                 raise Overloaded("the server is shutting down", retry_after=5)
             if not durable and self._pending_rows + rows > self.max_pending_rows and self._pending:
                 raise Overloaded("the store is behind; retry later", retry_after=2)
-            self._pending.append(_Pending(works, fut, durable))
+            wait = self.logged_interval_s if durable or patient else self.flush_interval_s
+            due = time.monotonic() + wait
+            self._pending.append(_Pending(works, fut, durable, due))
             self._pending_rows += rows
-            self._cond.notify()
+            if due < self._next_due:
+                self._next_due = due
+                self._cond.notify()
+            elif self._pending_rows >= self._batch_rows:
+                self._cond.notify()
         return fut
 
     def behind(self, rows: int) -> bool:
@@ -162,13 +195,17 @@ class Writer:
                     self._cond.wait()
                 if not self._pending and self._stop:
                     return
-            # Let a batch gather (group commit), unless shutting down.
-            if not self._stop:
-                time.sleep(self.flush_interval_s)
-            t0 = time.perf_counter()
-            with self._cond:
+                # Let a batch gather (group commit) until the first of its requests is due,
+                # unless shutting down or it is large already.
+                while not self._stop and self._pending_rows < self._batch_rows:
+                    remaining = self._next_due - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._cond.wait(remaining)
                 batch, self._pending = self._pending, []
                 self._pending_rows = 0
+                self._next_due = float("inf")
+            t0 = time.perf_counter()
             try:
                 self._commit(batch)
                 self._failures = 0
@@ -183,6 +220,7 @@ class Writer:
                     with self._cond:
                         self._pending[:0] = again
                         self._pending_rows += sum(w.rows for p in again for w in p.works)
+                        self._next_due = time.monotonic()  # retried after the pause below
                     self._failures = min(self._failures + 1, 6)
                     time.sleep(0.5 * 2**self._failures)
 
@@ -199,7 +237,10 @@ class Writer:
             try:
                 # With the journal, the order of the inserts does not matter: an open batch
                 # is rolled back whole. So they run at once, each on its own connection.
-                futures = [self._pool.submit(self.store.insert, n, t) for n, t in tables.items()]
+                futures = [
+                    self._pool.submit(self.store.insert, n, t, _INSERT_SETTINGS.get(n))
+                    for n, t in tables.items()
+                ]
                 for f in futures:
                     f.result()
             except Exception:
@@ -267,6 +308,7 @@ class Writer:
     # -- rows -> Arrow tables ---------------------------------------------------------------
     def _tables(self, works: list[Work], batch_id: int) -> dict[str, pa.Table]:
         now = time.time()
+        self._written = ([], [])  # not those of a batch that failed
         cols: dict[str, dict[str, list]] = {}
         for w in works:
             for table, columns in w.tables.items():
@@ -293,10 +335,14 @@ class Writer:
         profile_tables(items, cols, now, self)
 
     def _remember(self, works: list[Work], now: float) -> None:
+        # The stacks and frames this batch wrote (set by profile_tables): those seen before
+        # keep the time they were written, so they are written again a day later.
+        stacks, frames = self._written
+        self.stacks.add(stacks, now)
+        self.frames.add(frames, now)
+        self._written = ([], [])
         for w in works:
             for it in w.profile_items:
-                self.stacks.add(it.stack_ids.tolist(), now)
-                self.frames.add(it.frame_ids.tolist(), now)
                 for key in getattr(it, "_series_keys", ()):
                     self._series_seen[key] = now
         if len(self._series_seen) > _CACHE_LIMIT:
