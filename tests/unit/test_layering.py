@@ -18,7 +18,12 @@ ALLOWED = {
     "analysis": {"model", "errors", "symbolize", "transforms"},
     "render": {"model", "errors", "transforms", "symbolize", "proto"},
     "collectors": {"model", "errors", "symbolize", "sources", "transforms"},
-}
+    # the per-host daemon: everything but the command line
+    "agent": {
+        "model", "errors", "symbolize", "sources", "transforms", "analysis", "render",
+        "proto", "collectors",
+    },
+}  # fmt: skip
 
 
 # The one import against the direction, and why: Jupyter looks up _repr_html_ on the
@@ -49,11 +54,21 @@ def test_layers_import_only_downwards():
         rel = path.relative_to(SRC)
         layer = rel.parts[0].removesuffix(".py")
         if layer not in ALLOWED:
-            continue  # cli, agent, the package root: may import everything
+            continue  # cli, the package root: may import everything
         for pkg in imported_packages(path) - {layer, "__init__"}:
             if pkg not in ALLOWED[layer] and (rel.as_posix(), pkg) not in EXCEPTIONS:
                 violations.append(f"{rel} imports aiflame.{pkg}")
     assert not violations, "\n".join(violations)
+
+
+def test_nothing_but_the_cli_imports_the_agent():
+    importers = [
+        path.relative_to(SRC).as_posix()
+        for path in SRC.rglob("*.py")
+        if path.relative_to(SRC).parts[0] not in ("agent", "cli")
+        and "agent" in imported_packages(path)
+    ]
+    assert not importers, "the agent is imported by " + ", ".join(importers)
 
 
 def test_the_walker_sees_imports(tmp_path):

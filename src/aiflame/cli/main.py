@@ -10,7 +10,17 @@ from collections.abc import Sequence
 from aiflame import __version__
 from aiflame.errors import AiflameError
 
-SUBCOMMANDS = ("flamegraph", "convert", "diff", "info", "memory", "record", "analyze")
+SUBCOMMANDS = (
+    "flamegraph",
+    "convert",
+    "diff",
+    "info",
+    "memory",
+    "record",
+    "analyze",
+    "agent",
+    "trace",
+)
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2

@@ -176,6 +176,9 @@ class SymbolResolver:
         self._by_build_id: dict[bytes, ModuleSymbols] = {}
         self._vdso: dict[bytes, ModuleSymbols | None] = {}
         self._kernel: KernelSymbols | None = None
+        # (pid, maps text) -> its symbols: a continuous profiler asks again every period
+        self._processes: dict[tuple[int, int, int], ProcessSymbols] = {}
+        self.max_processes = 1024
 
     def process(self, pid: int, maps_text: str | None = None) -> ProcessSymbols:
         """Symbols of process ``pid``, with its mappings from ``maps_text`` (a snapshot of
@@ -188,7 +191,14 @@ class SymbolResolver:
                     maps_text = f.read()
             except OSError:
                 maps_text = ""
-        return ProcessSymbols(self, pid, Maps.parse(maps_text))
+        key = (pid, len(maps_text), hash(maps_text))
+        found = self._processes.get(key)
+        if found is None:
+            found = ProcessSymbols(self, pid, Maps.parse(maps_text))
+            if len(self._processes) >= self.max_processes:
+                del self._processes[next(iter(self._processes))]
+            self._processes[key] = found
+        return found
 
     def kernel(self) -> KernelSymbols:
         if self._kernel is None:
