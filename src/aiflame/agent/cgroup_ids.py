@@ -12,6 +12,7 @@ cgroupfs and systemd cgroup drivers::
                     cri-containerd-<id>.scope | crio-<id>.scope | docker-<id>.scope
                 /kubepods-<qos>-pod<uid_>.slice:cri-containerd:<id>   (older containerd)
     podman      /machine.slice/libpod-<id>.scope
+    ECS         /ecs/<task>/<id>
     slurm       /system.slice/slurmstepd.scope/job_<n>/step_<s>/user/task_<t>   (v2)
                 /slurm/uid_<u>/job_<n>/step_<s>/task_<t>                        (v1)
 
@@ -108,6 +109,8 @@ def parse_cgroup_path(path: str) -> CgroupIdentity:
                 parent = segments[i - 1] if i else ""
                 if parent == "docker":
                     runtime, container = "docker", m.group(1)
+                elif segments[0] == "ecs":
+                    runtime, container = "ecs", m.group(1)
                 elif pod:
                     container = m.group(1)  # containerd or docker: the path does not say
     job = _SLURM_JOB.search(path) if "slurm" in path else None

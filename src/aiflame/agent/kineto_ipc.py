@@ -48,6 +48,8 @@ REQUEST = struct.Struct(
 )  # struct LibkinetoRequest { int type; int n; int64 jobid; int32 pids[]; }
 CONFIG_EVENTS, CONFIG_ACTIVITIES = 1, 2
 MAX_DATAGRAM = 64 * 1024
+MAX_SOCKET_PATH = 106  # sun_path is 108 bytes; the fabric keeps two for NULs
+CLIENT_NAME = "dynoconfigclient" + "0" * 36  # libkineto's endpoint: a prefix and a UUID
 _UCRED = struct.Struct("=iII")  # struct ucred { pid_t pid; uid_t uid; gid_t gid; }
 # A process that has not polled for this long is no longer counted as running libkineto.
 STALE_S = 60.0
@@ -129,6 +131,12 @@ class KinetoFabric:
             self._bind(b"\0" + ENDPOINT.encode() + b"\0", "abstract socket @dynolog")
         for directory in self.directories:
             path = os.path.join(directory, ENDPOINT)
+            if len(os.path.join(directory, CLIENT_NAME).encode()) > MAX_SOCKET_PATH:
+                self.errors.append(
+                    f"libkineto endpoint {path}: the directory's name is too long for the "
+                    f"processes' own sockets (at most {MAX_SOCKET_PATH} bytes in all)"
+                )
+                continue
             with contextlib.suppress(OSError):
                 os.makedirs(directory, mode=0o755, exist_ok=True)
             with contextlib.suppress(FileNotFoundError):
