@@ -1,4 +1,5 @@
 """A small two-thread CPU workload profiled with py-spy (speedscope output)."""
+
 import threading
 import time
 
@@ -9,6 +10,7 @@ def fib(n):
 
 def hashing(until):
     import hashlib
+
     data = b"x" * 65536
     while time.time() < until:
         hashlib.sha256(data).hexdigest()
