@@ -128,6 +128,19 @@ class Spool:
         for q in self.queues:
             self._entries[q].sort(key=lambda e: e.seq)
         self._bytes = sum(sizes.values())
+        self._reconcile_ledger()
+
+    def _reconcile_ledger(self) -> None:
+        """An entry whose files were written but whose ledger line was not (a crash in
+        between) is spooled all the same: its line is written now."""
+        known = ledger_ids(os.path.join(self.root, LEDGER))
+        seen: set[str] = set()
+        for entry in self.iter_all():
+            if entry.id not in known and entry.id not in seen:
+                seen.add(entry.id)
+                self._ledger(
+                    {"op": "spool", "id": entry.id, "kind": entry.kind, "samples": entry.samples}
+                )
 
     # -- writing ----------------------------------------------------------------------------
     def put(
@@ -279,9 +292,38 @@ class Spool:
             self._compact_ledger(path)
 
     def _compact_ledger(self, path: str) -> None:
-        totals = ledger_totals(path)
+        """Totals instead of the lines, except those of entries still waiting (recovery
+        needs their ids)."""
         with self._lock:
-            _fsync_write(path, (json.dumps({"op": "totals", **totals}) + "\n").encode())
+            pending = {e.id for es in self._entries.values() for e in es}
+        totals, kept = ledger_totals(path), []
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if rec.get("op") == "spool" and rec.get("id") in pending:
+                    kept.append(line)
+                    totals["spooled"] -= 1
+                    totals["spooled_samples"] -= int(rec.get("samples") or 0)
+        text = json.dumps({"op": "totals", **totals}) + "\n" + "".join(kept)
+        with self._lock:
+            _fsync_write(path, text.encode())
+
+
+def ledger_ids(path: str) -> set[str]:
+    """Ids of the entries the ledger records as spooled."""
+    out: set[str] = set()
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if '"op":"spool"' in line:
+                    with contextlib.suppress(ValueError):
+                        out.add(str(json.loads(line).get("id")))
+    except OSError:
+        pass
+    return out
 
 
 def ledger_totals(path: str, queue: str | None = None) -> dict[str, int]:
