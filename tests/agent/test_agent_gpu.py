@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -26,6 +27,7 @@ from aiflame.agent.gpu_peaks import PEAKS
 from conftest import need
 
 pytestmark = pytest.mark.usefixtures("ebpf")
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 H100_PEAKS = dict(PEAKS)["H100"]
 MiB = 1 << 20
 
@@ -165,6 +167,14 @@ def test_gpu_telemetry_busy_seconds_and_prometheus(agents, tmp_path, short_tmp, 
                 "aiflame_spool_bytes",
             )
         }
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{agent.metrics_port}/metrics", timeout=10
+        ) as r:
+            exposed = {
+                line.split("{")[0].split(" ")[0]
+                for line in r.read().decode().splitlines()
+                if line and not line.startswith("#")
+            }
         status = agent.stop()
     finally:
         if prom is not None:
@@ -196,6 +206,16 @@ def test_gpu_telemetry_busy_seconds_and_prometheus(agents, tmp_path, short_tmp, 
         "agent",
         "bpf",
     }
+
+    # every series the Grafana dashboard queries is one the agent exposes
+    dashboard = json.loads((DEPLOY / "grafana" / "aiflame-agent-dashboard.json").read_text())
+    wanted = {
+        name
+        for p in dashboard["panels"]
+        for t in p.get("targets", ())
+        for name in re.findall(r"\b(?:DCGM_FI_[A-Z0-9_]+|aiflame_[a-z0-9_]+)\b", t["expr"])
+    }
+    assert wanted and wanted <= exposed, sorted(wanted - exposed)
 
     docs = sorted(server.got.telemetry.values(), key=lambda d: d["start"])
     assert len(docs) >= 4

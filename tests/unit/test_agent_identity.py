@@ -15,6 +15,7 @@ import pytest
 from aiflame.agent.cgroup_ids import cgroup_path, parse_cgroup_path
 from aiflame.agent.identity import (
     Identities,
+    KubeletPods,
     KubeLogIndex,
     LabelRules,
     clip,
@@ -182,6 +183,28 @@ LAYOUTS = {
 }
 
 
+def _kubelet(pods: dict):
+    """A stand-in kubelet on loopback answering /pods with ``pods`` (a PodList)."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            body = json.dumps(pods if self.path == "/pods" else {}).encode()
+            self.send_response(200 if self.path == "/pods" else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 @pytest.fixture
 def cgroup2(tmp_path):
     root = cgroup2_root()
@@ -222,14 +245,22 @@ def test_a_process_in_a_real_cgroup_of_each_layout(cgroup2, tmp_path, layout):
     logs.mkdir()
     (logs / f"train-7b-0_llm_trainer-{cid}.log").symlink_to("/dev/null")
     proc = _spawn({"HOSTNAME": "train-7b-0"})
+    kubelet = _kubelet(
+        {"items": [{"metadata": {"uid": uid, "labels": {"app.example/team": "search"}}}]}
+    )
     try:
         (path / "cgroup.procs").write_text(str(proc.pid))
         text = Path(f"/proc/{proc.pid}/cgroup").read_text()
         assert f"0::/{rel}" in text  # as the kernel writes it
-        labels = Identities(host="h", kube_logs=KubeLogIndex(str(logs))).labels(proc.pid)
+        rules = LabelRules(pod_labels={"team": "app.example/team"})
+        pods = KubeletPods(f"http://127.0.0.1:{kubelet.server_address[1]}")
+        ids = Identities(host="h", rules=rules, kube_logs=KubeLogIndex(str(logs)), pod_labels=pods)
+        labels = ids.labels(proc.pid)
     finally:
         proc.kill()
         proc.wait()
+        kubelet.shutdown()
+        kubelet.server_close()
     assert labels["container_id"] == cid
     if layout != "docker-systemd":
         assert labels["pod_uid"] == uid
@@ -239,4 +270,5 @@ def test_a_process_in_a_real_cgroup_of_each_layout(cgroup2, tmp_path, layout):
             "trainer",
         )
         assert labels["service_name"] == "llm/train-7b-0"
+        assert labels["team"] == "search"  # a pod label, from the kubelet
     assert parse_cgroup_path("/" + rel).runtime == runtime

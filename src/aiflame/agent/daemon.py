@@ -29,7 +29,7 @@ from aiflame import __version__
 from aiflame.agent.api import Api
 from aiflame.agent.budget import CpuBudget
 from aiflame.agent.config import AgentConfig, spool_queues
-from aiflame.agent.identity import Identities, KubeLogIndex, LabelRules
+from aiflame.agent.identity import Identities, KubeletPods, KubeLogIndex, LabelRules
 from aiflame.agent.kineto_ipc import KinetoFabric
 from aiflame.agent.metrics import AgentCollector, AgentCounters, serve_metrics
 from aiflame.agent.nvml import Nvml
@@ -54,8 +54,13 @@ class Agent:
         self.stop_event = threading.Event()
         rules = LabelRules(env=dict(config.env_labels), pod_labels=dict(config.pod_labels),
                            static=dict(config.static_labels))  # fmt: skip
+        pods = (
+            KubeletPods(config.kubelet_url, config.kubelet_token, config.kubelet_ca_file)
+            if config.kubelet_url and config.pod_labels
+            else None
+        )
         self.identities = Identities(
-            config.host, rules, kube_logs=KubeLogIndex(config.kube_log_dir)
+            config.host, rules, kube_logs=KubeLogIndex(config.kube_log_dir), pod_labels=pods
         )
         self.counters = AgentCounters()
         self.spool = Spool(config.spool, spool_queues(config), config.spool_max_bytes)

@@ -347,3 +347,58 @@ class Identities:
                 if kube.get(key):
                     out[label] = kube[key]
         return out
+
+
+class KubeletPods:
+    """Pod labels by pod UID, from the kubelet's ``/pods`` (``https://127.0.0.1:10250/pods``
+    with the agent's service account token; RBAC: ``nodes/proxy`` get), re-read at most
+    every ``refresh_s`` when a pod is not known. The kubelet's serving certificate is
+    usually self-signed: without ``ca_file`` it is not verified (the connection stays on
+    the node's loopback)."""
+
+    def __init__(
+        self, url: str, token: str = "", ca_file: str = "", refresh_s: float = 30.0
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self.ca_file = ca_file
+        self.refresh_s = refresh_s
+        self._labels: dict[str, dict[str, str]] = {}
+        self._read = -1e9
+        self.error = ""
+
+    def __call__(self, pod_uid: str) -> Mapping[str, str]:
+        found = self._labels.get(pod_uid)
+        if found is None and time.monotonic() - self._read >= self.refresh_s:
+            self._fetch()
+            found = self._labels.get(pod_uid)
+        return found or {}
+
+    def _fetch(self) -> None:
+        import json
+        import ssl
+        import urllib.request
+
+        self._read = time.monotonic()
+        req = urllib.request.Request(self.url + "/pods")
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        context = None
+        if self.url.startswith("https:"):
+            context = ssl.create_default_context(cafile=self.ca_file or None)
+            if not self.ca_file:
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+        try:
+            with urllib.request.urlopen(req, timeout=5, context=context) as r:
+                pods = json.load(r)
+        except (OSError, ValueError) as e:
+            self.error = f"kubelet {self.url}/pods: {e}"
+            return
+        out = {}
+        for item in pods.get("items") or []:
+            meta = item.get("metadata") or {}
+            if meta.get("uid"):
+                out[meta["uid"]] = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+        self._labels = out
+        self.error = ""

@@ -118,7 +118,9 @@ class TraceRequest:
 class Target:
     pid: int
     ns_pid: int
-    handed_out: float = 0.0
+    offered: float = 0.0  # monotonic: when the config was offered
+    handed_out: float = 0.0  # when the process polled and took it
+    written: float = 0.0  # when its trace file was seen complete
     path: str = ""
     error: str = ""
 
@@ -224,7 +226,7 @@ class TraceManager:
             if not self.fabric.offer(pid, config):
                 skipped.append({"pid": pid, "why": "a config is already waiting for it"})
                 continue
-            targets.append(Target(pid, proc.ns_pid))
+            targets.append(Target(pid, proc.ns_pid, offered=time.monotonic()))
         out_dir = req.output_dir or self.output_dir
         os.makedirs(out_dir, mode=0o755, exist_ok=True)
         self._wait(
@@ -233,7 +235,15 @@ class TraceManager:
         traces, failed = [], []
         for t in targets:
             if t.path:
-                traces.append({"pid": t.pid, "path": t.path})
+                traces.append(
+                    {
+                        "pid": t.pid,
+                        "path": t.path,
+                        # where the time went: libkineto's poll, then tracing and writing
+                        "poll_wait_s": round(t.handed_out - t.offered, 3),
+                        "written_after_s": round(t.written - t.offered, 3),
+                    }
+                )
             else:
                 self.fabric.withdraw(t.pid)
                 failed.append({"pid": t.pid, "why": t.error})
@@ -263,6 +273,7 @@ class TraceManager:
                     continue
                 found = _written(t.pid, t.ns_pid, log_file)
                 if found:
+                    t.written = time.monotonic()
                     try:
                         t.path = collect(t, found)
                     except OSError as e:
