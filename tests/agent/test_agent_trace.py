@@ -105,3 +105,61 @@ def test_trace_a_pytorch_training_loop_on_demand(agents, tmp_path, short_tmp):
     )
     # nothing left in the program's /tmp
     assert not list(Path("/tmp").glob("aiflame-trace-*")), "trace files left behind"
+
+
+def test_a_fleet_wide_request_from_the_server_is_traced_and_uploaded(agents, tmp_path, short_tmp):
+    """The server asks in its answer to a heartbeat; the agent traces the job's processes
+    and uploads each trace with its labels and the request's id."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        need(False, "PyTorch is not installed")
+    from standin_server import StandIn
+
+    server = StandIn()
+    server.start()
+    kineto_dir = short_tmp / "k"
+    ready = tmp_path / "ready"
+    env = {
+        **os.environ, "KINETO_USE_DAEMON": "1", "KINETO_IPC_SOCKET_DIR": str(kineto_dir),
+        "SLURM_JOB_ID": "8812", "AIFLAME_TEAM": "search",
+    }  # fmt: skip
+    loop = subprocess.Popen(
+        [sys.executable, str(PROGRAMS / "train_loop.py"), "150", str(ready)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        agent = agents(
+            ["--server", server.url, "--period", "2", "--metrics-listen", "", "--no-cuda",
+             "--no-nvml", "--no-kineto-abstract", "--kineto-socket-dir", str(kineto_dir),
+             "--api-socket", str(short_tmp / "a.sock"), "--trace-dir", str(tmp_path / "traces")],
+            tmp_path / "spool",
+        )  # fmt: skip
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not ready.exists():
+            time.sleep(0.5)
+        time.sleep(6)  # one poll: the process is known to the agent
+        server.heartbeat_answer = {
+            "requests": [{"request_id": "r-19", "selector": {"job_id": "8812"}, "duration_ms": 800}]
+        }
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not server.got.traces:
+            time.sleep(0.5)
+        assert agent.stop() == 0
+    finally:
+        loop.kill()
+        loop.wait()
+        server.stop()
+    assert server.got.heartbeats, "no heartbeat"
+    beat = server.got.heartbeats[0]
+    assert beat["host"] and beat["sampling_rate_hz"] >= 1 and "spool_bytes" in beat
+    assert len(server.got.traces) == 1, agent.output()
+    (trace,) = server.got.traces.values()
+    assert trace["request_id"] == "r-19"
+    assert trace["labels"]["job_id"] == "8812" and trace["labels"]["team"] == "search"
+    assert trace["labels"]["pid"] == str(loop.pid)
+    import gzip
+    import json
+
+    events = json.loads(gzip.decompress(trace["bytes"]))["traceEvents"]
+    assert any(e.get("name", "").startswith("aten::") for e in events)

@@ -44,6 +44,7 @@ from aiflame.render.pprof import render_pprof
 
 HEARTBEAT_PATH = "/api/v1/agents/heartbeat"
 SHUTDOWN_PUSH_S = 5.0  # what the senders may still push at exit
+TICK_S = 0.25  # the profiler's ring buffers carry announcements only: 4 looks a second do
 
 
 class Agent:
@@ -200,7 +201,7 @@ class Agent:
         c = self.config
         t0 = time.monotonic()
         next_cut = t0 + c.period
-        next_poll = t0
+        next_poll = t0 if self.telemetry is not None else float("inf")
         try:
             while not self.stop_event.is_set():
                 now = time.monotonic()
@@ -217,7 +218,7 @@ class Agent:
                         next_cut = time.monotonic() + c.period
                 wait = max(0.01, min(next_cut, next_poll) - time.monotonic())
                 if self.profiler is not None:
-                    self.profiler.tick(min(wait, 0.1))
+                    self.profiler.tick(min(wait, TICK_S))
                 else:
                     self.stop_event.wait(min(wait, 0.5))
         finally:
@@ -231,6 +232,7 @@ class Agent:
         if self.profiler is not None:
             for cp in self.profiler.cut():
                 self._spool_profile(cp)
+            self.spool.sync()  # the period's profiles: synced and recorded at once
             for what, n in self.profiler.stats.lost.items():
                 self.counters.drop(f"ebpf {what}", n)
             self.profiler.stats.lost = {}
@@ -259,7 +261,7 @@ class Agent:
             "duration": cp.profile.meta.get("duration_nanos", 0) / 1e9,  # type: ignore[operator]
             "rate_hz": cp.rate_hz,
         }
-        self.spool.put("pb.gz", data, meta)
+        self.spool.put("pb.gz", data, meta, sync=False)
         if cp.kind == PROCESS_CPU:
             with self.counters.lock:
                 self.counters.profile_samples += cp.samples

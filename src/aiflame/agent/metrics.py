@@ -253,6 +253,12 @@ class AgentCollector(Collector):
         )
         rate.add_metric(host, a.budget.rate_hz)
         yield rate
+        if a.profiler is not None:
+            seen = CounterMetricFamily(
+                "aiflame_processes_seen", "Processes the agent has seen start.", labels=["host"]
+            )
+            seen.add_metric(host, a.profiler.stats.processes_seen)
+            yield seen
         procs = GaugeMetricFamily(
             "aiflame_kineto_processes",
             "Processes polling the agent's libkineto endpoint.",

@@ -29,6 +29,7 @@ torch`` loads libcudart late), then every minute.
 
 from __future__ import annotations
 
+import heapq
 import os
 import time
 from collections.abc import Callable
@@ -89,6 +90,8 @@ class CutProfile:
 class CutStats:
     cpu_samples: int = 0
     cuda_events: int = 0
+    processes_seen: int = 0  # first sights (the agent's cost grows with them)
+    profiles: int = 0
     lost: dict[str, int] = field(default_factory=dict)  # losses counted by the kernel
 
 
@@ -152,14 +155,19 @@ class ContinuousProfiler:
         self.exclude = exclude_pids if exclude_pids is not None else {os.getpid()}
         self.clock = clock
         # a few maps snapshots per process: enough for the libraries of one period
-        self.sampler = CpuSampler(SamplerOptions(freq=rate_hz, pids=None, max_snapshots=3))
+        # (an interpreter that maps libpython after its exec is looked for twice a second)
+        self.sampler = CpuSampler(
+            SamplerOptions(
+                freq=rate_hz, pids=None, max_snapshots=3, python_search_s=0.5, code_maps_only=True
+            )
+        )
         self.probes: CudaProbes | None = None
         self.live_memory = LiveMemory()
         self.resolver = SymbolResolver()
         self.notes: list[str] = []
         self.stats = CutStats()
         self._namings: dict[int, PythonNaming] = {}
-        self._scan: dict[int, tuple[float, int]] = {}  # pid -> (when next, step)
+        self._scan_queue: list[tuple[float, int, int]] = []  # (when next, pid, step): a heap
         self._seen: set[int] = set()
         self._gone: set[int] = set()
         self._next_list = 0.0
@@ -206,20 +214,24 @@ class ContinuousProfiler:
             for pid in _pids() - self._seen:
                 self._first_sight(pid, now)
         if self.probes is not None:
-            due = [p for p, (t, _) in self._scan.items() if t <= now]
-            for pid in due:
-                _, step = self._scan[pid]
-                self._scan[pid] = (now + SCAN_STEPS_S[min(step, len(SCAN_STEPS_S) - 1)], step + 1)
+            due = []
+            while self._scan_queue and self._scan_queue[0][0] <= now:
+                _, pid, step = heapq.heappop(self._scan_queue)
+                if pid in self._seen:
+                    due.append(pid)
+                    later = now + SCAN_STEPS_S[min(step, len(SCAN_STEPS_S) - 1)]
+                    heapq.heappush(self._scan_queue, (later, pid, step + 1))
             if due:
                 self.probes.scan_pids(due)
             self.probes.poll(0)
 
     def _first_sight(self, pid: int, now: float) -> None:
         self._seen.add(pid)
+        self.stats.processes_seen += 1
         if pid in self.exclude:
             return
         self.identities.of(pid)  # while it runs: a short-lived process is gone by the cut
-        self._scan[pid] = (now, 0)
+        heapq.heappush(self._scan_queue, (now, pid, 0))
 
     # -- the cut ----------------------------------------------------------------------------
     def cut(self) -> list[CutProfile]:
@@ -233,6 +245,7 @@ class ContinuousProfiler:
         out.extend(self._cpu_profiles(raw, start_ns, duration_ns))
         if self.probes is not None:
             out.extend(self._cuda_profiles(start_ns, duration_ns))
+        self.stats.profiles += len(out)
         for cp in out:
             cp.labels = self._labels(cp.pid)
         self._forget_exited()
@@ -346,8 +359,7 @@ class ContinuousProfiler:
         """Forget processes found gone at the previous cut (their last samples, taken by
         the kernel before they exited, were in this one)."""
         for pid in self._gone:
-            self._seen.discard(pid)
-            self._scan.pop(pid, None)
+            self._seen.discard(pid)  # its entry leaves the scan queue when it comes up
             self._namings.pop(pid, None)
             self.live_memory.forget(pid)
             self.identities.forget(pid)

@@ -70,13 +70,27 @@ class SpoolStats:
     dropped_by_kind: dict[str, int] = field(default_factory=dict)
 
 
-def _fsync_write(path: str, data: bytes) -> None:
+def _fsync_write(path: str, data: bytes, sync: bool = True) -> None:
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "wb") as f:
         f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def _syncfs(path: str) -> None:
+    """Flush the file system holding ``path`` (one call for a period's files, where a
+    fsync per file would be two per profile)."""
+    import ctypes
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if ctypes.CDLL(None, use_errno=True).syncfs(fd) != 0:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class Spool:
@@ -90,6 +104,7 @@ class Spool:
         self._entries: dict[str, list[Entry]] = {q: [] for q in self.queues}
         self._bytes = 0
         self._seq = 0
+        self._staged: list[tuple[list[Entry], dict[str, object]]] = []
         os.makedirs(root, mode=0o700, exist_ok=True)
         for q in self.queues:
             os.makedirs(os.path.join(root, q), mode=0o700, exist_ok=True)
@@ -144,10 +159,17 @@ class Spool:
 
     # -- writing ----------------------------------------------------------------------------
     def put(
-        self, ext: str, payload: bytes, meta: dict[str, object], queues: list[str] | None = None
+        self,
+        ext: str,
+        payload: bytes,
+        meta: dict[str, object],
+        queues: list[str] | None = None,
+        sync: bool = True,
     ) -> Entry:
         """Spool ``payload`` for ``queues`` (default: every queue); returns the entry of the
-        first queue. Durable when this returns."""
+        first queue. Durable when this returns; with ``sync=False`` it is staged: written,
+        but synced, recorded in the ledger and handed to the senders at :meth:`sync` (a
+        period's profiles at once)."""
         targets = [q for q in (queues or self.queues) if q in self._entries] or self.queues[:1]
         entry_id = str(meta.get("id") or uuid.uuid4())
         meta = {**meta, "id": entry_id, "ext": ext, "spooled": time.time()}
@@ -155,15 +177,16 @@ class Spool:
             self._seq += 1
             seq = self._seq
         first: Entry | None = None
+        staged: list[Entry] = []
         payload_path = ""
         encoded = json.dumps(meta, separators=(",", ":")).encode()
         for q in targets:
             entry = Entry(q, seq, entry_id, ext, meta, len(payload))
             base = os.path.join(self.root, q, entry.stem)
-            _fsync_write(f"{base}.json", encoded)
+            _fsync_write(f"{base}.json", encoded, sync)
             if not payload_path:
                 payload_path = f"{base}.{ext}"
-                _fsync_write(payload_path, payload)
+                _fsync_write(payload_path, payload, sync)
             else:
                 tmp = f"{base}.{ext}.tmp-{os.getpid()}"
                 with contextlib.suppress(FileNotFoundError):
@@ -171,22 +194,36 @@ class Spool:
                 os.link(payload_path, tmp)
                 os.replace(tmp, f"{base}.{ext}")
             first = first or entry
-            with self._lock:
-                self._entries[q].append(entry)
+            staged.append(entry)
+        record = {
+            "op": "spool",
+            "id": entry_id,
+            "kind": meta.get("kind"),
+            "samples": meta.get("samples", 0),
+        }
         with self._lock:
             self._bytes += len(payload)
-            self._cond.notify_all()
-        self._ledger(
-            {
-                "op": "spool",
-                "id": entry_id,
-                "kind": meta.get("kind"),
-                "samples": meta.get("samples", 0),
-            }
-        )
-        self._enforce_limit()
+            self._staged.append((staged, record))
+        if sync:
+            self.sync()
         assert first is not None
         return first
+
+    def sync(self) -> None:
+        """Make what was staged durable, record it in the ledger, give it to the senders
+        (only then: an entry is never sent before the ledger has it)."""
+        with self._lock:
+            staged, self._staged = self._staged, []
+        if not staged:
+            return
+        _syncfs(self.root)
+        self._ledger_many([record for _, record in staged])
+        with self._lock:
+            for entries, _ in staged:
+                for e in entries:
+                    self._entries[e.queue].append(e)
+            self._cond.notify_all()
+        self._enforce_limit()
 
     def _enforce_limit(self) -> None:
         while True:
@@ -281,10 +318,14 @@ class Spool:
 
     # -- ledger -----------------------------------------------------------------------------
     def _ledger(self, record: dict[str, object]) -> None:
+        self._ledger_many([record])
+
+    def _ledger_many(self, records: list[dict[str, object]]) -> None:
         path = os.path.join(self.root, LEDGER)
-        line = json.dumps({**record, "t": round(time.time(), 3)}, separators=(",", ":")) + "\n"
+        t = round(time.time(), 3)
+        text = "".join(json.dumps({**r, "t": t}, separators=(",", ":")) + "\n" for r in records)
         with self._lock, open(path, "a", encoding="utf-8") as f:
-            f.write(line)
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
             big = f.tell() > LEDGER_MAX_BYTES

@@ -209,11 +209,30 @@ def find_python(pid: int, maps_text: str | None = None) -> PythonProcess:
     raise UnsupportedPython((telling or reasons)[0])
 
 
+# (dev, inode, size, mtime) of an interpreter file -> its image and symbols: every Python
+# process of a host runs one of a few interpreters, and a system-wide profiler describes
+# each process that starts (reading the file's symbols again cost ~10 ms a process)
+_IMAGES: dict[tuple[int, int, int, int], tuple[ElfImage, dict[bytes, int]]] = {}
+_MAX_IMAGES = 32
+
+
+def _image_and_symbols(path: str) -> tuple[ElfImage, dict[bytes, int]]:
+    st = os.stat(path)
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    found = _IMAGES.get(key)
+    if found is None:
+        image, _ = open_image(path)
+        found = (image, _data_symbols(image, _WANTED))
+        if len(_IMAGES) >= _MAX_IMAGES:
+            del _IMAGES[next(iter(_IMAGES))]
+        _IMAGES[key] = found
+    return found
+
+
 def _interpreter(pid: int, maps: Maps, mapping: Mapping) -> PythonProcess:
     path = _readable_path(pid, mapping.path)
     try:
-        image, _ = open_image(path)
-        symbols = _data_symbols(image, _WANTED)
+        image, symbols = _image_and_symbols(path)
     except (OSError, ElfError) as e:
         raise UnsupportedPython(f"{mapping.path}: {e}") from e
     if b"_PyRuntime" not in symbols:

@@ -73,6 +73,11 @@ class SamplerOptions:
     stack_entries: int = 16384
     count_entries: int = 65536
     max_snapshots: int | None = None  # maps texts kept per process (None: all; a recording)
+    python_search_s: float = 0.0  # between two looks for a starting interpreter (0: each poll)
+    # keep only the mappings that name code (files, executable memory, the vDSO): a
+    # process's heap and stacks change all the time, its code rarely (a continuous profiler
+    # then re-reads the code mappings only when they change)
+    code_maps_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +185,7 @@ class CpuSampler:
         self._stack_cache: dict[int, tuple[int, ...]] = {}
         self._stats_base: dict[str, int] = {}
         self._exited: set[int] = set()
+        self._next_python_search = 0.0
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -270,6 +276,10 @@ class CpuSampler:
         for pid in [p for p, due in self._recheck.items() if due <= now]:
             del self._recheck[pid]
             self._snapshot(pid)
+        if self.options.python_search_s and now < self._next_python_search:
+            self._name_python_stacks()
+            return
+        self._next_python_search = now + self.options.python_search_s
         for pid, until in list(self._python_search.items()):
             texts = self.maps.get(pid)
             # only interpreters are looked at again (its executable is mapped from the exec
@@ -324,6 +334,8 @@ class CpuSampler:
         text = _read(f"/proc/{pid}/maps")
         if text is None:
             return
+        if self.options.code_maps_only:
+            text = code_mappings(text)
         texts = self.maps.setdefault(pid, [])
         if not texts or texts[-1] != text:
             exe_changed = not texts or texts[-1].split("\n", 1)[0] != text.split("\n", 1)[0]
@@ -524,6 +536,20 @@ class CpuSampler:
         if gone:
             self._python_frames = {k: v for k, v in self._python_frames.items() if k[0] not in gone}
         self._exited = {pid for pid in self.maps if not os.path.exists(f"/proc/{pid}")}
+
+
+def code_mappings(maps_text: str) -> str:
+    """The lines of a ``/proc/PID/maps`` text that map files, executable memory (JIT code)
+    or the vDSO."""
+    keep = []
+    for line in maps_text.splitlines(keepends=True):
+        fields = line.split(None, 5)
+        if len(fields) < 2:
+            continue
+        named = len(fields) == 6 and (fields[5][0] == "/" or fields[5].startswith("[vdso]"))
+        if named or "x" in fields[1]:
+            keep.append(line)
+    return "".join(keep)
 
 
 def _decode_counts(items: Iterable[tuple[bytes, bytes]]) -> list[tuple[SampleKey, int]]:
