@@ -104,6 +104,9 @@ class _Handler(BaseHTTPRequestHandler):
         except TraceBusy as e:
             self._reply(e.status, {"error": str(e)})
             return
+        except Exception as e:  # the agent's fault, said in one line
+            self._reply(500, {"error": f"the agent failed: {type(e).__name__}: {e}"})
+            return
         self._reply(200, result)
 
 

@@ -77,6 +77,7 @@ class Agent:
         self._stop_metrics: Callable[[], None] | None = None
         self._period_start = time.monotonic()
         self._closed = False
+        self.failed_periods = 0
 
     def say(self, line: str) -> None:
         print(f"aiflame agent: {line}", file=self.log, flush=True)
@@ -212,7 +213,10 @@ class Agent:
                         self.telemetry.poll()
                     next_poll = now + c.telemetry_interval
                 if now >= next_cut:
-                    self.cut_period()
+                    try:
+                        self.cut_period()
+                    except Exception as e:  # one bad period must not end the agent
+                        self._failed_period(e)
                     next_cut += c.period
                     if next_cut < time.monotonic():  # a period that overran: start afresh
                         next_cut = time.monotonic() + c.period
@@ -248,6 +252,11 @@ class Agent:
         rate = self.budget.next_rate(cost)
         if self.profiler is not None and rate != self.profiler.rate_hz:
             self.profiler.set_rate(rate)
+
+    def _failed_period(self, e: Exception) -> None:
+        self.failed_periods += 1
+        if self.failed_periods <= 3 or self.failed_periods % 100 == 0:
+            self.say(f"a period could not be cut ({type(e).__name__}: {e}); going on")
 
     def _spool_profile(self, cp) -> None:
         data = render_pprof(cp.profile)

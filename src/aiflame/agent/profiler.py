@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from aiflame.agent.identity import Identities
-from aiflame.collectors.ebpf.cpu_profile import NO_USER_STACK, build_profile
+from aiflame.collectors.ebpf.cpu_profile import NO_USER_STACK, StackCache, build_profile
 from aiflame.collectors.ebpf.cuda import CudaOptions, CudaProbes
 from aiflame.collectors.ebpf.cuda_apis import APIS, COPY, GRAPH, LAUNCH, SYNC
 from aiflame.collectors.ebpf.cuda_events import CallKey, CallSum
@@ -72,6 +72,7 @@ GPU_API_TYPES = [
 KERNEL_PID = 0  # the pseudo-process of kernel threads' samples
 SCAN_STEPS_S = (0.5, 2.0, 5.0, 15.0, 30.0, 60.0)
 PROC_LIST_S = 1.0  # how often /proc is listed for new processes
+MAX_CACHED_STACKS = 200_000
 
 
 @dataclass
@@ -163,6 +164,7 @@ class ContinuousProfiler:
         )
         self.probes: CudaProbes | None = None
         self.live_memory = LiveMemory()
+        self.stack_cache = StackCache()  # stacks symbolized in earlier periods
         self.resolver = SymbolResolver()
         self.notes: list[str] = []
         self.stats = CutStats()
@@ -280,7 +282,9 @@ class ContinuousProfiler:
                 python_unsupported={p: m for p, m in raw.python_unsupported.items() if p in pids},
             )
             naming = self._naming(pid) if pid != KERNEL_PID else None
-            profile, _ = build_profile(sub, self.resolver, pid == KERNEL_PID, naming)
+            profile, _ = build_profile(
+                sub, self.resolver, pid == KERNEL_PID, naming, self.stack_cache
+            )
             samples = sum(c for _, c in counts)
             self.stats.cpu_samples += samples
             cpu = cpu_profile(profile, raw.freq, start_ns, duration_ns)
@@ -358,6 +362,9 @@ class ContinuousProfiler:
     def _forget_exited(self) -> None:
         """Forget processes found gone at the previous cut (their last samples, taken by
         the kernel before they exited, were in this one)."""
+        self.stack_cache.forget(self._gone)
+        if len(self.stack_cache.stacks) > MAX_CACHED_STACKS:
+            self.stack_cache = StackCache()  # a bound, whatever runs on the host
         for pid in self._gone:
             self._seen.discard(pid)  # its entry leaves the scan queue when it comes up
             self._namings.pop(pid, None)

@@ -229,7 +229,11 @@ class Sender(threading.Thread):
         while not self.stop_event.is_set():
             if not self.spool.wait(self.dest.name, 0.5):
                 continue
-            self.send_some()
+            try:
+                self.send_some()
+            except Exception as e:  # a bug or an unreadable spool: keep the thread alive
+                self.stats.fail("internal", f"{type(e).__name__}: {e}")
+                self._backoff = self._next_backoff(None)
             if self._backoff:
                 self.stop_event.wait(self._backoff)
         self.client.close()
