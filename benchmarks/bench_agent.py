@@ -170,13 +170,20 @@ def bench_cpu(args: argparse.Namespace) -> dict[str, object]:
     ]
     results: dict[str, object] = {"seconds": args.seconds, "load": os.getloadavg()}
     try:
-        agent, port = start_agent(tmp)
-        time.sleep(warm)  # the first periods read every file's symbols
-        results["aiflame agent"] = measure(agent.pid, args.seconds)
-        results["aiflame agent"]["rate_hz"] = metric(port, "aiflame_sampling_rate_hz")  # type: ignore[index]
-        results["aiflame agent"]["self_reported"] = metric(port, "aiflame_agent_cpu_seconds_total")  # type: ignore[index]
-        stop(agent, signal.SIGTERM)
-        print(json.dumps(results), file=sys.stderr, flush=True)  # partial results, as they come
+        for name, extra in (
+            ("aiflame agent", []),
+            ("aiflame agent, budget off (19 Hz)", ["--cpu-budget-percent", "0"]),
+        ):
+            agent, port = start_agent(tmp, extra)
+            time.sleep(warm)  # the first periods read every file's symbols
+            seen0 = sum(metric(port, "aiflame_processes_seen_total").values())
+            r = measure(agent.pid, args.seconds)
+            r["rate_hz"] = sum(metric(port, "aiflame_sampling_rate_hz").values())
+            r["new_processes"] = sum(metric(port, "aiflame_processes_seen_total").values()) - seen0
+            results[name] = r
+            stop(agent, signal.SIGTERM)
+            shutil.rmtree(tmp / "spool", ignore_errors=True)
+            print(json.dumps(results), file=sys.stderr, flush=True)  # partial results
         if shutil.which("bpftrace"):
             script = (
                 "profile:hz:19 { @[ustack, kstack, pid, comm] = count(); } "

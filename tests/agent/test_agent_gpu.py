@@ -170,11 +170,14 @@ def test_gpu_telemetry_busy_seconds_and_prometheus(agents, tmp_path, short_tmp, 
         with urllib.request.urlopen(
             f"http://127.0.0.1:{agent.metrics_port}/metrics", timeout=10
         ) as r:
-            exposed = {
-                line.split("{")[0].split(" ")[0]
-                for line in r.read().decode().splitlines()
-                if line and not line.startswith("#")
-            }
+            exposed = set()
+            for line in r.read().decode().splitlines():
+                if line.startswith("# TYPE "):  # families without samples yet too
+                    _, _, name, kind = line.split()
+                    counter = kind == "counter" and not name.endswith("_total")
+                    exposed.add(name + "_total" if counter else name)
+                elif line and not line.startswith("#"):
+                    exposed.add(line.split("{")[0].split(" ")[0])
         status = agent.stop()
     finally:
         if prom is not None:

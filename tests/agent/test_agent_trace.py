@@ -119,6 +119,9 @@ def test_a_fleet_wide_request_from_the_server_is_traced_and_uploaded(agents, tmp
     server = StandIn()
     server.start()
     kineto_dir = short_tmp / "k"
+    # libkineto binds its own endpoint in the directory once, when it starts: the directory
+    # must exist by then (the agent, started after the program here, serves it later)
+    kineto_dir.mkdir()
     ready = tmp_path / "ready"
     env = {
         **os.environ, "KINETO_USE_DAEMON": "1", "KINETO_IPC_SOCKET_DIR": str(kineto_dir),

@@ -330,8 +330,16 @@ class Agent:
 
     def _run_request(self, body: dict[str, object]) -> None:
         assert self.traces is not None
-        with contextlib.suppress(Exception):
-            self.traces.run(TraceRequest.from_json(body, self.config.trace_max_duration_ms))
+        rid = body.get("request_id") or "?"
+        try:
+            result = self.traces.run(
+                TraceRequest.from_json(body, self.config.trace_max_duration_ms)
+            )
+        except Exception as e:  # the server's request could not be served: say why, go on
+            self.say(f"server request {rid}: {e}")
+            return
+        for f in result.get("failed", []):  # type: ignore[union-attr]
+            self.say(f"server request {rid}: PID {f['pid']}: {f['why']}")
 
     # -- introspection ----------------------------------------------------------------------
     def status(self) -> dict[str, object]:
