@@ -298,6 +298,10 @@ class ContinuousProfiler:
         for key, s in cut.calls.items():
             calls_by_pid.setdefault(key.pid, {})[key] = s
         sites = self.live_memory.period(cut.memory_events)
+        # a process that ended holds nothing from now on: its last profile (this one) says
+        # what it held when it ended
+        for pid in {pid for pid, _ in self.live_memory.live} - _pids():
+            self.live_memory.forget(pid)
         sites_by_pid: dict[int, dict] = {}
         for (pid, stack, api), site in sites.items():
             sites_by_pid.setdefault(pid, {})[(stack, api)] = site
