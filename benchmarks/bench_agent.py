@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import signal
 import statistics
@@ -287,7 +288,7 @@ def bench_trace_latency(args: argparse.Namespace) -> dict[str, object]:
                     "after_poll_s": after,
                 }
             )
-            time.sleep(1.3)  # start the next request at another phase of the poll period
+            time.sleep(random.uniform(0.0, 5.0))  # a random phase of libkineto's 5 s poll
     finally:
         loop.kill()
         loop.wait()

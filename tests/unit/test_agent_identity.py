@@ -106,11 +106,22 @@ def test_label_values_are_cut_on_a_character_boundary():
 
 
 def _spawn(env: dict[str, str], preexec=None) -> subprocess.Popen:
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(30)"],
         env={"PATH": os.environ.get("PATH", "/usr/bin"), **env},
         preexec_fn=preexec,
     )
+    # Popen returns once the child exists, maybe before its exec: until then /proc shows
+    # the parent's command and environment
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if b"time.sleep(30)" in Path(f"/proc/{proc.pid}/cmdline").read_bytes():
+                break
+        except OSError:
+            pass
+        time.sleep(0.01)
+    return proc
 
 
 def test_labels_of_a_process_of_this_machine():
@@ -272,3 +283,32 @@ def test_a_process_in_a_real_cgroup_of_each_layout(cgroup2, tmp_path, layout):
         assert labels["service_name"] == "llm/train-7b-0"
         assert labels["team"] == "search"  # a pod label, from the kubelet
     assert parse_cgroup_path("/" + rel).runtime == runtime
+
+
+def test_an_exec_in_the_same_process_is_read_again():
+    """A shell that execs the real program keeps its PID and start time: its labels must
+    be those of the program, not of the shell seen first."""
+    proc = subprocess.Popen(
+        ["/bin/sh", "-c", 'read _; exec "$0" -c "import time; time.sleep(30)"', sys.executable],
+        stdin=subprocess.PIPE,
+        env={"PATH": os.environ.get("PATH", "/usr/bin"), "AIFLAME_TEAM": "search"},
+    )
+    try:
+        ids = Identities(host="node-1")
+        first = ids.labels(proc.pid)
+        assert first["comm"] == "sh"
+        assert proc.stdin is not None
+        proc.stdin.write(b"\n")
+        proc.stdin.flush()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if b"time.sleep(30)" in Path(f"/proc/{proc.pid}/cmdline").read_bytes():
+                break
+            time.sleep(0.01)
+        then = ids.labels(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert then["comm"].startswith("python")
+    assert then["command"].endswith("import time; time.sleep(30)")
+    assert then["team"] == "search"

@@ -1,7 +1,8 @@
 """Whose work a process is: the labels every profile, trace and metric of it carries.
 
-Read from the process itself, once per process (cached by PID and start time, since PIDs
-are reused):
+Read from the process itself, once per process (cached by PID, start time and name, since
+PIDs are reused and an ``exec`` makes another program of the same process; a process caught
+between fork and exec, with no command line yet, is read again next time):
 
 ============  ==============================================================================
 label         source
@@ -119,11 +120,19 @@ def read_environ(pid: int, proc: str = "/proc") -> dict[str, str]:
 
 
 def start_time(pid: int, proc: str = "/proc") -> int | None:
+    found = stat_identity(pid, proc)
+    return found[0] if found else None
+
+
+def stat_identity(pid: int, proc: str = "/proc") -> tuple[int, str] | None:
+    """The process's start time (clock ticks after boot) and its name, from one read of
+    ``/proc/PID/stat``: a PID reused has another start time, an ``exec`` another name."""
     text = read_text(f"{proc}/{pid}/stat", 4096)
     if not text:
         return None
+    close = text.rfind(")")
     try:
-        return int(text[text.rfind(")") + 2 :].split()[19])
+        return int(text[close + 2 :].split()[19]), text[text.find("(") + 1 : close]
     except (IndexError, ValueError):
         return None
 
@@ -237,6 +246,10 @@ class ProcessInfo:
     labels: dict[str, str]
     cgroup: CgroupIdentity
     environ: dict[str, str]
+    name: str = ""  # comm when read: an exec since changes it
+    # read while the process was between fork and exec (or exiting): no command line or
+    # environment yet, so it is read again next time
+    provisional: bool = False
 
     @property
     def service(self) -> str:
@@ -268,13 +281,17 @@ class Identities:
 
     def of(self, pid: int) -> ProcessInfo | None:
         """The process's identity (None when it is gone and was never seen)."""
-        started = start_time(pid, self.proc)
+        found = stat_identity(pid, self.proc)
         cached = self._cache.get(pid)
-        if cached is not None and (started is None or cached.started == started):
+        if cached is not None and (
+            found is None
+            or (not cached.provisional and (cached.started, cached.name) == found)
+        ):
             return cached
-        if started is None:
+        if found is None:
             return None
-        info = self._read(pid, started)
+        info = self._read(pid, found[0])
+        info.name = found[1]
         if len(self._cache) >= self.max_cached:
             self.forget_exited()
         self._cache[pid] = info
@@ -327,7 +344,7 @@ class Identities:
                 labels[label] = env[var]
         labels["service_name"] = service_name(labels)
         clean = {k: clip(v) for k, v in labels.items() if v and valid_label_name(k)}
-        return ProcessInfo(pid, started, clean, cg, env)
+        return ProcessInfo(pid, started, clean, cg, env, provisional=not command)
 
     def _kubernetes(self, pid: int, cg: CgroupIdentity, env: dict[str, str]) -> dict[str, str]:
         out: dict[str, str] = {}

@@ -73,6 +73,7 @@ KERNEL_PID = 0  # the pseudo-process of kernel threads' samples
 SCAN_STEPS_S = (0.5, 2.0, 5.0, 15.0, 30.0, 60.0)
 PROC_LIST_S = 1.0  # how often /proc is listed for new processes
 MAX_CACHED_STACKS = 200_000
+MAX_SYMBOL_FILES = 256
 
 
 @dataclass
@@ -165,7 +166,9 @@ class ContinuousProfiler:
         self.probes: CudaProbes | None = None
         self.live_memory = LiveMemory()
         self.stack_cache = StackCache()  # stacks symbolized in earlier periods
-        self.resolver = SymbolResolver()
+        # files whose symbols stay loaded: a bound on memory whatever the host runs (the
+        # least recently used are read again if a process still maps them)
+        self.resolver = SymbolResolver(max_files=MAX_SYMBOL_FILES)
         self.notes: list[str] = []
         self.stats = CutStats()
         self._namings: dict[int, PythonNaming] = {}
@@ -367,6 +370,7 @@ class ContinuousProfiler:
         """Forget processes found gone at the previous cut (their last samples, taken by
         the kernel before they exited, were in this one)."""
         self.stack_cache.forget(self._gone)
+        self.resolver.forget_processes(self._gone)
         if len(self.stack_cache.stacks) > MAX_CACHED_STACKS:
             self.stack_cache = StackCache()  # a bound, whatever runs on the host
         for pid in self._gone:

@@ -174,7 +174,7 @@ def push_request(items: list[tuple[Entry, bytes]]) -> bytes:
     req = push_pb2.PushRequest()
     for entry, payload in items:
         series = req.series.add()
-        for name, value in series_labels(entry.meta):
+        for name, value in series_labels(entry.meta or {}):
             series.labels.append(types_pb2.LabelPair(name=name, value=value))
         series.samples.add(raw_profile=payload, ID=entry.id)
     return req.SerializeToString()
@@ -182,7 +182,7 @@ def push_request(items: list[tuple[Entry, bytes]]) -> bytes:
 
 def ingest_query(entry: Entry) -> str:
     """Pyroscope's ``/ingest`` parameters: ``name=app.type{k=v,...}``, times, rate."""
-    meta = entry.meta
+    meta = entry.meta or {}
     labels = dict(meta.get("labels") or {})  # type: ignore[call-overload]
     app = _ingest_safe(str(labels.pop("service_name", "unknown")))
     tags = ",".join(f"{k}={_ingest_safe(str(v))}" for k, v in sorted(labels.items()))
@@ -245,6 +245,13 @@ class Sender(threading.Thread):
             return True
         batch = self._batch(head)
         try:
+            return self._send_batch(batch)
+        finally:
+            for entry, _ in batch:
+                entry.meta = None  # back on disk only
+
+    def _send_batch(self, batch: list[tuple[Entry, bytes]]) -> bool:
+        try:
             self._send(batch)
         except Rejected as e:
             self.stats.fail("rejected", str(e))
@@ -273,7 +280,8 @@ class Sender(threading.Thread):
         for entry in head:
             try:
                 payload = self.spool.read(entry)
-            except OSError:
+                meta = self.spool.meta(entry)
+            except (OSError, ValueError):
                 self.spool.drop(entry, reason="payload unreadable")
                 continue
             if entry.kind not in self.dest.kinds:
@@ -283,6 +291,7 @@ class Sender(threading.Thread):
             alone = entry.id in self._single
             if out and (not groupable or alone or size + len(payload) > MAX_BATCH_BYTES):
                 break
+            entry.meta = meta  # while it is sent (this sender alone handles its queue)
             out.append((entry, payload))
             size += len(payload)
             if not groupable or alone:
@@ -305,7 +314,8 @@ class Sender(threading.Thread):
             headers.update({"Content-Type": "application/json", "Content-Encoding": "gzip"})
             status, h, body = self.client.request("POST", TELEMETRY_PATH, payload, headers)
         else:  # a trace
-            labels = json.dumps(entry.meta.get("labels") or {}, ensure_ascii=True)
+            meta = entry.meta or {}
+            labels = json.dumps(meta.get("labels") or {}, ensure_ascii=True)
             headers.update(
                 {
                     "Content-Type": "application/octet-stream",
@@ -313,8 +323,8 @@ class Sender(threading.Thread):
                     "X-Aiflame-Labels": labels,
                 }
             )
-            if entry.meta.get("request_id"):
-                headers["X-Aiflame-Request-Id"] = str(entry.meta["request_id"])
+            if meta.get("request_id"):
+                headers["X-Aiflame-Request-Id"] = str(meta["request_id"])
             status, h, body = self.client.request("POST", TRACES_PATH, payload, headers)
         check(status, h, body)
         if self.on_answer is not None:

@@ -39,28 +39,28 @@ LEDGER = "ledger.jsonl"
 LEDGER_MAX_BYTES = 8 << 20  # then compacted into totals
 
 
-@dataclass
+@dataclass(eq=False, slots=True)
 class Entry:
-    """One thing to send."""
+    """One thing to send. Its metadata (labels, times) stays on disk while it waits, so
+    that a spool of a million entries costs little memory: :meth:`Spool.meta` reads it."""
 
     queue: str
     seq: int
     id: str
     ext: str  # "pb.gz", "trace.json.gz", "telemetry.json.gz"
-    meta: dict[str, object]
+    meta: dict[str, object] | None
     size: int = 0
+    kind: str = "profile"
+    samples: int = 0
+
+    def __post_init__(self) -> None:
+        if self.meta is not None:
+            self.kind = str(self.meta.get("kind", "profile"))
+            self.samples = int(self.meta.get("samples", 0) or 0)
 
     @property
     def stem(self) -> str:
         return f"{self.seq:012d}-{self.id}"
-
-    @property
-    def kind(self) -> str:
-        return str(self.meta.get("kind", "profile"))
-
-    @property
-    def samples(self) -> int:
-        return int(self.meta.get("samples", 0) or 0)
 
 
 @dataclass
@@ -137,6 +137,7 @@ class Spool:
                         os.unlink(path)  # a crash between metadata and payload
                     continue
                 entry = Entry(q, int(seq_text), entry_id, ext, meta, st.st_size)
+                entry.meta = None  # read again when it is sent
                 self._entries[q].append(entry)
                 sizes[(st.st_dev, st.st_ino)] = st.st_size
                 self._seq = max(self._seq, entry.seq)
@@ -182,6 +183,7 @@ class Spool:
         encoded = json.dumps(meta, separators=(",", ":")).encode()
         for q in targets:
             entry = Entry(q, seq, entry_id, ext, meta, len(payload))
+            entry.meta = None  # on disk; read again when it is sent
             base = os.path.join(self.root, q, entry.stem)
             _fsync_write(f"{base}.json", encoded, sync)
             if not payload_path:
@@ -259,6 +261,14 @@ class Spool:
     def read(self, entry: Entry) -> bytes:
         with open(self.payload_path(entry), "rb") as f:
             return f.read()
+
+    def meta(self, entry: Entry) -> dict[str, object]:
+        """The entry's metadata, from its file."""
+        if entry.meta is not None:
+            return entry.meta
+        path = os.path.join(self.root, entry.queue, f"{entry.stem}.json")
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
 
     def payload_path(self, entry: Entry) -> str:
         return os.path.join(self.root, entry.queue, f"{entry.stem}.{entry.ext}")

@@ -178,7 +178,7 @@ class SymbolResolver:
         self._kernel: KernelSymbols | None = None
         # (pid, maps text) -> its symbols: a continuous profiler asks again every period
         self._processes: dict[tuple[int, int, int], ProcessSymbols] = {}
-        self.max_processes = 1024
+        self.max_processes = 256
 
     def process(self, pid: int, maps_text: str | None = None) -> ProcessSymbols:
         """Symbols of process ``pid``, with its mappings from ``maps_text`` (a snapshot of
@@ -200,6 +200,11 @@ class SymbolResolver:
             self._processes[key] = found
         return found
 
+    def forget_processes(self, pids: set[int]) -> None:
+        """Drop what is kept of processes that have exited (a long-lived profiler)."""
+        if pids:
+            self._processes = {k: v for k, v in self._processes.items() if k[0] not in pids}
+
     def kernel(self) -> KernelSymbols:
         if self._kernel is None:
             self._kernel = KernelSymbols(KernelSymbolTable.read(self.kallsyms_path))
@@ -219,7 +224,9 @@ class SymbolResolver:
             return None
         key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         if key in self._by_file:
-            return self._by_file[key]
+            mod = self._by_file.pop(key)  # the most recently used go last: LRU
+            self._by_file[key] = mod
+            return mod
         try:
             mod = self._load(path, target_path or path, roots)
         # A parser of arbitrary files must never take the collector down: whatever goes

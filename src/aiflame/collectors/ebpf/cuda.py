@@ -233,6 +233,8 @@ class CudaProbes:
         if pid in self.attached:  # stacks are symbolized at the end: keep the latest maps
             self.maps.refresh(pid, text)
         libs = gpu_libraries(pid, text)
+        if not libs:
+            return  # (a process that maps none keeps no state here)
         seen = self._seen_libs.setdefault(pid, set())
         new = [lib for lib in libs if (lib.dev, lib.inode) not in seen]
         if not new:
