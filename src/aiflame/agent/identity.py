@@ -284,8 +284,7 @@ class Identities:
         found = stat_identity(pid, self.proc)
         cached = self._cache.get(pid)
         if cached is not None and (
-            found is None
-            or (not cached.provisional and (cached.started, cached.name) == found)
+            found is None or (not cached.provisional and (cached.started, cached.name) == found)
         ):
             return cached
         if found is None:
