@@ -41,10 +41,10 @@ with open(sys.argv[2], "w") as f:
 def stages(trace: str) -> dict[str, float]:
     """aiflame in this process: CPU seconds to read the trace and to analyze it."""
     from aiflame.analysis.report import analyze
-    from aiflame.cli.analyze_input import read_trace
+    from aiflame.sources.registry import load_trace
 
     t0 = time.process_time()
-    t = read_trace(trace)
+    t = load_trace(trace)
     t1 = time.process_time()
     analyze([t])
     return {"read": t1 - t0, "analyze": time.process_time() - t1}

@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 
 from aiflame.analysis import hta_compat, idle
-from aiflame.cli.analyze_input import read_trace
+from aiflame.sources.registry import load_trace
 
 
 def rows(path: Path, ref: dict) -> list[tuple[str, float, float]]:
-    t = read_trace(str(path))
+    t = load_trace(str(path))
     ours = t.select_gpu(hta_compat.step_filter(t))
     out = []
     temporal = hta_compat.temporal_breakdown(ours) or {}
@@ -43,7 +43,7 @@ def main(expected: str, base: str) -> None:
         for label, theirs, mine in rows(path, numbers):
             diff = mine - theirs
             print(f"| {label} | {theirs:,.3f} | {mine:,.3f} | {diff:+.3f} |")
-        c = idle.classify(read_trace(str(path)))
+        c = idle.classify(load_trace(str(path)))
         cats = ", ".join(f"{k} {v['time_us']:,.1f}" for k, v in c["categories"].items())
         print(f"\naiflame device-level idle ({c['total_us']:,.1f} us): {cats}")
 

@@ -1,6 +1,7 @@
 """The workload of bench_record_overhead.py: a small CPU PyTorch training loop.
 
     python benchmarks/record_workload.py --serve LOG       # train until Ctrl-C, log each step
+    python benchmarks/record_workload.py --train SECONDS   # train that long, then exit
     python benchmarks/record_workload.py --torch-alternate OUT [--cycles 6] [--interval 5]
 
 A conv net (oneDNN JIT kernels) trained on one random batch. ``--serve`` prints ``ready``
@@ -18,6 +19,7 @@ import argparse
 import json
 import os
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -130,6 +132,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--serve", metavar="LOG")
     ap.add_argument("--torch-alternate", metavar="OUT")
+    ap.add_argument("--train", type=float, metavar="SECONDS")
     ap.add_argument("--cycles", type=int, default=6)
     ap.add_argument("--interval", type=float, default=5.0)
     args = ap.parse_args()
@@ -137,8 +140,13 @@ def main() -> None:
         serve(args.serve)
     elif args.torch_alternate:
         torch_alternate(args.torch_alternate, args.cycles, args.interval)
+    elif args.train:
+        Trainer().run_for(args.train)
+        # The program's last line: what follows is the interpreter's shutdown (torch's
+        # takes about a second), then whatever the profiler does.
+        print(f"record_workload: trained, at {time.time():.3f}", file=sys.stderr, flush=True)
     else:
-        ap.error("give --serve LOG or --torch-alternate OUT")
+        ap.error("give --serve LOG, --torch-alternate OUT or --train SECONDS")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+import systools
+
 DATA = Path(__file__).parent / "data"
 BLESS = os.environ.get("AIFLAME_BLESS") == "1"
 
@@ -41,3 +43,9 @@ def check_golden(actual: str, expected_path: Path) -> None:
 @pytest.fixture
 def golden():
     return check_golden
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """``@pytest.mark.tools("gcc", ...)``: the system programs the test needs (systools.py)."""
+    for mark in item.iter_markers(name="tools"):
+        systools.need(*mark.args)

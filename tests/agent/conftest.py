@@ -17,18 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from agent_helpers import CONTAINER_ID, HERE, POD_UID, SRC, need
 
-REQUIRED = os.environ.get("AIFLAME_REQUIRE_EBPF") == "1"
-HERE = Path(__file__).parent
 sys.path.append(str(HERE.parent / "ebpf"))  # bpfstate: what BPF objects a process holds
-SRC = HERE.parents[1] / "src"
-
-
-def need(ok: bool, why: str) -> None:
-    if not ok:
-        if REQUIRED:
-            pytest.fail(f"AIFLAME_REQUIRE_EBPF=1 but {why}")
-        pytest.skip(why)
 
 
 @pytest.fixture(scope="session")
@@ -139,10 +130,6 @@ def agents():
         if a.proc.poll() is None:
             a.proc.kill()
             a.proc.wait(10)
-
-
-POD_UID = "4c9f1974-5c46-44c2-b42f-3bbf0e98eef9"
-CONTAINER_ID = "cd" * 32
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from agent_helpers import need
 
 from aiflame.sources import load
-from conftest import need
 
 pytestmark = pytest.mark.usefixtures("ebpf")
 CUDA = Path(__file__).parents[1] / "ebpf" / "cuda"

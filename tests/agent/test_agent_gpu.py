@@ -21,10 +21,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from agent_helpers import need
 from standin_server import StandIn
 
 from aiflame.agent.gpu_peaks import PEAKS
-from conftest import need
 
 pytestmark = pytest.mark.usefixtures("ebpf")
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

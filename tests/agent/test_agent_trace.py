@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
+from agent_helpers import SRC, need
 
 from aiflame.agent.api import unix_request
-from conftest import SRC, need
 
 pytestmark = pytest.mark.usefixtures("ebpf")
 PROGRAMS = Path(__file__).parent / "programs"

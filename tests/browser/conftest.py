@@ -14,13 +14,15 @@ import pytest
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
+PACKAGES = {CHROMIUM: "chromium", CHROMEDRIVER: "chromium-driver"}  # Debian's
 REQUIRED = os.environ.get("AIFLAME_REQUIRE_BROWSER") == "1"
 
 
 def _missing() -> str | None:
-    for path in (CHROMIUM, CHROMEDRIVER):
-        if not (Path(path).exists() and os.access(path, os.X_OK)):
-            return f"{path} not found"
+    absent = [p for p in PACKAGES if not (Path(p).exists() and os.access(p, os.X_OK))]
+    if absent:
+        packages = " ".join(PACKAGES[p] for p in absent)
+        return f"{' and '.join(absent)} not found (apt-get install {packages})"
     try:
         import selenium  # noqa: F401
     except ImportError:

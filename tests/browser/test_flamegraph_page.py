@@ -4,6 +4,7 @@ metric switch, differential colours, hostile names, and no network access."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -36,6 +37,7 @@ APP_KINDS = {
     "memcpy": K.NATIVE,
     "idle": K.RUNTIME,
 }
+DATA = Path(__file__).parents[1] / "data"
 RECURSIVE = {"main;a;b;a;c": 10, "main;a;d": 5, "main;x;a": 3}
 
 
@@ -86,6 +88,24 @@ def test_real_profile_opens_offline_with_no_request(open_page, data_dir):
     tip = page.text("tooltip")
     assert tip.startswith("entry_SYSCALL_64_fastpath\n")  # drawn without the _[k] annotation
     assert "Linux kernel" in tip
+
+
+def test_perf_script_kernel_frames_are_drawn_as_kernel(open_page, data_dir, tmp_path):
+    """Real ``perf script`` text, no option: vmlinux frames orange, libc's red."""
+    from aiflame.sources import load
+
+    profile = load(str(data_dir / "perf/flamegraph/inputs/perf-dd-stacks-01.txt.gz"))
+    page = open_page(profile)
+    node = page.find("sys_write")
+    page.hover(*page.centre(node))
+    assert "kind Linux kernel" in page.text("tooltip")
+    page.hover(*page.centre(page.find("write")))
+    assert "kind C (native)" in page.text("tooltip")
+    # format.js's palette: kernel orange (230, 130..190, 30..60), C red (215.., 70..140, 60..)
+    r, g, b = page.pixel(*page.centre(node))[:3]
+    assert r >= 230 and 130 <= g < 190 and 30 <= b < 60, (r, g, b)
+    r, g, b = page.pixel(*page.centre(page.find("write")))[:3]
+    assert r >= 215 and 70 <= g < 140 and 60 <= b < 120, (r, g, b)
 
 
 # -- hover, zoom, views ---------------------------------------------------------------------
@@ -262,10 +282,54 @@ def test_metric_switch_changes_widths_and_units(open_page):
     assert "total 3.00 MiB (75.0% of all)" in page.text("tooltip")
 
 
+def test_metrics_without_data_are_not_offered(open_page):
+    # A CPU-only recording: gpu-time and kernel-count hold nothing. The page opens on a
+    # metric with data even where the profile's default is an empty one.
+    types = (("gpu-time", "nanoseconds"), ("kernel-count", "count"))
+    types += (("cpu-samples", "count"), ("wall-time", "nanoseconds"))
+    stacks = {"main;f": [0, 0, 10, 5e6], "main;g": [0, 0, 3, 1e6]}
+    page = open_page(profile_of(stacks, types=types, meta={"default_type": 0}))
+    options = page.js(
+        "return [...document.querySelectorAll('#metric option')].map(o => o.textContent);"
+    )
+    assert options == ["cpu-samples (count)", "wall-time (nanoseconds)"]
+    assert page.visible("metric-box") and page.text("total") == "Total: 13 cpu-samples"
+    # one metric with data: no choice to offer
+    one = {stack: values[:3] for stack, values in stacks.items()}
+    page = open_page(profile_of(one, types=types[:3]), name="one.html")
+    assert not page.visible("metric-box") and page.text("total") == "Total: 13 cpu-samples"
+    # a link naming the metric's former name still opens it
+    page = open_page(profile_of(stacks, types=types), name="link.html")
+    page.driver.get(page.url + "#metric=cpu-time")
+    shown = page.run_async(  # applied on hashchange, without a reload
+        "aiflame.fragmentApplied.then(() => setTimeout(() =>"
+        " done(aiflame.app.types[aiflame.app.metric].name), 100));"
+    )
+    assert shown == "wall-time"
+
+
+def test_the_only_metric_is_named_beside_its_total(open_page):
+    # A CPU-only PyTorch profiler trace offers wall-time alone: the page showed
+    # "Total: 219.373 ms" and nothing said it was the wall time of CPU slices.
+    from aiflame.sources import load
+
+    trace = DATA / "kineto" / "dtu_mlops" / "resnet_cpu_profile_memory.json.gz"
+    page = open_page(load(str(trace)), name="cpu-only.html")
+    assert not page.visible("metric-box")
+    assert page.text("total") == "Total wall-time: 219.373 ms"
+    # with a choice, the select names it; counts name themselves ("13 cpu-samples")
+    stacks = {"main;f": [10, 5e6], "main;g": [3, 1e6]}
+    page = open_page(
+        profile_of(stacks, types=(("cpu-samples", "count"), ("wall-time", "nanoseconds"))),
+        name="two.html",
+    )
+    assert page.visible("metric-box") and page.text("total") == "Total: 13 cpu-samples"
+
+
 def test_nanoseconds_are_shown_as_durations(open_page):
     stacks = {"main;step": 1.5e9, "main;io": 2500}
     page = open_page(profile_of(stacks, types=(("wall", "nanoseconds"),)))
-    assert page.text("total") == "Total: 1.500 s"
+    assert page.text("total") == "Total wall: 1.500 s"  # the only metric: named
     page.hover(*page.centre(page.find("step")))
     assert "total 1.500 s" in page.text("tooltip")
 

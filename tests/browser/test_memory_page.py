@@ -319,3 +319,32 @@ def test_page_without_memory_data_has_no_chart(driver, tmp_path, data_dir):
     page = FlamePage(driver, out.read_text(encoding="utf-8"), out)
     assert page.run_async("aiflame.memoryReady.then((c) => done(c === null));") is True
     assert not page.visible("memory")
+
+
+def test_chart_of_a_profiler_trace_with_memory_events(driver, tmp_path):
+    """profile_memory=True: the GPU's Total Allocated over time, its peak labelled, and a
+    click on the chart shows the trace's allocations live then, charged to operators."""
+    import gzip
+    import json
+
+    trace = DATA.parent / "kineto/tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz"
+    page = memory_page(driver, tmp_path, trace)
+    assert page.visible("memory")
+    assert page.text("mem-device") == "(cuda:0)"
+    assert page.text("mem-peak-label").startswith("peak 96.61 MiB (101,305,344 bytes) at +")
+    with gzip.open(trace) as f:
+        events = json.load(f)["traceEvents"]
+    cuda = sorted(
+        (e for e in events if e.get("name") == "[memory]" and e["args"]["Device Type"] == 1),
+        key=lambda e: e["ts"],
+    )
+    xs, ys = drawn(page)
+    page.click_at(round(xs[len(xs) // 3]), round(ys[len(xs) // 3]))
+    k = page.js("return aiflame.memory.sel.from;")
+    live: dict[int, int] = {}
+    for e in cuda[: k + 1]:
+        if e["args"]["Bytes"] > 0:
+            live[e["args"]["Addr"]] = e["args"]["Bytes"]
+        else:
+            live.pop(e["args"]["Addr"], None)
+    assert shown_total(page) == sum(live.values()) > 0

@@ -141,8 +141,9 @@ def test_both_pages_draw_in_their_own_frames_in_chromium(executed, driver, tmp_p
         assert colour == "rgb({},{},{})".format(*drawn)
         assert driver.execute_script("return window.parent === window;") is False
         driver.switch_to.default_content()
-    assert titles == ["Flame graph of bert-small-h100.pt.trace.json.gz",
-                      f"Flame graph of {FOLDED.name}"]  # fmt: skip
+    # each page titled by its input (the trace by its device and file stem)
+    assert titles == ["Flame graph of H100 (bert-small-h100)",
+                      f"Flame graph of {FOLDED.name.removesuffix('.txt')}"]  # fmt: skip
     # The host's globals and elements are untouched.
     assert driver.execute_script("return [window.aiflame, window.App];") == [
         "the notebook's own",

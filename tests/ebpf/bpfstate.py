@@ -6,9 +6,13 @@ import os
 import subprocess
 import time
 
+import systools
+
 
 def _bpftool(*args: str) -> str:
-    return subprocess.run(["bpftool", *args], capture_output=True, text=True, check=True).stdout
+    exe = systools.find("bpftool")
+    assert exe, "bpftool is not installed (tests that use it ask for the bpftool fixture)"
+    return subprocess.run([exe, *args], capture_output=True, text=True, check=True).stdout
 
 
 def links() -> set[str]:

@@ -1,20 +1,20 @@
 """Real eBPF tests: they load BPF programs into this machine's kernel.
 
-They need root, a kernel with BTF and the system's libbpf.so.1; elsewhere they are
-skipped, unless AIFLAME_REQUIRE_EBPF=1 (CI runs as root on a BTF kernel), where a missing
-capability is a failure.
+They need root, a kernel with BTF and the system's libbpf.so.1 (Debian package libbpf1);
+some also gcc (test programs) and bpftool (to check nothing is left attached). Elsewhere
+they are skipped, naming what is missing, unless AIFLAME_REQUIRE_EBPF=1 (CI runs as root
+on a BTF kernel with those packages), where a missing capability is a failure.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-REQUIRED = os.environ.get("AIFLAME_REQUIRE_EBPF") == "1"
+import systools
+
 PROGRAMS = Path(__file__).parent / "programs"
 
 
@@ -24,21 +24,23 @@ def ebpf() -> None:
 
     reason = unavailable_reason()
     if reason:
-        if REQUIRED:
-            pytest.fail(f"AIFLAME_REQUIRE_EBPF=1 but {reason}")
-        pytest.skip(f"eBPF tests: {reason}")
+        systools.unavailable(f"eBPF tests: {reason}")
+
+
+@pytest.fixture(scope="session")
+def bpftool() -> None:
+    """For the tests that ask the kernel, through bpftool, what is still attached."""
+    systools.need("bpftool")
 
 
 @pytest.fixture(scope="session")
 def hot(tmp_path_factory) -> Path:
     """programs/hot.c (known hot functions), built here with frame pointers."""
-    gcc = shutil.which("gcc") or shutil.which("cc")
-    if gcc is None:
-        pytest.fail("gcc is needed to build the test program")
+    systools.need("gcc")
     out = tmp_path_factory.mktemp("hot") / "hot"
     subprocess.run(
         [
-            gcc,
+            "gcc",
             "-O1",
             "-g0",
             "-fno-omit-frame-pointer",

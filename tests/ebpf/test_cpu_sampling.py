@@ -68,7 +68,9 @@ def test_hot_function_shares_and_stacks(hot):
         if "main" not in names:
             continue  # the exec itself, the dynamic loader
         in_main += value
-        assert names[0] in START_FUNCTIONS and names[1] == "main", names
+        # (libc's start code has no name where its debug symbols, libc6-dbg, are not installed)
+        started = names[0] in START_FUNCTIONS or names[0].startswith("libc.so.6+0x")
+        assert started and names[1] == "main", names
         if "spin" in names:
             i = names.index("spin")
             callers[tuple(names[i - 2 : i + 1])] += value
@@ -113,7 +115,7 @@ def test_children_are_not_followed_unless_asked(hot):
     assert "hot" not in {k.comm for k, _ in raw.counts}
 
 
-def test_nothing_left_attached_after_target_exit_or_error(hot):
+def test_nothing_left_attached_after_target_exit_or_error(hot, bpftool):
     held: set[tuple[str, int]] = set()
     sampler = CpuSampler(SamplerOptions(freq=99, pids=[]))
     sampler.start()
@@ -171,7 +173,7 @@ def _running_hot(parent: int) -> bool:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_signalled_recording_leaves_nothing_attached(hot, tmp_path, sig):
+def test_a_signalled_recording_leaves_nothing_attached(hot, bpftool, tmp_path, sig):
     out = tmp_path / "p.folded"
     # -r 997: hot's 10 ms cycle would alias with 99 Hz and could miss hot_a
     argv = [sys.executable, "-m", "aiflame", "record", "--ebpf", "-r", "997", "-o", str(out)]

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import bpfstate
 import pytest
 
+import systools
 from aiflame.collectors.ebpf.cuda import CudaOptions, CudaProbes
 from aiflame.collectors.ebpf.cuda_apis import ApiClass
 from aiflame.collectors.ebpf.cuda_session import CudaRecorder
@@ -27,22 +27,13 @@ from aiflame.symbolize.pyframes import PythonNaming
 
 pytestmark = pytest.mark.usefixtures("ebpf")
 HERE = Path(__file__).parent / "cuda"
-REQUIRED = os.environ.get("AIFLAME_REQUIRE_EBPF") == "1"
 MiB = 1 << 20
 CFLAGS = ["-O1", "-g", "-Wall", "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls"]
 
 
-def _need(ok: bool, why: str) -> None:
-    if not ok:
-        if REQUIRED:
-            pytest.fail(f"AIFLAME_REQUIRE_EBPF=1 but {why}")
-        pytest.skip(why)
-
-
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
-    gcc = shutil.which("gcc")
-    _need(gcc is not None, "gcc is not installed")
+    systools.need("gcc")
     out = tmp_path_factory.mktemp("cuda")
     lib = [*CFLAGS, "-shared", "-fPIC"]
     steps = [
@@ -55,7 +46,7 @@ def built(tmp_path_factory) -> Path:
         [*CFLAGS, "-o", "hip_target", HERE / "hip_target.c", "-ldl"],
     ]  # fmt: skip
     for step in steps:
-        subprocess.run([gcc, *map(str, step)], cwd=out, check=True)
+        subprocess.run(["gcc", *map(str, step)], cwd=out, check=True)
     return out
 
 
@@ -64,7 +55,7 @@ def libcudart() -> str:
     try:
         import nvidia.cuda_runtime as rt  # type: ignore[import-not-found]
     except ImportError:
-        _need(False, "nvidia-cuda-runtime-cu12 is not installed (pip install '.[test]')")
+        systools.unavailable("nvidia-cuda-runtime-cu12 is not installed (pip install '.[test]')")
     found = sorted(Path(next(iter(rt.__path__))).glob("lib/libcudart.so.*"))
     assert found
     return str(found[0])
@@ -87,6 +78,7 @@ def own_bpf_handles() -> dict[str, int]:
 def run_probed(argv: list[str], options: CudaOptions | None = None, multi: bool | None = None):
     """Start ``argv`` (it prints "ready" once its libraries are loaded, then waits for a
     line), probe it, let it run to the end; returns the closed probes."""
+    systools.need("bpftool")  # to check that nothing is left attached
     before = own_bpf_handles()
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
@@ -307,9 +299,12 @@ def test_record_ebpf_has_the_cuda_metrics_beside_cpu_samples(built, tmp_path):
 
     profile = load(str(out))
     names = [t.name for t in profile.sample_types]
-    assert names[0] == "cpu-samples"
-    wanted = ["launch-count", "sync-time", "copy-bytes", "alloc-bytes", "alloc-count"]
-    assert set(wanted) <= set(names)
+    # cpu-samples first, when the program (which mostly sleeps) was caught on a CPU: a
+    # metric without data is left out
+    assert names[0] == "cpu-samples" or "cpu-samples" not in names
+    assert all(profile.totals() > 0)
+    wanted = ["launch-count", "sync-time", "alloc-bytes", "alloc-count"]
+    assert set(wanted) <= set(names) and "copy-bytes" not in names  # it copies nothing
     assert from_main(by_stack(profile, "launch-count")) == {
         "main;launch_site;cuLaunchKernel;-;driver::kernel_a()": 3,
         "main;launch_site;cuLaunchKernel;-;kernel_b(float*)": 2,

@@ -70,7 +70,7 @@ def test_perf_event_program_counts_cpu_ticks():
     assert 50 <= ticks <= 150  # 200 Hz over 0.5 s of CPU
 
 
-def test_close_detaches_every_link():
+def test_close_detaches_every_link(bpftool):
     path, _ = _libc()
     events_before = bpfstate.uprobe_events()
     obj = BpfObject(object_bytes("selftest"), "selftest")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import glob
+import os
 import re
+import site
 import subprocess
 import sys
 import textwrap
@@ -26,14 +29,42 @@ busy_function(0.6)
 """
 
 
-def record(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def record(
+    *args: str, cwd: Path | None = None, python: str = sys.executable, env: dict | None = None
+) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "aiflame", "record", *args],
+        [python, "-m", "aiflame", "record", *args],
         capture_output=True,
         text=True,
         timeout=180,
         cwd=cwd,
+        env=env,
     )
+
+
+@pytest.fixture(scope="module")
+def without_py_spy(tmp_path_factory) -> tuple[str, dict[str, str]]:
+    """An interpreter (a venv of this one, with its packages) and an environment where
+    py-spy cannot be found, as after an install that left it out."""
+    venv = tmp_path_factory.mktemp("no-py-spy") / "venv"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)],
+        check=True,
+    )
+    dirs = os.environ.get("PATH", "").split(os.pathsep)
+    path = os.pathsep.join(d for d in dirs if d and not os.path.exists(os.path.join(d, "py-spy")))
+    python = str(venv / "bin" / "python")
+    # this interpreter's packages (aiflame, its dependencies), should it be a venv itself
+    (site_dir,) = venv.glob("lib/python*/site-packages")
+    adds = [f"import site; site.addsitedir({d!r})" for d in site.getsitepackages()]
+    (site_dir / "outer.pth").write_text("\n".join(adds) + "\n")
+    env = {**os.environ, "PATH": path}
+    check = [python, "-c", "from aiflame.collectors.pyspy import find_pyspy; find_pyspy()"]
+    assert (
+        "py-spy is not installed"
+        in subprocess.run(check, capture_output=True, env=env, text=True).stderr
+    )
+    return python, env
 
 
 def test_python_program_python_frames_walked_in_the_kernel(tmp_path):
@@ -89,6 +120,47 @@ def test_py_spy_flag_keeps_python_samples_beside(tmp_path):
     assert "top stacks by self python-samples" in rec.stderr and "busy_function" in rec.stderr
 
 
+def test_python_program_needs_no_py_spy(without_py_spy, tmp_path):
+    python, env = without_py_spy
+    prog = tmp_path / "busy.py"
+    prog.write_text(textwrap.dedent(BUSY))
+    out = tmp_path / "busy.pb.gz"
+    rec = record("--ebpf", "-o", str(out), "--", python, str(prog), python=python, env=env)
+    assert rec.returncode == 0, rec.stderr
+    assert "py-spy" not in rec.stderr
+    profile = load(str(out))
+    assert [t.name for t in profile.sample_types] == ["cpu-samples"]
+    python_frames = {
+        f.name for s, _ in profile.iter_stack_values(0) for f in profile.stack_frames(s)
+    }
+    assert "busy_function (busy.py:3)" in python_frames
+
+
+def test_asking_for_py_spy_without_it_is_an_error_before_the_program_runs(without_py_spy, tmp_path):
+    python, env = without_py_spy
+    marker = tmp_path / "ran"
+    argv = ["--ebpf", "--py-spy", "-o", str(tmp_path / "x.folded"), "--", "touch", str(marker)]
+    rec = record(*argv, python=python, env=env)
+    assert rec.returncode == 1 and not marker.exists()
+    assert rec.stderr.strip().startswith("aiflame: error: py-spy is not installed"), rec.stderr
+
+
+def test_an_interpreter_ebpf_cannot_walk_without_py_spy_one_note(without_py_spy, tmp_path):
+    """CPython 3.10: the BPF program does not walk its frames, py-spy would add them."""
+    pyenv = glob.glob(os.path.expanduser("~/.pyenv/versions/3.10.*/bin/python3.10"))
+    old = next(iter(sorted(pyenv) + glob.glob("/usr/bin/python3.10")), None)  # no pyenv shim
+    if old is None:
+        pytest.skip("needs a Python 3.10 (pyenv install 3.10)")
+    python, env = without_py_spy
+    prog = tmp_path / "busy.py"
+    prog.write_text(textwrap.dedent(BUSY))
+    out = tmp_path / "busy.folded"
+    rec = record("--ebpf", "-o", str(out), "--", old, str(prog), python=python, env=env)
+    assert rec.returncode == 0, rec.stderr
+    assert "no Python stacks beside eBPF's: py-spy is not installed" in rec.stderr
+    assert "_PyEval_EvalFrameDefault" in out.read_text()  # the interpreter's native frames
+
+
 def test_c_program_needs_no_python(hot, tmp_path):
     out = tmp_path / "hot.folded"
     rec = record("--ebpf", "-o", str(out), "--", str(hot), "0.5")
@@ -134,3 +206,70 @@ def test_attaching_to_a_process_that_never_runs_says_so(tmp_path):
         r"it did not run on a CPU \(a program it started is followed with --subprocesses\)",
         rec.stderr.strip(),
     ), rec.stderr
+
+
+TRAIN = """
+import time
+import torch
+import torch.nn as nn
+
+model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8192, 10))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(8, 3, 32, 32), torch.randint(0, 10, (8,))
+t0 = time.time()
+while time.time() - t0 < 2.5:
+    opt.zero_grad()
+    nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+"""
+
+
+def test_pytorch_program_without_aiflames_own_code_or_empty_metrics(tmp_path):
+    pytest.importorskip("torch", reason="needs PyTorch (pip install torch; the CPU wheel will do)")
+    from aiflame.render.html import extract_data
+
+    prog = tmp_path / "train.py"
+    prog.write_text(textwrap.dedent(TRAIN))
+    rec = record("--ebpf", "--gpu-window", "1", "--", sys.executable, str(prog), cwd=tmp_path)
+    assert rec.returncode == 0, rec.stderr
+    (pprof,) = tmp_path.glob("aiflame-train-*.pb.gz")
+    (page,) = tmp_path.glob("aiflame-train-*.html")
+    profile = load(str(pprof))
+    names = [t.name for t in profile.sample_types]
+    # CPU-only: no gpu-time or kernel-count to offer, and nothing empty in the page either
+    assert names == ["cpu-samples", "wall-time"], names
+    assert all(profile.totals() > 0)
+    header, _ = extract_data(page.read_text(encoding="utf-8"))
+    assert [t["name"] for t in header["types"]] == names
+    assert all(t["total"] > 0 for t in header["types"])
+    assert header["types"][header["metric"]]["name"] == "cpu-samples"
+    frames_of = {
+        metric: [
+            (profile.stack_frames(s), v)
+            for s, v in profile.iter_stack_values(profile.type_index(metric))
+        ]
+        for metric in names
+    }
+    # The bootstrap's frames (import hook, window start/stop, timer thread) are left out...
+    for metric, stacks in frames_of.items():
+        for frames, _ in stacks:
+            assert not any("sitecustomize" in f.file + f.name for f in frames), (metric, frames)
+    # ... while the import of torch it wrapped stays under the program's own frames.
+    imports = [
+        frames
+        for frames, _ in frames_of["cpu-samples"]
+        if any(f.name.startswith("<module> (torch/__init__.py") for f in frames)
+    ]
+    rooted = [frames for frames in imports if frames[0].name == "<module> (train.py:1)"]
+    assert rooted
+    # (the others are torch's deepest nested imports, their outermost frames cut at the
+    # walker's depth limit of 127 Python frames)
+    for frames in imports:
+        if frames not in rooted:
+            assert sum(f.kind == FrameKind.PYTHON for f in frames) >= 120, frames[0]
+    # The timer thread that waited for the window's end (47% of the window's time) is gone:
+    # what is left of it is threading's own frames around the bootstrap's (microseconds).
+    wall = frames_of["wall-time"]
+    total = sum(v for _, v in wall)
+    threads = sum(v for frames, v in wall if frames[0].name.startswith("_bootstrap (threading"))
+    assert threads < 0.01 * total, (threads, total)

@@ -7,7 +7,6 @@ aiflame's output must already be in that sorted order.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -86,7 +85,7 @@ def test_cli_strip_hex_matches_inferno_cli(tmp_path):
     )
 
 
-@pytest.mark.skipif(shutil.which("perl") is None, reason="perl is not installed")
+@pytest.mark.tools("perl")
 @pytest.mark.parametrize("flags", [[], ["-n"], ["-s"], ["-n", "-s"]])
 def test_live_difffolded_pl_when_available(flags, tmp_path):
     """Runs the real script when a FlameGraph checkout is named by AIFLAME_FLAMEGRAPH."""

@@ -24,9 +24,9 @@ CASES = {
         "gpu-time",
         {},
     ),
-    "amd-mi250-cpu-time": (
+    "amd-mi250-wall-time": (
         "hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
-        "cpu-time",
+        "wall-time",
         {},
     ),
     "triton-mi300-gpu-time-short": (
@@ -35,9 +35,9 @@ CASES = {
         {"kernel_names": "short"},
     ),
     "gpu-only-mi210-kernel-count": ("tracelens/mi210/gpu_only_trace.json.gz", "kernel-count", {}),
-    "cpu-only-cpu-time": (
+    "cpu-only-wall-time": (
         "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
-        "cpu-time",
+        "wall-time",
         {},
     ),
 }

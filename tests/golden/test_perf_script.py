@@ -247,11 +247,13 @@ def test_parallel_ranges_give_the_same_result(stem, event, tmp_path, monkeypatch
     starts = perf_parallel.range_starts(io.BytesIO(data), len(data), 3)
     assert len(starts) == 3 and all(data[s - 2 : s] == b"\n\n" for s in starts[1:])
     assert perf_parallel.first_event(io.BytesIO(data), starts[1]) == event
-    for opts in (PerfOptions(tid=True), PerfOptions(kernel=True)):
+    # kinds=True: what the Profile path collapses with (kernel and JIT frames marked)
+    for opts in (PerfOptions(tid=True), PerfOptions(kernel=True), PerfOptions(kinds=True)):
         serial = collapse_stream(io.BytesIO(data), opts)
         par = perf_parallel.collapse_file(str(path), opts, jobs=3)
         assert par.result() == serial.result()
         assert (par.unrecognized, par.filtered) == (serial.unrecognized, serial.filtered)
+        assert par.samples == serial.samples
 
 
 # -- the importer and the command line -----------------------------------------------------------
@@ -281,6 +283,25 @@ def test_load_labels_and_meta(tmp_path):
         assert root == f"{comm}-{pid}/{tid}".replace(" ", "_")
     expected = gunzip(fg_expected("perf-iperf-stacks-pidtid-01", "tid")).decode()
     assert render_folded(profile) == expected
+
+
+def test_info_counts_the_samples_read_not_the_rows(capsys):
+    # 'info' said "samples: 6" of a file with 333 samples of the event shown: the rows of a
+    # collapsed profile are its distinct stacks.
+    from aiflame.cli.main import main
+
+    mixed = FG / "inputs" / "perf-cycles-instructions-01.txt.gz"
+    events = re.findall(rb"^\S.*? (cycles|instructions): *$", gunzip(mixed), re.M)
+    assert (events.count(b"instructions"), events.count(b"cycles")) == (333, 111)
+    assert main(["info", str(mixed)]) == 0
+    assert "samples:     333 (6 rows once identical stacks merge)" in capsys.readouterr().out
+    assert main(["info", str(mixed), "--event-filter", "cycles"]) == 0
+    assert "samples:     111 (" in capsys.readouterr().out
+    assert load(str(mixed)).meta["samples_read"] == 333
+    both = [str(mixed), str(FG / "inputs" / "perf-vertx-stacks-01.txt.gz")]
+    vertx = load(both[1]).meta["samples_read"]
+    assert main(["info", *both]) == 0  # merged inputs add their samples up
+    assert f"samples:     {333 + vertx:,} (" in capsys.readouterr().out
 
 
 def test_load_event_filter_and_errors(tmp_path):

@@ -9,7 +9,6 @@ symbolize those addresses while it runs. Expected names and addresses come from 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,10 +72,6 @@ int main(void) {
     return 0;
 }
 """
-
-
-def have_toolchain() -> bool:
-    return all(shutil.which(t) for t in ("gcc", "nm", "readelf", "objcopy", "strip"))
 
 
 def sh(*argv: str | Path) -> str:

@@ -12,9 +12,9 @@ import pytest
 
 from aiflame.analysis import gemm, kernels
 from aiflame.analysis.timeline import time_breakdown
-from aiflame.analysis.trace import Kind
-from aiflame.cli.analyze_input import read_trace
 from aiflame.cli.main import main
+from aiflame.model.trace import Kind
+from aiflame.sources.registry import load_trace
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "kineto" / "tracelens"
 TRACES = {
@@ -28,7 +28,7 @@ _cache: dict[str, object] = {}
 
 def trace(key: str):  # type: ignore[no-untyped-def]
     if key not in _cache:
-        _cache[key] = read_trace(str(DATA / f"{TRACES[key]}.json.gz"))
+        _cache[key] = load_trace(str(DATA / f"{TRACES[key]}.json.gz"))
     return _cache[key]
 
 
@@ -54,15 +54,25 @@ TIMELINE = {
 
 @pytest.mark.parametrize("key", TRACES)
 def test_time_breakdown_equals_tracelens_gpu_timeline(key):
-    t = trace(key)
-    ours = time_breakdown(t.gpu_ts, t.gpu_dur, t.gpu_kind).to_json_us()
-    ref = {r["type"]: float(r["time ms"]) * 1000 for r in table(key, "gpu_timeline")}
+    assert_breakdown_equals(trace(key), table(key, "gpu_timeline"))
+
+
+def test_time_breakdown_of_a_graph_replay_step_equals_tracelens():
+    folder = DATA / "inference/sglang_decode"  # an SGLang decode step, one HIP graph replay
+    with (folder / "perf_csvs/gpu_timeline.csv").open(encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert_breakdown_equals(load_trace(str(folder / "sglang_Qwen3-8B_decode.json.gz")), rows)
+
+
+def assert_breakdown_equals(t, rows: list[dict[str, str]]) -> None:  # type: ignore[no-untyped-def]
+    ours = time_breakdown(t.gpu_ts, t.gpu_dur, t.gpu_kind).to_record()
+    ref = {r["type"]: float(r["time ms"]) * 1000 for r in rows}
     total = ref["total_time"]
     assert total > 0
     for theirs, mine in TIMELINE.items():
         # within 0.5%; a component that is ~0 is compared against 0.5% of the total
-        assert ours[mine] == pytest.approx(ref[theirs], rel=0.005, abs=0.005 * total), mine
-    assert ours["busy"] > 0
+        assert getattr(ours, mine) == pytest.approx(ref[theirs], rel=0.005, abs=0.005 * total), mine
+    assert ours.busy > 0
 
 
 def test_time_breakdown_identity_and_exposure_on_overlaps():
@@ -106,10 +116,10 @@ def test_top_ops_equal_ops_summary(key):
 def test_short_kernel_histogram_equals_tracelens(key):
     ref = table(key, "short_kernel_histogram")
     sk = kernels.short_kernels(trace(key))
-    assert sk.counts == [int(r["count"]) for r in ref]
+    assert sk.histogram.counts == [int(r["count"]) for r in ref]
     assert sk.count == sum(int(r["count"]) for r in ref)
     if ref:
-        assert sk.bin_edges_us[:-1] == pytest.approx([float(r["bin_start"]) for r in ref])
+        assert sk.histogram.bin_edges_us[:-1] == pytest.approx([float(r["bin_start"]) for r in ref])
 
 
 @pytest.mark.parametrize("key", ["h100", "mi300", "triton"])
@@ -117,15 +127,14 @@ def test_gemm_flops_bytes_rate_equal_gemm_csv(key):
     ref = table(key, "GEMM")
     ours = {}
     for row in gemm.gemm_table(trace(key)):
-        s = row.shape
-        ours[(s.op, s.m, s.n, s.k)] = row.to_json()
+        ours[(row.op, row.M, row.N, row.K)] = row
     assert len(ours) == len(ref) > 0
     for r in ref:
         g = ours[(r["name"], int(r["param: M"]), int(r["param: N"]), int(r["param: K"]))]
-        assert g["flops"] / 1e9 == pytest.approx(float(r["GFLOPS_first"]), rel=0.01)
-        assert g["bytes"] / 2**20 == pytest.approx(float(r["Data Moved (MB)_first"]), rel=0.01)
-        assert g["tflops_per_s"] == pytest.approx(float(r["TFLOPS/s_mean"]), rel=0.01)
-        assert g["calls"] == int(r["name_count"])
+        assert g.flops / 1e9 == pytest.approx(float(r["GFLOPS_first"]), rel=0.01)
+        assert g.bytes / 2**20 == pytest.approx(float(r["Data Moved (MB)_first"]), rel=0.01)
+        assert g.tflops_per_s == pytest.approx(float(r["TFLOPS/s_mean"]), rel=0.01)
+        assert g.calls == int(r["name_count"])
 
 
 def test_gemm_shape_model():
@@ -152,7 +161,8 @@ def test_cli_json_schema(tmp_path, capsys):
     g = rank["gemm"][0]
     assert {"flops", "bytes", "tflops_per_s", "M", "N", "K", "dtype"} <= set(g)
     f = rank["findings"][0]
-    assert {"rule", "severity", "title", "cost_us", "fix", "evidence"} <= set(f)
+    assert {"rule", "severity", "title", "cost_us", "summary", "assumption", "fix"} <= set(f)
+    assert all({"label", "value", "unit"} == set(x) for x in f["figures"])
 
 
 def test_cli_gpu_only_trace_says_what_is_missing(capsys):

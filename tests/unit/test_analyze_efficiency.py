@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from aiflame.analysis import devices, efficiency, opmodels
+from aiflame.analysis.schema import to_builtins
 from aiflame.analysis.timeline import time_breakdown
-from aiflame.cli.analyze_input import read_trace
+from aiflame.sources.registry import load_trace as read_trace
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "kineto" / "tracelens"
 TRACES = {
@@ -26,7 +27,7 @@ def report(key: str) -> dict:
         t = read_trace(str(DATA / f"{TRACES[key]}.json.gz"))
         spec, _ = devices.resolve(t.device_info)
         b = time_breakdown(t.gpu_ts, t.gpu_dur, t.gpu_kind)
-        _cache[key] = efficiency.efficiency(t, spec, b.total, b.busy, top=1000)
+        _cache[key] = to_builtins(efficiency.efficiency(t, spec, b.total, b.busy, top=1000))
     return _cache[key]  # type: ignore[return-value]
 
 
@@ -123,6 +124,14 @@ def test_devices_from_device_properties():
     assert devices.identify(a100).tb_per_s == 1.555  # the 40 GB part
     assert devices.identify({"name": "AMD Instinct MI300X VF"}).peak("bf16") == 1307.4
     assert devices.identify({"name": "AMD Radeon Graphics", "numSms": 104}) is None
+    # A GH200 trace's deviceProperties (Lambda's GH200 480GB): its name holds "h200", but
+    # its GPU has 96 GB of HBM3 at 4.0 TB/s, not an H200's 141 GB at 4.8 TB/s.
+    gh200 = {"name": "NVIDIA GH200 480GB", "totalGlobalMem": 101468602368, "numSms": 132}
+    assert devices.identify(gh200).name == "NVIDIA GH200 96GB"
+    assert devices.identify(gh200).tb_per_s == 4.0 and devices.identify(gh200).peak("bf16") == 989.4
+    assert devices.identify({**gh200, "totalGlobalMem": 150_000_000_000}).tb_per_s == 4.9
+    spec, why = devices.resolve([{"name": "", "totalGlobalMem": 0}])  # vLLM's ROCm traces
+    assert spec is None and why.startswith("the trace names no device")
     spec, why = devices.resolve([{"name": "AMD Radeon Graphics"}])
     assert spec is None and "not in the table" in why
     spec, why = devices.resolve([{"name": "AMD Radeon Graphics"}], device="mi250x")
@@ -159,6 +168,6 @@ def test_mfu_and_roofline_follow_their_definitions():
 def test_no_mfu_without_a_device_but_rates_still_there():
     t = read_trace(str(DATA / f"{TRACES['h100']}.json.gz"))
     b = time_breakdown(t.gpu_ts, t.gpu_dur, t.gpu_kind)
-    e = efficiency.efficiency(t, None, b.total, b.busy)
+    e = to_builtins(efficiency.efficiency(t, None, b.total, b.busy))
     assert e["mfu"] is None and e["device"] is None
     assert all(r["tflops_per_s"] and r["pct_of_peak"] is None for r in e["ops"])

@@ -17,9 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aiflame.analysis import hta_compat, idle
+from aiflame.analysis import hta_compat
+from aiflame.analysis.report import idle_analysis
+from aiflame.analysis.schema import to_builtins
 from aiflame.analysis.timeline import time_breakdown
-from aiflame.cli.analyze_input import read_trace
+from aiflame.sources.registry import load_trace as read_trace
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "kineto"
 EXPECTED = json.loads((DATA / "hta_expected" / "analyze.json").read_text())
@@ -47,7 +49,7 @@ def ours(name: str):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("name", sorted(set(EXPECTED) - CUDA_SYNC))
 def test_temporal_breakdown_equals_hta(name):
     _, t = ours(name)
-    mine = hta_compat.temporal_breakdown(t)
+    mine = to_builtins(hta_compat.temporal_breakdown(t))
     for key, theirs in EXPECTED[name]["temporal"].items():
         assert mine[key] == pytest.approx(theirs, abs=0.001), key  # to the ns (HTA: floats)
 
@@ -55,7 +57,7 @@ def test_temporal_breakdown_equals_hta(name):
 @pytest.mark.parametrize("name", sorted(set(EXPECTED) - {TRIMMED}))
 def test_idle_by_stream_equals_hta(name):
     _, t = ours(name)
-    mine = {r["stream"]: r for r in hta_compat.idle_by_stream(t)}
+    mine = {r["stream"]: r for r in to_builtins(hta_compat.idle_by_stream(t))}
     for stream, cats in EXPECTED[name]["idle_by_stream"].items():
         for key, theirs in cats.items():
             # HTA rounds this table to 0.01 us
@@ -65,8 +67,8 @@ def test_idle_by_stream_equals_hta(name):
 def test_trimmed_trace_differs_only_by_the_unlinked_gaps():
     full, t = ours(TRIMMED)
     (theirs,) = EXPECTED[TRIMMED]["idle_by_stream"].values()
-    (mine,) = hta_compat.idle_by_stream(t)
-    unlinked = idle.classify(full)["categories"]["unlinked"]["time_us"]
+    (mine,) = to_builtins(hta_compat.idle_by_stream(t))
+    unlinked = to_builtins(idle_analysis(full))["categories"]["unlinked"]["time_us"]
     assert unlinked > 0
     assert theirs["host_wait_us"] - mine["host_wait_us"] == pytest.approx(unlinked)
     assert mine["kernel_wait_us"] - theirs["kernel_wait_us"] == pytest.approx(unlinked)
@@ -93,7 +95,7 @@ def test_cuda_sync_events_explain_the_temporal_difference(name):
     # HTA's span is over the cuda_sync events too; with them the spans agree exactly
     _, span = _cuda_sync_union_us(name)
     assert theirs["total_us"] == pytest.approx(span)
-    mine = hta_compat.temporal_breakdown(t)
+    mine = to_builtins(hta_compat.temporal_breakdown(t))
     assert mine["total_us"] <= theirs["total_us"]
     busy_mine = mine["compute_us"] + mine["non_compute_us"]
     busy_theirs = theirs["compute_us"] + theirs["non_compute_us"]
@@ -110,7 +112,7 @@ def test_cuda_sync_events_explain_the_temporal_difference(name):
 )
 def test_device_level_classification_equals_hta_on_one_stream(name):
     full, _ = ours(name)
-    c = idle.classify(full)
+    c = to_builtins(idle_analysis(full))
     (theirs,) = EXPECTED[name]["idle_by_stream"].values()
     for key, value in c["hta_categories"].items():
         assert value == pytest.approx(theirs.get(key, 0.0), abs=0.006), key
@@ -120,7 +122,7 @@ def test_device_level_classification_equals_hta_on_one_stream(name):
 
 
 def test_hta_itself_agrees(tmp_path, monkeypatch):
-    pytest.importorskip("hta", reason="holistictraceanalysis not installed")
+    pytest.importorskip("hta", reason="needs HTA (pip install -e '.[compare]')")
     monkeypatch.setenv("HTA_DISABLE_NS_ROUNDING", "1")
     logging.disable(logging.WARNING)
     warnings.filterwarnings("ignore")
@@ -137,12 +139,12 @@ def test_hta_itself_agrees(tmp_path, monkeypatch):
             ta = TraceAnalysis(trace_dir=str(d))
             temporal = ta.get_temporal_breakdown(visualize=False).iloc[0]
             _, t = ours(name)
-            mine = hta_compat.temporal_breakdown(t)
+            mine = to_builtins(hta_compat.temporal_breakdown(t))
             assert mine["idle_us"] == pytest.approx(float(temporal["idle_time(us)"]))
             assert mine["compute_us"] == pytest.approx(float(temporal["compute_time(us)"]))
             assert mine["total_us"] == pytest.approx(float(temporal["kernel_time(us)"]))
             table, _ = ta.get_idle_time_breakdown(ranks=ta.t.get_ranks(), visualize=False)
-            rows = {r["stream"]: r for r in hta_compat.idle_by_stream(t)}
+            rows = {r["stream"]: r for r in to_builtins(hta_compat.idle_by_stream(t))}
             for row in table.itertuples():
                 key = f"{row.idle_category}_us"
                 assert rows[str(row.stream)][key] == pytest.approx(row.idle_time, abs=0.006)

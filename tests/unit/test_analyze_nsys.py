@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from aiflame.analysis.report import analyze
-from aiflame.analysis.trace import Kind
-from aiflame.cli.analyze_nsys import read_nsys
-from aiflame.cli.analyze_output import add_source_notes, load_input
+from aiflame.analysis.schema import to_builtins
 from aiflame.cli.main import main
+from aiflame.model.trace import Kind
+from aiflame.sources.registry import load_trace
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nsys"
 CLOVER = DATA / "cloverleaf" / "perlmutter-cloverleaf-cuda.sqlite"
@@ -28,10 +28,9 @@ _cache: dict[Path, tuple] = {}
 def report_of(path: Path) -> tuple:
     """(trace, the reader's notes, the rank's report as the CLI writes it)."""
     if path not in _cache:
-        loaded = load_input(str(path))
-        r = analyze([loaded.trace])["ranks"][0]
-        add_source_notes(loaded, r)
-        _cache[path] = (loaded.trace, loaded.notes, r)
+        trace = load_trace(str(path))
+        r = to_builtins(analyze([trace]).ranks[0])
+        _cache[path] = (trace, list(trace.notes), r)
     return _cache[path]
 
 
@@ -116,9 +115,10 @@ def test_sync_and_pageable_findings_count_what_the_export_records():
     ).fetchone()[0]
     found = {f["rule"]: f for f in r["findings"]}
     # The blocking calls, from the report's sync section (or the sync finding's evidence).
-    calls = (r.get("sync") or {}).get("by_call") or found["sync_stalls"]["evidence"]["calls"]
+    calls = r["sync"]["by_call"]
     assert calls["cudaDeviceSynchronize"]["count"] == syncs == 1312
-    assert found["pageable_copies"]["evidence"]["copies"] == pageable == 254
+    copies = {x["label"]: x["value"] for x in found["pageable_copies"]["figures"]}
+    assert copies["copies"] == pageable == 254
     # Every GPU activity is linked to the API call that issued it.
     assert np.all(trace.gpu_launch >= 0)
     assert set(trace.gpu_kind.tolist()) == {Kind.COMPUTE, Kind.MEMCPY}
@@ -149,12 +149,12 @@ def test_nvtx_ranges_are_ops_and_backtraces_are_stacks():
     assert op["name"] == "saxpy" and op["count"] == 5  # five NVTX 'saxpy' ranges, one kernel each
     assert op["total_us"] == pytest.approx(r["time_breakdown"]["computation"])
     found = {f["rule"]: f for f in r["findings"]}
-    sync = r.get("sync") or found["sync_stalls"]["evidence"]
-    stack = sync["top_stacks"][0]["stack"]
+    stack = r["sync"]["top_stacks"][0]["stack"]
     # The backtrace of the blocking cudaMemcpy: _start > __libc_start_main > main (> the call)
     assert "main" in stack[-2:] and stack[:2] == ["_start", "__libc_start_main"]
-    assert "cudaMemcpy" in (sync.get("by_call") or sync.get("calls"))
-    assert found["pageable_copies"]["evidence"]["copies"] == 10  # the HtoD copies
+    assert "cudaMemcpy" in r["sync"]["by_call"]
+    copies = {x["label"]: x["value"] for x in found["pageable_copies"]["figures"]}
+    assert copies["copies"] == 10  # the HtoD copies
     assert not any("backtraces" in n for n in notes)
 
 
@@ -213,6 +213,6 @@ def test_an_export_of_several_processes_says_it_is_analysed_as_one(tmp_path):
     db.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET globalPid = globalPid + (1 << 24)")
     db.commit()
     db.close()
-    trace, notes = read_nsys(str(path))
-    assert any(n.startswith("2 processes ran GPU work") for n in notes)
+    trace = load_trace(str(path))
+    assert any(n.startswith("2 processes ran GPU work") for n in trace.notes)
     assert np.count_nonzero(trace.gpu_launch < 0) == 5  # their launches are in the other process

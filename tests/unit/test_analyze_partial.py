@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from aiflame.analysis.report import Options, analyze
-from aiflame.cli.analyze_input import read_trace
+from aiflame.analysis.schema import to_builtins
 from aiflame.cli.main import main
+from aiflame.sources.registry import load_trace as read_trace
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "kineto"
 CPU_ONLY = DATA / "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
@@ -22,9 +23,10 @@ RESNET_V100 = DATA / "kineto_tb_plugin/resnet50_num_workers_4_worker0.step6.pt.t
 
 
 def rank(path: Path, **opts: object) -> dict:
-    (r,) = analyze([read_trace(str(path))], options=Options(**opts))["ranks"]  # type: ignore[arg-type]
-    json.dumps(r)  # everything is JSON
-    return r
+    (r,) = analyze([read_trace(str(path))], options=Options(**opts)).ranks  # type: ignore[arg-type]
+    out = to_builtins(r)
+    json.dumps(out)  # everything is JSON
+    return out
 
 
 def test_cpu_only_trace_says_there_is_no_gpu_activity():

@@ -14,13 +14,14 @@ from rich.console import Console
 
 from aiflame.analysis.busy_timeline import busy_timeline
 from aiflame.analysis.report import analyze
+from aiflame.analysis.schema import to_builtins
 from aiflame.analysis.timeline import time_breakdown
 from aiflame.cli.analyze_links import StackFinder, fragment
-from aiflame.cli.analyze_output import load_input
 from aiflame.cli.main import main
 from aiflame.render.analyze_html import roofline_data
 from aiflame.render.analyze_terminal import render_terminal, render_text
 from aiflame.render.html import extract_data
+from aiflame.sources.registry import load_trace_input as load_input
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "kineto" / "tracelens"
 H100 = DATA / "h100" / "gaunernst_bert-small-uncased__1016001.json.gz"
@@ -57,14 +58,15 @@ def test_piped_report_is_plain_and_fits_100_columns(capsys):
     assert all(line == line.rstrip() for line in out.splitlines())
     # The numbers are the JSON's: computation 307.197 us, two high findings.
     assert re.search(r"^computation\s+307\.20 us\s+7\.9%", out, re.M)
-    assert out.count("[high]") == 2 and "fix:" in out and "from:" in out
+    assert out.count("[high]") == 2 and "fix:" in out and "from:" in out and "estimate:" in out
 
 
 def test_terminal_report_has_colour_on_a_terminal_and_keeps_its_width():
     loaded = load_input(str(H100))
     report = analyze([loaded.trace])
     buf = io.StringIO()
-    console = Console(file=buf, force_terminal=True, color_system="standard", width=72)
+    # A 72x24 terminal: with no height rich takes 80x25 where TERM=dumb, whatever the width.
+    console = Console(file=buf, force_terminal=True, color_system="standard", width=72, height=24)
     render_terminal(report, 5, console)
     text = buf.getvalue()
     assert "\x1b[" in text
@@ -115,26 +117,35 @@ def test_hostile_names_stay_data(tmp_path, capsys):
 # -- links into the flame graph -------------------------------------------------------------
 
 
-def test_sync_stall_link_zooms_to_the_stack_that_blocks():
+def test_launch_bound_link_zooms_to_a_launching_stack():
     loaded = load_input(str(H100))
     report = analyze([loaded.trace])
-    flame = loaded.profile()
-    finder = StackFinder(flame)
-    sync = next(f for f in report["ranks"][0]["findings"] if f["rule"] == "sync_stalls")
-    main_frag, per_stack = fragment(sync, finder, {"gpu-time", "cpu-time"}, None)
+    finder = StackFinder(loaded.profile())
+    f = next(f for f in report.ranks[0].findings if f.rule == "launch_bound")
+    main_frag, per_stack = fragment(f, finder, {"gpu-time", "wall-time"}, None)
     q = parse_qs(main_frag)
-    assert q["metric"] == ["cpu-time"]
-    assert re.match(q["search"][0], "cudaStreamSynchronize")
+    assert q["metric"] == ["wall-time"]
+    assert re.match(q["search"][0], "cudaLaunchKernel")
     path = q["path"]
-    # The evidence stack is cut at 12 frames; the link has the full path from the root.
-    stack = sync["evidence"]["top_stacks"][0]["stack"]
-    assert len(path) > len(stack) and path[-1] == stack[-1]
-    # The stack ends at the .item() that blocks (with or without the synchronize call itself).
-    at = path.index("aten::_local_scalar_dense")
-    assert at >= len(path) - 2
-    mask_fn = "_prepare_4d_attention_mask_for_sdpa (transformers/modeling_attn_mask_utils.py:429)"
-    assert path[at - 3 : at] == [mask_fn, "aten::is_nonzero", "aten::item"]
-    assert len(per_stack) == len(sync["evidence"]["top_stacks"]) and per_stack[0] == main_frag
+    # The stack is cut at 12 frames; the link has the full path from the root.
+    stack = f.top_stacks[0].stack
+    assert len(path) > len(stack) and path[-1] == stack[-1] == "aten::index_select"
+    assert path[0].startswith("ProfilerStep#") or "forward" in " ".join(path)
+    assert len(per_stack) == len(f.top_stacks) and per_stack[0] == main_frag
+
+
+def test_stacks_of_repeated_steps_are_one_and_link_to_a_step():
+    tb_plugin = Path(__file__).resolve().parents[1] / "data/kineto/kineto_tb_plugin"
+    trace = next(tb_plugin.glob("*.json.gz"))
+    loaded = load_input(str(trace))
+    (rank,) = analyze([loaded.trace]).ranks
+    stacks = [s.stack for f in rank.findings for s in f.top_stacks]
+    assert any("ProfilerStep#*" in s for s in stacks)
+    assert not any(re.match(r"ProfilerStep#\d", x) for s in stacks for x in s)
+    finder = StackFinder(loaded.profile())
+    step = next(s for s in stacks if "ProfilerStep#*" in s)
+    found = finder.find(step)
+    assert found is not None and any(re.match(r"ProfilerStep#\d+$", x) for x in found)
 
 
 def test_stack_finder_returns_none_for_a_stack_not_in_the_graph():
@@ -151,7 +162,7 @@ def test_busy_timeline_adds_up_to_the_breakdown(path):
     t = load_input(str(path)).trace
     for dev, tl in busy_timeline(t).items():
         m = t.gpu_device == t.names.index(dev)
-        tb = time_breakdown(t.gpu_ts[m], t.gpu_dur[m], t.gpu_kind[m]).to_json_us()
+        tb = to_builtins(time_breakdown(t.gpu_ts[m], t.gpu_dur[m], t.gpu_kind[m]).to_record())
         width = tl["total_us"] / tl["bins"]
         for key in ("computation", "exposed_communication", "exposed_memcpy"):
             # fractions are rounded to 4 decimals per bin
@@ -162,7 +173,7 @@ def test_busy_timeline_adds_up_to_the_breakdown(path):
 
 
 def test_roofline_points_are_the_gemm_rows_and_roofs_need_peaks():
-    rank = analyze([load_input(str(H100)).trace])["ranks"][0]
+    rank = to_builtins(analyze([load_input(str(H100)).trace]).ranks[0])
     rank.pop("efficiency", None)  # the GEMM table alone, as without a modelled device
     rf = roofline_data(rank)
     assert [(p["ai"], p["tflops"]) for p in rf["points"]] == [
@@ -177,7 +188,7 @@ def test_roofline_points_are_the_gemm_rows_and_roofs_need_peaks():
 
 
 def test_roofline_from_the_efficiency_section_has_a_roof_per_precision():
-    rank = analyze([load_input(str(H100)).trace])["ranks"][0]
+    rank = to_builtins(analyze([load_input(str(H100)).trace]).ranks[0])
     eff = {
         "device": {"name": "X", "source": "test", "tflops": {"bf16": 989.4, "fp32": 67.0},
                    "tb_per_s": 3.35},
@@ -193,3 +204,30 @@ def test_roofline_from_the_efficiency_section_has_a_roof_per_precision():
     assert [p["name"] for p in rf["points"]] == ["aten::mm 8x8x8", "aten::conv2d stride=1x1"]
     assert rf["roofs"] == [{"label": "fp32", "tflops": 67.0}, {"label": "bf16", "tflops": 989.4}]
     assert rf["peak_tb_per_s"] == 3.35 and rf["missing"] == [] and rf["source"] == "efficiency"
+
+
+def test_stack_finder_follows_a_stack_through_merged_module_instances():
+    qwen = DATA / "h100" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+    finder = StackFinder(load_input(str(qwen)).profile())
+    assert finder.merged_modules
+    # A launch stack as the trace names it: module frames with their instance numbers.
+    raw = [
+        s.split(";")
+        for s in raw_stacks(qwen)
+        if "nn.Module: Qwen2Attention_5;" in s and "nn.Module: Linear_" in s
+    ]
+    stack = max(raw, key=len)
+    stack = stack[: stack.index("-")]  # down to the runtime call, like the evidence
+    path = finder.find(stack[-12:])  # cut at the top, as the report cuts its stacks
+    assert path is not None and path[-1] == stack[-1]
+    assert not [p for p in path if p.startswith("nn.Module: ")]
+    # Not the Linear calls of the MLP, which take more time: the attention's.
+    attention = "Qwen2Attention > forward (transformers/models/qwen2/modeling_qwen2.py:150)"
+    assert attention in path and path[path.index(attention) + 1].startswith("Linear > forward")
+
+
+def raw_stacks(path: Path) -> list[str]:
+    from aiflame.sources import load
+
+    profile = load(str(path), python_names="raw", module_instances=True)
+    return [";".join(profile.stack_names(s)) for s, _ in profile.iter_stack_values(0)]

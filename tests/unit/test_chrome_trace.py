@@ -150,7 +150,7 @@ def test_generic_chrome_trace_reader_sees_every_slice_on_its_thread(bert, tmp_pa
 
 
 def test_hta_reads_the_written_trace_as_it_reads_the_input(bert, tmp_path, monkeypatch):
-    pytest.importorskip("hta", reason="holistictraceanalysis not installed ('.[compare]')")
+    pytest.importorskip("hta", reason="needs HTA (pip install -e '.[compare]')")
     import logging
     import warnings
 

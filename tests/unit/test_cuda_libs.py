@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+import systools
 from aiflame.collectors.ebpf.cuda_apis import (
     ALL_ROLES,
     API_INDEX,
@@ -106,10 +106,10 @@ def test_offsets_of_the_runtime_functions_in_the_real_libcudart():
                  "cudaFreeAsync", "cudaGraphLaunch", "cudaLaunchKernel_ptsz"):  # fmt: skip
         assert name in targets, name
     assert not any(n.startswith(("cu", "hip")) and not n.startswith("cuda") for n in targets)
-    readelf = shutil.which("readelf")
-    if readelf is None:
-        pytest.skip("readelf (binutils) is not installed")
-    out = subprocess.run([readelf, "-W", "--dyn-syms", "-l", path], capture_output=True, text=True)
+    systools.need("readelf")
+    out = subprocess.run(
+        ["readelf", "-W", "--dyn-syms", "-l", path], capture_output=True, text=True
+    )
     loads = [ln.split() for ln in out.stdout.splitlines() if ln.strip().startswith("LOAD")]
     segs = [(int(f[2], 16), int(f[1], 16), int(f[4], 16)) for f in loads]  # vaddr, off, filesz
     for line in out.stdout.splitlines():
@@ -138,9 +138,7 @@ def test_not_an_elf_file(tmp_path):
 
 
 def test_symbols_of_a_library_built_here_and_the_default_version_wins(tmp_path):
-    gcc = shutil.which("gcc")
-    if gcc is None:
-        pytest.skip("gcc is not installed")
+    systools.need("gcc")
     src = tmp_path / "v.c"
     src.write_text(
         "int old_impl(void) { return 1; }\n"
@@ -154,7 +152,7 @@ def test_symbols_of_a_library_built_here_and_the_default_version_wins(tmp_path):
     )
     so = tmp_path / "libcudart.so.12"
     script = f"-Wl,--version-script={tmp_path / 'v.map'}"
-    subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-o", so, src, script], check=True)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", so, src, script], check=True)
     offs = function_offsets(str(so), {"cudaMalloc", "cudaFree", "cudaMissing"})
     assert set(offs) == {"cudaMalloc", "cudaFree"}
     local = function_offsets(str(so), {"new_impl", "old_impl"})  # .symtab: local names

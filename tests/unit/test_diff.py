@@ -245,7 +245,8 @@ def test_cli_folded_to_stdout(capsys):
     ("args", "message"),
     [
         (["-m", "cpu"], "before.txt: no metric 'cpu' in this profile (it has: samples)"),
-        (["-o", "out.svg"], "cannot tell the output format from 'out.svg'"),
+        (["-o", "out.svg"], "out.svg: this command does not write svg; name the output .html"),
+        (["-o", "out.png"], "out.png: cannot write '.png' files"),
     ],
 )
 def test_cli_errors_are_one_line(tmp_path, capsys, args, message):

@@ -121,6 +121,30 @@ def test_cut_short_and_missing_stacks_are_kept_and_counted(resolver):
     )
 
 
+def test_stacks_from_libc_start_code_without_its_debug_symbols_are_complete(tmp_path):
+    """Without libc6-dbg, glibc's start functions (not exported) have no name: a stack whose
+    outermost frame is such an unnamed libc address reached its start; one that ends in a
+    named function that is not a start function was cut short."""
+    path = tmp_path / "kallsyms"
+    path.write_text(KALLSYMS)
+    no_debug = SymbolResolver(kallsyms_path=str(path), debug_dirs=(str(tmp_path),))
+    libc_start = _libc_function("__libc_start_main")
+    # the start code the dynamic symbols leave unnamed: __libc_start_call_main in glibc 2.34+,
+    # placed before __libc_start_main
+    me = no_debug.process(os.getpid())
+    unnamed = [a for a in range(libc_start - 256, libc_start) if "+0x" in me.symbolize([a])[0].name]
+    assert unnamed, "no unnamed libc code before __libc_start_main"
+    start_code = me.symbolize([unnamed[-1]])[0].name
+    assert start_code.startswith("libc.so.6+0x")
+    labs = _libc_function("labs")
+    stacks = {1: (labs + 2, unnamed[-1] + 1), 2: (labs + 2, labs + 1)}  # + 1: return addresses
+    raw = _raw([(_key(1, -errno.EFAULT), 3), (_key(2, -errno.EFAULT), 2)], stacks)
+    profile, stats = build_profile(raw, no_debug)
+    names = {tuple(profile.stack_names(s)): v for s, v in profile.iter_stack_values(0)}
+    assert names == {(start_code, "labs"): 3, ("labs", "labs"): 2}
+    assert (stats.user_stacks, stats.truncated) == (5, 2)  # only the second was cut short
+
+
 def test_unknown_addresses_become_module_offsets(resolver):
     # an address inside this process's anonymous memory, and one outside every mapping
     buf = ctypes.create_string_buffer(1 << 20)  # malloc'd: anonymous or [heap]

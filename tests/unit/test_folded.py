@@ -50,7 +50,8 @@ def test_encodings_and_line_ends_give_the_same_profile():
 
 
 def test_invalid_lines_are_ignored_and_counted():
-    assert load(str(COLLAPSED / "simple-with-invalids.txt")).meta["ignored_lines"] == 3
+    # '// some other comment' and 'invalid line'; the '# comment ...' line is a comment
+    assert load(str(COLLAPSED / "simple-with-invalids.txt")).meta["ignored_lines"] == 2
     assert load(str(COLLAPSED / "simple.txt")).meta["ignored_lines"] == 0
 
 
@@ -143,3 +144,16 @@ def test_empty_or_sampleless_input_is_an_input_error(tmp_path, content):
         load(str(path))
     with pytest.raises(InputError, match=r"empty\.folded"):
         folded.load(Input(str(path)))
+
+
+def test_comment_lines_are_never_frames(data_dir):
+    """Austin's metadata ('# duration: 383010') ends in a number like a folded line does."""
+    path = data_dir / "austin" / "austin3_wall.austin"
+    comments = [ln for ln in path.read_text().splitlines() if ln.startswith("#")]
+    assert any(ln.rsplit(" ", 1)[-1].isdigit() for ln in comments)
+    profile = load(str(path), "folded")
+    names = {profile.strings.strings[n] for n in profile.frames.name}
+    assert not [n for n in names if n.startswith("#")]
+    assert profile.meta["ignored_lines"] == 0
+    body = sum(int(ln.rsplit(" ", 1)[1]) for ln in path.read_text().splitlines() if ln[:1] == "P")
+    assert profile.values[:, 0].sum() == body

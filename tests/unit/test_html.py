@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from aiflame.model import CallTree, FrameKind, ProfileBuilder, SampleType
+from aiflame.model.strings import natural_key
 from aiflame.render import flamedata
 from aiflame.render.html import SCRIPTS, extract_data, render_html, script_json
-from aiflame.sources import folded
+from aiflame.sources import folded, kineto
 from aiflame.sources.inputs import Input
 
 IPERF = "html/perf-iperf-stacks-pidtid-01-collapsed-all.txt"
@@ -81,12 +82,62 @@ def test_page_holds_every_node_with_its_total(iperf):
     assert header["types"][0]["total"] == 200
 
 
+def natural_paths(path: tuple[str, ...]) -> list[str]:
+    return [natural_key(name) for name in path]
+
+
 def test_nodes_are_in_preorder_with_children_sorted_by_name(iperf):
     header, data = decoded(render_html(iperf))
     paths = node_paths(header, data)
-    # Preorder with name-sorted children is exactly the lexicographic order of the paths.
-    assert paths == sorted(paths)
+    # Preorder with name-sorted children is exactly the lexicographic order of the paths
+    # (names compared with their numbers as numbers).
+    assert paths == sorted(paths, key=natural_paths)
     assert len(set(paths)) == len(paths)
+
+
+def test_numbers_in_names_sort_as_numbers():
+    b = ProfileBuilder([SampleType("cpu", "count")])
+    root = b.frame("model", FrameKind.PYTHON)
+    names = [f"Layer_{n}" for n in (10, 2, 0, 1, 21, 3)] + ["Layer", "Layer_1a", "layer_0"]
+    for name in names:
+        b.add(b.stack([root, b.frame(name, FrameKind.PYTHON)]), 1)
+    header, data = decoded(render_html(b.build()))
+    children = [p[-1] for p in node_paths(header, data) if len(p) == 2]
+    assert children == [
+        "Layer", "Layer_0", "Layer_1", "Layer_1a", "Layer_2", "Layer_3", "Layer_10", "Layer_21",
+        "layer_0",
+    ]  # fmt: skip
+
+
+QWEN = "kineto/tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+QWEN_MODEL = "Qwen2Model > forward (transformers/models/qwen2/modeling_qwen2.py:503)"
+
+
+def test_transformer_page_has_one_tower_per_module_class(data_dir):
+    profile = kineto.load(Input(str(data_dir / QWEN)))
+    header, data = decoded(render_html(profile))
+    paths = node_paths(header, data)
+    assert not [s for s in data["strings"] if re.match(r"nn\.Module: .*_\d+$", s)]
+    under_model = [p[-1] for p in paths if len(p) >= 2 and p[-2] == QWEN_MODEL]
+    assert (
+        under_model.count(
+            "Qwen2DecoderLayer > forward (transformers/models/qwen2/modeling_qwen2.py:243)"
+        )
+        == 1
+    )
+    assert len(under_model) < 24  # not 24 layers side by side, and their attentions, MLPs...
+
+
+def test_transformer_page_keeps_instances_on_request_in_natural_order(data_dir):
+    profile = kineto.load(Input(str(data_dir / QWEN)), module_instances=True)
+    header, data = decoded(render_html(profile))
+    paths = node_paths(header, data)
+    model = "nn.Module: Qwen2Model_0"
+    layers = [
+        p[-1] for p in paths
+        if len(p) >= 4 and p[-4] == model and p[-1].startswith("nn.Module: Qwen2DecoderLayer_")
+    ]  # fmt: skip
+    assert layers == [f"nn.Module: Qwen2DecoderLayer_{n}" for n in range(24)]
 
 
 def test_frame_table_keeps_kinds_files_and_lines():
@@ -181,7 +232,7 @@ def test_page_is_self_contained(iperf):
 
 def test_default_title_and_subtitle(iperf):
     page = render_html(iperf, subtitle="run 3")
-    assert "<title>Flame graph of perf-iperf-stacks-pidtid-01-collapsed-all.txt</title>" in page
+    assert "<title>Flame graph of perf-iperf-stacks-pidtid-01-collapsed-all</title>" in page
     assert "run 3" in page
 
 
@@ -244,6 +295,39 @@ def test_vectorised_preorder_matches_a_plain_dfs(seed):
     assert (again is None) == unique_keys
     if again is not None:
         assert again.tolist() == _dfs_preorder(parent2.tolist(), key2.tolist())
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_preorder_with_a_few_siblings_out_of_order_is_rearranged_locally(seed, monkeypatch):
+    """Ids already in preorder, a new key that puts some siblings out of order (names now
+    compared as numbers): the local rearrangement and the full one agree with a plain DFS."""
+    rng = random.Random(seed)
+    n = rng.randrange(2, 500)
+    parent = [-1] + [
+        rng.randrange(-1, i) if rng.random() < 0.05 else rng.randrange(max(0, i - 30), i)
+        for i in range(1, n)
+    ]
+    depth = np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        depth[i] = depth[parent[i]] + 1 if parent[i] >= 0 else 0
+    ordered = np.asarray(_dfs_preorder(parent, list(range(n))))
+    new_id = np.empty(n, dtype=np.int64)
+    new_id[ordered] = np.arange(n)
+    par = np.asarray(parent)[ordered]
+    parent2 = np.where(par >= 0, new_id[np.maximum(par, 0)], -1)
+    depth2 = depth[ordered]
+    key = np.arange(n)  # in order, but for a few swapped keys
+    for _ in range(rng.randrange(1, 6)):
+        a, b = rng.randrange(n), rng.randrange(n)
+        key[a], key[b] = key[b], key[a]
+    expected = _dfs_preorder(parent2.tolist(), key.tolist())
+    misordered = flamedata.misordered_parents(parent2, depth2, key)
+    assert misordered is not None
+    local = flamedata.preorder(parent2, depth2, key)
+    assert (np.arange(n) if local is None else local).tolist() == expected
+    monkeypatch.setattr(flamedata, "LOCAL_REORDER_MAX", -1)  # the vectorised path
+    full = flamedata.preorder(parent2, depth2, key)
+    assert (np.arange(n) if full is None else full).tolist() == expected
 
 
 def test_an_order_that_skips_back_up_is_not_a_preorder():

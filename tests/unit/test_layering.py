@@ -15,8 +15,10 @@ ALLOWED = {
     "proto": {"model"},  # pprof schema + conventions, shared by its importer and exporter
     "sources": {"model", "errors", "symbolize", "transforms", "proto"},
     "transforms": {"model", "errors", "symbolize"},
-    "analysis": {"model", "errors", "symbolize", "transforms"},
-    "render": {"model", "errors", "transforms", "symbolize", "proto"},
+    # analysis reads its inputs through the sources registry (its library entry point)
+    "analysis": {"model", "errors", "symbolize", "transforms", "sources"},
+    # the analysis report's renderers read its typed records
+    "render": {"model", "errors", "transforms", "symbolize", "proto", "analysis"},
     "collectors": {"model", "errors", "symbolize", "sources", "transforms"},
     # the per-host daemon: everything but the command line
     "agent": {

@@ -264,3 +264,16 @@ def test_kind_marker_is_read_back_and_ignored_when_it_does_not_fit(tmp_path):
     f, g = profile.stack_frames(int(profile.sample_stack[0]))
     assert f.kind == FrameKind.GPU_KERNEL
     assert g.kind == FrameKind.NATIVE
+
+
+def test_info_of_a_heap_profile_taken_at_one_instant(capsys):
+    # A heap profile has a time of collection and no duration: info said "time range: 0 ns".
+    from aiflame.cli.main import main
+
+    heap = PPROF / "go_runtime" / "heap.pb.gz"
+    assert main(["info", str(heap)]) == 0
+    out = capsys.readouterr().out
+    assert "time range:" not in out
+    assert "time:        1795948191894615725 ns (one instant, no time range)" in out
+    assert main(["info", str(PPROF / "go_runtime" / "cpu.pb.gz")]) == 0  # spans its duration
+    assert "time range:  1.596 s (" in capsys.readouterr().out

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import glob
 import os
-import shutil
 import subprocess
 import sys
 import time
 
 import pytest
 
+import systools
 from aiflame.collectors.ebpf.pyruntime import TABLES, UnsupportedPython, find_python
 
 OFFSETS_C = r"""
@@ -79,14 +79,15 @@ def sysconfig_include() -> str:
 @pytest.mark.parametrize("version", sorted(TABLES))
 def test_table_matches_the_headers(version, tmp_path):
     dirs = include_dirs(version)
-    gcc = shutil.which("gcc")
-    if not dirs or gcc is None:
-        pytest.skip(f"no headers of Python {version[0]}.{version[1]} (or no gcc) here")
+    if not dirs:
+        v = f"{version[0]}.{version[1]}"
+        pytest.skip(f"needs the headers of Python {v} (apt-get install python{v}-dev, or pyenv)")
+    systools.need("gcc")
     source = tmp_path / "offsets.c"
     source.write_text(OFFSETS_C)
     for include in dirs:
         exe = tmp_path / "offsets"
-        subprocess.run([gcc, f"-I{include}", str(source), "-o", str(exe)], check=True)
+        subprocess.run(["gcc", f"-I{include}", str(source), "-o", str(exe)], check=True)
         out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
         measured = {name: int(v) for name, v in (line.split() for line in out.splitlines())}
         table = TABLES[version]
@@ -114,7 +115,7 @@ def test_a_program_that_is_not_python_is_refused():
 def test_an_old_python_is_refused_with_its_version():
     old = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.10.*/bin/python3.10")))
     if not old:
-        pytest.skip("no Python 3.10 installed here")
+        pytest.skip("needs a Python 3.10 (pyenv install 3.10)")
     proc = subprocess.Popen([old[0], "-c", "import time; time.sleep(5)"])
     try:
         time.sleep(0.3)

@@ -75,4 +75,4 @@ def test_show_displays_through_ipython(monkeypatch):
     monkeypatch.setattr(display, "display", shown.append)
     assert aiflame.show(FOLDED) is None
     (graph,) = shown
-    assert "Flame graph of before.txt" in graph.page
+    assert "Flame graph of before" in graph.page

@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 
 from aiflame.cli.main import main
+from aiflame.collectors import session as session_module
 from aiflame.collectors.ebpf import support
 from aiflame.collectors.session import RecordOptions, Session
+from aiflame.errors import AiflameError
 
 WHY = "eBPF needs root (or CAP_BPF and CAP_PERFMON)"
 
@@ -67,3 +69,19 @@ def test_ebpf_and_no_ebpf_exclude_each_other(capsys):
 def test_all_without_ebpf_support_is_an_error(no_ebpf, capsys):
     assert main(["record", "--all", "-d", "1"]) == 1
     assert f"the eBPF collector cannot run: {WHY}" in capsys.readouterr().err
+
+
+def test_without_ebpf_a_missing_py_spy_is_an_error_before_anything_runs(
+    no_ebpf, monkeypatch, tmp_path, capsys
+):
+    def not_installed() -> str:
+        raise AiflameError("py-spy is not installed; install it with: pip install py-spy")
+
+    monkeypatch.setattr(session_module, "find_pyspy", not_installed)
+    marker = tmp_path / "ran"
+    code = main(["record", "-o", str(tmp_path / "x.folded"), "--", "touch", str(marker)])
+    assert code == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("aiflame: error: py-spy is not installed"), err
+    assert err.endswith(f"eBPF cannot run either: {WHY}"), err  # why no sampler is left
+    assert not marker.exists()

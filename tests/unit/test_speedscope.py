@@ -84,6 +84,11 @@ def test_py_spy_recording():
     assert fib and all(f.file.endswith("work.py") and f.line in (6, 7) for f in fib)
     hasher = folded_of_label(profile, "profile", 'Thread 5595 "hasher"')
     assert max(hasher, key=hasher.get).endswith("hashing")
+    # py-spy names every file "py-spy profile": the page is titled by the file instead
+    assert '"name":"py-spy profile"' in PYSPY.read_text() and "title" not in profile.meta
+    from aiflame.render.titles import input_name
+
+    assert input_name(profile) == "pyspy"
 
 
 def _write(tmp_path, profiles, frames=None) -> str:

@@ -11,6 +11,7 @@ import native_programs as progs
 import numpy as np
 import pytest
 
+import systools
 from aiflame.symbolize.cxa import Demangler
 from aiflame.symbolize.elf import (
     SHT_DYNSYM,
@@ -23,7 +24,7 @@ from aiflame.symbolize.elf import (
 from aiflame.symbolize.kallsyms import MAX_SPAN, KernelSymbolTable
 from aiflame.symbolize.maps import Maps, parse_line
 
-pytestmark = pytest.mark.skipif(not progs.have_toolchain(), reason="needs gcc and binutils")
+pytestmark = pytest.mark.tools("gcc", "nm", "readelf", "objcopy", "strip")
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +91,28 @@ def test_dynsym_holds_only_exported_functions(built):
     assert names_at(dyn, hidden) != "lib_hidden_static"
 
 
+def _libc_path() -> str:
+    with open("/proc/self/maps") as f:
+        return next(ln.split()[-1] for ln in f if ln.rstrip().endswith("/libc.so.6"))
+
+
+def test_a_strong_symbol_names_its_address_over_weak_aliases():
+    """libc's .dynsym has weak aliases beside strong names (``imaxabs`` beside ``labs``):
+    the strong one names the address, as perf chooses."""
+    libc = _libc_path()
+    by_address: dict[int, dict[str, set[str]]] = {}
+    for line in progs.sh("nm", "-D", "--defined-only", libc).splitlines():
+        value, binding, name = line.split()[0], line.split()[-2], line.split()[-1]
+        if binding in "TW":
+            names = by_address.setdefault(int(value, 16), {"T": set(), "W": set()})
+            names[binding].add(name.split("@")[0])
+    mixed = {a: n for a, n in by_address.items() if n["T"] and n["W"]}
+    assert len(mixed) > 100  # glibc exports hundreds of functions both ways
+    dyn = function_symbols(open_image(libc)[0], SHT_DYNSYM)
+    named = {a: names_at(dyn, a) for a in mixed}
+    assert {a for a, n in named.items() if n not in mixed[a]["T"]} == set()
+
+
 def test_build_id_and_debuglink_read_like_readelf(built, tmp_path):
     image, _ = open_image(str(built.pie))
     assert image.build_id().hex() == progs.build_id(built.pie)
@@ -144,9 +167,10 @@ def test_alias_order_matches_a_full_lexsort():
     start = rng.integers(0, 800, n).astype(np.uint64)
     size = rng.integers(0, 4, n).astype(np.uint64)
     is_func = rng.random(n) < 0.7
+    strong = rng.random(n) < 0.5
     idx = rng.permutation(n).astype(np.int64)
-    want = np.lexsort((-idx, -(np.maximum(size, 1).astype(np.int64)), is_func, start))
-    assert (_alias_order(start, size, is_func, idx) == want).all()
+    want = np.lexsort((-idx, strong, -(np.maximum(size, 1).astype(np.int64)), is_func, start))
+    assert (_alias_order(start, size, is_func, strong, idx) == want).all()
 
 
 # -- maps -------------------------------------------------------------------------------------
@@ -263,8 +287,7 @@ def test_cxa_abbreviates_std_streams_like_addr2line():
 
 
 def test_without_libstdcxx_names_go_through_cxxfilt(monkeypatch):
-    if not shutil.which("c++filt"):
-        pytest.skip("no c++filt")
+    systools.need("c++filt")
     d = Demangler(use_cxa=False)
     assert not d.in_process
     assert d("_ZN5aiflm4demo7computeEi") == "aiflm::demo::compute(int)"
@@ -329,8 +352,7 @@ def test_damaged_files_raise_only_elf_errors(built):
 
 def test_names_libstdcxx_rejects_are_retried_with_cxxfilt():
     """GCC 12's libstdc++ cannot read generic lambdas (``UlDpOT_E_``); binutils can."""
-    if not shutil.which("c++filt"):
-        pytest.skip("no c++filt")
+    systools.need("c++filt")
     name = "_ZZN2at21wrapPropagateTLSStateISt8functionIFvvEEEEDaT_ENKUlDpOT_E_clIJEEEDaS7_"
     want = (
         "auto at::wrapPropagateTLSState<std::function<void ()> >(std::function<void ()>)"

@@ -15,10 +15,11 @@ import native_programs as progs
 import numpy as np
 import pytest
 
+import systools
 from aiflame.model import FrameKind
 from aiflame.symbolize.process import Symbol, SymbolResolver
 
-pytestmark = pytest.mark.skipif(not progs.have_toolchain(), reason="needs gcc and binutils")
+pytestmark = pytest.mark.tools("gcc", "nm", "readelf", "objcopy", "strip")
 
 BASE = 0x7F1000000000
 
@@ -154,6 +155,7 @@ def test_minidebuginfo_section(built, tmp_path):
 
 
 def test_a_deleted_binary_is_read_through_map_files(built, tmp_path):
+    systools.need_root("/proc/PID/map_files can only be read with CAP_SYS_ADMIN")
     exe = tmp_path / "prog"
     shutil.copy(built.pie, exe)
     shutil.copy(built.lib, tmp_path / "libdemo.so")
@@ -272,8 +274,9 @@ def test_kernel_symbols_resolve_to_themselves():
 def test_a_process_in_another_mount_namespace(built, tmp_path):
     """The program lives on a tmpfs mounted only in its own mount namespace: the host path
     does not exist, /proc/PID/root does."""
-    if not shutil.which("unshare") or os.geteuid() != 0:
-        pytest.skip("needs root and unshare")
+    systools.need_root("mounting a tmpfs in a mount namespace of its own")
+    if not shutil.which("unshare"):
+        pytest.skip("needs unshare (util-linux)")
     hidden = tmp_path / "hidden"
     hidden.mkdir()
     script = (

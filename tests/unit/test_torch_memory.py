@@ -21,9 +21,12 @@ from aiflame.model import FrameKind, Profile
 from aiflame.sources import torch_memory as tm
 from aiflame.sources.inputs import Input
 from aiflame.sources.torch_memory_replay import decimate
+from aiflame.symbolize.cxa import Demangler
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "memory"
 SNAPSHOT = DATA / "medium_128_inference_memory_snapshot.pickle.gz"
+# Python 3.12 built with its sources' paths: CPython's C helpers are named and placed
+CS336 = DATA / "cs336_forward_memory_snapshot.pickle.gz"
 BLESS = os.environ.get("AIFLAME_BLESS") == "1"
 
 
@@ -501,6 +504,27 @@ def test_frame_modes_all_and_compact(profile):
         tm.build_profile(raw, frames="some")
 
 
+def test_compact_frames_hide_cpython_helpers_by_name_and_file():
+    # slot_tp_call, type_call, method_vectorcall_*, binary_op1 sat between the Python
+    # frames of every stack (a 12-row tower of interpreter glue on a Jupyter snapshot).
+    pytorch = tm.load(Input(str(CS336)), frames="pytorch", resolve_classes=False)
+    compact = tm.load(Input(str(CS336)), frames="compact", resolve_classes=False)
+
+    def natives(p: Profile) -> dict[str, str]:
+        frames = [p.frames.get(i) for i in range(len(p.frames))]
+        return {f.name: f.file for f in frames if f.kind == FrameKind.NATIVE}
+
+    glue = {"slot_tp_call", "type_call", "method_vectorcall_VARARGS_KEYWORDS", "binary_op1"}
+    assert glue <= set(natives(pytorch))  # as PyTorch's own viewers show them
+    assert natives(pytorch)["slot_tp_call"].endswith("/python-3.12.3/Objects/typeobject.c")
+    left = natives(compact)
+    assert not glue & set(left)
+    assert not [f for f in left.values() if "/python-3.12.3/" in f]  # none of CPython's files
+    assert "THPVariable_subclass_clear(THPVariable*)" in left  # torch's own C++ stays
+    assert compact.meta["peak_bytes"] == pytorch.meta["peak_bytes"] == 43_754_773_506
+    assert np.array_equal(compact.totals(), pytorch.totals())
+
+
 def test_methods_are_named_by_their_class_when_the_source_is_readable(tmp_path):
     src = tmp_path / "model.py"
     src.write_text(
@@ -547,7 +571,10 @@ def test_methods_are_named_by_their_class_when_the_source_is_readable(tmp_path):
     assert "Attention > __init__" not in {bare.frames.name_of(i) for i in range(len(bare.frames))}
 
 
-@pytest.mark.skipif(shutil.which("c++filt") is None, reason="needs c++filt (binutils)")
+@pytest.mark.skipif(
+    not Demangler().in_process and shutil.which("c++filt") is None,
+    reason="needs libstdc++ (libstdc++6) or c++filt (binutils)",
+)
 def test_mangled_cpp_names_are_demangled(tmp_path):
     mangled = "_ZN3c104cuda20CUDACachingAllocator6Native22NativeCachingAllocator8allocateEm"
     data = {"segments": [], "device_traces": [[event("alloc", 1, 10, 1, [frame(mangled)])]]}
@@ -572,7 +599,12 @@ def test_cli_memory_writes_each_metric(tmp_path, capsys):
     assert main(["memory", str(SNAPSHOT), "-o", str(out), "--metric", "reserved-bytes"]) == 0
     assert any(ln.startswith(tm.FRAGMENTATION) for ln in out.read_text().splitlines())
     assert main(["memory", str(SNAPSHOT), "-o", str(out), "--frames", "compact"]) == 0
-    assert "PyMethod_New" not in out.read_text() and ";forward;" in out.read_text()
+    compact = out.read_text()
+    assert "PyMethod_New" not in compact and ";forward;" in compact
+    assert main(["memory", str(SNAPSHOT), "-o", str(out)]) == 0
+    assert out.read_text() == compact  # compact is the default: the op on the first screen
+    assert main(["memory", str(SNAPSHOT), "-o", str(out), "--frames", "pytorch"]) == 0
+    assert "PyMethod_New" in out.read_text()
     assert main(["memory", str(SNAPSHOT), "-o", str(out), "--metric", "nope"]) == 1
     assert "no metric 'nope'" in capsys.readouterr().err
 

@@ -19,6 +19,7 @@ from aiflame.model import FrameKind, Profile
 from aiflame.render.folded import render_folded
 from aiflame.sources import trace_events
 from aiflame.sources.registry import load
+from aiflame.transforms.correlate import OVERLAP_WARNING
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "trace_events"
 US = 1000  # ns
@@ -157,11 +158,12 @@ def test_zero_duration_and_misordered_end() -> None:
     assert self_us(p) == {"A": 2, "A;C": 8}
 
 
-def test_overlapping_x_slices_are_counted() -> None:
-    # alpha 0-10, beta 5-15: beta keeps alpha as parent, alpha's self time is 0-5
+def test_overlapping_x_slices_are_counted_once() -> None:
+    # alpha 0-10, beta 5-15: alpha ends where beta starts (beta its sibling), so the
+    # thread's 15 us are counted once, not 20
     p = read("invalid-x-nesting.json")
-    assert self_us(p) == {"alpha": 5, "alpha;beta": 10}
-    assert "1 slices that end after their enclosing slice" in warnings(p)
+    assert self_us(p) == {"alpha": 5, "beta": 10}
+    assert f"1 {OVERLAP_WARNING}" in warnings(p)
 
 
 def write(tmp_path: Path, events: object, name: str = "t.json") -> str:

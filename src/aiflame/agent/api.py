@@ -157,8 +157,9 @@ class Api:
     def address(self) -> str:
         if self.socket_path:
             return self.socket_path
-        host, port = self.server.server_address[:2]  # type: ignore[misc]
-        return f"{host}:{port}"
+        address = self.server.server_address
+        assert isinstance(address, tuple)  # TCP: (host, port)
+        return f"{address[0]}:{address[1]}"
 
     def close(self) -> None:
         self.server.shutdown()

@@ -338,7 +338,8 @@ class Agent:
         except Exception as e:  # the server's request could not be served: say why, go on
             self.say(f"server request {rid}: {e}")
             return
-        for f in result.get("failed", []):  # type: ignore[union-attr]
+        failed = result.get("failed")
+        for f in failed if isinstance(failed, list) else []:
             self.say(f"server request {rid}: PID {f['pid']}: {f['why']}")
 
     # -- introspection ----------------------------------------------------------------------

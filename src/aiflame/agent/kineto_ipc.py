@@ -216,7 +216,8 @@ class KinetoFabric:
     def _serve(self) -> None:
         while not self._stop.is_set():
             try:
-                ready, _, _ = select.select([*self.sockets, self._wake_r], [], [], 1.0)
+                waits: list[socket.socket | int] = [*self.sockets, self._wake_r]
+                ready, _, _ = select.select(waits, [], [], 1.0)
             except (OSError, ValueError):
                 return
             for sock in ready:

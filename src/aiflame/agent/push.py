@@ -180,6 +180,10 @@ def push_request(items: list[tuple[Entry, bytes]]) -> bytes:
     return req.SerializeToString()
 
 
+def _number(value: object) -> float:
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
 def ingest_query(entry: Entry) -> str:
     """Pyroscope's ``/ingest`` parameters: ``name=app.type{k=v,...}``, times, rate."""
     meta = entry.meta or {}
@@ -187,12 +191,12 @@ def ingest_query(entry: Entry) -> str:
     app = _ingest_safe(str(labels.pop("service_name", "unknown")))
     tags = ",".join(f"{k}={_ingest_safe(str(v))}" for k, v in sorted(labels.items()))
     name = f"{app}.{meta.get('profile_type', 'process_cpu')}{{{tags}}}"
-    start = float(meta.get("start", 0) or 0)
+    start = _number(meta.get("start"))
     params = {
         "name": name,
         "format": "pprof",
         "from": str(int(start)),
-        "until": str(int(start + float(meta.get("duration", 0) or 0))),
+        "until": str(int(start + _number(meta.get("duration")))),
         "spyName": "aiflame",
     }
     if meta.get("rate_hz"):

@@ -56,7 +56,8 @@ class Entry:
     def __post_init__(self) -> None:
         if self.meta is not None:
             self.kind = str(self.meta.get("kind", "profile"))
-            self.samples = int(self.meta.get("samples", 0) or 0)
+            samples = self.meta.get("samples", 0)
+            self.samples = int(samples) if isinstance(samples, int | float) else 0
 
     @property
     def stem(self) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from aiflame.analysis.trace import Kind, TraceData
+from aiflame.model.trace import Kind, TraceData
 
 BINS = 600
 GAPS = 50

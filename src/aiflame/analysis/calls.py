@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import numpy as np
 
-from aiflame.analysis.trace import TraceData
+from aiflame.model.trace import TraceData
 
 # Runtime/driver calls that return only when the GPU has done the work they wait for.
 # cudaMemcpy (no Async) and its driver/HIP kin are synchronous with respect to the host.
@@ -41,13 +42,25 @@ def is_sync_call(name: str) -> bool:
     return _SYNC_CALL.match(name) is not None
 
 
-def name_mask(t: TraceData, pred) -> np.ndarray:  # type: ignore[no-untyped-def]
-    """Per name index: ``pred(name)``."""
-    return np.fromiter((bool(pred(n)) for n in t.names), dtype=bool, count=len(t.names))
+def name_mask(
+    t: TraceData, pred: Callable[[str], object], used: np.ndarray | None = None
+) -> np.ndarray:
+    """Per name index: ``pred(name)``; with ``used`` (name ids), asked of those names only
+    (the others are False)."""
+    if used is None:
+        return np.fromiter((bool(pred(n)) for n in t.names), dtype=bool, count=len(t.names))
+    out = np.zeros(len(t.names), dtype=bool)
+    ids = np.unique(used)
+    names = t.names
+    out[ids] = np.fromiter((bool(pred(names[i])) for i in ids.tolist()), bool, ids.size)
+    return out
 
 
 def sync_calls(t: TraceData) -> np.ndarray:
-    """Ids of the runtime calls that block the host on the GPU."""
+    """Ids of the runtime calls that block the host on the GPU (on this trace's timeline:
+    not those of an attached capture)."""
     if t.cpu_is_runtime is None or t.cpu_ts.size == 0:
         return np.zeros(0, dtype=np.int64)
-    return np.nonzero(t.cpu_is_runtime & name_mask(t, is_sync_call)[t.cpu_name])[0]
+    runtime = t.cpu_name[t.cpu_is_runtime]
+    calls = np.nonzero(t.cpu_is_runtime & name_mask(t, is_sync_call, runtime)[t.cpu_name])[0]
+    return calls[calls < t.own_slices()]

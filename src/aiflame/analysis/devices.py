@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiflame.analysis.schema import Device
+
 
 @dataclass(frozen=True)
 class DeviceSpec:
@@ -29,9 +31,9 @@ class DeviceSpec:
             return None
         return self.tflops.get(precision) or self.tflops.get("*")
 
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "tflops": self.tflops, "tb_per_s": self.tb_per_s,
-                "source": self.source}  # fmt: skip
+    def record(self) -> Device:
+        return Device(name=self.name, tflops=self.tflops, tb_per_s=self.tb_per_s,
+                      source=self.source)  # fmt: skip
 
 
 def _spec(
@@ -44,6 +46,11 @@ KNOWN = [
     _spec("NVIDIA B200", 8.0, 180, ("b200",), fp64=37, fp32=75, tf32=1125, bf16=2250,
           fp16=2250, fp8=4500, int8=4500),
     _spec("NVIDIA H200", 4.8, 141, ("h200", "h200 sxm"), fp64=34, fp32=67, tf32=494.7,
+          bf16=989.4, fp16=989.4, fp8=1978.9, int8=1978.9),
+    # Grace Hopper: an H100's compute with 96 GB of HBM3 (4.0 TB/s) or 144 GB of HBM3e
+    _spec("NVIDIA GH200 96GB", 4.0, 96, ("gh200", "gh200 96gb"), fp64=34, fp32=67,
+          tf32=494.7, bf16=989.4, fp16=989.4, fp8=1978.9, int8=1978.9),
+    _spec("NVIDIA GH200 144GB", 4.9, 144, ("gh200 144gb",), fp64=34, fp32=67, tf32=494.7,
           bf16=989.4, fp16=989.4, fp8=1978.9, int8=1978.9),
     _spec("NVIDIA H100 SXM", 3.35, 80, ("h100", "h100 sxm", "h100 80gb hbm3"), fp64=34,
           fp32=67, tf32=494.7, bf16=989.4, fp16=989.4, fp8=1978.9, int8=1978.9),
@@ -79,9 +86,50 @@ def by_name(name: str) -> DeviceSpec | None:
     return _BY_ALIAS.get(name.strip().lower())
 
 
+# Devices by their properties, for traces whose deviceProperties name is empty (ROCm
+# builds of PyTorch write ''): (warp size, compute major, minor, SM/CU count) -> alias; the
+# memory size tells apart the variants that share a chip.
+_BY_PROPERTIES = {
+    (64, 9, 4, 304): "mi300x",  # gfx942
+    (64, 9, 0, 110): "mi250x",  # gfx90a, one GCD
+    (64, 9, 0, 104): "mi210",
+    (32, 10, 0, 148): "b200",
+    (32, 9, 0, 132): "h100",  # an H200 has the same SMs and 141 GB
+    (32, 9, 0, 114): "h100 pcie",
+    (32, 8, 0, 108): "a100",
+    (32, 8, 9, 142): "l40s",
+    (32, 8, 9, 58): "l4",
+    (32, 8, 6, 72): "a10",
+    (32, 7, 0, 80): "v100",
+    (32, 7, 5, 40): "t4",
+    (32, 7, 5, 68): "2080 ti",
+}
+
+
+def by_properties(props: dict[str, Any]) -> DeviceSpec | None:
+    """The table entry whose chip has these properties (warp size, compute capability or
+    gfx version, SM/CU count, memory), or None when they match none."""
+    key = tuple(props.get(k) for k in ("warpSize", "computeMajor", "computeMinor", "numSms"))
+    alias = _BY_PROPERTIES.get(key)  # type: ignore[arg-type]
+    if alias is None:
+        return None
+    mem = props.get("totalGlobalMem")
+    gb = mem / 1e9 if isinstance(mem, int | float) else None
+    if gb is not None:
+        if alias == "h100" and gb > 100:
+            alias = "h200"
+        elif alias == "a100" and gb < 60:
+            alias = "a100 40gb"
+        elif alias == "mi300x" and gb > 220:
+            return None  # an MI325X (256 GB): not in the table
+    return _BY_ALIAS.get(alias)
+
+
 def identify(props: dict[str, Any]) -> DeviceSpec | None:
     """The table entry for a trace's ``deviceProperties`` entry, or None when unsure."""
     name = str(props.get("name", "")).lower()
+    if not name.strip():
+        return by_properties(props)
     mem = props.get("totalGlobalMem")
     gb = mem / 1e9 if isinstance(mem, (int, float)) else None
     sms = props.get("numSms")
@@ -89,6 +137,8 @@ def identify(props: dict[str, Any]) -> DeviceSpec | None:
     def pick(key: str) -> DeviceSpec | None:
         return _BY_ALIAS.get(key)
 
+    if "gh200" in name:  # before "h200": GH200 is no H200 (less and slower memory)
+        return pick("gh200 144gb") if gb is not None and gb > 120 else pick("gh200")
     if "h100" in name:
         if "pcie" in name or sms == 114:
             return pick("h100 pcie")
@@ -113,6 +163,30 @@ def identify(props: dict[str, Any]) -> DeviceSpec | None:
     if re.search(r"\ba10\b", name):
         return pick("a10")
     return None
+
+
+def _describe(props: dict[str, Any]) -> str:
+    """``304 CUs, 206 GB, gfx94x``: what the trace says about an unnamed device."""
+    parts = []
+    amd = props.get("warpSize") == 64
+    if isinstance(props.get("numSms"), int):
+        parts.append(f"{props['numSms']} {'CUs' if amd else 'SMs'}")
+    mem = props.get("totalGlobalMem")
+    if isinstance(mem, int | float):
+        parts.append(f"{mem / 1e9:.0f} GB")
+    major, minor = props.get("computeMajor"), props.get("computeMinor")
+    if isinstance(major, int) and isinstance(minor, int):
+        parts.append(f"gfx{major}{minor}x" if amd else f"compute capability {major}.{minor}")
+    return ", ".join(parts) or "no name"
+
+
+def device_name(props: dict[str, Any]) -> str:
+    """The device's name, or for an unnamed one what its properties identify."""
+    name = str(props.get("name") or "").strip()
+    if name:
+        return name
+    spec = by_properties(props)
+    return f"{spec.name} (by its properties)" if spec else f"unnamed GPU ({_describe(props)})"
 
 
 def parse_peaks(text: str) -> dict[str, float]:
@@ -145,10 +219,23 @@ def resolve(
     elif props:
         base = identify(props[0])
         if base is None:
+            named = props[0].get("name")
+            what = (
+                f"device '{named}' is not"
+                if named
+                else "the trace names no device, and its properties "
+                f"({_describe(props[0])}) are not"
+            )
             why = (
-                f"device '{props[0].get('name', '?')}' is not in the table of known GPUs; "
+                f"{what} in the table of known GPUs; "
                 "give --device or --peak-tflops/--peak-bandwidth"
             )
+        elif not str(props[0].get("name") or "").strip():
+            base = DeviceSpec(
+                base.name, base.tflops, base.tb_per_s,
+                f"table, identified by its properties ({_describe(props[0])})",
+                base.memory_gb, base.aliases,
+            )  # fmt: skip
     else:
         why = "the trace has no deviceProperties; give --device or --peak-tflops"
     if peak_tflops is None and peak_tb_per_s is None:

@@ -26,17 +26,28 @@ import numpy as np
 from aiflame.analysis.calls import name_mask
 from aiflame.analysis.devices import DeviceSpec
 from aiflame.analysis.opmodels import MODELLED, OpCost, op_cost
-from aiflame.analysis.trace import TraceData
+from aiflame.analysis.schema import (
+    Efficiency,
+    KernelRate,
+    Modelled,
+    PrecisionStat,
+    ShapeRate,
+    TimeSum,
+)
+from aiflame.model.trace import TraceData
 from aiflame.transforms.correlate import busy_time
 
 
-def charged_op(t: TraceData) -> np.ndarray:
-    """Per GPU activity: the outermost modelled operator enclosing its launch, or -1."""
+def charged_op(t: TraceData, launch: np.ndarray | None = None) -> np.ndarray:
+    """Per GPU activity: the outermost modelled operator enclosing its launch, or -1.
+
+    ``launch``: the slice to start from per activity (default: its launch).
+    """
     out = np.full(t.gpu_ts.size, -1, dtype=np.int64)
     if t.cpu_ts.size == 0:
         return out
     modelled = t.cpu_is_op & name_mask(t, lambda n: n in MODELLED)[t.cpu_name]
-    cur = t.gpu_launch.copy()
+    cur = (t.gpu_launch if launch is None else launch).copy()
     todo = cur >= 0
     while np.any(todo):
         c = np.maximum(cur, 0)
@@ -47,9 +58,11 @@ def charged_op(t: TraceData) -> np.ndarray:
     return out
 
 
-def modelled_calls(t: TraceData) -> list[tuple[int, OpCost, int, int]]:
+def modelled_calls(
+    t: TraceData, launch: np.ndarray | None = None
+) -> list[tuple[int, OpCost, int, int]]:
     """(op slice, cost, kernel time ns, longest activity) of each modelled call with GPU work."""
-    op = charged_op(t)
+    op = charged_op(t, launch)
     idx = np.nonzero(op >= 0)[0]
     if idx.size == 0:
         return []
@@ -58,7 +71,7 @@ def modelled_calls(t: TraceData) -> list[tuple[int, OpCost, int, int]]:
     ops = op[idx]
     starts = np.flatnonzero(np.r_[True, ops[1:] != ops[:-1]])
     ends = np.r_[starts[1:], ops.size]
-    out = []
+    out: list[tuple[int, OpCost, int, int]] = []
     cache: dict[tuple[int, int], OpCost | None] = {}
     for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
         o = int(ops[lo])
@@ -66,10 +79,10 @@ def modelled_calls(t: TraceData) -> list[tuple[int, OpCost, int, int]]:
             continue
         dims, types = t.op_shapes[o]
         key = (id(dims), int(t.cpu_name[o]))  # shapes are shared objects when equal
-        cost = cache.get(key, False)
-        if cost is False:
-            cost = op_cost(t.names[key[1]], dims, types, t.op_concrete.get(o))
-            cache[key] = cost
+        if key in cache:
+            cost = cache[key]
+        else:
+            cost = cache[key] = op_cost(t.names[key[1]], dims, types, t.op_concrete.get(o))
         if cost is None:
             continue
         mine = idx[lo:hi]
@@ -96,7 +109,7 @@ def _roofline(
     return out
 
 
-def _shape_rows(calls: list, spec: DeviceSpec | None) -> list[dict[str, Any]]:
+def _shape_rows(calls: list, spec: DeviceSpec | None) -> list[ShapeRate]:
     groups: dict[OpCost, list[int]] = {}
     for _, cost, ns, _ in calls:
         groups.setdefault(cost, []).append(ns)
@@ -109,22 +122,22 @@ def _shape_rows(calls: list, spec: DeviceSpec | None) -> list[dict[str, Any]]:
         peak = spec.peak(cost.precision) if spec else None
         bw = spec.tb_per_s if spec else None
         rows.append(
-            {
-                "family": cost.family, "op": cost.op,
-                "params": {k: list(v) if isinstance(v, tuple) else v for k, v in cost.params},
-                "dtype": cost.dtype, "precision": cost.precision, "calls": len(times),
-                "flops": cost.flops, "bytes": cost.bytes,
-                "flops_per_byte": cost.flops / cost.bytes if cost.bytes else None,
-                "kernel_time_us": {"sum": float(ns.sum()) / 1e3, "mean": float(ns.mean()) / 1e3},
-                "tflops_per_s": rate, "tb_per_s": tbs,
+            ShapeRate(
+                family=cost.family, op=cost.op,
+                params={k: list(v) if isinstance(v, tuple) else v for k, v in cost.params},
+                dtype=cost.dtype, precision=cost.precision, calls=len(times),
+                flops=cost.flops, bytes=cost.bytes,
+                flops_per_byte=cost.flops / cost.bytes if cost.bytes else None,
+                kernel_time_us=TimeSum(sum=float(ns.sum()) / 1e3, mean=float(ns.mean()) / 1e3),
+                tflops_per_s=rate, tb_per_s=tbs,
                 **_roofline(cost.flops, cost.bytes, rate, peak, bw),
-            }
+            )
         )  # fmt: skip
-    rows.sort(key=lambda r: -r["kernel_time_us"]["sum"])
+    rows.sort(key=lambda r: -r.kernel_time_us.sum)
     return rows
 
 
-def _kernel_rows(t: TraceData, calls: list) -> list[dict[str, Any]]:
+def _kernel_rows(t: TraceData, calls: list) -> list[KernelRate]:
     acc: dict[int, list[float]] = {}
     for _, cost, _, j in calls:
         e = acc.setdefault(int(t.gpu_name[j]), [0.0, 0.0, 0.0, 0, 0])
@@ -136,37 +149,46 @@ def _kernel_rows(t: TraceData, calls: list) -> list[dict[str, Any]]:
     rows = []
     for name, (flops, moved, ns, n, unknown) in acc.items():
         rows.append(
-            {
-                "name": t.names[name], "launches": int(n), "flops": flops,
-                "bytes": None if unknown else moved, "time_us": ns / 1e3,
-                "tflops_per_s": flops / (ns * 1e3) if ns else None,
-                "tb_per_s": moved / (ns * 1e3) if ns and not unknown else None,
-            }
+            KernelRate(
+                name=t.names[name], launches=int(n), flops=flops,
+                bytes=None if unknown else moved, time_us=ns / 1e3,
+                tflops_per_s=flops / (ns * 1e3) if ns else None,
+                tb_per_s=moved / (ns * 1e3) if ns and not unknown else None,
+            )
         )  # fmt: skip
-    rows.sort(key=lambda r: -r["time_us"])
+    rows.sort(key=lambda r: -r.time_us)
     return rows
 
 
 def efficiency(
-    t: TraceData, spec: DeviceSpec | None, total_ns: int, busy_ns: int, top: int = 20
-) -> dict[str, Any]:
-    """Per shape and per kernel rates, totals by precision and MFU (None without a spec)."""
-    calls = modelled_calls(t)
+    t: TraceData,
+    spec: DeviceSpec | None,
+    total_ns: int,
+    busy_ns: int,
+    top: int = 20,
+    launch: np.ndarray | None = None,
+) -> Efficiency:
+    """Per shape and per kernel rates, totals by precision and MFU (None without a spec).
+
+    ``launch``: the slice each activity's op is looked up from (a replayed graph's kernels:
+    their captured launch).
+    """
+    calls = modelled_calls(t, launch)
     flops_by: dict[str | None, list[float]] = {}
-    for _, cost, ns, _ in calls:
+    for _, cost, call_ns, _ in calls:
         e = flops_by.setdefault(cost.precision, [0.0, 0.0])
         e[0] += cost.flops
-        e[1] += ns
+        e[1] += call_ns
     by_precision = {}
     at_peak = 0.0  # seconds the modelled FLOPs would take at peak
     unpriced = 0.0
     for p, (flops, ns) in flops_by.items():
         peak = spec.peak(p) if spec else None
         rate = flops / (ns * 1e3) if ns else None
-        by_precision[str(p)] = {
-            "flops": flops, "kernel_time_us": ns / 1e3, "tflops_per_s": rate,
-            "peak_tflops": peak, "pct_of_peak": rate / peak if rate is not None and peak else None,
-        }  # fmt: skip
+        by_precision[str(p)] = PrecisionStat(
+            flops=flops, kernel_time_us=ns / 1e3, tflops_per_s=rate, peak_tflops=peak,
+            pct_of_peak=rate / peak if rate is not None and peak else None,
+        )  # fmt: skip
         if peak:
             at_peak += flops / (peak * 1e12)
         else:
@@ -174,19 +196,19 @@ def efficiency(
     modelled_ns = sum(ns for _, _, ns, _ in calls)
     total_flops = sum(c.flops for _, c, _, _ in calls)
     priced = spec is not None and calls and unpriced < total_flops
-    return {
-        "device": spec.to_json() if spec else None,
-        "modelled": {
-            "calls": len(calls),
-            "flops": total_flops,
-            "kernel_time_us": modelled_ns / 1e3,
-            "share_of_busy": modelled_ns / busy_ns if busy_ns else None,
-            "flops_without_peak": unpriced,
-        },
-        "achieved_tflops_per_s": total_flops / (modelled_ns * 1e3) if modelled_ns else None,
-        "mfu": at_peak / (total_ns / 1e9) if priced and total_ns else None,
-        "mfu_busy": at_peak / (busy_ns / 1e9) if priced and busy_ns else None,
-        "by_precision": by_precision,
-        "ops": _shape_rows(calls, spec)[:top],
-        "kernels": _kernel_rows(t, calls)[:top],
-    }
+    return Efficiency(
+        device=spec.record() if spec else None,
+        modelled=Modelled(
+            calls=len(calls),
+            flops=total_flops,
+            kernel_time_us=modelled_ns / 1e3,
+            share_of_busy=modelled_ns / busy_ns if busy_ns else None,
+            flops_without_peak=unpriced,
+        ),
+        achieved_tflops_per_s=total_flops / (modelled_ns * 1e3) if modelled_ns else None,
+        mfu=at_peak / (total_ns / 1e9) if priced and total_ns else None,
+        mfu_busy=at_peak / (busy_ns / 1e9) if priced and busy_ns else None,
+        by_precision=by_precision,
+        ops=_shape_rows(calls, spec)[:top],
+        kernels=_kernel_rows(t, calls)[:top],
+    )

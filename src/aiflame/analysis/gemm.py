@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from aiflame.analysis.trace import TraceData
+from aiflame.analysis.schema import GemmRow, TimeSum
+from aiflame.model.trace import TraceData
 from aiflame.transforms.correlate import busy_time
 
 # op name -> (index of A in the inputs, has bias, batched)
@@ -79,31 +80,29 @@ def gemm_shape(op: str, dims: Any, types: Any) -> Shape | None:
 
 
 @dataclass
-class GemmRow:
+class _Calls:
     shape: Shape
     calls: int = 0
     kernel_us: list[float] = field(default_factory=list)  # busy kernel time per call
 
-    def to_json(self) -> dict[str, object]:
+    def record(self) -> GemmRow:
         s = self.shape
         times = np.asarray(self.kernel_us)
         rates = [s.flops / (u * 1e6) for u in self.kernel_us if u > 0]
         moved = s.bytes
-        return {
-            "op": s.op, "B": s.b, "M": s.m, "N": s.n, "K": s.k, "dtype": s.dtype,
-            "bias": s.bias, "calls": self.calls,
-            "flops": s.flops, "bytes": moved,
-            "flops_per_byte": s.flops / moved if moved else None,
-            "kernel_time_us": {
-                "sum": float(times.sum()), "mean": float(times.mean()) if times.size else 0.0,
-            },
+        return GemmRow(
+            op=s.op, B=s.b, M=s.m, N=s.n, K=s.k, dtype=s.dtype, bias=s.bias, calls=self.calls,
+            flops=s.flops, bytes=moved, flops_per_byte=s.flops / moved if moved else None,
+            kernel_time_us=TimeSum(
+                sum=float(times.sum()), mean=float(times.mean()) if times.size else 0.0
+            ),
             # mean over calls of each call's rate, as TraceLens' TFLOPS/s_mean
-            "tflops_per_s": float(np.mean(rates)) if rates else None,
-            "tb_per_s": (
+            tflops_per_s=float(np.mean(rates)) if rates else None,
+            tb_per_s=(
                 float(np.mean([moved / (u * 1e6) for u in self.kernel_us if u > 0]))
                 if moved and rates else None
             ),
-        }  # fmt: skip
+        )  # fmt: skip
 
 
 def gemm_table(t: TraceData) -> list[GemmRow]:
@@ -116,7 +115,7 @@ def gemm_table(t: TraceData) -> list[GemmRow]:
     order = np.argsort(ops, kind="stable")
     ops, idx = ops[order], idx[order]
     starts = np.searchsorted(ops, np.unique(ops))
-    rows: dict[Shape, GemmRow] = {}
+    rows: dict[Shape, _Calls] = {}
     for lo, hi in zip(starts.tolist(), [*starts[1:].tolist(), ops.size], strict=True):
         op = int(ops[lo])
         name = t.names[int(t.cpu_name[op])]
@@ -126,8 +125,8 @@ def gemm_table(t: TraceData) -> list[GemmRow]:
         if shape is None:
             continue
         mine = idx[lo:hi]
-        row = rows.setdefault(shape, GemmRow(shape))
+        row = rows.setdefault(shape, _Calls(shape))
         row.calls += 1
         ns = t.gpu_dur[mine[0]] if mine.size == 1 else busy_time(t.gpu_ts[mine], t.gpu_dur[mine])
         row.kernel_us.append(int(ns) / 1e3)
-    return sorted(rows.values(), key=lambda r: -sum(r.kernel_us))
+    return [r.record() for r in sorted(rows.values(), key=lambda r: -sum(r.kernel_us))]

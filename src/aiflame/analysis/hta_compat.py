@@ -20,12 +20,12 @@ HTA rounds each event to whole microseconds (start up, end down) unless
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import numpy as np
 
 from aiflame.analysis.calls import name_mask
-from aiflame.analysis.trace import TraceData
+from aiflame.analysis.schema import HtaStreamIdle, HtaTemporal
+from aiflame.model.trace import TraceData
 from aiflame.transforms.correlate import busy_time
 
 KERNEL_WAIT_US = 30.0  # HTA's consecutive_kernel_delay, as it acts on microsecond traces
@@ -36,23 +36,23 @@ def is_hta_compute(name: str) -> bool:
     return _NOT_COMPUTE.match(name) is None
 
 
-def temporal_breakdown(t: TraceData) -> dict[str, float] | None:
+def temporal_breakdown(t: TraceData) -> HtaTemporal | None:
     """HTA's idle / compute / non-compute / total (``kernel_time``) in microseconds."""
     if t.gpu_ts.size == 0:
         return None
     total = int((t.gpu_ts + t.gpu_dur).max() - t.gpu_ts.min())
     busy = busy_time(t.gpu_ts, t.gpu_dur)
-    comp = name_mask(t, is_hta_compute)[t.gpu_name]
+    comp = name_mask(t, is_hta_compute, t.gpu_name)[t.gpu_name]
     compute = busy_time(t.gpu_ts[comp], t.gpu_dur[comp])
-    return {
-        "idle_us": (total - busy) / 1e3,
-        "compute_us": compute / 1e3,
-        "non_compute_us": (busy - compute) / 1e3,
-        "total_us": total / 1e3,
-    }
+    return HtaTemporal(
+        idle_us=(total - busy) / 1e3,
+        compute_us=compute / 1e3,
+        non_compute_us=(busy - compute) / 1e3,
+        total_us=total / 1e3,
+    )
 
 
-def idle_by_stream(t: TraceData, kernel_wait_us: float = KERNEL_WAIT_US) -> list[dict[str, Any]]:
+def idle_by_stream(t: TraceData, kernel_wait_us: float = KERNEL_WAIT_US) -> list[HtaStreamIdle]:
     """HTA's idle-time categories per stream, in microseconds (streams in first-use order)."""
     if t.gpu_ts.size == 0:
         return []
@@ -69,21 +69,22 @@ def idle_by_stream(t: TraceData, kernel_wait_us: float = KERNEL_WAIT_US) -> list
         nxt = idx[1:]
         gap = t.gpu_ts[nxt] - prev_end  # may be negative where activities overlap
         launch = t.gpu_launch[nxt]
-        host = (launch >= 0) & (t.cpu_ts[np.maximum(launch, 0)] > prev_end)
+        host = np.zeros(nxt.size, dtype=bool)
+        if t.cpu_ts.size:
+            host = (launch >= 0) & (t.cpu_ts[np.maximum(launch, 0)] > prev_end)
         short = ~host & (gap < kernel_wait_us * 1e3)
         other = ~host & ~short
         out.append(_stream_row(t, s, gap[host].sum(), gap[short].sum(), gap[other].sum()))
     return out
 
 
-def _stream_row(t: TraceData, s: int, host: int, kernel: int, other: int) -> dict[str, Any]:
-    name = t.names[s] if t.gpu_stream is not None else None
-    return {
-        "stream": name,
-        "host_wait_us": float(host) / 1e3,
-        "kernel_wait_us": float(kernel) / 1e3,
-        "other_us": float(other) / 1e3,
-    }
+def _stream_row(t: TraceData, s: int, host: int, kernel: int, other: int) -> HtaStreamIdle:
+    return HtaStreamIdle(
+        stream=t.names[s] if t.gpu_stream is not None else None,
+        host_wait_us=float(host) / 1e3,
+        kernel_wait_us=float(kernel) / 1e3,
+        other_us=float(other) / 1e3,
+    )
 
 
 def step_filter(t: TraceData) -> np.ndarray:

@@ -1,43 +1,30 @@
 """Kernel and operator breakdown: where the GPU time goes, by kernel and by launching op.
 
-Durations are summed per kernel name (``top_kernels``) and per the nearest CPU operator
-enclosing each launch (``top_ops``, TraceLens' "direct kernel time" of a launcher). Short
-kernels are those under ``SHORT_KERNEL_US`` (TraceLens' default of 10 us): many of them
-mean launch overhead dominates.
+Durations are summed per kernel name (``top_kernels``, shares of all kernel time) and per
+the nearest CPU operator enclosing each launch (``top_ops``, TraceLens' "direct kernel time"
+of a launcher, shares of *all* GPU activity time, so work no op launched, such as CUDA graph
+replays, shows as the unattributed rest). Short kernels are those under ``SHORT_KERNEL_US``
+(TraceLens' default of 10 us): many of them mean launch overhead dominates.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from aiflame.analysis.trace import Kind, TraceData
+from aiflame.analysis.schema import Histogram, Row, ShortKernels
+from aiflame.model.trace import Kind, TraceData
 
 SHORT_KERNEL_US = 10.0
 HISTOGRAM_BINS = 100
 
 
-@dataclass
-class Row:
-    name: str
-    total_us: float
-    count: int
-    mean_us: float
-    share: float  # of the summed duration of all rows' kind (0..1)
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "name": self.name,
-            "total_us": self.total_us,
-            "count": self.count,
-            "mean_us": self.mean_us,
-            "share": self.share,
-        }
-
-
 def _rows(
-    keys: np.ndarray, dur_ns: np.ndarray, counts: np.ndarray | None, names: list[str], top: int
+    keys: np.ndarray,
+    dur_ns: np.ndarray,
+    counts: np.ndarray | None,
+    names: list[str],
+    top: int,
+    grand: float | None = None,
 ) -> list[Row]:
     if keys.size == 0:
         return []
@@ -45,14 +32,14 @@ def _rows(
     total = np.bincount(inv, weights=dur_ns)
     n = np.bincount(inv) if counts is None else counts
     order = np.argsort(-total, kind="stable")[:top]
-    grand = float(dur_ns.sum()) or 1.0
+    grand = grand or float(dur_ns.sum()) or 1.0
     return [
         Row(
-            names[int(uniq[i])],
-            total[i] / 1e3,
-            int(n[i]),
-            total[i] / 1e3 / max(int(n[i]), 1),
-            float(total[i] / grand),
+            name=names[int(uniq[i])],
+            total_us=float(total[i]) / 1e3,
+            count=int(n[i]),
+            mean_us=float(total[i]) / 1e3 / max(int(n[i]), 1),
+            share=float(total[i] / grand),
         )
         for i in order
     ]
@@ -70,7 +57,8 @@ def top_kernels(t: TraceData, top: int = 20) -> list[Row]:
 
 
 def top_ops(t: TraceData, top: int = 20) -> list[Row]:
-    """Operators by the GPU time of the activity they launch directly; count = op calls."""
+    """Operators by the GPU time of the activity they launch directly (shares of all GPU
+    activity time); count = op calls."""
     m = t.gpu_op >= 0
     ops = t.gpu_op[m]
     dur = t.gpu_dur[m].astype(np.float64)
@@ -82,27 +70,12 @@ def top_ops(t: TraceData, top: int = 20) -> list[Row]:
     calls = np.zeros(uniq.size, dtype=np.int64)
     first = np.unique(ops, return_index=True)[1]
     np.add.at(calls, inv[first], 1)
-    return _rows(keys, dur, calls, t.names, top)
+    return _rows(keys, dur, calls, t.names, top, float(t.gpu_dur.sum()))
 
 
-@dataclass
-class ShortKernels:
-    threshold_us: float
-    count: int  # kernels shorter than the threshold
-    kernels: int  # all kernels
-    time_us: float  # their summed duration
-    bin_edges_us: list[float]
-    counts: list[int]
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "threshold_us": self.threshold_us,
-            "count": self.count,
-            "kernels": self.kernels,
-            "share_of_kernels": self.count / self.kernels if self.kernels else 0.0,
-            "time_us": self.time_us,
-            "histogram": {"bin_edges_us": self.bin_edges_us, "counts": self.counts},
-        }
+def unattributed_us(t: TraceData) -> float:
+    """GPU activity time launched by no operator (graph replays, launches outside ops)."""
+    return float(t.gpu_dur[t.gpu_op < 0].sum()) / 1e3
 
 
 def short_kernels(
@@ -116,10 +89,10 @@ def short_kernels(
     else:
         counts, edges = np.zeros(0, dtype=np.int64), np.zeros(0)
     return ShortKernels(
-        threshold_us,
-        int(short.size),
-        int(dur.size),
-        float(short.sum()),
-        edges.tolist(),
-        counts.tolist(),
+        threshold_us=threshold_us,
+        count=int(short.size),
+        kernels=int(dur.size),
+        share_of_kernels=short.size / dur.size if dur.size else 0.0,
+        time_us=float(short.sum()),
+        histogram=Histogram(bin_edges_us=edges.tolist(), counts=counts.tolist()),
     )

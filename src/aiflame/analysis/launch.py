@@ -11,13 +11,23 @@ cannot keep the GPU fed, which CUDA graphs or ``torch.compile`` fix.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 
-from aiflame.analysis.idle import CATEGORIES
+from aiflame.analysis.causes import Explained
+from aiflame.analysis.idle import Gaps
+from aiflame.analysis.schema import (
+    CallStat,
+    Launch,
+    LaunchBound,
+    LaunchBoundPhase,
+    Quantiles,
+    QueueBins,
+    QueueDepth,
+)
 from aiflame.analysis.stacks import top_stacks
-from aiflame.analysis.trace import TraceData
+from aiflame.model.trace import TraceData
 from aiflame.transforms.correlate import busy_time
 
 QUEUE_BINS = 200
@@ -25,8 +35,12 @@ PHASE_LAUNCHES = 16  # launches per window, for launch-bound phases
 MIN_PHASE_LAUNCHES = 8  # fewer launches in a trace: no phases
 SHORT_SHARE = 0.5  # of launches whose work is shorter than the launch call
 MAX_BUSY = 0.5  # of the window the GPU is busy at most
+MIN_BUSY = 0.05  # ...and at least: launches back to back keep a GPU this busy or more
 DENSE_LAUNCH_US = 100.0  # median time between the window's launch calls, at most
+STALL_US = 1000.0  # a longer pause between two launches is a stall, not launch overhead
 TOP_PHASES = 5
+# Causes of idle time that launching faster (CUDA graphs, fewer ops) takes away.
+OVERHEAD_CAUSES = ("launch_overhead", "python_overhead")
 
 
 def _pct(x: np.ndarray, q: float) -> float | None:
@@ -58,17 +72,20 @@ def per_launch(t: TraceData) -> dict[str, np.ndarray]:
     }
 
 
-def queue_depth(t: TraceData, bins: int = QUEUE_BINS) -> dict[str, Any]:
+def queue_depth(t: TraceData, bins: int = QUEUE_BINS) -> QueueDepth | None:
     """Activities queued or running over time: +1 when the launch call returns, -1 at the end.
 
     Unlinked activity counts from its start. Times are relative to the first GPU activity.
     """
     if t.gpu_ts.size == 0:
-        return {}
+        return None
     end = t.gpu_ts + t.gpu_dur
     launch = t.gpu_launch
     lc = np.maximum(launch, 0)
-    enq = np.where(launch >= 0, t.cpu_ts[lc] + t.cpu_dur[lc], t.gpu_ts)
+    if t.cpu_ts.size:
+        enq = np.where(launch >= 0, t.cpu_ts[lc] + t.cpu_dur[lc], t.gpu_ts)
+    else:
+        enq = t.gpu_ts.copy()
     enq = np.minimum(enq, t.gpu_ts)  # clocks may disagree by a little; never after the start
     t0, t1 = int(t.gpu_ts.min()), int(end.max())
     enq = np.maximum(enq, t0)  # depth over the GPU timeline only
@@ -87,28 +104,30 @@ def queue_depth(t: TraceData, bins: int = QUEUE_BINS) -> dict[str, Any]:
     cur = np.concatenate([depth, [0]])[k]
     integ = area[k] + cur * (edges - at[k])
     mean_per_bin = np.diff(integ) / np.diff(edges)
-    return {
-        "max": int(depth.max()) if depth.size else 0,
-        "mean": float(area[-1] / total),
-        "share_empty": float(span[depth == 0].sum() / total),
-        "share_one_or_less": float(span[depth <= 1].sum() / total),
-        "bins": {
-            "start_us": 0.0,
-            "bin_us": (t1 - t0) / n / 1e3,
-            "mean_depth": np.round(mean_per_bin, 3).tolist(),
-        },
-    }
+    return QueueDepth(
+        max=int(depth.max()) if depth.size else 0,
+        mean=float(area[-1] / total),
+        share_empty=float(span[depth == 0].sum() / total),
+        share_one_or_less=float(span[depth <= 1].sum() / total),
+        bins=QueueBins(
+            start_us=0.0, bin_us=(t1 - t0) / n / 1e3, mean_depth=np.round(mean_per_bin, 3).tolist()
+        ),
+    )
 
 
-def launch_bound_phases(t: TraceData, launches: dict[str, np.ndarray]) -> list[dict[str, Any]]:
-    """Stretches where launches outlast their work and the GPU is mostly idle.
+def launch_bound_phases(
+    t: TraceData, launches: dict[str, np.ndarray], g: Gaps | None, e: Explained | None
+) -> list[LaunchBoundPhase]:
+    """Stretches where launches outlast their work and the CPU launches back to back.
 
     The launches, in the order their work starts, are cut into windows of
     ``PHASE_LAUNCHES``; a window is launch-bound when more than ``SHORT_SHARE`` of its
-    launches take longer than the work they launch and the GPU is busy at most ``MAX_BUSY``
-    of the window's span, and launches follow each other within ``DENSE_LAUNCH_US`` (median):
-    a few launches around a long data-loading stall are not launch-bound. Adjacent
-    launch-bound windows form a phase.
+    launches take longer than the work they launch, the GPU is busy between ``MIN_BUSY``
+    and ``MAX_BUSY`` of the window's span, the launch calls follow each other within
+    ``DENSE_LAUNCH_US`` (median) and none waits ``STALL_US`` for the previous one: a few
+    launches around a long CPU stall (data loading, preprocessing) are not launch-bound.
+    Adjacent launch-bound windows form a phase; its ``overhead_idle_us`` is the idle time
+    in it that :mod:`causes` charges to launching and dispatch.
     """
     n = launches["call"].size
     if n < MIN_PHASE_LAUNCHES:
@@ -128,12 +147,14 @@ def launch_bound_phases(t: TraceData, launches: dict[str, np.ndarray]) -> list[d
     count = np.diff(bounds)
     short = np.add.reduceat(shorter.astype(np.int64), bounds[:-1])
     gpu = np.add.reduceat(L["gpu_ns"], bounds[:-1])
-    # Launches follow each other closely (not a few launches around a long CPU stall).
+    # Launch calls follow each other closely, with no stall between them.
     call_ts = t.cpu_ts[L["call"]]
     step = np.diff(call_ts, prepend=call_ts[0])
     close = np.add.reduceat((step <= DENSE_LAUNCH_US * 1e3).astype(np.int64), bounds[:-1])
-    flagged = (short > SHORT_SHARE * count) & (gpu <= MAX_BUSY * span)
-    flagged &= 2 * close >= count  # the median step is within DENSE_LAUNCH_US
+    stall = np.maximum.reduceat(step, bounds[:-1]) > STALL_US * 1e3
+    flagged = (short > SHORT_SHARE * count) & (gpu <= MAX_BUSY * span) & (gpu >= MIN_BUSY * span)
+    flagged &= (2 * close >= count) & ~stall  # the median step is within DENSE_LAUNCH_US
+    idle_in = overhead_idle(g, e)
     phases = []
     k = 0
     while k < nwin:
@@ -145,81 +166,86 @@ def launch_bound_phases(t: TraceData, launches: dict[str, np.ndarray]) -> list[d
             j += 1
         lo, hi = bounds[k], bounds[j + 1]
         calls = L["call"][lo:hi]
-        length = int(ends[j] - starts[k])
+        a, b = int(starts[k]), int(ends[j])
         phases.append(
-            {
-                "start_us": (int(starts[k]) - g0) / 1e3,
-                "end_us": (int(ends[j]) - g0) / 1e3,
-                "launches": int(hi - lo),
-                "shorter_than_launch": int(shorter[lo:hi].sum()),
-                "median_launch_us": float(np.median(L["cpu_ns"][lo:hi])) / 1e3,
-                "median_gpu_us": float(np.median(L["gpu_ns"][lo:hi])) / 1e3,
-                "gpu_busy_share": float(min(L["gpu_ns"][lo:hi].sum() / max(length, 1), 1.0)),
-                "top_stacks": top_stacks(
+            LaunchBoundPhase(
+                start_us=(a - g0) / 1e3,
+                end_us=(b - g0) / 1e3,
+                launches=int(hi - lo),
+                shorter_than_launch=int(shorter[lo:hi].sum()),
+                median_launch_us=float(np.median(L["cpu_ns"][lo:hi])) / 1e3,
+                median_gpu_us=float(np.median(L["gpu_ns"][lo:hi])) / 1e3,
+                median_interval_us=float(np.median(step[lo + 1 : hi])) / 1e3 if hi - lo > 1 else 0,
+                gpu_busy_share=float(min(L["gpu_ns"][lo:hi].sum() / max(b - a, 1), 1.0)),
+                overhead_idle_us=idle_in(a, b) / 1e3,
+                top_stacks=top_stacks(
                     t, calls, t.cpu_dur[calls].astype(np.float64), include_self=False
                 ),
-            }
+            )
         )
         k = j + 1
-    phases.sort(key=lambda p: -(p["end_us"] - p["start_us"]))
+    phases.sort(key=lambda p: -(p.end_us - p.start_us))
     return phases
 
 
-def _host_wait_in(
-    phases: list[dict[str, Any]], gaps: dict[str, np.ndarray] | None, g0: int
-) -> float:
-    """Host-wait idle (us) of the gaps that start inside the phases."""
-    if gaps is None or not phases:
-        return 0.0
-    host = gaps["category"] == CATEGORIES.index("host_wait")
-    at = (gaps["start"][host] - g0) / 1e3
-    length = gaps["length"][host]
-    inside = np.zeros(at.size, dtype=bool)
-    for p in phases:
-        inside |= (at >= p["start_us"]) & (at < p["end_us"])
-    return float(length[inside].sum()) / 1e3
+def overhead_idle(g: Gaps | None, e: Explained | None) -> Callable[[int, int], float]:
+    """A function of ``[a, b)``: the idle ns charged to launching and dispatch in the gaps
+    starting in it (cumulative sums over the gaps in time order)."""
+    if g is None or e is None or e.gap.size == 0:
+        return lambda a, b: 0.0
+    m = e.of(*OVERHEAD_CAUSES)
+    per_gap = np.bincount(e.gap[m], weights=e.ns[m], minlength=g.start.size)
+    before = np.concatenate([[0.0], np.cumsum(per_gap)])  # gaps are in time order
+
+    def within(a: int, b: int) -> float:
+        lo, hi = np.searchsorted(g.start, [a, b])
+        return float(before[hi] - before[lo])
+
+    return within
 
 
 def launch_overhead(
-    t: TraceData, gaps: dict[str, np.ndarray] | None = None
-) -> dict[str, Any] | None:
+    t: TraceData, g: Gaps | None = None, e: Explained | None = None
+) -> Launch | None:
     """Launch statistics of one trace, or None without linked launches.
 
-    ``gaps``: :func:`idle.gap_table`, to say how much host-wait idle the launch-bound
-    phases hold.
+    ``g``, ``e``: the idle gaps and :func:`causes.explain` of them, to say how much idle
+    the launch-bound phases hold.
     """
+    if t.cpu_ts.size == 0:
+        return None
     L = per_launch(t)
     if L["call"].size == 0:
         return None
-    phases = launch_bound_phases(t, L)
+    phases = launch_bound_phases(t, L, g, e)
     delay = L["first_start"] - t.cpu_ts[L["call"]]
     shorter = L["gpu_ns"] < L["cpu_ns"]
     names = np.array(t.names, dtype=object)[t.cpu_name[L["call"]]]
     by_call = {}
     for name in np.unique(names).tolist():
         m = names == name
-        by_call[name] = {
-            "count": int(m.sum()),
-            "cpu_time_us": float(L["cpu_ns"][m].sum()) / 1e3,
-            "median_us": float(np.median(L["cpu_ns"][m])) / 1e3,
-        }
-    return {
-        "launches": int(L["call"].size),
-        "activities": int(L["n"].sum()),
-        "launch_cpu_time_us": float(L["cpu_ns"].sum()) / 1e3,
-        "launched_gpu_time_us": float(L["gpu_ns"].sum()) / 1e3,
-        "shorter_than_launch": int(shorter.sum()),
-        "share_shorter_than_launch": float(shorter.mean()),
-        "launch_us": {"median": _pct(L["cpu_ns"], 50), "p90": _pct(L["cpu_ns"], 90)},
-        "gpu_us": {"median": _pct(L["gpu_ns"], 50), "p90": _pct(L["gpu_ns"], 90)},
+        by_call[name] = CallStat(
+            count=int(m.sum()),
+            cpu_time_us=float(L["cpu_ns"][m].sum()) / 1e3,
+            median_us=float(np.median(L["cpu_ns"][m])) / 1e3,
+        )
+    return Launch(
+        launches=int(L["call"].size),
+        activities=int(L["n"].sum()),
+        launch_cpu_time_us=float(L["cpu_ns"].sum()) / 1e3,
+        launched_gpu_time_us=float(L["gpu_ns"].sum()) / 1e3,
+        shorter_than_launch=int(shorter.sum()),
+        share_shorter_than_launch=float(shorter.mean()),
+        launch_us=Quantiles(median=_pct(L["cpu_ns"], 50), p90=_pct(L["cpu_ns"], 90)),
+        gpu_us=Quantiles(median=_pct(L["gpu_ns"], 50), p90=_pct(L["gpu_ns"], 90)),
         # from the start of the launch call to the start of the work on the GPU
-        "launch_to_start_us": {"median": _pct(delay, 50), "p90": _pct(delay, 90)},
-        "by_call": by_call,
-        "queue_depth": queue_depth(t),
-        "launch_bound": {
-            "phases": len(phases),
-            "time_us": sum(p["end_us"] - p["start_us"] for p in phases),
-            "host_wait_us": _host_wait_in(phases, gaps, int(t.gpu_ts.min())),
-        },
-        "launch_bound_phases": phases[:TOP_PHASES],
-    }
+        launch_to_start_us=Quantiles(median=_pct(delay, 50), p90=_pct(delay, 90)),
+        by_call=by_call,
+        queue_depth=queue_depth(t),
+        launch_bound=LaunchBound(
+            phases=len(phases),
+            time_us=sum(p.end_us - p.start_us for p in phases),
+            overhead_idle_us=sum(p.overhead_idle_us for p in phases),
+        ),
+        launch_bound_phases=phases[:TOP_PHASES],
+    )

@@ -2,22 +2,82 @@
 annotations, runtime calls) of a CPU slice, and the costliest such stacks of a set of slices.
 
 A stack is a list of names, root first, as in the flame graph, so a finding's stacks can be
-looked up there.
+looked up there. The profiler's step annotations (``ProfilerStep#12``) are named
+``ProfilerStep#*`` in stacks, so the same code in every step is one stack.
 """
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
-from aiflame.analysis.trace import TraceData
+from aiflame.analysis.schema import Stack
+from aiflame.model.trace import TraceData
+from aiflame.transforms.segments import depths
 
+STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
+ANY_STEP = "ProfilerStep#*"
 STACK_DEPTH = 12  # innermost frames kept per stack
 TOP_STACKS = 3
 
 
+class _Index:
+    """The stacks of one trace's CPU slices, interned once for all queries: stack ``k`` is
+    (``up[k]``, ``name[k]``), the stack of the enclosing slice and this slice's name; ids
+    are built level by level with numpy, names only for the stacks a query reports."""
+
+    def __init__(self, t: TraceData) -> None:
+        self.names = [ANY_STEP if STEP_NAME.match(n) else n for n in t.names]
+        n = t.cpu_ts.size
+        self.of_slice = np.zeros(n, dtype=np.int64)  # stack id of each slice (0: empty)
+        depth = slice_depths(t)
+        up_parts, name_parts = [np.zeros(1, np.int64)], [np.full(1, -1, np.int64)]
+        next_id = 1
+        order = np.argsort(depth, kind="stable")
+        bounds = np.searchsorted(depth[order], np.arange(int(depth.max()) + 2 if n else 1))
+        for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            level = order[lo:hi]
+            if level.size == 0:
+                continue
+            par = t.cpu_parent[level]
+            up = np.where(par >= 0, self.of_slice[np.maximum(par, 0)], 0)
+            key = up * (len(self.names) + 1) + t.cpu_name[level]
+            uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
+            self.of_slice[level] = next_id + inv
+            up_parts.append(up[first])
+            name_parts.append(t.cpu_name[level][first].astype(np.int64))
+            next_id += uniq.size
+        self.up = np.concatenate(up_parts)
+        self.name = np.concatenate(name_parts)
+
+    def cut(self, k: int) -> tuple[str, ...]:
+        """The innermost ``STACK_DEPTH`` names of stack ``k``, root first."""
+        out: list[str] = []
+        while k > 0 and len(out) < STACK_DEPTH:
+            out.append(self.names[int(self.name[k])])
+            k = int(self.up[k])
+        return tuple(reversed(out))
+
+
+def slice_depths(t: TraceData) -> np.ndarray:
+    """Enclosing slices of each CPU slice (computed once per trace)."""
+    found = t.__dict__.get("_depths")
+    if found is None:
+        found = t.__dict__["_depths"] = depths(t.cpu_parent)
+    return found
+
+
+def _index(t: TraceData) -> _Index:
+    found = t.__dict__.get("_stack_index")
+    if found is None:
+        found = t.__dict__["_stack_index"] = _Index(t)
+    return found
+
+
 def stack_of(t: TraceData, i: int, depth: int = STACK_DEPTH) -> list[str]:
     """Names of slice ``i`` and its enclosing slices, root first (the innermost ``depth``)."""
-    out = []
+    out: list[str] = []
     while i >= 0 and len(out) < depth:
         out.append(t.names[int(t.cpu_name[i])])
         i = int(t.cpu_parent[i])
@@ -29,36 +89,42 @@ def top_stacks(
     slices: np.ndarray,
     cost_ns: np.ndarray,
     n: int = TOP_STACKS,
-    key: str = "cost_us",
     include_self: bool = True,
-) -> list[dict]:
-    """The ``n`` costliest distinct stacks of ``slices`` (CPU slice ids, -1 skipped).
-
-    Each entry: ``{"stack": [...], key: summed cost in us, "count": slices}``. With
-    ``include_self`` the slice itself is the innermost frame, else its parent is.
-    """
+) -> list[Stack]:
+    """The ``n`` costliest distinct stacks of ``slices`` (CPU slice ids, -1 skipped), each
+    with its summed cost (us) and how many slices it stands for. With ``include_self`` the
+    slice itself is the innermost frame, else its parent is."""
+    if slices.size == 0 or t.cpu_ts.size == 0:
+        return []
     ok = slices >= 0
     starts = slices[ok] if include_self else t.cpu_parent[slices[ok]]
-    uniq, inv = np.unique(starts, return_inverse=True)
-    cost = np.bincount(inv, weights=cost_ns[ok], minlength=uniq.size)
-    count = np.bincount(inv, minlength=uniq.size)
-    memo: dict[int, tuple[str, ...]] = {-1: ()}  # full stack of a slice, root first
-    parent, name, names = t.cpu_parent, t.cpu_name, t.names
+    index = _index(t)
+    sid = np.where(starts >= 0, index.of_slice[np.maximum(starts, 0)], 0)
+    if sid.size > len(index.up) // 8:  # many: sums by bincount over all ids, no sort
+        ids = np.arange(len(index.up))
+        cost = np.bincount(sid, weights=cost_ns[ok], minlength=ids.size)
+        count = np.bincount(sid, minlength=ids.size)
+    else:
+        ids, inv = np.unique(sid, return_inverse=True)
+        cost = np.bincount(inv, weights=cost_ns[ok], minlength=ids.size)
+        count = np.bincount(inv, minlength=ids.size)
+    cost[ids == 0] = 0.0  # the empty stack
+    want = min(8 * n, int(np.count_nonzero(cost)))
+    if want == 0:
+        return []
+    top = np.argpartition(-cost, want - 1)[:want]
+    top = top[np.argsort(-cost[top], kind="stable")]
+    # Stacks equal in their innermost STACK_DEPTH names are one: merge the candidates.
     by_stack: dict[tuple[str, ...], list[float]] = {}
-    for i, c, k in zip(uniq.tolist(), cost.tolist(), count.tolist(), strict=True):
-        path = []
-        j = i
-        while j not in memo:
-            path.append(j)
-            j = int(parent[j])
-        full = memo[j]
-        for p in reversed(path):  # shared ancestors are walked once
-            full = memo[p] = (*full, names[int(name[p])])
-        entry = by_stack.setdefault(full[-STACK_DEPTH:], [0.0, 0])
-        entry[0] += c
-        entry[1] += k
+    for k in top.tolist():
+        key = index.cut(int(ids[k]))
+        if not key:
+            continue
+        entry = by_stack.setdefault(key, [0.0, 0])
+        entry[0] += float(cost[k])
+        entry[1] += int(count[k])
     ranked = sorted(by_stack.items(), key=lambda kv: -kv[1][0])[:n]
-    return [{"stack": list(k), key: v[0] / 1e3, "count": int(v[1])} for k, v in ranked]
+    return [Stack(stack=list(k), cost_us=v[0] / 1e3, count=int(v[1])) for k, v in ranked]
 
 
 def innermost_at(t: TraceData, thread: np.ndarray, when: np.ndarray) -> np.ndarray:

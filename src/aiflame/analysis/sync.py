@@ -5,21 +5,28 @@ its cause: the outermost enclosing operator of the ``.item()``/``.cpu()`` family
 (``aten::item``, ``aten::_local_scalar_dense``, ``aten::nonzero``..., or a copy op such as
 ``aten::to``/``aten::copy_``: ``.cpu()``, or a copy from pageable host memory, which blocks
 too), else the nearest enclosing operator,
-else ``explicit synchronize`` (``torch.cuda.synchronize()`` called from Python). The GPU idle
-a stall causes is the ``sync_wait`` idle of :mod:`idle`: the GPU ran dry while the CPU was
-blocked, and stayed idle until the CPU launched again.
+else ``explicit synchronize`` (``torch.cuda.synchronize()`` called from Python).
+
+``gpu_idle_after_us`` is the ``sync_wait`` idle of :mod:`idle`: the gaps that began while the
+call blocked. Not all of it is the call's doing: what the CPU did after the call returned
+kept the GPU idle too. ``gpu_idle_caused_us`` is the call's share (:mod:`causes`): at most
+the time it blocked before the GPU ran dry, which the CPU could have spent preparing the
+next work. ``gpu_idle_inside_us`` is the GPU idle *while* the calls blocked: a call that
+blocks with no GPU work in flight waits on something the trace does not show (work of
+another process or stream on the device, or submitted before the trace began).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from aiflame.analysis.calls import COPY_OPS, SYNC_OPS, name_mask, sync_calls
-from aiflame.analysis.idle import CATEGORIES, gap_table
+from aiflame.analysis.causes import INDEX, Explained
+from aiflame.analysis.idle import SYNC, Gaps
+from aiflame.analysis.schema import Sync, SyncStat
 from aiflame.analysis.stacks import top_stacks
-from aiflame.analysis.trace import TraceData
+from aiflame.analysis.timeline import covered
+from aiflame.model.trace import TraceData
 
 EXPLICIT = "explicit synchronize"
 
@@ -39,33 +46,45 @@ def _cause(t: TraceData, call: int, blocking: np.ndarray) -> str:
     return EXPLICIT if pick is None else t.names[int(t.cpu_name[pick])]
 
 
-def sync_stalls(t: TraceData, gaps: dict[str, np.ndarray] | None = None) -> dict[str, Any] | None:
-    """CPU time blocked on the GPU, by call and by cause, the GPU idle it caused, stacks."""
+def sync_stalls(t: TraceData, g: Gaps, e: Explained) -> Sync | None:
+    """CPU time blocked on the GPU, by call and by cause, the GPU idle after and caused."""
     calls = sync_calls(t)
     if calls.size == 0:
         return None
-    g = gap_table(t) if gaps is None else gaps
-    sync_gap = g["category"] == CATEGORIES.index("sync_wait")
-    idle_after = dict.fromkeys(calls.tolist(), 0)
-    for c, n in zip(g["culprit"][sync_gap].tolist(), g["length"][sync_gap].tolist(), strict=True):
-        idle_after[c] = idle_after.get(c, 0) + n
+    after = np.zeros(t.cpu_ts.size, dtype=np.float64)
+    sync_gap = g.category == SYNC
+    np.add.at(after, g.sync_call[sync_gap], g.length[sync_gap])
+    caused = np.zeros(t.cpu_ts.size, dtype=np.float64)
+    mine = (e.cause == INDEX["sync"]) & (e.slice >= 0)
+    np.add.at(caused, e.slice[mine], e.ns[mine])
     blocking = name_mask(t, lambda n: n in SYNC_OPS or n in COPY_OPS)
-    by_call: dict[str, dict[str, Any]] = {}
-    by_cause: dict[str, dict[str, Any]] = {}
+    by_call: dict[str, list[float]] = {}
+    by_cause: dict[str, list[float]] = {}
     for c in calls.tolist():
-        blocked = int(t.cpu_dur[c])
+        row = (1, float(t.cpu_dur[c]), float(after[c]), float(caused[c]))
         name = t.names[int(t.cpu_name[c])]
         for table, key in ((by_call, name), (by_cause, _cause(t, c, blocking))):
-            e = table.setdefault(key, {"count": 0, "blocked_us": 0.0, "gpu_idle_after_us": 0.0})
-            e["count"] += 1
-            e["blocked_us"] += blocked / 1e3
-            e["gpu_idle_after_us"] += idle_after[c] / 1e3
+            acc = table.setdefault(key, [0, 0.0, 0.0, 0.0])
+            for k, v in enumerate(row):
+                acc[k] += v
     blocked_ns = t.cpu_dur[calls].astype(np.float64)
-    return {
-        "calls": int(calls.size),
-        "blocked_us": float(blocked_ns.sum()) / 1e3,
-        "gpu_idle_after_us": float(g["length"][sync_gap].sum()) / 1e3,
-        "by_call": by_call,
-        "by_cause": dict(sorted(by_cause.items(), key=lambda kv: -kv[1]["blocked_us"])),
-        "top_stacks": top_stacks(t, calls, blocked_ns, key="blocked_us"),
-    }
+    inside = covered(t.cpu_ts[calls], t.cpu_dur[calls], g.start, g.length)
+    return Sync(
+        calls=int(calls.size),
+        blocked_us=float(blocked_ns.sum()) / 1e3,
+        gpu_idle_after_us=float(g.length[sync_gap].sum()) / 1e3,
+        gpu_idle_caused_us=float(caused[calls].sum()) / 1e3,
+        gpu_idle_inside_us=float(inside.sum()) / 1e3,
+        by_call={k: _stat(v) for k, v in by_call.items()},
+        by_cause={k: _stat(v) for k, v in sorted(by_cause.items(), key=lambda kv: -kv[1][1])},
+        top_stacks=top_stacks(t, calls, blocked_ns),
+    )
+
+
+def _stat(acc: list[float]) -> SyncStat:
+    return SyncStat(
+        count=int(acc[0]),
+        blocked_us=acc[1] / 1e3,
+        gpu_idle_after_us=acc[2] / 1e3,
+        gpu_idle_caused_us=acc[3] / 1e3,
+    )

@@ -7,13 +7,12 @@ data is loaded on the host).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from aiflame.analysis.calls import name_mask
 from aiflame.analysis.memcpy import copies, parse
-from aiflame.analysis.trace import TraceData
+from aiflame.analysis.schema import PerSample
+from aiflame.model.trace import TraceData
 
 
 def steps(t: TraceData) -> int:
@@ -36,17 +35,17 @@ def htod_bytes(t: TraceData) -> int | None:
 
 def per_sample(
     t: TraceData, batch_size: int, total_ns: int, busy_ns: int
-) -> tuple[dict[str, Any], str | None]:
+) -> tuple[PerSample, str | None]:
     """The per-sample numbers, and why the per-byte ones are missing (or None)."""
     n = steps(t)
     samples = batch_size * n
-    out: dict[str, Any] = {
-        "batch_size": batch_size, "steps": n, "samples": samples,
-        "gpu_time_per_sample_us": total_ns / samples / 1e3,
-        "busy_time_per_sample_us": busy_ns / samples / 1e3,
-        "samples_per_s": samples / (total_ns / 1e9) if total_ns else None,
-        "input_bytes": None, "input_bytes_per_sample": None, "busy_ns_per_input_byte": None,
-    }  # fmt: skip
+    out = PerSample(
+        batch_size=batch_size, steps=n, samples=samples,
+        gpu_time_per_sample_us=total_ns / samples / 1e3,
+        busy_time_per_sample_us=busy_ns / samples / 1e3,
+        samples_per_s=samples / (total_ns / 1e9) if total_ns else None,
+        input_bytes=None, input_bytes_per_sample=None, busy_ns_per_input_byte=None,
+    )  # fmt: skip
     moved = htod_bytes(t)
     if not moved:
         why = (
@@ -55,7 +54,7 @@ def per_sample(
             else "host-to-device copies without recorded sizes"
         )
         return out, why
-    out["input_bytes"] = moved
-    out["input_bytes_per_sample"] = moved / samples
-    out["busy_ns_per_input_byte"] = busy_ns / moved
+    out.input_bytes = moved
+    out.input_bytes_per_sample = moved / samples
+    out.busy_ns_per_input_byte = busy_ns / moved
     return out, None

@@ -13,20 +13,13 @@ So computation + exposed communication + exposed memcpy + idle = total. Every
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from aiflame.analysis.trace import Kind
+from aiflame.analysis.schema import Breakdown
+from aiflame.model.trace import Kind
 from aiflame.transforms.correlate import busy_time
-
-# Collective kernels by name, as TraceLens matches them (substring, any case).
-COMM_PATTERN = re.compile(r"nccl|rccl|cross_device_reduce", re.IGNORECASE)
-
-
-def is_communication(name: str) -> bool:
-    return COMM_PATTERN.search(name) is not None
 
 
 @dataclass
@@ -43,9 +36,9 @@ class TimeBreakdown:
     exposed_memcpy: int
     memset: int  # part of computation
 
-    def to_json_us(self) -> dict[str, float]:
-        """The fields in microseconds (the JSON schema's unit)."""
-        return {k: v / 1000.0 for k, v in asdict(self).items()}
+    def to_record(self) -> Breakdown:
+        """The fields in microseconds (the report's unit)."""
+        return Breakdown(**{k: v / 1000.0 for k, v in asdict(self).items()})
 
 
 def _union(ts: np.ndarray, dur: np.ndarray, *masks: np.ndarray) -> int:
@@ -76,3 +69,29 @@ def time_breakdown(ts: np.ndarray, dur: np.ndarray, kind: np.ndarray) -> TimeBre
         exposed_memcpy=busy - comp_or_comm,
         memset=_union(ts, dur, kind == Kind.MEMSET),
     )
+
+
+def covered(
+    ts: np.ndarray, dur: np.ndarray, cover_ts: np.ndarray, cover_dur: np.ndarray
+) -> np.ndarray:
+    """For each interval ``[ts, ts + dur)``: the ns of it inside the union of the ``cover``
+    intervals (so ``dur - covered`` is its exposed time)."""
+    if ts.size == 0 or cover_ts.size == 0:
+        return np.zeros(ts.size, dtype=np.int64)
+    order = np.argsort(cover_ts, kind="stable")
+    start = cover_ts[order]
+    end = np.maximum.accumulate(start + cover_dur[order])
+    new = np.ones(start.size, dtype=bool)
+    new[1:] = start[1:] > end[:-1]
+    first = np.nonzero(new)[0]
+    last = np.append(first[1:] - 1, start.size - 1)
+    m_start, m_end = start[first], end[last]  # the union: sorted, disjoint
+    before = np.concatenate([[0], np.cumsum(m_end - m_start)])
+
+    def upto(x: np.ndarray) -> np.ndarray:  # covered length in (-inf, x)
+        k = np.searchsorted(m_start, x, side="right") - 1
+        kk = np.maximum(k, 0)
+        inside = np.clip(x - m_start[kk], 0, m_end[kk] - m_start[kk])
+        return np.where(k >= 0, before[kk] + inside, 0)
+
+    return upto(ts + dur) - upto(ts)

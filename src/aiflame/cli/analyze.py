@@ -1,21 +1,26 @@
-"""Analyze Kineto (PyTorch profiler) traces and Nsight Systems exports: per rank GPU time
-breakdown (computation, communication, memcpy, exposed communication/memcpy, idle, with AMD
-TraceLens' definitions), top kernels and ops, short kernels, GEMM FLOPs/bytes/TFLOP/s per
-shape and findings; as a terminal report, JSON (--json) and an HTML report (-o)."""
+"""Analyze GPU timeline traces (PyTorch profiler/Kineto, Nsight Systems exports, Chrome
+traces): per rank the GPU time breakdown (computation, communication, memcpy, exposed
+communication/memcpy, idle, with AMD TraceLens' definitions), what the CPU did while the
+GPU was idle, top kernels, ops and op categories, GEMM FLOPs/bytes/TFLOP/s per shape and
+findings ranked by the GPU time a fix can win; as a terminal report, JSON (--json) and an
+HTML report (-o)."""
 
 from __future__ import annotations
 
 import argparse
-import json
 
+from aiflame.analysis import read
 from aiflame.analysis.report import analyze
+from aiflame.analysis.schema import to_json
 from aiflame.cli.analyze_flags import add_efficiency_flags, efficiency_options
-from aiflame.cli.analyze_output import add_source_notes, load_input, write_html_report
+from aiflame.cli.analyze_output import write_html_report
 from aiflame.cli.browser import add_open, check_open, open_page
-from aiflame.cli.common import write_output
+from aiflame.cli.common import add_module_options, module_options, output_format, write_output
+from aiflame.errors import AiflameError
+from aiflame.render import jsonsafe
 from aiflame.render.analyze_terminal import render_terminal
 
-HELP = "time breakdown, top kernels/ops, efficiency and findings of Kineto traces or nsys exports"
+HELP = "GPU time breakdown, idle causes, kernels/ops and findings of GPU traces"
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -23,8 +28,9 @@ def configure(p: argparse.ArgumentParser) -> None:
         "traces",
         nargs="+",
         metavar="TRACE",
-        help="Kineto trace (.json or .json.gz), a directory of them (one per rank), or an "
-        "Nsight Systems SQLite export (.sqlite)",
+        help="PyTorch profiler trace (.json or .json.gz), a directory of them (one per rank), "
+        "an Nsight Systems SQLite export (.sqlite) or a Chrome trace; GPU PC samples "
+        "(HPCToolkit, Nsight Compute, rocprofv3, CUPTI dumps, iaprof) for the stall analysis",
     )
     p.add_argument("--json", metavar="OUT", help="write the report as JSON ('-': stdout)")
     p.add_argument(
@@ -33,30 +39,68 @@ def configure(p: argparse.ArgumentParser) -> None:
         metavar="HTML",
         help="write the HTML report (and its flame graph page, NAME.flame.html, beside it)",
     )
+    p.add_argument(
+        "--capture-trace",
+        metavar="FILE",
+        help="the trace of the CUDA/HIP graph capture (vLLM, SGLang write one): replayed "
+        "kernels are attributed to the ops and Python frames that captured them",
+    )
     p.add_argument("--top", type=int, default=10, metavar="N", help="rows per table (10)")
     add_efficiency_flags(p)
     add_open(p)
+    add_module_options(p)  # the flame graph page of -o
 
 
 def run(args: argparse.Namespace) -> int:
-    from aiflame.sources.registry import expand_inputs
+    from aiflame.cli.analyze_gpu import split_inputs, stall_report
+    from aiflame.render.gpu_stalls_text import format_report
+    from aiflame.sources.registry import expand_inputs, load_trace_input
 
     check_open(args, args.output, is_page=True)
+    if args.output:  # before the (slow) loading: a wrong name fails at once
+        if args.output.lower().endswith(".json"):
+            raise AiflameError(f"{args.output}: -o writes the HTML report; use --json for JSON")
+        output_format(args.output, "html", ("html",))
+    traces, samples = split_inputs(expand_inputs(args.traces))
+    stalls = stall_report(samples, args.top) if samples else None
+    if not traces:  # GPU PC samples only: the stall analysis is the report
+        if stalls is None:
+            raise AiflameError("no GPU PC samples in " + ", ".join(samples))
+        if args.output:
+            raise AiflameError(
+                f"{args.output}: the HTML report is of traces; the flame graph of GPU PC "
+                "samples is 'aiflame flamegraph'"
+            )
+        if args.json:
+            text = jsonsafe.dumps({"gpu_stalls": stalls.to_json()}, indent=1)
+            if args.json == "-":
+                print(text)
+                return 0
+            write_output(args.json, text + "\n")
+        print(format_report(stalls.to_json()), end="")
+        return 0
+    options = efficiency_options(args)
+    flame = module_options(args)
+    capture = load_trace_input(args.capture_trace, kernel_args=True) if args.capture_trace else None
     # A directory stands for its traces (one per rank, as torch's profiler writes them).
-    inputs = [load_input(path) for path in expand_inputs(args.traces)]
-    report = analyze([i.trace for i in inputs], options=efficiency_options(args))
-    for i, r in zip(inputs, report["ranks"], strict=True):
-        add_source_notes(i, r)
+    inputs = [read(path, capture, **flame) for path in traces]
+    report = analyze(
+        [i.trace for i in inputs], options=options, captures=[args.capture_trace] * len(inputs)
+    )
+    if stalls is not None:
+        report.gpu_stalls = stalls.to_json()
     if args.output:
         write_html_report(args.output, inputs, report)
     if args.json:
-        text = json.dumps(report, indent=1)
+        text = to_json(report)
         if args.json == "-":
             print(text)
         else:
             write_output(args.json, text + "\n")
     if args.json != "-":
         render_terminal(report, args.top)
+        if stalls is not None:
+            print(format_report(stalls.to_json()), end="")
     if args.open:
         open_page(args.output)
     return 0

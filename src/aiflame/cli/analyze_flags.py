@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from aiflame.analysis.devices import KNOWN, by_name, parse_peaks
 from aiflame.analysis.report import Options
@@ -18,7 +19,7 @@ def _peaks(text: str) -> dict[str, float]:
         ) from None
 
 
-def _positive(kind: type) -> object:
+def _positive(kind: type) -> Callable[[str], float | int]:
     def parse(text: str) -> float | int:
         try:
             v = kind(text)

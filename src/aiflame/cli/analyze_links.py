@@ -19,54 +19,39 @@ from urllib.parse import urlencode
 
 import numpy as np
 
+from aiflame.analysis.schema import Finding
+from aiflame.analysis.stacks import ANY_STEP, STEP_NAME
 from aiflame.model import CallTree, FrameKind, Profile, ProfileBuilder, SampleType
+from aiflame.model.profile import METRIC_ALIASES
 from aiflame.model.stacks import EMPTY_STACK
-from aiflame.render.analyze_format import evidence_stacks, is_stack_list
 from aiflame.sources.kineto_names import python_frame
+from aiflame.transforms.pynames import module_call_frames
 
 
 @dataclass(frozen=True)
 class Hint:
-    """How to show one rule's pattern: the metric, and a search for the calls it is about."""
+    """How to show one section's stacks: the metric, and a search for the calls it is about."""
 
     metric: str | None = None
     search: Callable[[dict[str, Any]], str | None] | None = None
 
 
-def _calls_regex(evidence: dict[str, Any]) -> str | None:
-    calls = evidence.get("calls")
+def _calls_regex(calls: Any) -> str | None:
     if isinstance(calls, dict) and calls:
         # nsys names API calls with their version (cudaMemcpy_v3020)
         return "^(" + "|".join(re.escape(str(c)) for c in calls) + r")(_v\d+)?$"
     return None
 
 
-def _ops_regex(evidence: dict[str, Any]) -> str | None:
-    ops = {
-        str(r["op"])
-        for r in evidence.get("top_shapes") or []
-        if isinstance(r, dict) and r.get("op")
-    }
-    return "^(" + "|".join(re.escape(o) for o in sorted(ops)) + ")$" if ops else None
-
-
 _LAUNCHES = r"^(cuda|hip)(Graph)?Launch|^cuLaunch"
 # Kineto names a copy with its memory kinds; nsys' flame graph only with its direction.
 _COPIES = r"^Memcpy|^\[memcpy "
 
-HINTS: dict[str, Hint] = {
-    "sync_stalls": Hint("cpu-time", _calls_regex),
-    "launch_bound": Hint("cpu-time", lambda e: _LAUNCHES),
-    "host_wait_dominated": Hint("cpu-time"),
-    "pageable_copies": Hint("gpu-time", lambda e: r"Pageable|^\[memcpy HtoD\]$"),
-    "many_small_copies": Hint("gpu-time", lambda e: _COPIES),
-    "below_roofline": Hint("gpu-time", _ops_regex),
-}
-# The same for the stacks in the report's sections (by top-level key).
+# The stacks in the report's sections (by top-level key); findings carry their own view.
 SECTION_HINTS: dict[str, Hint] = {
-    "idle": Hint("cpu-time"),
-    "launch": Hint("cpu-time", lambda e: _LAUNCHES),
-    "sync": Hint("cpu-time", lambda e: _calls_regex({"calls": e.get("by_call")})),
+    "idle": Hint("wall-time"),
+    "launch": Hint("wall-time", lambda e: _LAUNCHES),
+    "sync": Hint("wall-time", lambda e: _calls_regex(e.get("by_call"))),
     "memory_traffic": Hint("gpu-time", lambda e: _COPIES),
 }
 
@@ -115,12 +100,17 @@ def combine(profiles: Sequence[Profile], roots: Sequence[str | None]) -> Profile
 
 
 _VERSION = re.compile(r"_v\d+$")
+_INSTANCE = re.compile(r"^nn\.Module: .*_\d+$")
 
 
 def _flame_keys(name: str) -> tuple[str, ...]:
-    """The names a flame graph frame answers to: itself, without nsys' API version, and a
-    module method (``BertLayer > forward (x.py:1)``) as the plain function."""
-    return tuple({name, _VERSION.sub("", name), name.rsplit(" > ", 1)[-1]})
+    """The names a flame graph frame answers to: itself, without nsys' API version, a
+    module method (``BertLayer > forward (x.py:1)``) as the plain function, and a profiler
+    step as any step (stacks name them ``ProfilerStep#*``)."""
+    keys = {name, _VERSION.sub("", name), name.rsplit(" > ", 1)[-1]}
+    if STEP_NAME.match(name):
+        keys.add(ANY_STEP)
+    return tuple(keys)
 
 
 @lru_cache(maxsize=65536)
@@ -147,6 +137,8 @@ class StackFinder:
                 self._by_key.setdefault(k, []).append(node)
         self._weight = self._node_weights()
         self._root = self._roots()
+        # Module instances merged in the graph: a stack's module frames are not in it.
+        self.merged_modules = not any(_INSTANCE.match(n) for n in keys_of)
 
     def _roots(self) -> np.ndarray:
         """The root node above every node (pointer jumping: log(depth) passes)."""
@@ -179,6 +171,9 @@ class StackFinder:
         fewest frames in between wins, then the one with the most time. ``within``:
         the root frame the node must be under (the trace's, in a combined graph).
         """
+        if self.merged_modules and stack:
+            dropped = module_call_frames([python_frame(s).name for s in stack])
+            stack = [s for s, drop in zip(stack, dropped, strict=True) if not drop]
         if not stack:
             return None
         best: tuple[int, int, float, int] | None = None
@@ -208,55 +203,60 @@ class StackFinder:
         return out[::-1]
 
 
-def _params(hint: Hint, data: dict[str, Any], metrics: set[str]) -> list[tuple[str, str]]:
+def _params(metric: str | None, search: str | None, metrics: set[str]) -> list[tuple[str, str]]:
     params: list[tuple[str, str]] = []
-    if hint.metric in metrics:
-        params.append(("metric", hint.metric))
-    search = hint.search(data) if hint.search else None
+    metric = metric if metric in metrics else METRIC_ALIASES.get(metric or "", metric)
+    if metric in metrics:
+        params.append(("metric", metric))
     if search:
         params.append(("search", search))
     return params
 
 
 def _stack_fragments(
-    stacks: list[dict[str, Any]],
+    stacks: Sequence[Sequence[str]],
     params: list[tuple[str, str]],
     finder: StackFinder,
     root: str | None,
 ) -> list[str | None]:
     out: list[str | None] = []
-    for s in stacks:
-        path = finder.find([str(x) for x in s.get("stack") or []], root)
+    for stack in stacks:
+        path = finder.find([str(x) for x in stack], root)
         out.append(urlencode(params + [("path", p) for p in path]) if path else None)
     return out
 
 
 def fragment(
-    finding: dict[str, Any],
-    finder: StackFinder,
-    metrics: set[str],
-    root: str | None,
+    finding: Finding, finder: StackFinder, metrics: set[str], root: str | None
 ) -> tuple[str | None, list[str | None]]:
-    """The URL fragment of a finding and of each of its evidence stacks (None: no link)."""
-    evidence = finding.get("evidence") or {}
-    params = _params(HINTS.get(str(finding.get("rule")), Hint()), evidence, metrics)
-    per_stack = _stack_fragments(evidence_stacks(evidence), params, finder, root)
+    """The URL fragment of a finding and of each of its stacks (None: no link)."""
+    params = _params(finding.flame.metric, finding.flame.search, metrics)
+    per_stack = _stack_fragments([s.stack for s in finding.top_stacks], params, finder, root)
     main = next((f for f in per_stack if f), None)
     if main is None and (params or root):
         main = urlencode(params + ([("path", root)] if root else []))
     return main, per_stack
 
 
+def _is_stack_list(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(v, dict) and isinstance(v.get("stack"), list) for v in value)
+    )
+
+
 def section_fragments(
     rank: dict[str, Any], finder: StackFinder, metrics: set[str], root: str | None
 ) -> dict[str, list[str | None]]:
     """Fragments of the stacks in a rank's sections (idle, launch, sync, copies), keyed by
-    their path in the report: ``"idle/top_stacks/host_wait"`` -> one per stack."""
+    their path in the report's JSON: ``"idle/top_stacks/host_wait"`` -> one per stack."""
     out: dict[str, list[str | None]] = {}
 
     def walk(value: Any, path: list[str], params: list[tuple[str, str]]) -> None:
-        if is_stack_list(value):
-            out["/".join(path)] = _stack_fragments(value, params, finder, root)
+        if _is_stack_list(value):
+            stacks = [v["stack"] for v in value]
+            out["/".join(path)] = _stack_fragments(stacks, params, finder, root)
         elif isinstance(value, dict):
             for k, v in value.items():
                 walk(v, [*path, str(k)], params)
@@ -268,5 +268,7 @@ def section_fragments(
         if key in ("findings", "notes", "unavailable") or not isinstance(value, dict | list):
             continue
         data = value if isinstance(value, dict) else {}
-        walk(value, [key], _params(SECTION_HINTS.get(key, Hint()), data, metrics))
+        hint = SECTION_HINTS.get(key, Hint())
+        search = hint.search(data) if hint.search else None
+        walk(value, [key], _params(hint.metric, search, metrics))
     return out

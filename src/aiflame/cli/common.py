@@ -1,14 +1,12 @@
-"""Flags shared by subcommands, and output that never leaves a half-written file."""
+"""Flags shared by subcommands; outputs are written by :mod:`aiflame.cli.output`."""
 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from aiflame.cli.output import write_output
 from aiflame.errors import AiflameError
 
 
@@ -34,8 +32,13 @@ def add_perf_options(p: argparse.ArgumentParser) -> None:
     flag = g.add_argument
     flag("--pid", dest="perf_pid", action="store_true", help="process name with its PID")
     flag("--tid", dest="perf_tid", action="store_true", help="process name with PID/TID")
-    flag("--kernel", dest="perf_kernel", action="store_true", help="mark kernel frames _[k]")
-    flag("--jit", dest="perf_jit", action="store_true", help="mark JIT frames _[j]")
+    flag(
+        "--kernel",
+        dest="perf_kernel",
+        action="store_true",
+        help="mark kernel frames _[k] in folded text",
+    )
+    flag("--jit", dest="perf_jit", action="store_true", help="mark JIT frames _[j] in folded text")
     flag(
         "--annotate-all",
         dest="perf_all",
@@ -93,45 +96,43 @@ def add_metric(p: argparse.ArgumentParser) -> None:
     )
 
 
+__all__ = ["write_output"]  # re-exported: every command writes through it
+
+
 def add_output(p: argparse.ArgumentParser, required: bool = True, help: str = "") -> None:
     p.add_argument("-o", "--output", required=required, metavar="OUT", help=help or "output file")
 
 
-def write_output(path: str, data: str | bytes | Iterable[bytes]) -> None:
-    """Write ``data`` (text, bytes, or chunks of bytes) to ``path`` atomically ('-' is
-    stdout)."""
-    if path == "-":
-        if not isinstance(data, str | bytes):
-            for chunk in data:
-                sys.stdout.buffer.write(chunk)
-            sys.stdout.buffer.flush()
-            return
-        if isinstance(data, str):
-            sys.stdout.write(data)
-            sys.stdout.flush()
-        else:
-            sys.stdout.buffer.write(data)
-            sys.stdout.buffer.flush()
-        return
-    target = Path(path)
-    if target.is_dir():
-        raise AiflameError(f"{path}: is a directory; give a file name with -o")
-    directory = target.parent if str(target.parent) else Path(".")
-    if not directory.is_dir():
-        raise AiflameError(f"{path}: directory {directory} does not exist")
-    chunks = [data.encode("utf-8")] if isinstance(data, str) else data
-    if isinstance(chunks, bytes):
-        chunks = [chunks]
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def output_format(
+    path: str,
+    default: str,
+    allowed: Iterable[str] | None = None,
+    given: str | None = None,
+    flag: bool = False,
+) -> str:
+    """The format to write ``path`` in: ``given`` (-f), else its extension's, else
+    ``default`` (no extension, or stdout). An extension this command cannot write is one
+    clear error, never a file of another format under that name; ``flag``: the command
+    has ``-f`` to name the format, which the error then mentions."""
+    from aiflame.render.registry import FORMATS, extensions, format_for_path
+
+    can = tuple(allowed if allowed is not None else FORMATS)
+    fmt = given or (None if path == "-" else format_for_path(path))
+    endings = ", ".join(e for f in can for e in extensions(f)[:2])
+    or_flag = f", or give -f {'|'.join(can)}" if flag else ""
+    if fmt is None:
+        suffix = "" if path == "-" else Path(path).suffix
+        if not suffix:
+            return default
+        raise AiflameError(
+            f"{path}: cannot write '{suffix}' files; name the output {endings}{or_flag}"
+        )
+    if fmt not in can:
+        other = "; 'aiflame convert' writes it" if fmt in FORMATS else ""
+        raise AiflameError(
+            f"{path}: this command does not write {fmt}; name the output {endings}{other}"
+        )
+    return fmt
 
 
 def check_metric(profile, metric: str | None) -> None:  # type: ignore[no-untyped-def]
@@ -161,7 +162,8 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
         "--kernel-names",
         choices=("full", "short"),
         help="GPU kernel names as in the trace (full, the default) or with template "
-        "arguments and parameters folded (short)",
+        "arguments and parameters folded, but for the arguments that tell the kernels of the "
+        "profile apart (short)",
     )
     p.add_argument(
         "--python-names",
@@ -169,12 +171,37 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
         help="Python frames as 'function (file.py:12)' (short, the default) or as the "
         "profiler wrote them (raw)",
     )
+    add_module_options(p)
 
 
-def trace_load_options(args: argparse.Namespace) -> dict[str, str]:
+def add_module_options(p: argparse.ArgumentParser) -> None:
+    """How PyTorch profiler traces show module instances and profiler steps."""
+    p.add_argument(
+        "--module-instances",
+        action="store_true",
+        help="PyTorch traces: keep a frame per module instance (nn.Module: Layer_0, Layer_1, "
+        "...); by default the instances of a module class merge into one 'Layer > forward'",
+    )
+    p.add_argument(
+        "--merge-steps",
+        action="store_true",
+        help="PyTorch traces: merge the ProfilerStep#N annotations into one ProfilerStep#*",
+    )
+
+
+def trace_load_options(args: argparse.Namespace) -> dict[str, object]:
     """Importer options given on the command line (only those that were set)."""
     names = ("kernel_names", "python_names")
-    return {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
+    out: dict[str, object] = {
+        k: getattr(args, k) for k in names if getattr(args, k, None) is not None
+    }
+    out.update(module_options(args))
+    return out
+
+
+def module_options(args: argparse.Namespace) -> dict[str, bool]:
+    """``--module-instances`` and ``--merge-steps``, as importer options (when given)."""
+    return {k: True for k in ("module_instances", "merge_steps") if getattr(args, k, False)}
 
 
 def apply_group_by(profile, args: argparse.Namespace):  # type: ignore[no-untyped-def]

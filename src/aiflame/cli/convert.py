@@ -1,4 +1,4 @@
-"""Convert profiles between formats (folded, pprof, speedscope, html), and traces to a
+"""Convert profiles between formats (folded, pprof, speedscope, html, svg), and traces to a
 Chrome / Perfetto trace (-f chrome: the timeline of PyTorch profiler, Nsight Systems and
 Chrome traces, or of profiles with sample times, launches linked to their GPU work by
 flows; .gz output is gzip-compressed)."""
@@ -15,20 +15,15 @@ from aiflame.cli.common import (
     add_output,
     add_trace_options,
     load_inputs,
+    output_format,
     perf_load_options,
     trace_load_options,
     write_output,
 )
 from aiflame.errors import AiflameError
-from aiflame.render.registry import (
-    FORMATS,
-    TIMELINE_FORMATS,
-    format_for_path,
-    render,
-    render_timeline,
-)
+from aiflame.render.registry import FORMATS, TIMELINE_FORMATS, render, render_timeline
 
-HELP = "convert profiles to folded, pprof, speedscope or html, and traces to Chrome/Perfetto"
+HELP = "convert profiles to folded, pprof, speedscope, html or svg, and traces to Chrome/Perfetto"
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -48,12 +43,12 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    fmt = args.to or format_for_path(args.output)
-    if fmt is None:
+    fmt = output_format(args.output, "", FORMATS, args.to, flag=True)
+    if not fmt:
         raise AiflameError(
             f"cannot tell the output format from '{args.output}'; give -f {'|'.join(FORMATS)}"
         )
-    check_open(args, args.output, is_page=fmt == "html")
+    check_open(args, args.output, is_page=fmt in ("html", "svg"))
     if fmt in TIMELINE_FORMATS:
         return write_timeline(args, fmt)
     if fmt == "folded" and is_plain_perf_collapse(args):

@@ -10,14 +10,23 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 
 from aiflame.cli.browser import add_open, check_open, open_page
-from aiflame.cli.common import add_metric, add_output, write_output
+from aiflame.cli.common import (
+    add_metric,
+    add_module_options,
+    add_output,
+    trace_load_options,
+    write_output,
+)
 from aiflame.errors import AiflameError
 from aiflame.model import Profile
-from aiflame.sources import load
+from aiflame.model.profile import value_problem
+from aiflame.render.titles import diff_names, file_stem
+from aiflame.sources import load_many
 
 HELP = "compare two profiles as a differential flame graph"
 
@@ -25,8 +34,12 @@ OUTPUTS = ("html", "folded")
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("base", metavar="BASE", help="the 'before' profile")
-    p.add_argument("test", metavar="TEST", help="the 'after' profile")
+    p.add_argument(
+        "base", metavar="BASE", help="the 'before' profile (a directory: its traces, merged)"
+    )
+    p.add_argument(
+        "test", metavar="TEST", help="the 'after' profile (a directory: its traces, merged)"
+    )
     add_output(p, help="the HTML file to write (or .folded for 'stack base test' lines)")
     p.add_argument(
         "-f",
@@ -57,27 +70,28 @@ def configure(p: argparse.ArgumentParser) -> None:
         "so runs on other GPUs and library versions line up); 'auto' (default) does so "
         "when the inputs have GPU frames",
     )
-    p.add_argument("--title", help="page title")
+    p.add_argument("--title", help="page title (default: what each input is, 'A vs B')")
     p.add_argument(
         "--format", dest="input_format", metavar="FMT", help="input format of both profiles"
     )
     add_open(p)
+    add_module_options(p)
 
 
 def output_format(args: argparse.Namespace) -> str:
-    from aiflame.render.registry import format_for_path
+    from aiflame.cli.common import output_format as by_extension
 
     if args.to:
         return str(args.to)
     if args.output == "-":
         return "folded"
-    fmt = format_for_path(args.output)
-    if fmt not in OUTPUTS:
+    fmt = by_extension(args.output, "", OUTPUTS, flag=True)
+    if not fmt:
         raise AiflameError(
             f"cannot tell the output format from '{args.output}': "
             "name it .html or .folded, or give -f html|folded"
         )
-    return str(fmt)
+    return fmt
 
 
 def both_folded(args: argparse.Namespace) -> bool:
@@ -87,6 +101,8 @@ def both_folded(args: argparse.Namespace) -> bool:
 
     if args.metric not in (None, "samples") or "-" in (args.base, args.test):
         return False  # a metric folded files lack fails on the general path, with its message
+    if any(Path(p).is_dir() for p in (args.base, args.test)):
+        return False  # several files merged: the general path
     if args.input_format:
         return bool(args.input_format == "folded")
     return all(detect(Input(path)).FORMAT == "folded" for path in (args.base, args.test))
@@ -103,6 +119,9 @@ def run(args: argparse.Namespace) -> int:
         stacks, base, test = pair.columns(args.normalize)
         if not (np.any(base) or np.any(test)):
             raise AiflameError(nothing_to_compare(args))
+        problem = value_problem(np.column_stack([base, test]), ["base", "test"])
+        if problem:
+            raise AiflameError(f"{args.base} and {args.test}: {problem}")
         write_output(args.output, format_diff_lines(stacks, base, test, args.normalize))
     elif fmt == "folded":
         from aiflame.render.folded import render_diff_folded
@@ -111,9 +130,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         from aiflame.render.html import render_html
 
-        names = f"{Path(args.base).name} → {Path(args.test).name}"
-        title = args.title or f"Differential flame graph: {names}"
-        write_output(args.output, render_html(diff_of(args), title=title))
+        diff = diff_of(args)
+        named = cast("dict[str, Any]", diff.meta["diff"])
+        title = args.title or named["title"]
+        subtitle = f"base: {args.base} · test: {args.test}"
+        write_output(args.output, render_html(diff, title=title, subtitle=subtitle))
     if args.output != "-":
         print(f"wrote {args.output}", file=sys.stderr)
     if args.open:
@@ -122,16 +143,23 @@ def run(args: argparse.Namespace) -> int:
 
 
 def diff_of(args: argparse.Namespace) -> Profile:
+    """The differential profile; ``meta["diff"]`` also names the inputs (for titles)."""
     if both_folded(args):
         from aiflame.sources.folded_diff import load_diff
 
         diff = load_diff(args.base, args.test, args.normalize, args.strip_hex)
+        names = [file_stem(args.base), file_stem(args.test)]
+        if names[0] == names[1]:
+            names = [args.base, args.test]
+        title = f"{names[0]} vs {names[1]}"
     else:
         from aiflame.transforms.cut import GPU_SIDE, cut_at_kinds, has_kinds
         from aiflame.transforms.diff import diff_profiles
 
-        base = load(args.base, args.input_format)
-        test = load(args.test, args.input_format)
+        options = trace_load_options(args)
+        base = load_many([args.base], args.input_format, **options)
+        test = load_many([args.test], args.input_format, **options)
+        title, *names = diff_names(base, test)
         level = args.level
         if level == "auto":
             level = "ops" if has_kinds(base, GPU_SIDE) or has_kinds(test, GPU_SIDE) else "full"
@@ -143,6 +171,11 @@ def diff_of(args: argparse.Namespace) -> Profile:
         )
     if diff.is_empty():
         raise AiflameError(nothing_to_compare(args))
+    named = cast("dict[str, Any]", diff.meta["diff"])
+    named.update(base_name=names[0], test_name=names[1], title=title)
+    problem = diff.value_problem()  # e.g. --normalize scaling a tiny base beyond float range
+    if problem:
+        raise AiflameError(f"{args.base} and {args.test}: {problem}")
     return diff
 
 

@@ -1,4 +1,6 @@
-"""Write an interactive, self-contained HTML flame graph of one or more profiles."""
+"""Write the flame graph of one or more profiles: an interactive, self-contained HTML page
+(-o x.html), or a static SVG like FlameGraph's flamegraph.pl (-o x.svg: clickable to zoom,
+searchable, for pasting into tickets and wikis)."""
 
 from __future__ import annotations
 
@@ -12,15 +14,24 @@ from aiflame.cli.common import (
     add_output,
     add_trace_options,
     load_inputs,
+    output_format,
     write_output,
 )
 
-HELP = "write an interactive HTML flame graph"
+HELP = "write a flame graph: interactive HTML page, or static SVG"
+OUTPUTS = ("html", "svg")
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     add_inputs(p)
-    add_output(p, help="the HTML file to write")
+    add_output(p, help="the file to write: .html (interactive page) or .svg (static image)")
+    p.add_argument(
+        "-f",
+        "--to",
+        dest="to",
+        choices=OUTPUTS,
+        help="output format (default: from -o's extension; html without one)",
+    )
     add_metric(p)
     add_trace_options(p)
     p.add_argument("--title", help="page title (default: the input's name)")
@@ -32,18 +43,31 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aiflame.render.html import render_html
-
-    check_open(args, args.output, is_page=True)
+    # before the (slow) loading: a wrong name fails at once
+    fmt = output_format(args.output, "html", OUTPUTS, args.to, flag=True)
+    check_open(args, args.output, is_page=True)  # an SVG opens in a browser too
     profile = load_inputs(args)
-    html = render_html(
-        profile,
-        title=args.title,
-        subtitle=args.subtitle,
-        metric=args.metric,
-        inverted=args.inverted,
-    )
-    write_output(args.output, html)
+    if fmt == "svg":
+        from aiflame.render.svg import render_svg
+
+        page = render_svg(
+            profile,
+            title=args.title,
+            subtitle=args.subtitle,
+            metric=args.metric,
+            inverted=args.inverted,
+        )
+    else:
+        from aiflame.render.html import render_html
+
+        page = render_html(
+            profile,
+            title=args.title,
+            subtitle=args.subtitle,
+            metric=args.metric,
+            inverted=args.inverted,
+        )
+    write_output(args.output, page)
     if args.output != "-":
         print(f"wrote {args.output}", file=sys.stderr)
     if args.open:

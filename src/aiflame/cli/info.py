@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
+from typing import cast
 
 from aiflame.cli.common import add_inputs, perf_load_options
 from aiflame.model import FrameKind, Profile
@@ -25,7 +26,11 @@ def describe(profile: Profile) -> list[str]:
         out = [
             f"source:      {profile.meta.get('source', '?')} ({profile.meta.get('format', '?')})"
         ]
-    out.append(f"samples:     {len(profile):,}")
+    read = profile.meta.get("samples_read")
+    if isinstance(read, int) and read != len(profile):  # perf script: samples collapsed
+        out.append(f"samples:     {read:,} ({len(profile):,} rows once identical stacks merge)")
+    else:
+        out.append(f"samples:     {len(profile):,}")
     totals = profile.totals()
     default = profile.type_index(None)
     for i, t in enumerate(profile.sample_types):
@@ -42,11 +47,10 @@ def describe(profile: Profile) -> list[str]:
     if keys:
         out.append("labels:      " + ", ".join(keys))
     if profile.timestamps is not None and len(profile):
-        lo, hi = int(profile.timestamps.min()), int(profile.timestamps.max())
-        out.append(f"time range:  {format_value(hi - lo, 'nanoseconds')} ({lo} .. {hi} ns)")
+        out.extend(_time_line(int(profile.timestamps.min()), int(profile.timestamps.max())))
     elif "time_range_ns" in profile.meta:
-        lo, hi = profile.meta["time_range_ns"]  # type: ignore[misc]
-        out.append(f"time range:  {format_value(hi - lo, 'nanoseconds')} ({lo} .. {hi} ns)")
+        lo, hi = cast("tuple[int, int]", profile.meta["time_range_ns"])
+        out.extend(_time_line(int(lo), int(hi)))
     for key, value in profile.meta.items():
         if key.startswith("info:"):
             out.append(f"{key[5:] + ':':<12} {value}")
@@ -56,6 +60,14 @@ def describe(profile: Profile) -> list[str]:
     if ignored:
         out.append(f"ignored:     {ignored:,} lines that were not samples")
     return out
+
+
+def _time_line(lo: int, hi: int) -> list[str]:
+    """The time range; one instant is no range (a pprof profile's time of collection), and
+    zeros are no time at all (a memory snapshot recorded without its clock)."""
+    if hi == lo:
+        return [f"time:        {lo} ns (one instant, no time range)"] if lo else []
+    return [f"time range:  {format_value(hi - lo, 'nanoseconds')} ({lo} .. {hi} ns)"]
 
 
 def _python_line(profile: Profile) -> list[str]:
@@ -83,6 +95,9 @@ def _truncated_line(profile: Profile) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from aiflame.cli.output import write_stdout
+    from aiflame.render.visible import visible
+
     profile = load_many(args.inputs, args.input_format, **perf_load_options(args))
-    print("\n".join(describe(profile)))
+    write_stdout("".join(visible(line) + "\n" for line in describe(profile)))
     return 0

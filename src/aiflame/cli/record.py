@@ -12,16 +12,19 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from aiflame.cli.browser import add_open, check_open, open_first_page
 from aiflame.cli.common import add_metric, write_output
 from aiflame.errors import AiflameError
+from aiflame.model.profile import METRIC_ALIASES
+from aiflame.render.visible import visible
 
 HELP = "record a running or launched Python/PyTorch program (CPU stacks, GPU kernels)"
 DEFAULT_NATIVE_RATE = 2  # about 1% of wall time per Hz: docs/benchmarks.md "record overhead"
 # py-spy's two streams, then what the Kineto importer makes of a PyTorch window
-METRICS = ("cpu-samples", "native-samples", "cpu-time", "gpu-time", "kernel-count")
+METRICS = ("cpu-samples", "native-samples", "wall-time", "gpu-time", "kernel-count")
 EBPF_METRICS = ("python-samples",)  # py-spy's Python stacks when eBPF has cpu-samples
 
 
@@ -30,7 +33,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         "-o",
         "--output",
         metavar="OUT",
-        help="file to write; its extension picks the format (.html, .pb.gz, .folded, "
+        help="file to write; its extension picks the format (.html, .svg, .pb.gz, .folded, "
         ".speedscope.json). Default: an HTML flame graph and a pprof file in this directory",
     )
     p.add_argument("-p", "--pid", type=int, help="record this running process instead")
@@ -102,6 +105,13 @@ def configure(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="record every process of the machine with eBPF (root), for -d SECONDS or until Ctrl-C",
     )
+    p.add_argument(
+        "--gpu-pc-sampling",
+        action="store_true",
+        help="sample the program's CUDA kernels with CUPTI PC sampling (NVIDIA): stall "
+        "reasons per SASS instruction and source line, under the launch stacks of the "
+        "PyTorch window (gpu-samples); needs a launched program and profiling permission",
+    )
     add_metric(p)
     p.add_argument("--title", help="title of the HTML page")
     add_open(p)
@@ -125,6 +135,11 @@ def _command(args: argparse.Namespace) -> list[str]:
 def _check(args: argparse.Namespace, cmd: list[str]) -> None:
     if args.pid is not None and cmd:
         raise AiflameError("give either --pid PID or a command after --, not both")
+    if getattr(args, "gpu_pc_sampling", False) and not cmd:
+        raise AiflameError(
+            "--gpu-pc-sampling starts CUPTI inside the program before it uses CUDA: "
+            "give the command to launch after --"
+        )
     if getattr(args, "all", False):
         if args.pid is not None or cmd:
             raise AiflameError("--all records every process: give no --pid and no command")
@@ -147,8 +162,10 @@ def _check(args: argparse.Namespace, cmd: list[str]) -> None:
         from aiflame.cli import record_memory
 
         record_memory.check(args)
-    elif args.metric is not None and args.metric not in METRICS + EBPF_METRICS:
-        raise AiflameError(f"--metric {args.metric}: record writes {', '.join(METRICS)}")
+    elif args.metric is not None:
+        args.metric = METRIC_ALIASES.get(args.metric, args.metric)
+        if args.metric not in METRICS + EBPF_METRICS:
+            raise AiflameError(f"--metric {args.metric}: record writes {', '.join(METRICS)}")
 
 
 def _output_format(path: str) -> str:
@@ -158,7 +175,7 @@ def _output_format(path: str) -> str:
     if fmt is None or fmt == "chrome":  # a recording is stacks, not a timeline of slices
         raise AiflameError(
             f"cannot tell the output format from '{path}' "
-            "(use .html, .pb.gz, .folded or .speedscope.json)"
+            "(use .html, .svg, .pb.gz, .folded or .speedscope.json)"
         )
     return fmt
 
@@ -182,7 +199,12 @@ def _targets(args: argparse.Namespace, cmd: list[str]) -> list[tuple[str, str]]:
     return [(base + ".html", "html"), (base + ".pb.gz", "pprof")]
 
 
-def _write(profile, args: argparse.Namespace, cmd: list[str]) -> list[str]:  # type: ignore[no-untyped-def]
+def _write(  # type: ignore[no-untyped-def]
+    profile,
+    args: argparse.Namespace,
+    cmd: list[str],
+    progress: Callable[[str], None] | None = None,
+) -> list[str]:
     from aiflame.render.registry import render
 
     what = " ".join(cmd) if cmd else (f"PID {args.pid}" if args.pid is not None else "all")
@@ -193,11 +215,14 @@ def _write(profile, args: argparse.Namespace, cmd: list[str]) -> list[str]:  # t
         base = _default_base(cmd, args.pid)
         targets = [(base + ".html", "html"), (base + ".pb.gz", "pprof")]
     for path, fmt in targets:
+        if progress is not None:
+            progress(f"writing {path}")
         write_output(path, render(profile, fmt, args.metric, title))
     return [p for p, _ in targets]
 
 
 def run(args: argparse.Namespace) -> int:
+    from aiflame.cli.progress import TailProgress
     from aiflame.cli.record_summary import summary_lines
     from aiflame.collectors.session import RecordOptions, Session, print_status_line
 
@@ -208,6 +233,7 @@ def run(args: argparse.Namespace) -> int:
 
         return record_memory.run(args, cmd, _targets(args, cmd))
     live = sys.stderr.isatty()
+    progress = TailProgress()
     options = RecordOptions(
         rate=args.rate,
         native_rate=args.native_rate,
@@ -217,9 +243,11 @@ def run(args: argparse.Namespace) -> int:
         torch_window=args.gpu_window if args.gpu == "auto" else 0.0,
         torch_delay=args.gpu_delay,
         status=print_status_line if live else None,
+        progress=progress,
         ebpf="on" if args.ebpf else ("off" if args.no_ebpf else "auto"),
         system_wide=args.all,
         python_in_kernel=not args.py_spy,
+        gpu_pc_sampling=args.gpu_pc_sampling,
     )
     session = Session(options)
     try:
@@ -237,18 +265,22 @@ def run(args: argparse.Namespace) -> int:
             print(f"aiflame: {note}", file=sys.stderr)
         written: list[str] = []
         if result.profile is not None and not result.profile.is_empty():
-            if args.metric and args.metric not in {t.name for t in result.profile.sample_types}:
-                print(f"aiflame: no {args.metric} was recorded; using cpu-samples", file=sys.stderr)
+            profile = result.profile
+            if args.metric and args.metric not in {t.name for t in profile.sample_types}:
+                shown = profile.sample_types[profile.type_index(None)].name
+                print(f"aiflame: no {args.metric} was recorded; showing {shown}", file=sys.stderr)
                 args.metric = None
-            written = _write(result.profile, args, cmd)
+            written = _write(result.profile, args, cmd, progress)
+            progress.done()
             width = shutil.get_terminal_size((100, 24)).columns
             for line in summary_lines(result.profile, width=width):
-                print(line, file=sys.stderr)
+                print(visible(line), file=sys.stderr)  # names of the program's functions
             for path in written:
                 print(f"aiflame: wrote {path}", file=sys.stderr)
             if args.open:
                 open_first_page(written)
     finally:
+        progress.done()
         session.cleanup()
     code = _target_exit(result.target)
     if not written:

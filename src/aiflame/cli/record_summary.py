@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aiflame.model import Frame, FrameKind, Profile
+from aiflame.render.elide import table_labels
 from aiflame.render.units import format_value
 
 
@@ -35,13 +36,26 @@ def _shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(1, width - 1)] + "…"
 
 
-def format_hotspot(h: Hotspot, unit: str, width: int) -> str:
-    """``  12.3%  leaf  <- caller <- caller's caller`` cut to ``width`` columns."""
+HEAD_WIDTH = 19  # "12.3%  123.456 ms  "
+
+
+def format_hotspot(h: Hotspot, unit: str, width: int, leaf: str | None = None) -> str:
+    """``  12.3%  leaf  <- caller <- caller's caller`` cut to ``width`` columns; ``leaf``:
+    the leaf's label, if not its name."""
     names = [frame_label(f) for f in reversed(h.frames)]
+    if leaf is not None and names:
+        names[0] = leaf
     # Leaf first; names from the same Python file line are often repeated wrappers.
     value = format_value(h.value, unit)
     head = f"{h.share * 100:5.1f}% {value:>10}  "
     return _shorten(head + "  <- ".join(names[:4]), width)
+
+
+def leaf_labels(hot: list[Hotspot], width: int) -> list[str]:
+    """The leaves' names, long ones (kernels) elided in the middle so that different leaves
+    read differently, with room left for a caller or two."""
+    leaves = [frame_label(h.frames[-1]) if h.frames else "" for h in hot]
+    return table_labels(leaves, max(20, (width - HEAD_WIDTH) * 2 // 3))
 
 
 def summary_lines(profile: Profile, width: int = 100, n: int = 10) -> list[str]:
@@ -60,5 +74,8 @@ def summary_lines(profile: Profile, width: int = 100, n: int = 10) -> list[str]:
         if not hot:
             continue
         out.append(f"top stacks by self {metric} (total {format_value(totals[col], unit)}):")
-        out.extend(format_hotspot(h, unit, width) for h in hot)
+        labels = leaf_labels(hot, width)
+        out.extend(
+            format_hotspot(h, unit, width, leaf) for h, leaf in zip(hot, labels, strict=True)
+        )
     return out

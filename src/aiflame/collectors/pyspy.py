@@ -28,7 +28,7 @@ _SHARED_OBJECT = re.compile(r"\.so(?:\.[\w.]+)?$")
 _THREAD = re.compile(r'^(?:Process (\d+) )?Thread (\S+) "(.*)"$', re.DOTALL)
 # With --subprocesses py-spy roots each stack in its process and that process's parents.
 _PROCESS = re.compile(r'^process (\d+):"(.*)"$', re.DOTALL)
-INSTALL_HINT = "install it with: pip install 'aiflame[record]' (or pip install py-spy)"
+INSTALL_HINT = "install it with: pip install py-spy (a dependency of aiflame)"
 
 
 def find_pyspy() -> str:

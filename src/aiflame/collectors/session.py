@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,6 +39,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiflame.collectors import procs
+from aiflame.collectors.gpupc import collector_env, join_with_windows, load_gpu_samples
+from aiflame.collectors.own_frames import BOOTSTRAP_DIR, bootstrap_frames
 from aiflame.collectors.pyspy import (
     SamplerConfig,
     StreamSpec,
@@ -51,11 +54,11 @@ from aiflame.errors import AiflameError
 from aiflame.model import Profile, ProfileBuilder, SampleType
 from aiflame.symbolize.perfmap import PerfMap, map_path
 from aiflame.symbolize.pyframes import PythonNaming
+from aiflame.transforms.strip import drop_empty_types, strip_frames
 
 if TYPE_CHECKING:
     from aiflame.collectors.ebpf.recording import EbpfRecorder
 
-BOOTSTRAP_DIR = str(Path(__file__).parent / "torch_bootstrap")
 CPU_SAMPLES = SampleType("cpu-samples", "count")
 PYTHON_SAMPLES = SampleType("python-samples", "count")  # py-spy's, beside eBPF's cpu-samples
 NATIVE_SAMPLES = SampleType("native-samples", "count")
@@ -76,9 +79,11 @@ class RecordOptions:
     torch_window: float = 5.0  # 0: no PyTorch profiler window
     torch_delay: float = 0.0
     status: Callable[[str], None] | None = None  # receives the live status line
+    progress: Callable[[str], None] | None = None  # each step after the recording ends
     ebpf: str = "off"  # "auto": eBPF when it works, else one note; "on": required
     system_wide: bool = False  # every process, eBPF only (launch/attach not used)
     python_in_kernel: bool = True  # with eBPF, walk Python stacks there where it can (no py-spy)
+    gpu_pc_sampling: bool = False  # CUPTI PC sampling in the program (collectors/gpupc.py)
 
 
 @dataclass
@@ -96,7 +101,9 @@ class Session:
 
     def __init__(self, options: RecordOptions) -> None:
         self.options = options
-        self.pyspy = "" if options.system_wide else find_pyspy()
+        self.pyspy: str | None = None  # found where a py-spy sampler is needed (_need_pyspy)
+        self.pyspy_missing = False  # with eBPF: py-spy's extra stacks were needed, not found
+        self.ebpf_unavailable = ""  # why eBPF was not used ("auto" mode)
         self.ebpf: EbpfRecorder | None = None
         self.ebpf_profile: Profile | None = None
         self.dir = tempfile.mkdtemp(prefix="aiflame-record-")
@@ -106,10 +113,12 @@ class Session:
         self.python_in_kernel = False  # the eBPF sampler walks the target's Python stacks
         self._signals: list[int] = []
         self._own_perf_maps = False  # we asked oneDNN for them: ours to delete
+        self.naming: PythonNaming | None = None  # Python frames named alike by every recorder
 
     # -- public entry points ------------------------------------------------------------------
     def launch(self, argv: list[str]) -> RecordResult:
         self._start_ebpf(follow_children=True)  # before the program: a failure runs nothing
+        self._need_pyspy()
         env = self._target_env()
         preexec = self.ebpf.preexec if self.ebpf is not None else None
         target = procs.start(argv, env=env, preexec_fn=preexec)
@@ -128,6 +137,7 @@ class Session:
     def attach(self, pid: int) -> RecordResult:
         procs.check_attachable(pid)
         self._start_ebpf(follow_children=self.options.subprocesses)
+        self._need_pyspy()
         if self.ebpf is not None:
             self.ebpf.add_target(pid)
         t0 = time.monotonic()
@@ -166,8 +176,15 @@ class Session:
     def cleanup(self) -> None:
         if self.ebpf is not None:
             self.ebpf.close()
+        keep = os.environ.get("AIFLAME_KEEP_RECORD_DIR")  # the raw files, for debugging
+        if keep:
+            with contextlib.suppress(OSError):
+                shutil.copytree(self.dir, keep, dirs_exist_ok=True)
         for p in Path(self.dir).iterdir():
-            p.unlink(missing_ok=True)
+            if p.is_dir():  # the cubins of --gpu-pc-sampling
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             os.rmdir(self.dir)
 
@@ -180,6 +197,8 @@ class Session:
         )
         env["AIFLAME_TORCH_WINDOW"] = str(self.options.torch_window)
         env["AIFLAME_TORCH_DELAY"] = str(self.options.torch_delay)
+        if self.options.gpu_pc_sampling:
+            env.update(collector_env(self.options.torch_window))
         if "ONEDNN_JIT_PROFILE" not in env and "DNNL_JIT_PROFILE" not in env:
             env["ONEDNN_JIT_PROFILE"] = "2"  # perf map only (no jitdump files)
             self._own_perf_maps = True
@@ -213,7 +232,23 @@ class Session:
                 why = str(e)
         if mode == "on":
             raise AiflameError(f"the eBPF collector cannot run: {why}")
+        self.ebpf_unavailable = why
         self.notes.append(f"eBPF collector unavailable ({why}); CPU stacks from py-spy only")
+
+    def _need_pyspy(self) -> None:
+        """Find py-spy before anything runs where it is sure to be needed: without eBPF (it
+        is the sampler), or with eBPF when asked for (``python_in_kernel`` off, a native
+        rate). Otherwise eBPF samples alone, unless the target turns out to be an
+        interpreter the BPF program cannot walk (see :meth:`_start_samplers`)."""
+        o = self.options
+        if self.ebpf is not None and o.python_in_kernel and not o.native_rate:
+            return
+        try:
+            self.pyspy = find_pyspy()
+        except AiflameError as e:
+            if self.ebpf_unavailable:
+                raise AiflameError(f"{e}; eBPF cannot run either: {self.ebpf_unavailable}") from e
+            raise
 
     def _idle(self, seconds: float) -> None:
         if self.ebpf is not None:
@@ -237,7 +272,9 @@ class Session:
     # -- sampling -----------------------------------------------------------------------------
     def _configs(self) -> list[tuple[str, SamplerConfig]]:
         o = self.options
-        out = []
+        out: list[tuple[str, SamplerConfig]] = []
+        if self.pyspy_missing:
+            return out
         if not self.python_in_kernel:
             out.append(("cpu", SamplerConfig(o.rate, False, False, o.subprocesses, o.duration)))
         native_rate = o.native_rate
@@ -252,7 +289,14 @@ class Session:
     def _start_samplers(self, pid: int) -> None:
         if self.ebpf is not None and self.options.python_in_kernel:
             self.python_in_kernel = self.ebpf.walks_python(pid)
+        if self._configs() and self.pyspy is None:
+            try:
+                self.pyspy = find_pyspy()
+            except AiflameError as e:  # eBPF samples anyway: py-spy would only add to it
+                self.pyspy_missing = True
+                self.notes.append(f"no Python stacks beside eBPF's: {e}")
         for name, config in self._configs():
+            assert self.pyspy is not None
             out = os.path.join(self.dir, f"pyspy-{name}.json")
             log = open(os.path.join(self.dir, f"pyspy-{name}.log"), "wb")  # noqa: SIM115
             try:
@@ -280,6 +324,8 @@ class Session:
             if samplers_done and (target_done or self.options.duration or interrupted_at):
                 break
             if target_done and not samplers_done:
+                if target is not None:  # the program has exited: the clock starts
+                    self._progress("waiting for py-spy to write its samples")
                 self._stop_samplers_after(SAMPLER_EXIT_GRACE_S)
                 break
             if self._signals and interrupted_at is None:
@@ -350,14 +396,19 @@ class Session:
 
     # -- results ------------------------------------------------------------------------------
     def _finish(self, pid: int, target: subprocess.Popen | None, t0: float) -> RecordResult:
+        if any(p.poll() is None for _, p, _ in self.samplers):
+            self._progress("waiting for py-spy to write its samples")
         self._stop_samplers_after(SAMPLER_EXIT_GRACE_S)
         if self.ebpf is not None:
+            self._progress("naming the eBPF samples' frames")
+            self.naming = PythonNaming(python_roots(self.dir))
             try:
-                self.ebpf_profile = self.ebpf.finish(PythonNaming(python_roots(self.dir)))
+                self.ebpf_profile = self.ebpf.finish(self.naming)
             finally:
                 self.ebpf.close()
             self.notes.extend(self.ebpf.notes)
         self._wait_torch_windows()
+        self._progress("building the profile")
         profile = self._build(pid)
         elapsed = time.monotonic() - t0
         if profile is not None:
@@ -372,6 +423,7 @@ class Session:
     def _wait_torch_windows(self) -> None:
         """Until every torch window that started has exported (or its process is gone)."""
         deadline = time.monotonic() + self.options.torch_window + EXPORT_SLACK_S
+        said = False
         while time.monotonic() < deadline:
             pending = [
                 int(p.name.split("-")[1].split(".")[0])
@@ -379,7 +431,14 @@ class Session:
             ]
             if not [p for p in pending if procs.alive(p)]:
                 return
-            time.sleep(0.1)
+            if not said:
+                self._progress("waiting for the PyTorch profiler to export its trace")
+                said = True
+            time.sleep(0.05)
+
+    def _progress(self, step: str) -> None:
+        if self.options.progress is not None:
+            self.options.progress(step)
 
     def _process_labels(self) -> dict[int, dict[str, str]]:
         labels: dict[int, dict[str, str]] = {}
@@ -395,6 +454,11 @@ class Session:
     def _build(self, root_pid: int) -> Profile | None:
         if self.options.system_wide:
             return self._system_profile()
+        profile = self._collect(root_pid)
+        return None if profile is None else _program_only(profile)
+
+    def _collect(self, root_pid: int) -> Profile | None:
+        """Every recorder's samples of the program, in one profile."""
         configs = self._configs()
         first = PYTHON_SAMPLES if self.ebpf is not None else CPU_SAMPLES
         types = [first] + ([NATIVE_SAMPLES] if len(configs) > 1 else [])
@@ -413,7 +477,7 @@ class Session:
         states: dict = {}
         # py-spy's Python frames named as the PyTorch profiler's, so that both views line up.
         roots = python_roots(self.dir)
-        naming = PythonNaming(roots)
+        naming = self.naming.with_roots(roots) if self.naming else PythonNaming(roots)
         # The native stream first: its thread states correct the CPU stream.
         for column, (name, config) in reversed(list(enumerate(configs))):
             out = os.path.join(self.dir, f"pyspy-{name}.json")
@@ -429,13 +493,17 @@ class Session:
         started = {int(p.name[5:-5]) for p in Path(self.dir).glob("proc-*.json")}
         sampled = set(self.ebpf.sampler.maps) if self.ebpf is not None else set()  # eBPF's
         self._remove_perf_maps(seen_pids | started | sampled | {root_pid})
-        torch_profiles = load_torch_traces(self.dir, labels, self.notes, roots)
+        if next(Path(self.dir).glob("torch-*.json"), None) is not None:
+            self._progress("reading the PyTorch profiler's trace")
+        torch_profiles = load_torch_traces(self.dir, labels, self.notes, roots, naming)
+        gpu_samples = load_gpu_samples(self.dir, labels, self.notes)  # --gpu-pc-sampling
+        gpu_samples = join_with_windows(torch_profiles, gpu_samples)
         if self.ebpf_profile is not None:
             if self.failures:  # py-spy's Python stacks are a bonus beside eBPF's
                 self.notes.extend(f"no Python stacks: {f}" for f in self.failures)
                 self.failures.clear()
             torch_profiles.insert(0, self.ebpf_profile)
-        if not total and not torch_profiles:
+        if not total and not torch_profiles and not gpu_samples:
             return None
         builder.meta.update(self._meta(configs))
         for i, cost in enumerate(window_costs(torch_profiles)):
@@ -445,15 +513,16 @@ class Session:
             builder.meta[f"info:torch cost {i}"] = ", ".join(parts)
             self.notes.append(f"PyTorch profiler window cost: {', '.join(parts)}")
         profile = builder.build()
+        torch_profiles += gpu_samples
         if torch_profiles:
             from aiflame.transforms.merge import merge
 
             meta = profile.meta
-            parts = [profile, *torch_profiles]
+            together = [profile, *torch_profiles]
             if self.ebpf_profile is not None:
                 # eBPF's cpu-samples first; no all-zero python-samples if py-spy saw nothing
-                parts = [self.ebpf_profile, *([profile] if total else []), *torch_profiles[1:]]
-            profile = merge(parts)
+                together = [self.ebpf_profile, *([profile] if total else []), *torch_profiles[1:]]
+            profile = merge(together)
             profile.meta = {**meta, "sources": profile.meta.get("sources")}
         if self.ebpf_profile is not None:
             ebpf_meta = {k: v for k, v in self.ebpf_profile.meta.items() if k not in profile.meta}
@@ -527,6 +596,22 @@ class Session:
             if not procs.alive(pid):
                 with contextlib.suppress(OSError):
                     os.remove(map_path(pid))
+
+
+def _program_only(profile: Profile) -> Profile:
+    """The program's profile without aiflame's own code in it (the bootstrap's frames and
+    timer thread), said in an ``info:`` line, and without metrics that hold no value."""
+    profile, lost = strip_frames(profile, bootstrap_frames(profile))
+    if lost.any():
+        what = ", ".join(
+            (f"{v / 1e9:.3f} s" if t.unit == "nanoseconds" else f"{v:,.0f}") + " of " + t.name
+            for v, t in zip(lost.tolist(), profile.sample_types, strict=True)
+            if v
+        )
+        profile.meta["info:left out"] = (
+            f"{what} in aiflame's bootstrap (PyTorch window start/stop, its timer thread)"
+        )
+    return drop_empty_types(profile)
 
 
 def exit_status(returncode: int) -> int:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from aiflame.errors import AiflameError
 from aiflame.model import Profile
+from aiflame.symbolize.pyframes import PythonNaming
 
 
 def _pid_of(path: Path) -> int:
@@ -47,10 +48,11 @@ def load_torch_traces(
     process_labels: Mapping[int, Mapping[str, str]],
     notes: list[str],
     python_roots: list[str] | None = None,
+    naming: PythonNaming | None = None,
 ) -> list[Profile]:
     """One profile per exported trace; problems become ``notes`` rather than errors.
     ``python_roots``: see :func:`python_roots` (Python frames then named per function, as
-    py-spy's are in the same recording)."""
+    the samplers' are in the same recording); ``naming``: the samplers' naming itself."""
     from aiflame.sources import load
 
     out = []
@@ -59,7 +61,7 @@ def load_torch_traces(
             continue
         pid = _pid_of(path)
         try:
-            profile = load(str(path), "kineto", python_roots=python_roots)
+            profile = load(str(path), "kineto", python_roots=python_roots, python_naming=naming)
         except AiflameError as e:
             notes.append(f"torch trace of process {pid} could not be read: {e}")
             continue
@@ -79,6 +81,4 @@ def load_torch_traces(
 
 def window_costs(profiles: list[Profile]) -> list[dict]:
     """The start/stop/export seconds each bootstrap measured."""
-    return [
-        p.meta["torch_window"] for p in profiles if isinstance(p.meta.get("torch_window"), dict)
-    ]
+    return [w for p in profiles if isinstance(w := p.meta.get("torch_window"), dict)]

@@ -13,6 +13,23 @@ import numpy as np
 from aiflame.model.profile import Profile
 from aiflame.model.stacks import depths_of
 
+# A level's vectorised pass costs about as much as this many nodes added one by one: trees
+# deeper than their nodes / this (one stack of 100,000 frames) are summed node by node.
+_LEVEL_COST = 100
+
+
+def _totals_node_by_node(parent: np.ndarray, total: np.ndarray) -> None:
+    """Add each node's total into its parent's, children first: a parent's id is always
+    smaller than its children's, so descending ids will do."""
+    up = parent.tolist()
+    for t in range(total.shape[1]):
+        col = total[:, t].tolist()
+        for i in range(len(up) - 1, -1, -1):
+            p = up[i]
+            if p >= 0:
+                col[p] += col[i]
+        total[:, t] = col
+
 
 @dataclass
 class CallTree:
@@ -39,10 +56,13 @@ class CallTree:
             )[:n]
         depth = depths_of(parent)
         total = self_value.copy()
-        if n:
+        if n and int(depth.max()) * _LEVEL_COST > n * max(ntypes, 1):
+            _totals_node_by_node(parent, total)  # a few very deep stacks
+        elif n:
             # Deepest level first: each level adds its totals into its parents' rows.
-            # A radix sort on int16 depths keeps this linear.
-            order = np.argsort(depth.astype(np.int16), kind="stable")
+            # A radix sort on int16 depths keeps this linear (deeper trees need int32).
+            key = depth.astype(np.int16) if depth.max() < 2**15 else depth
+            order = np.argsort(key, kind="stable")
             bounds = np.searchsorted(depth[order], np.arange(int(depth.max()) + 2))
             for d in range(int(depth.max()), 0, -1):
                 idx = order[bounds[d] : bounds[d + 1]]

@@ -26,6 +26,7 @@ class FrameKind(IntEnum):
     GPU_INSTRUCTION = 9
     JIT = 10  # JIT-compiled code (oneDNN, Java, perf maps)
     LABEL = 11  # synthetic frames: group-by roots such as `rank 0`, `[launch not in trace]`
+    GPU_STALL = 12  # the stall reason of GPU PC samples (leaf above an instruction)
 
     @property
     def slug(self) -> str:
@@ -52,6 +53,10 @@ class Frame:
     address: int = 0
 
 
+MAX_LINE = 2**31 - 1
+MAX_ADDRESS = 2**64 - 1
+
+
 class FrameTable:
     """Interned frames stored as columns of string indices."""
 
@@ -76,7 +81,14 @@ class FrameTable:
         module: str = "",
         address: int = 0,
     ) -> int:
-        """Return the id of the frame with exactly these attributes, adding it if new."""
+        """Return the id of the frame with exactly these attributes, adding it if new.
+
+        A line outside 0..2**31-1 or an address outside 0..2**64-1 (a corrupt input) is
+        kept as unknown (0): every table, page and output format can hold what is left."""
+        if not 0 <= line <= MAX_LINE:
+            line = 0
+        if not 0 <= address <= MAX_ADDRESS:
+            address = 0
         s = self.strings.intern
         key = (
             s(name),

@@ -14,6 +14,9 @@ from aiflame.model.strings import StringTable
 
 # Units understood by the renderers: values are formatted accordingly.
 UNITS = ("count", "nanoseconds", "bytes")
+# Former names of sample types, still accepted where a metric is named: the self time of
+# traced CPU slices was called cpu-time, but it is measured by the wall clock.
+METRIC_ALIASES = {"cpu-time": "wall-time"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,14 +52,28 @@ class Profile:
         return int(self.sample_stack.shape[0])
 
     def type_index(self, name: str | None) -> int:
-        """Column of the sample type ``name``; None means the default (first) type."""
+        """Column of the sample type ``name`` (or of the name it had: ``METRIC_ALIASES``).
+
+        None means the default type (``meta["default_type"]``, else the first), unless it
+        holds no value while another type does: then the first type that has values.
+        """
         if name is None:
-            return int(self.meta.get("default_type", 0))  # type: ignore[arg-type]
-        for i, t in enumerate(self.sample_types):
-            if t.name == name:
-                return i
+            chosen = self.meta.get("default_type", 0)
+            default = chosen if isinstance(chosen, int) else 0
+            if len(self) and not self.values[:, default].any():
+                filled = np.flatnonzero(self.values.any(axis=0))
+                return int(filled[0]) if filled.size else default
+            return default
+        for wanted in (name, METRIC_ALIASES.get(name)):
+            for i, t in enumerate(self.sample_types):
+                if t.name == wanted:
+                    return i
         known = ", ".join(t.name for t in self.sample_types)
         raise KeyError(f"no metric '{name}' in this profile (it has: {known})")
+
+    def filled_types(self) -> list[int]:
+        """Columns of the sample types that hold a value (the metrics worth offering)."""
+        return np.flatnonzero(self.values.any(axis=0)).tolist() if len(self) else []
 
     def totals(self) -> np.ndarray:
         """Sum of every sample type."""
@@ -96,6 +113,13 @@ class Profile:
         ``new_stack_of[s]`` is the new id of old stack ``s``; index -1 (the last entry)
         maps the empty stack. Values, labels and timestamps are shared, not copied.
         """
+        meta = dict(self.meta)
+        launches = meta.get("gpu_launches")
+        if isinstance(launches, dict) and "stack" in launches:
+            # stack ids of GPU launches (model/gpu.py LAUNCHES) move with the stacks
+            old = np.asarray(launches["stack"], dtype=np.int64)
+            moved = np.where(old >= 0, new_stack_of[np.maximum(old, 0)], -1)
+            meta["gpu_launches"] = {**launches, "stack": moved}
         return replace(
             self,
             strings=frames.strings if frames is not None else self.strings,
@@ -104,7 +128,7 @@ class Profile:
             sample_stack=new_stack_of[self.sample_stack],
             sample_types=list(self.sample_types),
             label_sets=list(self.label_sets),
-            meta=dict(self.meta),
+            meta=meta,
         )
 
     def is_empty(self) -> bool:
@@ -125,6 +149,31 @@ class Profile:
         from aiflame.notebook import profile_html  # the display layer, loaded on display
 
         return profile_html(self)
+
+    def value_problem(self) -> str | None:
+        """Why the values cannot be added up and shown, or None (see :func:`value_problem`)."""
+        return value_problem(self.values, [t.name for t in self.sample_types])
+
+
+def value_problem(values: np.ndarray, names: Sequence[str]) -> str | None:
+    """Why ``values`` (samples by type, one column per name) cannot be added up and
+    shown, or None: a value that is NaN or infinite, or values whose sum is beyond the
+    range of a float (about 1.8e308), which no call tree, total or output could hold."""
+    if not len(values):
+        return None
+    with np.errstate(over="ignore", invalid="ignore"):  # overflows are what is looked for
+        sums = values.sum(axis=0)  # NaN and infinities propagate into the sums
+        if np.isfinite(sums).all() and not (values < 0).any():
+            return None
+        for i, name in enumerate(names):
+            col = values[:, i]
+            bad = ~np.isfinite(col)
+            if bad.any():
+                k = int(np.argmax(bad))
+                return f"sample {k + 1:,} has the {name} value {col[k]} (not a finite number)"
+            if not np.isfinite(np.abs(col).sum()):
+                return f"the {name} values add up to more than a float holds (1.8e308)"
+    return None
 
 
 class ProfileBuilder:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
+
+from aiflame.analysis.schema import Figure, RankReport
+from aiflame.analysis.words import short_frame
 
 # The parts of the GPU timeline that add up to its total (see docs/analyze.md).
 PARTS = (
@@ -15,24 +16,6 @@ PARTS = (
     ("idle", "idle"),
 )
 SEVERITIES = ("high", "medium", "low")
-
-
-_PY_FRAME = re.compile(r"^(?P<file>[^()]+)\((?P<line>\d+)\): (?P<func>.+)$")
-_BUILTIN = re.compile(
-    r"^<built-in (?:method (?P<m>\S+) of \S+ object at 0x[0-9a-f]+|function (?P<f>[^>]+))>$"
-)
-
-
-def short_frame(name: str) -> str:
-    """A profiler Python frame as a reader knows it: ``path/to/file.py(12): func`` ->
-    ``func (file.py:12)``, ``<built-in method mm of type object at 0x7f..>`` -> ``mm``."""
-    m = _PY_FRAME.match(name)
-    if m:
-        return f"{m['func']} ({m['file'].rsplit('/', 1)[-1]}:{m['line']})"
-    m = _BUILTIN.match(name)
-    if m:
-        return m["m"] or m["f"]
-    return name
 
 
 def time_us(us: float | None) -> str:
@@ -67,28 +50,28 @@ def number(value: Any) -> str:
     return str(value)
 
 
-def rank_title(r: dict[str, Any]) -> str:
-    """``rank 0 · 2 x NVIDIA H100`` (devices counted), for headings."""
-    rank = f"rank {r['rank']}" if r.get("rank") is not None else "rank ?"
-    devices = Counter(str(d) for d in r.get("devices") or [] if d)
+def rank_title(r: RankReport) -> str:
+    """``rank 0 · 2 x NVIDIA H100`` (devices counted), for headings; a trace without a
+    rank is named by its file."""
+    devices = Counter(str(d) for d in r.devices if d)
     named = ", ".join(f"{n} x {d}" if n > 1 else d for d, n in devices.items())
-    return f"{rank} · {named}" if named else rank
+    return f"{r.name} · {named}" if named else r.name
 
 
-def value_text(key: str, value: Any, outer: str = "") -> str:
-    """An evidence value by its key's convention (or its enclosing key's): ``*_us`` times,
-    ``share*``/``pct*``/``mfu*`` fractions shown as percentages."""
-    if value is None:
+def figure_text(f: Figure) -> str:
+    """A finding's figure as it reads: times in their unit, shares as percentages."""
+    v = f.value
+    if v is None:
         return "?"
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        for k in (key, outer):
-            if k.endswith("_us"):
-                return time_us(float(value))
-            if k.startswith(("share", "pct", "mfu")) or k.endswith(("_share", "_fraction")):
-                return f"{100 * float(value):.1f}%"
-        if key.endswith("bytes") or outer.endswith("bytes"):
-            return size(value)
-    return number(value)
+    if f.unit == "us" and isinstance(v, int | float):
+        return time_us(float(v))
+    if f.unit == "share" and isinstance(v, int | float):
+        return f"{100 * float(v):.1f}%"
+    if f.unit == "bytes" and isinstance(v, int | float):
+        return size(v)
+    if f.unit == "tflops" and isinstance(v, int | float):
+        return f"{v:.1f} TFLOP/s"
+    return number(v)
 
 
 def size(n: float) -> str:
@@ -106,55 +89,15 @@ def label(key: str) -> str:
     return key.replace("_", " ")
 
 
-def is_stack_list(value: Any) -> bool:
-    return (
-        isinstance(value, list)
-        and bool(value)
-        and all(isinstance(v, dict) and isinstance(v.get("stack"), list) for v in value)
-    )
-
-
-def evidence_items(
-    evidence: dict[str, Any], skip: tuple[str, ...] = ()
-) -> Iterator[tuple[str, str]]:
-    """(label, text) for the scalar and nested evidence; stacks and lists of rows (shown
-    as tables where there is room) are left out, and so are the keys in ``skip``."""
-    for key, value in evidence.items():
-        if is_stack_list(value) or value is None or key in skip:
-            continue
-        if isinstance(value, dict):
-            parts = []
-            for name, sub in value.items():
-                if isinstance(sub, dict):
-                    inner = ", ".join(
-                        f"{label(k)} {value_text(k, v, key)}"
-                        for k, v in sub.items()
-                        if not isinstance(v, dict | list)
-                    )
-                    parts.append(f"{name} ({inner})")
-                elif not isinstance(sub, list):
-                    parts.append(f"{label(name)} {value_text(name, sub, key)}")
-            if parts:
-                yield label(key), "; ".join(parts)
-        elif isinstance(value, list):
-            if all(not isinstance(v, dict | list) for v in value):
-                yield label(key), ", ".join(number(v) for v in value[:8])
-        else:
-            yield label(key), value_text(key, value)
-
-
-def stack_cost(entry: dict[str, Any]) -> tuple[str, float] | None:
-    """The cost an evidence stack carries (``cost_us``, ``idle_us``, ``blocked_us``...)."""
-    for k, v in entry.items():
-        if k.endswith("_us") and isinstance(v, int | float):
-            return label(k), float(v)
-    return None
-
-
-def evidence_stacks(evidence: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every stack entry of a finding's evidence (``top_stacks`` or any list of stacks)."""
-    out: list[dict[str, Any]] = []
-    for value in evidence.values():
-        if is_stack_list(value):
-            out.extend(value)
-    return out
+__all__ = [
+    "PARTS",
+    "SEVERITIES",
+    "figure_text",
+    "label",
+    "number",
+    "percent",
+    "rank_title",
+    "short_frame",  # from analysis.words: stacks are named alike everywhere
+    "size",
+    "time_us",
+]

@@ -16,6 +16,7 @@ from typing import Any
 
 from aiflame import __version__
 from aiflame.render.html import _asset, _inline_script, script_json
+from aiflame.render.visible import visible_data
 
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 
@@ -56,7 +57,8 @@ def _point_name(d: dict[str, Any]) -> str:
 
 def _shape_name(row: dict[str, Any]) -> str:
     """``aten::addmm 141x512x512`` for a GEMM row, else the op and its parameters."""
-    p = row.get("params") if isinstance(row.get("params"), dict) else dict(row)
+    params = row.get("params")
+    p: dict[str, Any] = params if isinstance(params, dict) else dict(row)
     if all(k in p for k in ("M", "N", "K")):
         b = p.get("B", 1)
         dims = (f"{b}x" if b not in (1, None) else "") + f"{p['M']}x{p['N']}x{p['K']}"
@@ -76,7 +78,8 @@ def _efficiency_points(rank: dict[str, Any]) -> dict[str, Any] | None:
     if not rows:
         return None
     dev = eff.get("device") or {}
-    peaks = dev.get("tflops") if isinstance(dev.get("tflops"), dict) else {}
+    tflops = dev.get("tflops")
+    peaks: dict[str, Any] = tflops if isinstance(tflops, dict) else {}
     points, roofs = [], {}
     for r in rows:
         prec = str(r.get("precision") or r.get("dtype") or "")
@@ -178,8 +181,8 @@ def render_report_html(
     ``flame_href``: the flame graph page, relative to this one.
     """
     ranks = report.get("ranks", [])
-    data = {
-        "report": report,
+    data: dict[str, Any] = {
+        "report": visible_data(report),  # names shown as they are: bidi controls spelled out
         "timelines": timelines or [{} for _ in ranks],
         "links": links or [[{}] * len(r.get("findings", [])) for r in ranks],
         "section_links": section_links or [{} for _ in ranks],

@@ -1,5 +1,8 @@
 """The terminal report of ``aiflame analyze``: one compact block per rank, drawn by rich.
 
+Every string of the report goes through :func:`~aiflame.render.visible.visible_data` and
+rich's markup is off, so that names from the trace are shown as they are, never obeyed.
+
 Colour and styles only on a terminal (rich leaves them out when the output is piped or
 ``NO_COLOR`` is set); never wider than ``MAX_WIDTH`` columns.
 """
@@ -7,7 +10,7 @@ Colour and styles only on a terminal (rich leaves them out when the output is pi
 from __future__ import annotations
 
 import sys
-from typing import Any, TextIO
+from typing import TextIO
 
 from rich import box
 from rich.console import Console, Group
@@ -15,18 +18,28 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from aiflame.analysis.schema import (
+    Efficiency,
+    Finding,
+    GemmRow,
+    Job,
+    RankReport,
+    Report,
+    Row,
+    ShapeRate,
+)
 from aiflame.render.analyze_format import (
     PARTS,
-    evidence_items,
-    evidence_stacks,
+    figure_text,
     label,
     percent,
     rank_title,
     short_frame,
     size,
-    stack_cost,
     time_us,
 )
+from aiflame.render.elide import table_labels
+from aiflame.render.visible import visible_data
 
 MAX_WIDTH = 100
 BAR_WIDTH = 36
@@ -46,7 +59,8 @@ def make_console(file: TextIO | None = None, width: int | None = None) -> Consol
     probe = Console(file=file)
     if width is None:
         width = min(probe.width, MAX_WIDTH) if probe.is_terminal else MAX_WIDTH
-    return Console(file=file, width=width, highlight=False, emoji=False)
+    # No markup: a kernel named "[bold]x" is printed as it is, not styled.
+    return Console(file=file, width=width, highlight=False, emoji=False, markup=False)
 
 
 def _bar(fraction: float, width: int, style: str, ascii_only: bool) -> Text:
@@ -58,9 +72,9 @@ def _bar(fraction: float, width: int, style: str, ascii_only: bool) -> Text:
     return Text("█" * full + ("▏▎▍▌▋▊▉"[rest - 1] if rest else ""), style=style)
 
 
-def _breakdown(r: dict[str, Any], ascii_only: bool) -> Table | None:
-    tb = r.get("time_breakdown") or {}
-    total = tb.get("total") or 0.0
+def _breakdown(r: RankReport, ascii_only: bool) -> Table | None:
+    tb = r.time_breakdown
+    total = tb.total
     if not total:
         return None
     t = Table(box=None, show_header=False, pad_edge=False, padding=(0, 1))
@@ -69,7 +83,7 @@ def _breakdown(r: dict[str, Any], ascii_only: bool) -> Table | None:
     t.add_column(justify="right", min_width=6)
     t.add_column(width=BAR_WIDTH, no_wrap=True)
     for key, name in PARTS:
-        value = tb.get(key, 0.0)
+        value = float(getattr(tb, key))
         style = _PART_STYLE[key]
         t.add_row(
             Text(name, style=style),
@@ -80,7 +94,14 @@ def _breakdown(r: dict[str, Any], ascii_only: bool) -> Table | None:
     return t
 
 
-def _rows_table(title: str, rows: list[dict[str, Any]], top: int, width: int) -> Table:
+def _rows_table(
+    title: str,
+    rows: list[Row],
+    top: int,
+    width: int,
+    unattributed_us: float = 0.0,
+    total_us: float = 0.0,
+) -> Table:
     t = Table(
         title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
         pad_edge=False, padding=(0, 1), show_edge=False,
@@ -89,18 +110,25 @@ def _rows_table(title: str, rows: list[dict[str, Any]], top: int, width: int) ->
     t.add_column("name", no_wrap=True, overflow="ellipsis", max_width=name_width)
     for name in ("total", "count", "mean", "share"):
         t.add_column(name, justify="right", no_wrap=True)
-    for row in rows[:top]:
+    shown = rows[:top]
+    labels = table_labels([row.name for row in shown], name_width)
+    for row, name in zip(shown, labels, strict=True):
         t.add_row(
-            Text(row["name"]),
-            time_us(row["total_us"]),
-            f"{row['count']:,}",
-            time_us(row["mean_us"]),
-            f"{100 * row['share']:.1f}%",
+            Text(name),
+            time_us(row.total_us),
+            f"{row.count:,}",
+            time_us(row.mean_us),
+            f"{100 * row.share:.1f}%",
         )
+    if unattributed_us and total_us:
+        t.add_row(
+            Text("[no op: graph replays, launches outside ops]", style="italic"),
+            time_us(unattributed_us), "", "", f"{100 * unattributed_us / total_us:.1f}%",
+        )  # fmt: skip
     return t
 
 
-def _gemm_table(rows: list[dict[str, Any]], top: int) -> Table:
+def _gemm_table(rows: list[GemmRow], top: int) -> Table:
     t = Table(
         title="GEMM shapes", title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
         pad_edge=False, padding=(0, 1), show_edge=False,
@@ -108,13 +136,13 @@ def _gemm_table(rows: list[dict[str, Any]], top: int) -> Table:
     for name in ("op", "B x M x N x K", "dtype", "calls", "time", "TFLOP/s", "TB/s"):
         t.add_column(name, justify="left" if name in ("op", "B x M x N x K", "dtype") else "right")
     for g in rows[:top]:
-        rate, tbs = g.get("tflops_per_s"), g.get("tb_per_s")
+        rate, tbs = g.tflops_per_s, g.tb_per_s
         t.add_row(
-            Text(g["op"]),
-            f"{g['B']}x{g['M']}x{g['N']}x{g['K']}",
-            Text(str(g["dtype"])),
-            f"{g['calls']:,}",
-            time_us((g.get("kernel_time_us") or {}).get("sum")),
+            Text(g.op),
+            f"{g.B}x{g.M}x{g.N}x{g.K}",
+            Text(str(g.dtype)),
+            f"{g.calls:,}",
+            time_us(g.kernel_time_us.sum),
             "?" if rate is None else f"{rate:.1f}",
             "?" if tbs is None else f"{tbs:.2f}",
         )
@@ -125,89 +153,92 @@ def _line(title: str, text: str) -> Text:
     return Text.assemble((title + ": ", "bold"), text)
 
 
-def _summaries(r: dict[str, Any]) -> list[Text]:
-    """One line each for idle time, launches, synchronisation and copies, when known."""
+def _summaries(r: RankReport) -> list[Text]:
+    """One line each for idle time and its causes, launches, synchronisation, copies and
+    op categories, when known."""
     out = []
-    idle = r.get("idle") or {}
-    if idle.get("total_us"):
-        s, total = idle.get("summary") or {}, idle["total_us"]
-        parts = [
-            f"{name} {percent(s.get(key) or 0.0, total)}"
-            for name, key in (
-                ("waiting on the host", "waiting_on_host_us"),
-                ("on dependencies", "waiting_on_dependency_us"),
-                ("other", "other_us"),
-            )
-        ]
-        out.append(
-            _line("Idle", f"{time_us(total)} in {idle.get('gaps', 0):,} gaps: " + ", ".join(parts))
-        )
-    la = r.get("launch") or {}
-    if la.get("launches"):
+    idle = r.idle
+    if idle is not None and idle.total_us:
+        total = idle.total_us
+        causes = ", ".join(f"{c.label} {percent(c.time_us, total)}" for c in idle.causes[:4])
+        out.append(_line("Idle", f"{time_us(total)} in {idle.gaps:,} gaps, explained by " + causes))
+    la = r.launch
+    if la is not None and la.launches:
         text = (
-            f"{la['launches']:,} launches, median {time_us(la['launch_us']['median'])} on the CPU "
-            f"vs {time_us(la['gpu_us']['median'])} on the GPU; "
-            f"{100 * la.get('share_shorter_than_launch', 0):.0f}% run shorter than their launch"
+            f"{la.launches:,} launches, median {time_us(la.launch_us.median)} on the CPU "
+            f"vs {time_us(la.gpu_us.median)} on the GPU; "
+            f"{100 * la.share_shorter_than_launch:.0f}% run shorter than their launch"
         )
-        q = la.get("queue_depth") or {}
-        if q:
-            empty = 100 * q.get("share_empty", 0)
-            text += f"; queue depth mean {q.get('mean', 0):.2f}, empty {empty:.0f}% of the time"
-        lb = la.get("launch_bound") or {}
-        if lb.get("phases"):
-            text += f"; {lb['phases']} launch-bound phases ({time_us(lb.get('time_us'))})"
+        q = la.queue_depth
+        if q is not None:
+            text += f"; queue depth mean {q.mean:.2f}, empty {100 * q.share_empty:.0f}% of the time"
+        if la.launch_bound.phases:
+            text += (
+                f"; {la.launch_bound.phases} launch-bound phases "
+                f"({time_us(la.launch_bound.time_us)})"
+            )
         out.append(_line("Launch", text))
-    sy = r.get("sync") or {}
-    if sy.get("calls"):
-        calls = ", ".join(
-            f"{name} {c.get('count', 0):,}" for name, c in (sy.get("by_call") or {}).items()
-        )
+    sy = r.sync
+    if sy is not None and sy.calls:
+        calls = ", ".join(f"{name} {c.count:,}" for name, c in sy.by_call.items())
         out.append(
             _line(
                 "Sync",
-                f"{sy['calls']:,} calls ({calls}) block the CPU {time_us(sy.get('blocked_us'))}; "
-                f"the GPU idles {time_us(sy.get('gpu_idle_after_us'))} after them",
+                f"{sy.calls:,} calls ({calls}) block the CPU {time_us(sy.blocked_us)}; they "
+                f"cost the GPU {time_us(sy.gpu_idle_caused_us)} of idle",
             )
         )
-    mt = r.get("memory_traffic") or {}
-    if mt.get("copies"):
+    mt = r.memory_traffic
+    if mt is not None and mt.copies:
         kinds = "; ".join(
-            f"{k.get('direction') or k.get('name')} {k.get('count', 0):,}"
-            + (f", {size(k['bytes'])}" if k.get("bytes") is not None else "")
-            for k in mt.get("by_kind") or []
+            f"{k.direction or k.name} {k.count:,}"
+            + (f", {size(k.bytes)}" if k.bytes is not None else "")
+            for k in mt.by_kind
         )
-        text = f"{mt['copies']:,} ({kinds})"
-        small = mt.get("small_copies") or {}
-        if small.get("count"):
-            text += f"; {small['count']:,} under {size(small.get('threshold_bytes', 0))}"
-        loop = mt.get("in_step_loop") or {}
-        if loop.get("copies"):
-            text += f"; {loop['copies']:,} inside the step loop"
+        text = f"{mt.copies:,} ({kinds})"
+        if mt.small_copies.count:
+            text += f"; {mt.small_copies.count:,} under {size(mt.small_copies.threshold_bytes)}"
+        if mt.in_step_loop is not None and mt.in_step_loop.copies:
+            text += f"; {mt.in_step_loop.copies:,} inside the step loop"
         out.append(_line("Copies", text))
+    if r.op_categories:
+        parts = ", ".join(f"{c.category} {100 * c.share:.0f}%" for c in r.op_categories[:6])
+        out.append(_line("GPU time by category", parts))
+    g = r.graph_replays
+    if g is not None:
+        text = (
+            f"{g.activities:,} activities of {g.launches:,} graph launches, "
+            f"{time_us(g.gpu_time_us)} ({100 * g.share_of_gpu_time:.0f}% of GPU time)"
+        )
+        if g.capture:
+            text += f"; {time_us(g.attributed_us)} hung under the captured ops"
+        else:
+            text += "; no op is known for them (give --capture-trace)"
+        out.append(_line("Graph replays", text))
     return out
 
 
-def _efficiency_head(eff: dict[str, Any]) -> Text:
-    dev = eff.get("device") or {}
-    mfu, busy = eff.get("mfu"), eff.get("mfu_busy")
-    m = eff.get("modelled") or {}
+def _efficiency_head(eff: Efficiency) -> Text:
+    dev = eff.device
+    mfu, busy = eff.mfu, eff.mfu_busy
+    m = eff.modelled
     text = Text.assemble(("Efficiency", "bold"))
-    if dev:
-        text.append(f" on {dev.get('name')} ({dev.get('source')})")
+    if dev is not None:
+        text.append(f" on {dev.name} ({dev.source})")
     text.append(": ")
     if mfu is not None:
         text.append(f"MFU {100 * mfu:.2f}%", style="bold")
         text.append(f" (over busy time {100 * (busy or 0):.2f}%); ")
-    rate = eff.get("achieved_tflops_per_s")
+    rate = eff.achieved_tflops_per_s
     if rate is not None:
         text.append(
-            f"modelled ops {rate:.1f} TFLOP/s over {time_us(m.get('kernel_time_us'))} "
-            f"({100 * (m.get('share_of_busy') or 0):.0f}% of busy time)"
+            f"modelled ops {rate:.1f} TFLOP/s over {time_us(m.kernel_time_us)} "
+            f"({100 * (m.share_of_busy or 0):.0f}% of busy time)"
         )
     return text
 
 
-def _params(p: dict[str, Any] | None) -> str:
+def _params(p: dict[str, object] | None) -> str:
     """A shape's parameters, short: GEMMs as ``[Bx]MxNxK``, others as ``key=value``."""
     if not p:
         return ""
@@ -221,28 +252,31 @@ def _params(p: dict[str, Any] | None) -> str:
     )
 
 
-def _efficiency_table(rows: list[dict[str, Any]], top: int, width: int) -> Table:
+def _efficiency_table(rows: list[ShapeRate], top: int, width: int) -> Table:
     t = Table(
         title="Ops by achieved rate (modelled FLOPs and bytes)", title_justify="left",
         title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
         show_edge=False,
     )  # fmt: skip
-    t.add_column("op", no_wrap=True, overflow="ellipsis", max_width=max(20, width - 66))
+    op_width = max(20, width - 66)
+    t.add_column("op", no_wrap=True, overflow="ellipsis", max_width=op_width)
     t.add_column("prec", no_wrap=True, max_width=9)
     for name in ("calls", "time", "TFLOP/s", "% peak", "% roof", "bound"):
         t.add_column(name, justify="right" if name != "bound" else "left", no_wrap=True)
     pct = lambda v: "?" if v is None else f"{100 * v:.1f}"  # noqa: E731
-    for row in rows[:top]:
-        rate = row.get("tflops_per_s")
+    shown = rows[:top]
+    ops = [f"{row.op} {_params(row.params)}".strip() for row in shown]
+    for row, op in zip(shown, table_labels(ops, op_width), strict=True):
+        rate = row.tflops_per_s
         t.add_row(
-            Text(f"{row.get('op')} {_params(row.get('params'))}".strip()),
-            Text(str(row.get("precision") or row.get("dtype") or "?")),
-            f"{row.get('calls', 0):,}",
-            time_us((row.get("kernel_time_us") or {}).get("sum")),
+            Text(op),
+            Text(str(row.precision or row.dtype or "?")),
+            f"{row.calls:,}",
+            time_us(row.kernel_time_us.sum),
             "?" if rate is None else f"{rate:.1f}",
-            pct(row.get("pct_of_peak")),
-            pct(row.get("pct_of_roofline")),
-            str(row.get("bound") or ""),
+            pct(row.pct_of_peak),
+            pct(row.pct_of_roofline),
+            str(row.bound or ""),
         )
     return t
 
@@ -252,123 +286,141 @@ def _stack_line(stack: list[str]) -> str:
     return ("… > " if len(stack) > len(shown) else "") + " > ".join(shown)
 
 
-def _finding(f: dict[str, Any], total: float) -> Group:
-    sev = str(f.get("severity", "low"))
+FIGURES = 4  # labelled figures shown per finding
+ITEMS = 3  # named things (collectives, shapes, calls) shown per finding
+
+
+def _finding(f: Finding) -> Group:
     head = Text()
-    head.append(f"[{sev}]", style=_SEVERITY_STYLE.get(sev, "bold"))
+    head.append(f"[{f.severity}]", style=_SEVERITY_STYLE.get(f.severity, "bold"))
     head.append(" ")
-    head.append(str(f.get("title", f.get("rule", "?"))), style="bold")
-    cost = f.get("cost_us")
-    if cost is not None:
-        share = f", {percent(cost, total)} of GPU time" if total else ""
-        head.append(f"  ~{time_us(cost)}{share}", style="bold")
-    lines: list[Text] = []
-    items = list(evidence_items(f.get("evidence") or {}, skip=("share_of_gpu_time",)))
-    if items:
-        lines.append(Text("evidence: " + "; ".join(f"{k} {v}" for k, v in items), style="dim"))
-    for s in evidence_stacks(f.get("evidence") or {})[:2]:
-        if s.get("stack"):
-            cost = stack_cost(s)
-            extra = f" ({cost[0]} {time_us(cost[1])})" if cost else ""
-            lines.append(Text(f"from: {_stack_line(s['stack'])}{extra}"))
-    if f.get("fix"):
-        lines.append(Text.assemble(("fix: ", "green"), str(f["fix"])))
+    head.append(f.title, style="bold")
+    head.append(f"  ~{time_us(f.cost_us)}, {100 * f.share_of_gpu_time:.1f}% of GPU time",
+                style="bold")  # fmt: skip
+    lines: list[Text] = [Text(f.summary)]
+    figures = " · ".join(f"{x.label} {figure_text(x)}" for x in f.figures[:FIGURES])
+    if figures:
+        lines.append(Text(figures, style="dim"))
+    for item in f.items[:ITEMS]:
+        cost = f" {time_us(item.cost_us)}" if item.cost_us is not None else ""
+        detail = f" ({item.detail})" if item.detail else ""
+        lines.append(Text(f"- {item.name}{cost}{detail}"))
+    for s in f.top_stacks[:2]:
+        lines.append(Text(f"from: {_stack_line(s.stack)} ({time_us(s.cost_us)})"))
+    lines.append(Text.assemble(("fix: ", "green"), f.fix))
+    lines.append(Text(f"estimate: {f.assumption}", style="dim"))
     # Wrapped lines stay indented under the finding's head.
     return Group(head, Padding(Group(*lines), (0, 0, 0, 2)))
 
 
-def render_rank(console: Console, r: dict[str, Any], top: int) -> None:
+def render_rank(console: Console, r: RankReport, top: int) -> None:
     ascii_only = not console.encoding.lower().startswith("utf")
     console.rule(Text(f"{rank_title(r)}", style="bold"), align="left")
-    console.print(Text(str(r.get("path", "")), style="dim"), overflow="ellipsis", no_wrap=True)
-    tb = r.get("time_breakdown") or {}
+    console.print(Text(r.path, style="dim"), overflow="ellipsis", no_wrap=True)
+    tb = r.time_breakdown
     breakdown = _breakdown(r, ascii_only)
     if breakdown is not None:
         console.print(
             Text.assemble(
                 ("GPU time breakdown: ", "bold"),
-                (time_us(tb["total"]), "bold"),
-                f" total; busy {time_us(tb['busy'])} ({percent(tb['busy'], tb['total'])}); "
-                f"communication {time_us(tb['communication'])}, "
-                f"memcpy {time_us(tb['memcpy'])} in all",
+                (time_us(tb.total), "bold"),
+                f" total; busy {time_us(tb.busy)} ({percent(tb.busy, tb.total)}); "
+                f"communication {time_us(tb.communication)}, "
+                f"memcpy {time_us(tb.memcpy)} in all",
             )
         )
         console.print(breakdown)
+        out = r.launch_not_in_trace
+        if out is not None:
+            console.print(
+                Text(
+                    f"{out.activities:,} activities ({time_us(out.gpu_time_us)}, "
+                    f"{100 * out.share_of_busy:.1f}% of busy time) were launched before the "
+                    "profiler's window: counted here, left out by TraceLens",
+                    style="italic",
+                )
+            )
     for line in _summaries(r):
         console.print(line)
-    for title, key in (("Top kernels by GPU time", "top_kernels"), ("Top ops", "top_ops")):
-        rows = r.get(key) or []
-        if rows:
-            console.print(_rows_table(title, rows, top, console.width))
-    sk = r.get("short_kernels") or {}
-    if sk.get("kernels"):
+    if r.top_kernels:
+        console.print(_rows_table("Top kernels by GPU time", r.top_kernels, top, console.width))
+    if r.top_ops:
         console.print(
-            f"Short kernels (< {sk['threshold_us']:g} us): {sk['count']:,} of "
-            f"{sk['kernels']:,} ({100 * sk['share_of_kernels']:.1f}%), {time_us(sk['time_us'])}"
+            _rows_table(
+                "Top ops (share of all GPU time)", r.top_ops, top, console.width,
+                r.top_ops_unattributed_us, sum(x.time_us for x in r.op_categories),
+            )
+        )  # fmt: skip
+    sk = r.short_kernels
+    if sk.kernels:
+        console.print(
+            f"Short kernels (< {sk.threshold_us:g} us): {sk.count:,} of "
+            f"{sk.kernels:,} ({100 * sk.share_of_kernels:.1f}%), {time_us(sk.time_us)}"
         )
-    eff = r.get("efficiency") or {}
-    if eff.get("ops"):
+    eff = r.efficiency
+    if eff is not None and eff.ops:
         console.print(_efficiency_head(eff))
-        console.print(_efficiency_table(eff["ops"], top, console.width))
-    elif r.get("gemm"):
-        console.print(_gemm_table(r["gemm"], top))
-    findings = r.get("findings") or []
+        console.print(_efficiency_table(eff.ops, top, console.width))
+    elif r.gemm:
+        console.print(_gemm_table(r.gemm, top))
+    findings = r.findings
     console.print(Text(f"Findings ({len(findings)})" if findings else "No findings", style="bold"))
     for f in findings:
-        console.print(_finding(f, tb.get("total") or 0.0))
-    for note in r.get("notes") or []:
+        console.print(_finding(f))
+    for note in r.notes:
         console.print(Text(f"note: {note}", style="italic"))
-    for key, why in (r.get("unavailable") or {}).items():
+    for key, why in r.unavailable.items():
         console.print(Text(f"not available: {label(key)}: {why}", style="italic"))
     console.print()
 
 
-def job_lines(job: dict[str, Any] | None) -> list[str]:
+def job_lines(job: Job | None) -> list[str]:
     """The job across its ranks, in a few lines (nothing for a single trace)."""
-    if not job or job.get("ranks", 0) < 2:
+    if job is None or job.ranks < 2:
         return []
-    if job.get("unavailable"):
-        return [f"job of {job['ranks']} traces: {job['unavailable']}"]
-    t, f = job["time_breakdown_sum"], job["fractions"]
+    if job.unavailable:
+        return [f"job of {job.ranks} traces: {job.unavailable}"]
+    t, f, c = job.time_breakdown_sum or {}, job.fractions or {}, job.computation_us
     parts = ", ".join(
         f"{label(k)} {percent(f[k], 1.0)}"
         for k in ("computation", "exposed_communication", "exposed_memcpy", "idle")
     )
-    c = job["computation_us"]
-    what = "ranks" if job.get("same_job", True) else "traces (no rank in them: not one job)"
-    lines = [
-        f"job: {job['ranks']} {what}, GPU time {time_us(t['total'])} in all: {parts}",
-        f"computation per {'rank' if job.get('same_job', True) else 'trace'}: "
-        f"min {time_us(c['min'])}, median {time_us(c['median'])}, max {time_us(c['max'])} "
-        f"(spread {percent(job['computation_spread'], 1.0)}; slowest: "
-        f"{'rank ' if job.get('same_job', True) else ''}{job['slowest_rank']})",
-    ]
-    for s in job.get("stragglers", []):
+    what = "ranks" if job.same_job else "traces (no rank in them: not one job)"
+    lines = [f"job: {job.ranks} {what}, GPU time {time_us(t['total'])} in all: {parts}"]
+    if c is not None:
         lines.append(
-            f"straggler: rank {s['rank']} computes {percent(s['over_median'], 1.0)} longer "
+            f"computation per {'rank' if job.same_job else 'trace'}: "
+            f"min {time_us(c.min)}, median {time_us(c.median)}, max {time_us(c.max)} "
+            f"(spread {percent(job.computation_spread or 0.0, 1.0)}; slowest: "
+            f"{job.slowest_rank})"
+        )
+    for s in job.stragglers:
+        lines.append(
+            f"straggler: {s.rank} computes {percent(s.over_median, 1.0)} longer "
             "than the median rank; the others wait for it at each collective"
         )
-    for row in job.get("findings", [])[:5]:
+    for row in job.findings[:5]:
         lines.append(
-            f"finding on {len(row['ranks'])} of {job['ranks']} "
-            f"{'ranks' if job.get('same_job', True) else 'traces'}: {row['title']} "
-            f"({time_us(row['cost_us'])} in all)"
+            f"finding on {len(row.ranks)} of {job.ranks} "
+            f"{'ranks' if job.same_job else 'traces'}: {row.title} "
+            f"({time_us(row.cost_us)} in all)"
         )
     return lines
 
 
-def _render_all(console: Console, report: dict[str, Any], top: int) -> None:
-    for r in report.get("ranks", []):
+def _render_all(console: Console, report: Report, top: int) -> None:
+    for r in report.ranks:
         render_rank(console, r, top)
-    lines = job_lines(report.get("job"))
+    lines = job_lines(report.job)
     if lines:
         console.rule(Text("job", style="bold"), align="left")
         for line in lines:
             console.print(Text(line))
 
 
-def render_terminal(report: dict[str, Any], top: int = 10, console: Console | None = None) -> None:
+def render_terminal(report: Report, top: int = 10, console: Console | None = None) -> None:
     console = console or make_console()
+    report = visible_data(report)  # names from the trace: no escape sequence reaches the terminal
     if console.is_terminal:
         _render_all(console, report, top)
         return
@@ -379,7 +431,7 @@ def render_terminal(report: dict[str, Any], top: int = 10, console: Console | No
     console.file.write(text + "\n")
 
 
-def render_text(report: dict[str, Any], top: int = 10, width: int = MAX_WIDTH) -> str:
+def render_text(report: Report, top: int = 10, width: int = MAX_WIDTH) -> str:
     """The report as plain text (no styles), as it is printed into a pipe."""
     import io
 

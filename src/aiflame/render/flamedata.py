@@ -3,11 +3,12 @@
 The page must hold every node of trees with millions of them and still weigh a few MB, so
 the tree travels as columns, not objects (memray and speedscope do the same):
 
-* nodes in DFS preorder, children sorted by name (as flamegraph.pl orders them), node 0
+* nodes in DFS preorder, children sorted by name (as flamegraph.pl orders them, but with
+  numbers in names compared as numbers: ``Layer_2`` before ``Layer_10``), node 0
   being the synthetic root ``all``; a node is its frame id and its depth, stored as the
   number of levels closed since the previous node ("pops"), which is tiny and repetitive;
 * self values per sample type as sparse lists (most nodes have no self value);
-* a frame table (name, kind, file, line), frames numbered in name order so that sorting
+* a frame table (name, kind, file, line), frames numbered in that order so that sorting
   siblings by frame id sorts them by name, and one table of the strings they use.
 
 Integer columns are split into byte planes (all low bytes, then the next ones...) so that
@@ -21,11 +22,14 @@ from __future__ import annotations
 import json
 import math
 import zlib
+from bisect import bisect_right
 from dataclasses import dataclass
 
 import numpy as np
 
 from aiflame.model import CallTree, FrameKind, Profile
+from aiflame.model.strings import natural_key
+from aiflame.render.visible import visible_all
 
 FORMAT_VERSION = 1
 ROOT_NAME = "all"
@@ -46,6 +50,10 @@ class Packed:
 # -- tree ordering --------------------------------------------------------------------------
 
 
+# A level's vectorised pass costs about as much as this many nodes visited one by one.
+_LEVEL_COST = 100
+
+
 def level_order(depth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Node ids grouped by depth, and the bounds of each depth's group."""
     # A stable sort of 16-bit keys is a radix sort in numpy: linear time.
@@ -60,19 +68,37 @@ def preorder(parent: np.ndarray, depth: np.ndarray, sort_key: np.ndarray) -> np.
     or None when ids 0..n-1 already are in that order.
 
     Importers that intern sorted stacks (folded) number nodes that way; that is checked
-    first (in linear time), and then nothing moves. Otherwise it is vectorised per depth
+    first (in linear time), and then nothing moves, or only the few groups of siblings that
+    the order of names with numbers moves. Otherwise it is vectorised per depth
     level (a Python DFS over millions of nodes would take seconds): subtree sizes bottom-up,
     then each node's position = its parent's position + 1 + the sizes of the siblings
     sorted before it.
     """
     n = len(parent)
-    if n == 0 or is_sorted_preorder(parent, depth, sort_key):
+    if n == 0:
         return None
+    misordered = misordered_parents(parent, depth, sort_key)
+    if misordered is not None and len(misordered) == 0:
+        return None
+    if (
+        misordered is not None
+        and len(misordered) <= LOCAL_REORDER_MAX
+        and int(depth[misordered[misordered >= 0]].max(initial=0)) < LOCAL_REORDER_DEPTH
+    ):
+        return _reorder_children(depth, sort_key, misordered)
     order, bounds = level_order(depth)
+    deep = (len(bounds) - 2) * _LEVEL_COST > n  # a few very deep stacks: node by node
     size = np.ones(n, dtype=np.int64)
-    for d in range(len(bounds) - 2, 0, -1):
-        idx = order[bounds[d] : bounds[d + 1]]
-        np.add.at(size, parent[idx], size[idx])
+    if deep:
+        up, counts = parent.tolist(), size.tolist()
+        for i in order[::-1].tolist():  # deepest first: a child before its parent
+            if up[i] >= 0:
+                counts[up[i]] += counts[i]
+        size = np.asarray(counts, dtype=np.int64)
+    else:
+        for d in range(len(bounds) - 2, 0, -1):
+            idx = order[bounds[d] : bounds[d + 1]]
+            np.add.at(size, parent[idx], size[idx])
     # Siblings are contiguous after sorting by (parent, key); offsets are the exclusive
     # running sums of subtree sizes within each sibling group.
     sib = np.argsort((parent + 1) * (int(sort_key.max()) + 1) + sort_key, kind="stable")
@@ -87,30 +113,45 @@ def preorder(parent: np.ndarray, depth: np.ndarray, sort_key: np.ndarray) -> np.
     pos = np.empty(n, dtype=np.int64)
     roots = order[bounds[0] : bounds[1]]
     pos[roots] = offset[roots]
-    for d in range(1, len(bounds) - 1):
-        idx = order[bounds[d] : bounds[d + 1]]
-        pos[idx] = pos[parent[idx]] + 1 + offset[idx]
+    if deep:
+        up, off, at = parent.tolist(), offset.tolist(), pos.tolist()
+        for i in order[bounds[1] :].tolist():  # by depth: a parent before its children
+            at[i] = at[up[i]] + 1 + off[i]
+        pos = np.asarray(at, dtype=np.int64)
+    else:
+        for d in range(1, len(bounds) - 1):
+            idx = order[bounds[d] : bounds[d + 1]]
+            pos[idx] = pos[parent[idx]] + 1 + offset[idx]
     out = np.empty(n, dtype=np.int64)
     out[pos] = np.arange(n)
     return out
 
 
 def is_sorted_preorder(parent: np.ndarray, depth: np.ndarray, sort_key: np.ndarray) -> bool:
-    """Whether ids 0..n-1 are a DFS preorder with siblings ascending by ``sort_key``.
+    """Whether ids 0..n-1 are a DFS preorder with siblings ascending by ``sort_key``."""
+    misordered = misordered_parents(parent, depth, sort_key)
+    return misordered is not None and len(misordered) == 0
+
+
+def misordered_parents(
+    parent: np.ndarray, depth: np.ndarray, sort_key: np.ndarray
+) -> np.ndarray | None:
+    """If ids 0..n-1 are a DFS preorder, the parents (-1: the roots) whose children are not
+    ascending by ``sort_key``; None if they are no preorder at all.
 
     Walking the ids in order, each step goes one level down to a first child (whose parent
     must be the node before it), or comes back up to a next sibling: then the last earlier
-    node at its depth must share its parent and sort before it. ``depth`` must agree with
-    ``parent``.
+    node at its depth must share its parent, and should sort before it. ``depth`` must agree
+    with ``parent``.
     """
     if depth[0] != 0:
-        return False
+        return None
     step = np.diff(depth)
     if np.any(step > 1):
-        return False
+        return None
     down = np.flatnonzero(step == 1) + 1
     if not np.array_equal(parent[down], down - 1):
-        return False
+        return None
     # Nodes grouped by depth, ascending ids within a group: the one before a next sibling
     # in its group is the last earlier node at its depth, its previous sibling.
     order, _ = level_order(depth)
@@ -119,13 +160,63 @@ def is_sorted_preorder(parent: np.ndarray, depth: np.ndarray, sort_key: np.ndarr
     is_next[0] = False
     at = np.flatnonzero(is_next[order])
     if len(at) and at[0] == 0:
-        return False
+        return None
     nxt, prev = order[at], order[at - 1]
-    return bool(
-        np.array_equal(depth[prev], depth[nxt])
-        and np.array_equal(parent[prev], parent[nxt])
-        and np.all(sort_key[prev] < sort_key[nxt])
-    )
+    if not (np.array_equal(depth[prev], depth[nxt]) and np.array_equal(parent[prev], parent[nxt])):
+        return None
+    return np.unique(parent[nxt[sort_key[prev] >= sort_key[nxt]]])
+
+
+# Up to this many parents with misordered children, only their subtrees are rearranged
+# (recursively: not below this depth).
+LOCAL_REORDER_MAX = 2000
+LOCAL_REORDER_DEPTH = 400
+
+
+def _reorder_children(depth: np.ndarray, sort_key: np.ndarray, parents: np.ndarray) -> np.ndarray:
+    """The preorder of a tree whose ids are a preorder except that the children of
+    ``parents`` (sorted ids, -1 for the roots) are out of order: those children's subtrees
+    (contiguous id ranges) are put in order, the rest stays, so the cost follows the
+    rearranged subtrees, not the tree (names compared as numbers move a few siblings)."""
+    n = len(depth)
+    misordered = parents.tolist()
+
+    def end_of(p: int) -> int:
+        if p < 0:
+            return n
+        after = np.flatnonzero(depth[p + 1 :] <= depth[p])
+        return p + 1 + int(after[0]) if len(after) else n
+
+    def arrange(p: int, end: int) -> list[np.ndarray]:
+        """Ids of p's subtree [p, end) (without p) in order, as ranges."""
+        lo = p + 1
+        starts = lo + np.flatnonzero(depth[lo:end] == (depth[p] + 1 if p >= 0 else 0))
+        bounds = [*starts.tolist(), end]
+        kids = sorted(range(len(starts)), key=lambda k: int(sort_key[starts[k]]))
+        out: list[np.ndarray] = []
+        for k in kids if p in wanted else range(len(starts)):
+            c, c_end = bounds[k], bounds[k + 1]
+            j = bisect_right(misordered, c)
+            if (j < len(misordered) and misordered[j] < c_end) or c in wanted:
+                out.append(np.asarray([c]))
+                out.extend(arrange(c, c_end))  # a misordered parent inside: recurse
+            else:
+                out.append(np.arange(c, c_end))
+        return out
+
+    wanted = set(misordered)
+    pieces: list[np.ndarray] = []
+    pos = 0
+    for p in misordered:
+        if p < pos and p >= 0:
+            continue  # inside a subtree already rearranged
+        start = max(p, 0)
+        pieces.append(np.arange(pos, start + (1 if p >= 0 else 0)))
+        end = end_of(p)
+        pieces.extend(arrange(p, end))
+        pos = end
+    pieces.append(np.arange(pos, n))
+    return np.concatenate(pieces).astype(np.int64)
 
 
 # -- encodings ------------------------------------------------------------------------------
@@ -226,9 +317,10 @@ def _frame_table(profile: Profile, used: np.ndarray) -> tuple[np.ndarray, list[s
     kind = np.asarray(frames.kind, dtype=np.int64)[used]
     file = np.asarray(frames.file, dtype=np.int64)[used]
     line = np.asarray(frames.line, dtype=np.int64)[used]
-    # Rank the distinct names once in Python (string order), then sort frames with numpy.
+    # Rank the distinct names once in Python (natural order: Layer_2 before Layer_10), then
+    # sort frames with numpy.
     uniq_names, name_inv = np.unique(name, return_inverse=True)
-    by_text = sorted(range(len(uniq_names)), key=lambda i: strings[uniq_names[i]])
+    by_text = sorted(range(len(uniq_names)), key=lambda i: natural_key(strings[uniq_names[i]]))
     name_rank = np.empty(len(uniq_names), dtype=np.int64)
     name_rank[by_text] = np.arange(len(uniq_names))
     order = np.lexsort((line, file, kind, name_rank[name_inv]))
@@ -254,7 +346,12 @@ def _frame_table(profile: Profile, used: np.ndarray) -> tuple[np.ndarray, list[s
 def _strings_section(strings: list[str]) -> bytes:
     # ASCII JSON (non-ASCII as \u escapes): the browser parses it in one native call, and
     # names that are not valid Unicode (lone surrogates) still round-trip.
-    return json.dumps(strings, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+    data = json.dumps(strings, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+    if b"\\" in data:  # escapes: there may be control or bidirectional characters
+        shown = visible_all(strings)  # shown as <U+XXXX>, so a name cannot pose as another
+        if shown != strings:
+            data = json.dumps(shown, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+    return data
 
 
 def pack(

@@ -1,4 +1,6 @@
-"""Folded stacks output: ``root;...;leaf VALUE`` lines, sorted, names exactly as stored."""
+"""Folded stacks output: ``root;...;leaf VALUE`` lines, sorted, names as stored (a ``;``
+inside a name written ``\\;``, see :mod:`aiflame.model.folded`; line breaks inside a name
+written as spaces: one stack is one line)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,15 @@ from collections.abc import Iterator
 import numpy as np
 
 from aiflame.model import Profile
+from aiflame.model.folded import escape_name
+from aiflame.model.stacks import depths_of
+
+
+def one_line(text: str) -> str:
+    """``text`` with its line breaks as spaces (a folded stack is one line)."""
+    if "\n" in text or "\r" in text:
+        return text.replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
+    return text
 
 
 def format_value(v: float) -> str:
@@ -23,7 +34,7 @@ def folded_lines(profile: Profile, metric: str | None = None) -> Iterator[str]:
     for stack, value in profile.iter_stack_values(col):
         if value == 0 or stack < 0:
             continue
-        lines.append((";".join(profile.stack_names(stack)), value))
+        lines.append((one_line(";".join(map(escape_name, profile.stack_names(stack)))), value))
     # Stacks may repeat once names are taken alone (frames differing only in kind/file).
     merged: dict[str, float] = {}
     for stack_str, value in lines:
@@ -52,31 +63,66 @@ def stack_strings(profile: Profile, wanted: np.ndarray, chunk: int = 16384) -> l
 
     The ancestors of a chunk of stacks are gathered with numpy into a (stack, level) grid of
     name pieces, and each row is one ``str.join``: a per-frame Python walk would cost an
-    interpreter step per frame, several times slower on deep profiles.
+    interpreter step per frame, several times slower on deep profiles. A chunk holding a
+    stack deeper than _DEEP frames is done again with each such stack joined alone, so that
+    the grid stays small (one stack of 100,000 frames would make it billions of cells).
     """
     names = profile.strings.strings
-    piece = np.array([";" + names[n] for n in profile.frames.name] + [""], dtype=object)
-    pad = len(piece) - 1  # the empty piece, left of short stacks
+    piece = np.array(
+        [";" + one_line(escape_name(names[n])) for n in profile.frames.name] + [""], dtype=object
+    )
     parent = profile.stacks.parents_array()
     frame = profile.stacks.frames_array()
     wanted = np.asarray(wanted, dtype=np.int64)
+    depth: np.ndarray | None = None  # frames per stack, computed once a deep one is seen
     out: list[str] = []
     for start in range(0, len(wanted), chunk):
         cur = wanted[start : start + chunk]
-        levels = []  # leaf first
-        while True:
-            live = cur >= 0
-            if not live.any():
-                break
-            at = np.where(live, cur, 0)
-            levels.append(np.where(live, frame[at], pad))
-            cur = np.where(live, parent[at], -1)
-        if not levels:
-            out.extend("" for _ in range(len(cur)))
-            continue
-        grid = piece[np.stack(levels[::-1], axis=1)]
-        out.extend("".join(row)[1:] for row in grid.tolist())
+        texts = _grid_strings(cur, parent, frame, piece, _DEEP)
+        if texts is None:
+            if depth is None:
+                depth = np.append(depths_of(parent) + 1, 0)
+            deep = depth[cur] > _DEEP
+            texts = _grid_strings(np.where(deep, -1, cur), parent, frame, piece, None)
+            assert texts is not None  # no depth limit: always a result
+            for k in np.flatnonzero(deep).tolist():
+                texts[k] = _alone(int(cur[k]), parent, frame, piece)
+        out.extend(texts)
     return out
+
+
+_DEEP = 4096  # frames beyond which a stack is joined alone
+
+
+def _grid_strings(
+    cur: np.ndarray, parent: np.ndarray, frame: np.ndarray, piece: np.ndarray, most: int | None
+) -> list[str] | None:
+    """The strings of stacks ``cur`` (-1: "") by the grid, or None when one is deeper
+    than ``most`` levels."""
+    pad = len(piece) - 1  # the empty piece, left of short stacks
+    levels: list[np.ndarray] = []  # leaf first
+    while True:
+        live = cur >= 0
+        if not live.any():
+            break
+        if most is not None and len(levels) >= most:
+            return None
+        at = np.where(live, cur, 0)
+        levels.append(np.where(live, frame[at], pad))
+        cur = np.where(live, parent[at], -1)
+    if not levels:
+        return ["" for _ in range(len(cur))]
+    grid = piece[np.stack(levels[::-1], axis=1)]
+    return ["".join(row)[1:] for row in grid.tolist()]
+
+
+def _alone(sid: int, parent: np.ndarray, frame: np.ndarray, piece: np.ndarray) -> str:
+    pieces = []
+    while sid >= 0:
+        pieces.append(piece[frame[sid]])
+        sid = int(parent[sid])
+    pieces.reverse()
+    return "".join(pieces)[1:]
 
 
 def render_diff_folded(profile: Profile, truncate: bool = False) -> str:

@@ -9,19 +9,22 @@ from __future__ import annotations
 import base64
 import html
 import json
-import os
 import re
 from functools import cache
 from importlib import resources
 
 from aiflame import __version__
-from aiflame.model import Profile
+from aiflame.model import FrameKind, Profile, gpu
+from aiflame.render import jsonsafe
 from aiflame.render.flamedata import pack
 from aiflame.render.memtimeline import memory_stacks, pack_memory
+from aiflame.render.titles import flame_title
+from aiflame.render.visible import visible
 
 # Load order matters: app.js starts the page and uses everything defined before it;
 # fragment.js (deep links) waits for it.
-SCRIPTS = ("decode.js", "tree.js", "format.js", "flameview.js", "app.js", "fragment.js")
+SCRIPTS: tuple[str, ...] = ("decode.js", "tree.js", "format.js", "flameview.js", "app.js")
+SCRIPTS = (*SCRIPTS, "fragment.js")
 # The memory chart (memchart.js) waits for app.js too; without memory data it does nothing.
 SCRIPTS = (*SCRIPTS, "memchart.js")
 
@@ -34,8 +37,9 @@ def _asset(name: str) -> str:
 
 
 def script_json(value: object) -> str:
-    """JSON that is safe inside a <script> element: no ``</script>``, no ``<!--``."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    """JSON that is safe inside a <script> element: no ``</script>``, no ``<!--``; NaN and
+    infinities as null."""
+    text = jsonsafe.dumps(value, ensure_ascii=False, separators=(",", ":"))
     return (
         text.replace("<", "\\u003c")
         .replace(">", "\\u003e")
@@ -56,10 +60,7 @@ def _default_title(profile: Profile) -> str:
     title = profile.meta.get("title")
     if isinstance(title, str) and title:
         return title
-    source = profile.meta.get("source")
-    if isinstance(source, str) and source and source != "-":
-        return f"Flame graph of {os.path.basename(source)}"
-    return "Flame graph"
+    return flame_title(profile)
 
 
 def _diff_info(profile: Profile) -> dict[str, object] | None:
@@ -73,7 +74,36 @@ def _diff_info(profile: Profile) -> dict[str, object] | None:
         return None
     if not (0 <= base < ntypes and 0 <= test < ntypes):
         return None
-    return {"base": base, "test": test, "normalized": bool(diff.get("normalized", False))}
+    info: dict[str, object] = {
+        "base": base,
+        "test": test,
+        "normalized": bool(diff.get("normalized", False)),
+    }
+    names = {k: diff.get(f"{k}_name") for k in ("base", "test")}
+    if all(isinstance(v, str) and v for v in names.values()):
+        info["names"] = names  # what each input is: "H100 (run_a)", "8 ranks of ..."
+    return info
+
+
+def gpu_info(profile: Profile) -> dict[str, object] | None:
+    """What the page needs of GPU PC samples: the class of each stall-reason frame (for
+    colours and the legend), the classes present in legend order, one sample's period,
+    how the samples were joined to launch stacks. None without stall frames."""
+    kinds = profile.frames.kind
+    names = {
+        profile.frames.name_of(f) for f in range(len(kinds)) if kinds[f] == FrameKind.GPU_STALL
+    }
+    if not names:
+        return None
+    classes = {n: gpu.stall_class(n) for n in sorted(names)}
+    period = profile.meta.get(gpu.META_PERIOD)
+    return {
+        "stallClasses": classes,
+        "classes": [c for c in gpu.STALL_CLASSES if c in classes.values()],
+        "period": period if isinstance(period, (int, float)) else None,
+        "periodUnit": str(profile.meta.get(gpu.META_PERIOD_UNIT, "")),
+        "join": str(profile.meta.get(gpu.META_JOIN, "")),
+    }
 
 
 def render_html(
@@ -85,8 +115,9 @@ def render_html(
     inverted: bool = False,
 ) -> str:
     """The page of ``profile``; ``metric`` is the sample type shown first."""
-    title = title or _default_title(profile)
+    title = visible(title or _default_title(profile))
     subtitle = subtitle if subtitle is not None else str(profile.meta.get("subtitle", "") or "")
+    subtitle = visible(subtitle)
     diff = _diff_info(profile)
     column = diff["test"] if diff else profile.type_index(metric)
     packed = pack(
@@ -95,7 +126,11 @@ def render_html(
         subtitle=subtitle,
         metric=int(column),  # type: ignore[call-overload]
         inverted=inverted,
-        extra={"diff": diff, "source": str(profile.meta.get("source", ""))},
+        extra={
+            "diff": diff,
+            "source": str(profile.meta.get("source", "")),
+            "gpu": gpu_info(profile),
+        },
         keep=memory_stacks(profile),
     )
     # A memory profile's chart over time (memchart.js): its own header and sections.

@@ -12,6 +12,7 @@ import gzip
 
 import numpy as np
 
+from aiflame.errors import AiflameError
 from aiflame.model import Profile
 from aiflame.proto import conventions as conv
 from aiflame.proto import profile_pb2 as pb
@@ -43,7 +44,10 @@ class _Writer:
         loc_of = self.locations()
         self.samples(exponents, loc_of)
         self.header()
-        self.message.string_table.extend(self.table)
+        try:
+            self.message.string_table.extend(self.table)
+        except UnicodeEncodeError:  # a lone surrogate (from a JSON escape): not UTF-8
+            self.message.string_table.extend(map(utf8_text, self.table))
 
     def s(self, text: str) -> int:
         i = self._index.get(text)
@@ -111,7 +115,14 @@ class _Writer:
             sums[:, c] = np.bincount(inverse, weights=p.values[:, c], minlength=len(groups))
         ints = np.empty((len(groups), ncols), dtype=np.int64)
         for c, e in enumerate(exponents):
-            ints[:, c] = np.clip(np.round(sums[:, c] * 10.0**e), -(2**63), 2**63 - 1024)
+            scaled = np.round(sums[:, c] * 10.0**e)
+            if not np.all(np.abs(scaled) < 2.0**63):  # NaN fails too
+                raise AiflameError(
+                    f"pprof holds 64-bit integers: {p.sample_types[c].name} has a value of "
+                    f"{float(np.max(np.abs(sums[:, c]))):.4g}, beyond 9.2e18; write folded or"
+                    " speedscope instead"
+                )
+            ints[:, c] = scaled
         keep = np.any(ints != 0, axis=1)
         groups, ints = groups[keep], ints[keep]
         stacks = groups // nlab - 1
@@ -160,11 +171,17 @@ class _Writer:
                 setattr(msg, field, self.s(meta[field]))  # type: ignore[arg-type]
 
 
+def utf8_text(text: str) -> str:
+    """``text`` with what UTF-8 cannot hold (lone surrogates) replaced by "?"."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
 def _time_span(p: Profile) -> tuple[int, int]:
     """(start, duration) in ns from pprof meta, a time range, or the sample timestamps."""
     meta = p.meta
-    if isinstance(meta.get("time_nanos"), int):
-        return meta["time_nanos"], int(meta.get("duration_nanos", 0) or 0)  # type: ignore[return-value]
+    start, dur = meta.get("time_nanos"), meta.get("duration_nanos")
+    if isinstance(start, int):
+        return start, int(dur) if isinstance(dur, int | float) else 0
     span = meta.get("time_range_ns")
     if isinstance(span, (list, tuple)) and len(span) == 2:
         return int(span[0]), int(span[1]) - int(span[0])

@@ -12,9 +12,11 @@ if TYPE_CHECKING:  # the model (and numpy) load with a renderer, not with the fo
     from aiflame.model import Profile
     from aiflame.model.timeline import Timeline
 
-FORMATS = ("folded", "pprof", "speedscope", "html", "chrome")
+FORMATS = ("folded", "pprof", "speedscope", "html", "svg", "chrome")
 # Written from a timeline (slices in time), not from a profile's stacks: see render_timeline.
 TIMELINE_FORMATS = ("chrome",)
+# Names that are not valid Unicode (lone surrogates, from JSON escapes): "?" in text outputs.
+_REPLACE = "replace"
 
 _EXTENSIONS = (
     (".speedscope.json", "speedscope"),
@@ -25,10 +27,16 @@ _EXTENSIONS = (
     (".pb", "pprof"),
     (".html", "html"),
     (".htm", "html"),
+    (".svg", "svg"),
     (".folded", "folded"),
     (".collapsed", "folded"),
     (".txt", "folded"),
 )
+
+
+def extensions(fmt: str) -> list[str]:
+    """The file name endings that stand for ``fmt``."""
+    return [ext for ext, f in _EXTENSIONS if f == fmt]
 
 
 def format_for_path(path: str) -> str | None:
@@ -46,7 +54,7 @@ def render(
     if fmt == "folded":
         from aiflame.render.folded import render_folded
 
-        return render_folded(profile, metric).encode("utf-8")
+        return render_folded(profile, metric).encode("utf-8", _REPLACE)
     if fmt == "pprof":
         from aiflame.render.pprof import render_pprof
 
@@ -54,15 +62,19 @@ def render(
     if fmt == "speedscope":
         from aiflame.render.speedscope import render_speedscope
 
-        return render_speedscope(profile, metric).encode("utf-8")
+        return render_speedscope(profile, metric).encode("utf-8", _REPLACE)
     if fmt == "html":
         from aiflame.render.html import render_html
 
-        return render_html(profile, title=title, metric=metric).encode("utf-8")
+        return render_html(profile, title=title, metric=metric).encode("utf-8", _REPLACE)
     if fmt == "chrome":
         from aiflame.transforms.timeline import sample_timeline
 
         return b"".join(render_timeline(sample_timeline(profile, metric), fmt))
+    if fmt == "svg":
+        from aiflame.render.svg import render_svg
+
+        return render_svg(profile, title=title, metric=metric).encode("utf-8", _REPLACE)
     raise AiflameError(f"unknown output format '{fmt}' (known: {', '.join(FORMATS)})")
 
 

@@ -57,7 +57,8 @@ def render_speedscope(profile: Profile, metric: str | None = None) -> str:
             }
         ],
     }
-    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False) + "\n"
+    # Values were checked finite on import: allow_nan=False only guards against a bug.
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def _shared_frames(profile: Profile) -> tuple[list[dict], np.ndarray]:

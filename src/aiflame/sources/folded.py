@@ -1,8 +1,10 @@
 """Folded ("collapsed") stacks: ``root;child;leaf COUNT`` per line, as written by
 FlameGraph's stackcollapse-*.pl, inferno, py-spy ``--format raw`` and many others.
 
-Counts may be fractional. Lines that do not parse are skipped and counted
-(``meta['ignored_lines']``), as flamegraph.pl does.
+Counts may be fractional. Lines that start with ``#`` are comments (Austin's metadata,
+the headers some tools write), never frames; other lines that do not parse are skipped and counted
+(``meta['ignored_lines']``), as flamegraph.pl does. ``\\;`` inside a frame name is a
+``;`` of the name (see :mod:`aiflame.model.folded`).
 """
 
 from __future__ import annotations
@@ -10,30 +12,46 @@ from __future__ import annotations
 import gc
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import cast
 
 import numpy as np
 
 from aiflame.errors import InputError
 from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
+from aiflame.model.folded import ESCAPED, split_stack
 from aiflame.model.stacks import EMPTY_STACK
-from aiflame.sources.inputs import Input, decode_head
+from aiflame.sources import limits
+from aiflame.sources.inputs import SNIFF_BYTES, Input, decode_head
 from aiflame.symbolize.kinds import DELIMITER, KindGuesser
 
 FORMAT = "folded"
 
-_LINE = re.compile(r"^\S.*?\s+(\d+(?:\.\d*)?)\s*$")
+_COUNT = re.compile(r"\d+(?:\.\d*)?")
 
 
 def sniff(head: bytes, path: str) -> bool:
-    lines = [ln for ln in decode_head(head).splitlines()[:20] if ln.strip()]
+    lines = [ln for ln in decode_head(head).splitlines()[:40] if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith("#")][:20]  # comments are not stacks
     if not lines:
         return False
+    if len(lines) == 1 and len(head) >= SNIFF_BYTES:
+        # One line longer than the head (a stack thousands of frames deep), cut short:
+        # a stack of frames so far. Folded is tried last, so little else can claim it.
+        line = lines[0]
+        return ";" in line and not line[0].isspace() and line.isprintable()
     # The last line of the head may be cut short; judge on complete ones when we can.
     complete = lines[:-1] or lines
-    good = sum(1 for ln in complete if _LINE.match(ln))
+    good = sum(1 for ln in complete if looks_folded(ln))
     return good >= max(1, len(complete) // 2)
+
+
+def looks_folded(line: str) -> bool:
+    """``^\\S.*?\\s+(\\d+(?:\\.\\d*)?)\\s*$``: a stack, blanks, a count; by splitting off
+    the last token (a backtracking regex is quadratic on long lines)."""
+    parts = line.rstrip().rsplit(None, 1)
+    return len(parts) == 2 and not line[0].isspace() and _COUNT.fullmatch(parts[1]) is not None
 
 
 def parse_line(line: str) -> tuple[str, float] | None:
@@ -57,8 +75,10 @@ def read_counts(source: Input) -> tuple[dict[str, float], int]:
     counts: dict[str, float] = {}
     ignored = 0
     get = counts.get
-    with source.open_text() as f:
+    with source.open_text(max_line=limits.max_line()) as f:
         for line in f:
+            if line[:1] == "#":
+                continue  # a comment: '# mode: wall' would otherwise be a frame
             # The usual "stack 123": taken here without parse_line's copies of the line
             # (a line can be a megabyte); anything else goes through parse_line.
             stack, sep, count = line.rpartition(" ")
@@ -80,10 +100,17 @@ def read_counts(source: Input) -> tuple[dict[str, float], int]:
     return counts, ignored
 
 
+# (name in the stack, below the delimiter) -> (frame name, kind)
+FrameNamer = Callable[[str, bool], tuple[str, FrameKind]]
+
+
 def build_profile(
-    counts: dict[str, float], sample_type: SampleType | None = None
+    counts: dict[str, float],
+    sample_type: SampleType | None = None,
+    frame_of: FrameNamer | None = None,
 ) -> ProfileBuilder:
-    """Intern folded stacks into a builder, guessing frame kinds from their names.
+    """Intern folded stacks into a builder, guessing frame kinds from their names (or, with
+    ``frame_of``, from what it says of each distinct name).
 
     Stacks are visited in frame-wise sorted order (``;`` sorts first), so each one shares
     its longest common prefix with the one before it: only the differing tail needs new
@@ -100,9 +127,9 @@ def build_profile(
     leaves: list[int] = []  # the leaf node of each stack, in sorted order
     prev: list[str] = []  # frame names of the previous stack
     path: list[int] = []  # its node ids
-    stacks = sorted(counts, key=lambda st: st.replace(";", "\x00"))
+    stacks = sorted(counts, key=_frame_order)
     for stack in stacks:
-        names = stack.split(";")
+        names = split_stack(stack)
         k = 0
         for a, b in zip(names, prev, strict=False):
             if a != b:
@@ -122,7 +149,9 @@ def build_profile(
                     if ids[j] is None:
                         fid = get_above(name)
                         if fid is None:
-                            fid = above[name] = intern_frame(name, guess(name, False))
+                            fid = above[name] = intern_frame(
+                                *frame_of(name, False) if frame_of else (name, guess(name, False))
+                            )
                         ids[j] = fid
         else:
             ids = []
@@ -131,11 +160,16 @@ def build_profile(
                 table = below if pos > delim else above
                 fid = table.get(name)
                 if fid is None:
-                    fid = table[name] = intern_frame(name, guess(name, pos > delim))
+                    below_delimiter = pos > delim
+                    fid = table[name] = intern_frame(
+                        *frame_of(name, below_delimiter)
+                        if frame_of
+                        else (name, guess(name, below_delimiter))
+                    )
                 ids.append(fid)
         parents.append(path[k - 1] if k else EMPTY_STACK)
         parents.extend(range(first_new, first_new + n_new - 1))
-        frames.extend(ids)
+        frames.extend(cast(list[int], ids))  # every None was filled in above
         del path[k:]
         path.extend(range(first_new, first_new + n_new))
         prev = names
@@ -144,6 +178,13 @@ def build_profile(
     values = np.fromiter(map(counts.__getitem__, stacks), np.float64, len(stacks))
     builder.add_many(np.asarray(leaves, dtype=np.int64), values.reshape(-1, 1))
     return builder
+
+
+def _frame_order(stack: str) -> str:
+    """Sort key that orders stacks frame by frame (a NUL sorts before every name byte)."""
+    if ESCAPED in stack:  # a `;` inside a frame name is not a separator
+        return "\x00".join(split_stack(stack))
+    return stack.replace(";", "\x00")
 
 
 def load(source: Input, **_: object) -> Profile:

@@ -15,6 +15,7 @@ import numpy as np
 
 from aiflame.errors import InputError
 from aiflame.model import Profile
+from aiflame.model.profile import value_problem
 from aiflame.sources.folded import build_profile, read_counts
 from aiflame.sources.inputs import Input
 from aiflame.transforms.diff import diff_columns, make_diff_profile, strip_hex_name, total
@@ -88,6 +89,10 @@ def _counts(path: str, strip_hex: bool) -> dict[str, float]:
     counts, _ = read_counts(Input(path))
     if not counts:
         raise InputError(path, "no folded stacks found (expected lines like 'a;b;c 42')")
+    values = np.fromiter(counts.values(), dtype=np.float64, count=len(counts))
+    problem = value_problem(values.reshape(-1, 1), ["samples"])
+    if problem:
+        raise InputError(path, problem)
     if not strip_hex:
         return counts
     stripped: dict[str, float] = {}

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, TextIO
 
 from aiflame.errors import InputError
+from aiflame.sources import limits
 
 GZIP_MAGIC = b"\x1f\x8b"
 SNIFF_BYTES = 64 * 1024
@@ -56,22 +57,37 @@ class Input:
             raise InputError(self.path, f"cannot open: {e.strerror or e}") from None
 
     @contextmanager
-    def open_binary(self) -> Iterator[BinaryIO]:
-        """The decompressed bytes of the input, as a stream."""
+    def open_binary(self, max_line: int | None = None, whole: bool = False) -> Iterator[BinaryIO]:
+        """The decompressed bytes of the input, as a stream.
+
+        ``max_line``: fail (one clear line) on a line longer than this many bytes, for
+        readers that hold a line whole. ``whole``: the reader reads it all into memory,
+        so gzip data may inflate only so much (:func:`limits.max_decompressed`).
+        """
         raw = self._raw()
         try:
             head = raw.read(2)
             raw.seek(0)
-            if head == GZIP_MAGIC:
-                with gzip.GzipFile(fileobj=raw, mode="rb") as gz:
-                    yield io.BufferedReader(_GuardedStream(gz, self.path), buffer_size=1 << 20)
-            else:
+            if head != GZIP_MAGIC and not max_line:
                 yield raw
+                return
+            limit = None
+            inner: BinaryIO = raw
+            if head == GZIP_MAGIC:
+                inner = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]
+                if whole:
+                    limit = (_size(raw), limits.max_decompressed(_size(raw)))
+            guarded = _GuardedStream(inner, self.path, max_line, limit)
+            try:
+                yield io.BufferedReader(guarded, buffer_size=1 << 20)
+            finally:
+                if inner is not raw:
+                    inner.close()
         finally:
             raw.close()
 
     def read_bytes(self) -> bytes:
-        with self.open_binary() as f:
+        with self.open_binary(whole=True) as f:
             return f.read()
 
     def head(self, n: int = SNIFF_BYTES) -> bytes:
@@ -80,9 +96,9 @@ class Input:
             return f.read(n)
 
     @contextmanager
-    def open_text(self) -> Iterator[TextIO]:
+    def open_text(self, max_line: int | None = None, whole: bool = False) -> Iterator[TextIO]:
         """Decoded text: UTF-8 by default, UTF-16/UTF-8 with BOM honoured, bad bytes replaced."""
-        with self.open_binary() as f:
+        with self.open_binary(max_line, whole) as f:
             encoding = detect_encoding(self.head(4))
             text = io.TextIOWrapper(f, encoding=encoding, errors="replace", newline=None)  # type: ignore[arg-type]
             try:
@@ -91,8 +107,15 @@ class Input:
                 text.detach()
 
     def read_text(self) -> str:
-        with self.open_text() as f:
+        with self.open_text(whole=True) as f:
             return f.read()
+
+
+def _size(f: BinaryIO) -> int:
+    try:
+        return os.fstat(f.fileno()).st_size
+    except (OSError, ValueError, io.UnsupportedOperation):  # stdin kept in memory
+        return len(f.getbuffer()) if isinstance(f, io.BytesIO) else 0
 
 
 def detect_encoding(head: bytes) -> str:
@@ -109,11 +132,23 @@ def decode_head(head: bytes) -> str:
 
 
 class _GuardedStream(io.RawIOBase):
-    """Turns gzip's exceptions on truncated / corrupt data into :class:`InputError`."""
+    """Turns gzip's exceptions on truncated / corrupt data into :class:`InputError`, and
+    enforces the limits of :mod:`limits`: the length of a line (bytes since the last
+    newline; UTF-16 newlines hold a 0x0A byte too) and the decompressed size."""
 
-    def __init__(self, inner: gzip.GzipFile, path: str) -> None:
+    def __init__(
+        self,
+        inner: BinaryIO,
+        path: str,
+        max_line: int | None,
+        max_size: tuple[int, int] | None,  # (compressed size, most decompressed bytes)
+    ) -> None:
         self._inner = inner
         self._path = path
+        self._max_line = max_line
+        self._max_size = max_size
+        self._line = 0  # bytes since the last newline
+        self._size = 0
 
     def readable(self) -> bool:
         return True
@@ -121,19 +156,21 @@ class _GuardedStream(io.RawIOBase):
     def seekable(self) -> bool:
         return False
 
-    def _guard(self, fn, *args):  # type: ignore[no-untyped-def]
+    def readinto(self, b) -> int:  # type: ignore[no-untyped-def]
         try:
-            return fn(*args)
+            n = self._inner.readinto(b)  # type: ignore[attr-defined]
         except EOFError:
             raise InputError(self._path, "truncated gzip data") from None
         except (gzip.BadGzipFile, zlib.error, OSError) as e:
             raise InputError(self._path, f"corrupt gzip data ({e})") from None
-
-    def readinto(self, b) -> int:  # type: ignore[no-untyped-def]
-        return self._guard(self._inner.readinto, b)
-
-    def read(self, n: int = -1) -> bytes:
-        return self._guard(self._inner.read, n)
-
-    def readline(self, size: int | None = -1) -> bytes:
-        return self._guard(self._inner.readline, size if size is not None else -1)
+        if not n:
+            return 0
+        self._size += n
+        if self._max_size is not None and self._size > self._max_size[1]:
+            raise InputError(self._path, limits.inflated_too_much(*self._max_size))
+        if self._max_line:
+            last = bytes(memoryview(b)[:n]).rfind(b"\n")
+            self._line = self._line + n if last < 0 else n - last - 1
+            if self._line > self._max_line:
+                raise InputError(self._path, limits.line_too_long(self._max_line))
+        return n

@@ -14,6 +14,7 @@ Categories across trace generations: ``python_function``, ``cpu_op``/``Operator`
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
@@ -109,12 +110,58 @@ class ShapeEvent(Event, gc=False):
     args: ShapeArgs | None = None
 
 
-def coerce_event(item: Any, shapes: bool = False) -> Event | None:
+class KernelArgs(ShapeArgs, gc=False):
+    """:class:`ShapeArgs` plus the kernel a launch call names (ROCm traces; opt-in, for the
+    trace of a graph's capture)."""
+
+    kernel: Any = None
+
+
+class KernelEvent(Event, gc=False):
+    """A :class:`ShapeEvent` whose launch calls' kernel names are read too."""
+
+    args: KernelArgs | None = None
+
+
+class MemoryArgs(Args, gc=False):
+    """:class:`Args` plus the fields of ``[memory]`` events (``profile_memory=True``)."""
+
+    nbytes: Any = msgspec.field(default=None, name="Bytes")  # > 0 allocated, < 0 freed
+    addr: Any = msgspec.field(default=None, name="Addr")
+    device_type: Any = msgspec.field(default=None, name="Device Type")
+    device_id: Any = msgspec.field(default=None, name="Device Id")
+    total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
+
+
+class MemoryEvent(Event, gc=False):
+    """An event whose ``[memory]`` fields are read too (``EventCollector(memory=True)``)."""
+
+    args: MemoryArgs | None = None
+
+
+MEMORY_EVENT = "[memory]"
+# c10::DeviceType values as Kineto writes them in "Device Type" (ROCm reports CUDA, 1).
+DEVICE_TYPES = {0: "cpu", 1: "cuda", 6: "hip", 9: "xla", 12: "xpu", 13: "mps", 19: "mtia"}
+GPU_DEVICE_TYPES = frozenset({"cuda", "hip", "xpu", "mps", "mtia"})
+
+
+def device_name(device_type: Any, device_id: Any) -> str:
+    """``cuda:0``, ``cpu``: a ``[memory]`` event's device as PyTorch names it."""
+    kind = _int_or(device_type)
+    name = DEVICE_TYPES.get(kind, f"device type {kind}" if kind >= 0 else "unknown device")
+    index = _int_or(device_id)
+    return f"{name}:{index}" if index >= 0 else name
+
+
+def coerce_event(
+    item: Any, shapes: bool = False, memory: bool = False, kernels: bool = False
+) -> Event | None:
     """Build an :class:`Event` from a plain decoded item (the slow path for odd events)."""
     if not isinstance(item, dict):
         return None
     raw = item.get("args")
-    args = None
+    args: Any = None  # of the Args type that goes with the event type below
     if isinstance(raw, dict):
         fields = {
             "correlation": raw.get("correlation"),
@@ -125,18 +172,34 @@ def coerce_event(item: Any, shapes: bool = False) -> Event | None:
             "labels": raw.get("labels"),
             "sort_index": raw.get("sort_index"),
         }
-        if shapes:
-            args = ShapeArgs(
+        if memory:
+            args = MemoryArgs(
                 **fields,
-                input_dims=raw.get("Input Dims"),
-                input_type=raw.get("Input type"),
-                concrete_inputs=raw.get("Concrete Inputs"),
-                bytes=raw.get("bytes"),
+                nbytes=raw.get("Bytes"),
+                addr=raw.get("Addr"),
+                device_type=raw.get("Device Type"),
+                device_id=raw.get("Device Id"),
+                total_allocated=raw.get("Total Allocated"),
+                total_reserved=raw.get("Total Reserved"),
             )
+        elif shapes or kernels:
+            shape_fields = {
+                "input_dims": raw.get("Input Dims"),
+                "input_type": raw.get("Input type"),
+                "concrete_inputs": raw.get("Concrete Inputs"),
+                "bytes": raw.get("bytes"),
+            }
+            if kernels:
+                args = KernelArgs(**fields, **shape_fields, kernel=raw.get("kernel"))
+            else:
+                args = ShapeArgs(**fields, **shape_fields)
         else:
             args = Args(**fields)
     get = item.get
-    return (ShapeEvent if shapes else Event)(
+    event_type = (
+        MemoryEvent if memory else KernelEvent if kernels else ShapeEvent if shapes else Event
+    )
+    return event_type(
         get("ph"),
         get("cat"),
         get("name"),
@@ -149,15 +212,40 @@ def coerce_event(item: Any, shapes: bool = False) -> Event | None:
     )
 
 
+# Times are int64 nanoseconds from the trace's start: microseconds beyond this (73 years)
+# would not fit once a start and a duration are added. A trace holding one is corrupt.
+MAX_US = float(2**62) / 1000.0
+
+
+class TimeOutOfRange(ValueError):
+    """An event time or duration that no nanosecond column can hold."""
+
+
+def us_to_ns(us: array, base: float, what: str) -> np.ndarray:
+    """Microseconds (floats, from ``base``) as int64 nanoseconds; raises
+    :class:`TimeOutOfRange` for one beyond :data:`MAX_US` (or not a number)."""
+    v = np.frombuffer(us, dtype=np.float64) if len(us) else np.zeros(0)
+    rel = v - base if base else v
+    if not np.all(np.abs(rel) < MAX_US):  # NaN and infinities fail too
+        bad = float(v[~(np.abs(rel) < MAX_US)][0])
+        raise TimeOutOfRange(
+            f"an event's {what} is {bad:g} us, more than 64-bit nanoseconds hold "
+            f"(up to {MAX_US:.2g} us from the trace's start)"
+        )
+    return np.rint(rel * 1000.0).astype(np.int64)
+
+
 def _number(v: Any) -> float | int | None:
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return v if v == v else None  # NaN is no time
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None  # NaN and infinities are no time
     if isinstance(v, str):
         try:
             f = float(v)
         except ValueError:
             return None
-        return f if f == f else None
+        return f if math.isfinite(f) else None
     return None
 
 
@@ -212,22 +300,46 @@ class Columns:
     cpu_shape: np.ndarray | None = None
     shapes: list[tuple[Any, Any, Any]] = field(default_factory=list)
     gpu_bytes: np.ndarray | None = None
+    # ...and per CPU slice the kernel a launch call names (index into names, -1: none).
+    cpu_kernel: np.ndarray | None = None
     # From the metadata ('M') events: names, labels and sort order of processes and threads,
     # keyed by pid and by (pid, tid) as in `threads`.
     process_meta: dict[Any, dict[str, Any]] = field(default_factory=dict)
     thread_meta: dict[tuple[Any, Any], dict[str, Any]] = field(default_factory=dict)
     categories: dict[str, int] = field(default_factory=dict)  # each `cat` seen -> its class
+    # With EventCollector(memory=True): the ``[memory]`` events.
+    memory: MemoryColumns | None = None
+
+
+@dataclass
+class MemoryColumns:
+    """``[memory]`` events in trace order: allocations (bytes > 0) and frees (< 0)."""
+
+    thread: np.ndarray  # index into Columns.threads
+    ts: np.ndarray  # ns, relative to base_us like the slices
+    nbytes: np.ndarray  # int64
+    addr: np.ndarray  # int64, -1: not recorded (2021 traces)
+    device: np.ndarray  # index into Columns.names ("cuda:0", "cpu")
+    total_allocated: np.ndarray  # float64, NaN: not recorded
+    total_reserved: np.ndarray
 
 
 class EventCollector:
     """Feed batches of :class:`Event` with :meth:`add`; :meth:`freeze` gives :class:`Columns`."""
 
-    def __init__(self, shapes: bool = False) -> None:
-        self.shapes = shapes
-        self.event_type: type[Event] = ShapeEvent if shapes else Event
+    def __init__(self, shapes: bool = False, memory: bool = False, kernels: bool = False) -> None:
+        """``kernels``: read the kernel names of launch calls too (implies ``shapes``)."""
+        shapes = shapes or kernels
+        if shapes and memory:
+            raise ValueError("shapes and memory are read by separate collectors")
+        self.shapes, self.memory, self.kernels = shapes, memory, kernels
+        self.event_type: type[Event] = (
+            MemoryEvent if memory else KernelEvent if kernels else ShapeEvent if shapes else Event
+        )
         self._shape_ids: dict[bytes, int] = {}
         self._shape_list: list[tuple[Any, Any, Any]] = []
         self.cpu_shape = array("i")
+        self.cpu_kernel = array("i")
         self.gpu_bytes = array("q")
 
         # Times are kept as written (float microseconds) and converted to integer ns
@@ -240,6 +352,15 @@ class EventCollector:
         self.gpu = cols("thread", "ts", "dur", "cls", "name", "corr", "device", "stream")
         self.flow_s = cols("thread", "ts", "id")
         self.flow_f = cols("thread", "ts", "id")
+        self.mem: dict[str, array] = {
+            "thread": array("i"),
+            "ts": array("d"),
+            "nbytes": array("q"),
+            "addr": array("q"),
+            "device": array("i"),
+            "total_allocated": array("d"),
+            "total_reserved": array("d"),
+        }
         self._names: dict[str, int] = {}
         self._stacks: dict[str, int] = {}
         self._threads: dict[tuple[Any, Any], int] = {}
@@ -285,10 +406,13 @@ class EventCollector:
             for k in ("thread", "ts", "dur", "cls", "name", "corr", "device", "stream")
         )
         base = self.base_us
-        etype, shapes = self.event_type, self.shapes
+        etype, shapes, memory, kernels = self.event_type, self.shapes, self.memory, self.kernels
+        e: Event | None
         for e in events:
             if type(e) is not etype:
-                e = coerce_event(e, shapes)  # plain dicts, from a batch that fell back
+                e = coerce_event(
+                    e, shapes, memory, kernels
+                )  # plain dicts, from a batch that fell back
                 if e is None:
                     warn["events that are not JSON objects"] += 1
                     continue
@@ -340,6 +464,11 @@ class EventCollector:
                     c_stack(cs)
                     if shapes:
                         self.cpu_shape.append(self._shape(args, cls))
+                    if kernels:
+                        kernel = getattr(args, "kernel", None) if cls == Cls.RUNTIME else None
+                        self.cpu_kernel.append(
+                            self._intern(names, kernel) if type(kernel) is str else -1
+                        )
                     c_thread(th)
                     c_ts(ts)
                     c_dur(dur)
@@ -362,6 +491,9 @@ class EventCollector:
                     g_corr(corr)
             elif ph == "M":
                 self._metadata(e)
+            elif ph == "i" and memory and e.name == MEMORY_EVENT:
+                self._memory_event(e)
+                base = self.base_us
             elif ph == "B" or ph == "E":
                 self.ignored[f"'{ph}' (begin/end) events"] += 1  # Kineto writes 'X' slices
             elif ph == "s" or ph == "f":
@@ -403,6 +535,27 @@ class EventCollector:
         except TypeError:  # an unhashable pid/tid: no name for it
             pass
 
+    def _memory_event(self, e: Any) -> None:
+        """Keep one ``[memory]`` event (rare next to slices: no need for the hot loop)."""
+        args = e.args
+        ts = _number(e.ts)
+        nbytes = _int_or(getattr(args, "nbytes", None), 0) if args is not None else 0
+        if ts is None or not nbytes:
+            self.warnings["[memory] events without ts or Bytes"] += 1
+            return
+        if self.base_us is None:
+            self.base_us = int(ts)
+        mem = self.mem
+        mem["thread"].append(self._thread(e.pid, e.tid))
+        mem["ts"].append(ts)
+        mem["nbytes"].append(nbytes)
+        mem["addr"].append(_int_or(args.addr))
+        device = device_name(args.device_type, args.device_id)
+        mem["device"].append(self._intern(self._names, device))
+        for key in ("total_allocated", "total_reserved"):
+            v = _number(getattr(args, key))
+            mem[key].append(float("nan") if v is None else float(v))
+
     def _shape(self, args: Any, cls: int) -> int:
         """Index of an operator's (Input Dims, Input type), -1 when it has none."""
         dims = getattr(args, "input_dims", None) if cls == Cls.OP else None
@@ -424,12 +577,10 @@ class EventCollector:
             if a.typecode in "qi":
                 dtype = np.int64 if a.typecode == "q" else np.int32
                 return np.frombuffer(a, dtype=dtype) if len(a) else np.zeros(0, dtype)
-            us = np.frombuffer(a, dtype=np.float64) if len(a) else np.zeros(0)
-            return np.rint(us * 1000.0).astype(np.int64)  # durations: us -> ns
+            return us_to_ns(a, 0.0, "duration")
 
         def ts_(a: array) -> np.ndarray:
-            us = np.frombuffer(a, dtype=np.float64) if len(a) else np.zeros(0)
-            return np.rint((us - base) * 1000.0).astype(np.int64)
+            return us_to_ns(a, base, "time")
 
         cpu = {k: ts_(v) if k == "ts" else np_(v) for k, v in self.cpu.items()}
         gpu = {k: ts_(v) if k == "ts" else np_(v) for k, v in self.gpu.items()}
@@ -460,7 +611,31 @@ class EventCollector:
             np_(self.cpu_shape) if self.shapes else None,
             self._shape_list,
             np_(self.gpu_bytes) if self.shapes else None,
+            np_(self.cpu_kernel).astype(np.int64) if self.kernels else None,
+            memory=self._freeze_memory(ts_) if self.memory else None,
             process_meta=self.process_meta,
             thread_meta=self.thread_meta,
             categories={c: k for c, k in self._classes.items() if isinstance(c, str)},
+        )
+
+    def _freeze_memory(self, ts_: Any) -> MemoryColumns:
+        mem = self.mem
+
+        def ints(a: array) -> np.ndarray:
+            dtype = np.int64 if a.typecode == "q" else np.int32
+            return (
+                np.frombuffer(a, dtype=dtype).astype(np.int64) if len(a) else np.zeros(0, np.int64)
+            )
+
+        def floats(a: array) -> np.ndarray:
+            return np.frombuffer(a, dtype=np.float64).copy() if len(a) else np.zeros(0)
+
+        return MemoryColumns(
+            ints(mem["thread"]),
+            ts_(mem["ts"]),
+            ints(mem["nbytes"]),
+            ints(mem["addr"]),
+            ints(mem["device"]),
+            floats(mem["total_allocated"]),
+            floats(mem["total_reserved"]),
         )

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any
 
 import numpy as np
 
 from aiflame.sources.kineto_events import Cls, Columns
-from aiflame.sources.kineto_samples import CPU_TIME, GPU_TIME, UNLINKED_ROOT
+from aiflame.sources.kineto_samples import GPU_TIME, UNLINKED_ROOT, WALL_TIME
 from aiflame.transforms import correlate
 
 
@@ -16,6 +17,22 @@ def _int(v: object) -> int:
     if isinstance(v, int):
         return v
     return int(v) if isinstance(v, str) and v.isdigit() else 0
+
+
+# Words of a device's marketing name that do not tell models apart: vendors, families,
+# form factors, memory sizes, virtual functions.
+_DEVICE_NOISE = re.compile(
+    r"^(?:NVIDIA|AMD|Instinct|Tesla|GeForce|Corporation|\d+\s?GB|SXM\d*|PCIe|HBM\d*e?|NVL|VF)$",
+    re.IGNORECASE,
+)
+
+
+def short_device_name(name: str) -> str:
+    """``NVIDIA H100 80GB HBM3`` -> ``H100``, ``AMD Instinct MI300X VF`` -> ``MI300X``,
+    ``Tesla V100-SXM2-16GB`` -> ``V100``: the model, for titles; the name if nothing is
+    left."""
+    words = [w for w in re.split(r"[\s-]+", name.strip()) if w and not _DEVICE_NOISE.match(w)]
+    return " ".join(words) or name.strip()
 
 
 def _ns(v: float) -> str:
@@ -35,7 +52,7 @@ def describe(
 ) -> dict[str, object]:
     """Profile meta: default metric, time range and the ``info:`` lines of ``aiflame info``."""
     n_gpu = int(cols.gpu_ts.size)
-    meta: dict[str, object] = {"default_type": GPU_TIME if n_gpu else CPU_TIME}
+    meta: dict[str, object] = {"default_type": GPU_TIME if n_gpu else WALL_TIME}
     first = min(int(t.min()) for t in (cols.cpu_ts, cols.gpu_ts) if t.size)
     last = max(
         int((t + d).max())
@@ -50,8 +67,12 @@ def describe(
         meta["info:rank"] = rank
     devices = trace_meta.get("deviceProperties")
     if isinstance(devices, list) and devices:
-        names = Counter(str(d.get("name", "?")) for d in devices if isinstance(d, dict))
+        # vLLM's traces of ROCm devices leave the name empty: say so rather than "8 x "
+        names = Counter(
+            str(d.get("name") or "(no name in the trace)") for d in devices if isinstance(d, dict)
+        )
         meta["info:devices"] = ", ".join(f"{n} x {name}" for name, n in names.items())
+        meta["device"] = "+".join(dict.fromkeys(short_device_name(n) for n in names))
     counts = np.bincount(cols.cpu_cls, minlength=8)
     meta["info:cpu slices"] = (
         f"{counts[Cls.PYTHON]:,} Python functions, {counts[Cls.OP]:,} operators, "

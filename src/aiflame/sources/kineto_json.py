@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 import msgspec
 
 from aiflame.errors import InputError
+from aiflame.sources import limits
 
 CHUNK = 4 << 20  # bytes read at a time; a batch is about this size
 _WS = re.compile(rb"[ \t\r\n]*")
@@ -34,6 +35,7 @@ _SCALAR = re.compile(rb"[-+0-9.eE]+|true|false|null")
 _BOM = b"\xef\xbb\xbf"
 _MAX_FAILED_CUTS = 4  # cut candidates tried before reading more data
 _ERROR_AT = re.compile(r"\(byte (\d+)\)")
+_TOO_DEEP = "JSON nested more deeply than the decoder allows"
 
 
 class TraceStream:
@@ -63,11 +65,12 @@ class TraceStream:
         self._last_error_at: int | None = None
 
     # -- buffer ----------------------------------------------------------------------------
-    def _fill(self) -> bool:
-        """Append the next chunk; False at end of input."""
+    def _fill(self, at_least: int = 0) -> bool:
+        """Append the next chunk (``at_least`` bytes, when more: what is pending, so that
+        rescans of a long value stay linear); False at end of input."""
         if self._eof:
             return False
-        data = self._f.read(self._chunk)
+        data = self._f.read(max(self._chunk, at_least))
         if not data:
             self._eof = True
             return False
@@ -132,13 +135,16 @@ class TraceStream:
         if not self._peek():
             raise self._error("unexpected end of file")
         while (end := self._value_end(self._pos)) is None:
-            if not self._fill():
+            self._check_pending("a top-level value")
+            if not self._fill(len(self._buf) - self._pos):
                 raise self._error("unexpected end of file (truncated trace?)")
         text = self._buf[self._pos : end]
         try:
             value = msgspec.json.decode(text)
         except msgspec.DecodeError as e:
             raise self._error(str(e)) from None
+        except RecursionError:
+            raise self._error(_TOO_DEEP) from None
         self._pos = end
         return value
 
@@ -210,7 +216,8 @@ class TraceStream:
             if cut < 0 and broken_inside:
                 raise self._explain()  # more data cannot mend it; do not read on
             if cut < 0 or failed >= _MAX_FAILED_CUTS:
-                if self._fill() or not rescanned_at_eof:
+                self._check_pending("an event")
+                if self._fill(len(self._buf) - self._pos) or not rescanned_at_eof:
                     # More data, or the end of input is now known: the last '}' may do.
                     rescanned_at_eof = self._eof
                     end, failed = len(self._buf), 0
@@ -231,6 +238,12 @@ class TraceStream:
             stop = self._last_error_at
             end = min(cut, self._pos + stop) if stop is not None else cut
             broken_inside = stop is not None and self._pos + stop < cut
+
+    def _check_pending(self, what: str) -> None:
+        """One event or value is held whole until it parses: it may be only so long."""
+        limit = limits.max_token()
+        if len(self._buf) - self._pos > limit:
+            raise self._error(limits.token_too_long(what, limit))
 
     def _tail(self) -> list[Any]:
         """At end of input: the rest of the array when its last items are not objects."""
@@ -257,6 +270,8 @@ class TraceStream:
             return self._events_decoder.decode(text)
         except msgspec.ValidationError:
             pass  # valid JSON, but some event has fields of unexpected types
+        except RecursionError:
+            raise self._error(_TOO_DEEP) from None
         except msgspec.DecodeError as e:
             if "utf-8" not in str(e).lower():
                 m = _ERROR_AT.search(str(e))
@@ -274,6 +289,8 @@ class TraceStream:
             return msgspec.json.decode(text)  # plain objects: the caller copes with them
         except msgspec.DecodeError:
             return None
+        except RecursionError:
+            raise self._error(_TOO_DEEP) from None
 
     def _explain(self) -> InputError:
         """The error for events that cannot be parsed, with the decoder's reason and position."""

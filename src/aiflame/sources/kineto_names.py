@@ -12,6 +12,10 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from aiflame.symbolize.cxxnames import short_kernel_name
+
+__all__ = ["PyFrame", "python_frame", "short_kernel_name"]
+
 _PY_FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<func>.+)$")
 _BUILTIN_METHOD = re.compile(
     r"^<built-in method (?P<meth>\S+) of (?P<owner>\S+) object at 0x[0-9a-f]+>$"
@@ -50,55 +54,3 @@ def python_frame(raw: str, style: str = "short") -> PyFrame:
     if m:
         return PyFrame(m.group("func"), "", 0)
     return PyFrame(raw, "", 0)
-
-
-def short_kernel_name(name: str) -> str:
-    """``void ns::kern<float, 4>(Params)`` -> ``ns::kern<…>``; unparsable names unchanged.
-
-    The return type is dropped, template arguments are folded to ``<…>`` and the parameter
-    list is cut; ``(anonymous namespace)`` and lambda names are kept.
-    """
-    if "<" not in name and "(" not in name:
-        return name
-    out: list[str] = []
-    depth = 0  # nesting of <> and () outside what we keep
-    i, n = 0, len(name)
-    while i < n:
-        c = name[i]
-        if depth:
-            if c in "<(":
-                depth += 1
-            elif c in ">)":
-                depth -= 1
-            i += 1
-            continue
-        if c == "(":
-            if name.startswith("(anonymous namespace)", i):
-                out.append("(anonymous namespace)")
-                i += len("(anonymous namespace)")
-                continue
-            if not out or out[-1] == " ":  # "Memcpy DtoH (Device -> Pinned)": not C++
-                return name
-            break  # the parameter list: everything after it is the signature
-        if c == "<":
-            if name.startswith("<lambda", i) or name.startswith("<unnamed", i):
-                out.append(c)
-                i += 1
-                continue
-            out.append("<…>")
-            depth = 1
-        elif c == " " and _is_return_type("".join(out)):
-            out.clear()  # "void kernel<...>" / "__global__ void k": drop the return type
-        else:
-            out.append(c)
-        i += 1
-    short = "".join(out).strip()
-    return short or name
-
-
-_RETURN_TYPES = frozenset({"void", "__global__", "static", "extern", "inline"})
-
-
-def _is_return_type(prefix: str) -> bool:
-    """True when ``prefix`` (what precedes a top-level space) is a kernel's return type."""
-    return prefix in _RETURN_TYPES

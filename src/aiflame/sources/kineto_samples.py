@@ -1,4 +1,4 @@
-"""Samples of a Kineto trace: CPU self time per stack, GPU activity per launch stack.
+"""Samples of a Kineto trace: self time of CPU slices per stack, GPU activity per launch stack.
 
 Samples are aggregated per distinct (stack, labels) before they reach the profile, so a
 trace of millions of events gives a profile the size of its distinct stacks.
@@ -16,9 +16,9 @@ from aiflame.transforms import correlate
 SAMPLE_TYPES = (
     SampleType("gpu-time", "nanoseconds"),
     SampleType("kernel-count", "count"),
-    SampleType("cpu-time", "nanoseconds"),
+    SampleType("wall-time", "nanoseconds"),  # of CPU slices: wall clock, not CPU
 )
-GPU_TIME, KERNEL_COUNT, CPU_TIME = 0, 1, 2
+GPU_TIME, KERNEL_COUNT, WALL_TIME = 0, 1, 2
 UNLINKED_ROOT = "[launch not in trace]"
 DELIMITER = "-"
 _DENSE_KEYS = 1 << 22  # (stack, labels) pairs counted in a table up to this many
@@ -102,7 +102,7 @@ def add_cpu_samples(
     stack_of: np.ndarray,
     labels: Labels,
 ) -> None:
-    self_ns = correlate.self_times(cols.cpu_ts, cols.cpu_dur, nesting.parent)
+    self_ns = correlate.self_times(cols.cpu_ts, nesting.dur, nesting.parent)
     keep = np.nonzero(self_ns > 0)[0]
     thread = cols.cpu_thread[keep]
     # Label ids by thread (a lookup table), not by slice: no sort over millions of rows.
@@ -113,7 +113,7 @@ def add_cpu_samples(
     lab = per_thread[thread]
     weights = self_ns[keep].astype(np.float64)
     del self_ns
-    _add_aggregated(builder, stack_of[keep], lab, {CPU_TIME: weights})
+    _add_aggregated(builder, stack_of[keep], lab, {WALL_TIME: weights})
 
 
 def add_gpu_samples(
@@ -123,11 +123,13 @@ def add_gpu_samples(
     launch: np.ndarray,
     stack_of: np.ndarray,
     labels: Labels,
+    graft: np.ndarray | None = None,
 ) -> np.ndarray:
     """One sample per GPU activity (aggregated); returns the mask of unlinked ones.
 
     ``kernel`` holds the frame id of each activity, ``launch`` the CPU slice that launched
-    it (-1: none), ``stack_of`` the stack id of each CPU slice.
+    it (-1: none), ``stack_of`` the stack id of each CPU slice; ``graft``, per activity, a
+    stack to hang it under instead (-1: its launch's), e.g. a replayed graph's capture.
     """
     n = int(cols.gpu_ts.shape[0])
     if n == 0:
@@ -137,6 +139,8 @@ def add_gpu_samples(
     if unlinked.any():
         root = builder.stacks.child(EMPTY_STACK, builder.frame(UNLINKED_ROOT, FrameKind.LABEL))
     base = np.where(unlinked, root, stack_of[np.maximum(launch, 0)] if stack_of.size else root)
+    if graft is not None:
+        base = np.where(graft >= 0, graft, base)
     delim = builder.frame(DELIMITER, FrameKind.DELIMITER)
     pairs, inverse = unique_rows(base, kernel)
     child = builder.stacks.child

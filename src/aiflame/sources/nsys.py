@@ -22,6 +22,7 @@ import numpy as np
 from aiflame.errors import AiflameError, InputError
 from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
 from aiflame.model.stacks import EMPTY_STACK
+from aiflame.model.trace import TraceData
 from aiflame.sources.inputs import GZIP_MAGIC, Input
 from aiflame.sources.nsys_db import SQLITE_MAGIC, NsysDB, file_has_nsys_tables, open_db
 from aiflame.sources.nsys_gpu import GPU_TABLES, GRAPH, KERNEL, MEMCPY, MEMSET, Launches
@@ -29,6 +30,7 @@ from aiflame.sources.nsys_gpu import activities as gpu_activities
 from aiflame.sources.nsys_labels import Labels
 from aiflame.sources.nsys_nvtx import NvtxIndex
 from aiflame.sources.nsys_stacks import Callchains, CpuFrames
+from aiflame.sources.trace_input import TraceInput
 from aiflame.symbolize.kinds import DELIMITER
 
 if TYPE_CHECKING:
@@ -76,6 +78,19 @@ def load(source: Input, kernel_names: str = "full", nvtx: bool = True, **_: obje
                 source.path, "SQLite database, but not an Nsight Systems export (no nsys tables)"
             )
         return _Importer(db, kernel_names, nvtx).run()
+
+
+def trace_input(source: Input, **_: object) -> TraceInput:
+    """The export for ``aiflame analyze`` and its flame graph (read again on demand: an
+    export's tables are indexed, so a second read is cheap)."""
+    from aiflame.sources.nsys_trace import read_nsys
+
+    # One Input for both reads: it keeps stdin's bytes.
+    return TraceInput(FORMAT, read_nsys(source), lambda: load(source))
+
+
+def trace(source: Input, **options: object) -> TraceData:
+    return trace_input(source, **options).trace
 
 
 class _Importer:

@@ -148,7 +148,7 @@ def open_db(source: Input) -> Iterator[NsysDB]:
     try:
         if source.is_stdin or _is_gzip(source.path):
             fd, tmp = tempfile.mkstemp(prefix="aiflame-nsys-", suffix=".sqlite")
-            with os.fdopen(fd, "wb") as out, source.open_binary() as f:
+            with os.fdopen(fd, "wb") as out, source.open_binary(whole=True) as f:
                 shutil.copyfileobj(f, out, 1 << 20)
             db_path = tmp
         else:

@@ -19,6 +19,7 @@ from aiflame.model.stacks import EMPTY_STACK
 from aiflame.sources.nsys_db import NsysDB, process_key
 from aiflame.sources.nsys_nvtx import NvtxIndex
 from aiflame.sources.nsys_stacks import Callchains, callchain_offset, callers_of_api
+from aiflame.symbolize.cxxnames import distinct_short_names
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -29,7 +30,8 @@ GPU_TABLES = (KERNEL, MEMCPY, MEMSET, GRAPH)
 
 _BACKTRACE_CLASS = 67  # TRACE_PROCESS_EVENT_CUDABACKTRACE, for exports without ENUM tables
 # CUpti_ActivityMemcpyKind, for exports without ENUM_CUDA_MEMCPY_OPER.
-_COPY_KINDS = ("Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD")
+_COPY_KINDS: tuple[str, ...] = ("Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD")
+_COPY_KINDS += ("DtoA", "DtoD")
 _COPY_KINDS += ("HtoH", "PtoP")
 _COMMON = ["start", "end", "deviceId", "streamId", "correlationId", "globalPid"]
 
@@ -61,15 +63,21 @@ def activities(db: NsysDB, builder: ProfileBuilder, kernel_names: str) -> Iterat
     """Every GPU activity, with its leaf frame interned."""
     strings = db.strings
     name_cols = ["demangledName", "shortName"]
+    text_of = lambda name: name if isinstance(name, str) else strings.get(name, "")  # noqa: E731
+    short: dict[str, str] = {}
     if kernel_names == "short":
-        name_cols.reverse()
+        # Shortened together from the demangled names, not nsys's shortName, which folds
+        # every template instance into one (all of cloverleaf's par_ranged2d_kernel<lambda>).
+        names = {text_of(n) for (n,) in db.select(KERNEL, [name_cols])}
+        short = distinct_short_names(names - {""})
     frames: dict[object, int] = {}
     for *row, name in db.select(KERNEL, [*_COMMON, name_cols]):
         fid = frames.get(name)
         if fid is None:
-            text = name if isinstance(name, str) else strings.get(name, "")
+            text = text_of(name)
+            text = short.get(text, text)
             fid = frames[name] = builder.frame(text or "[unknown kernel]", FrameKind.GPU_KERNEL)
-        yield Activity(KERNEL, *row, fid, 0)
+        yield Activity._make((KERNEL, *row, fid, 0))
     kinds = copy_kinds(db)
     copies: dict[object, int] = {}
     for *row, kind, nbytes in db.select(MEMCPY, [*_COMMON, "copyKind", "bytes"]):
@@ -77,13 +85,13 @@ def activities(db: NsysDB, builder: ProfileBuilder, kernel_names: str) -> Iterat
         if fid is None:
             label = kinds.get(kind, f"kind {kind}") if kind is not None else "Unknown"
             fid = copies[kind] = builder.frame(f"[memcpy {label}]", FrameKind.GPU_KERNEL)
-        yield Activity(MEMCPY, *row, fid, nbytes or 0)
+        yield Activity._make((MEMCPY, *row, fid, nbytes or 0))
     memset = builder.frame("[memset]", FrameKind.GPU_KERNEL)
     for *row, nbytes in db.select(MEMSET, [*_COMMON, "bytes"]):
-        yield Activity(MEMSET, *row, memset, nbytes or 0)
+        yield Activity._make((MEMSET, *row, memset, nbytes or 0))
     for *row, graph in db.select(GRAPH, [*_COMMON, "graphId"]):
         fid = builder.frame(f"[CUDA graph {graph}]", FrameKind.GPU_KERNEL)
-        yield Activity(GRAPH, *row, fid, 0)
+        yield Activity._make((GRAPH, *row, fid, 0))
 
 
 def copy_kinds(db: NsysDB) -> dict[int, str]:

@@ -8,7 +8,8 @@ from aiflame.model import ProfileBuilder
 from aiflame.sources.nsys_db import NsysDB, pid_of, process_key, tid_of
 
 THREAD_NAME_TYPE = 39  # NVTX_EVENTS eventType NvtxThread: names a thread
-_RANK = re.compile(r"\brank\s*[:=#]?\s*(\d+)", re.IGNORECASE)
+# Possessive blanks: two runs of \s* around an optional sign backtrack quadratically.
+_RANK = re.compile(r"\brank\s*+[:=#]?\s*+(\d+)", re.IGNORECASE)
 _RANK_ENV = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID")
 
 
@@ -75,7 +76,7 @@ def _ranks(db: NsysDB, thread_names: dict[int, str], gpu_tables: tuple[str, ...]
             ranks.setdefault(process_key(g), m.group(1))
     if ranks:
         return ranks
-    processes = set()
+    processes: set[int] = set()
     for table in gpu_tables:
         if "globalPid" in db.columns(table):
             sql = f'SELECT DISTINCT "globalPid" / 16777216 FROM "{table}"'

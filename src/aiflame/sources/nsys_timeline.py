@@ -104,7 +104,10 @@ class _Builder:
         for act in gpu_activities(self.db, names, self.kernel_names):
             name = names.frames.get(act.frame).name
             track = self.b.track(
-                act.device, act.stream, f"GPU {act.device}", f"stream {act.stream}"
+                act.device,  # type: ignore[arg-type]  # None kept as the export writes it
+                act.stream,  # type: ignore[arg-type]
+                f"GPU {act.device}",
+                f"stream {act.stream}",
             )
             args: dict[str, object] = {"device": act.device, "stream": act.stream}
             if act.correlation is not None:

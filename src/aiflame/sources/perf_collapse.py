@@ -27,7 +27,7 @@ import re
 from collections.abc import Iterable, Iterator
 from itertools import compress, count, islice, repeat
 from operator import is_
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from aiflame.sources.perf_rules import (
     EVENT,
@@ -63,6 +63,7 @@ class Collapser:
         self.comms: dict[str, tuple[str, str, str]] = {}  # root frame -> (comm, pid, tid)
         self.unrecognized = 0  # lines that are neither events nor stack frames
         self.filtered = 0  # event lines of other event types
+        self.samples = 0  # event lines of the event collapsed: the samples read
         self.periods = False  # whether samples carried a period
         self._addrs = self.options.addrs
         self._name = namer(self.options)
@@ -134,7 +135,7 @@ class Collapser:
                 else:
                     fragments = frs[start:i]
                     fragments.reverse()  # lines go leaf first; stacks are written root first
-                    rest = "".join(fragments)
+                    rest = "".join(cast(list[str], fragments))  # misses are filled
                     by_rest = counts.get(pname)
                     if by_rest is None:
                         by_rest = counts[pname] = {}
@@ -156,6 +157,7 @@ class Collapser:
                             self.filtered += 1
                             continue
                         event_filter = self.event_filter = event
+                    self.samples += 1
                     if not tid or tid == "0":  # Perl: "if (not $tid)"
                         tid, pid = pid, "?"
                     if not per or per == "0":
@@ -306,6 +308,7 @@ class Collapser:
             elif event != self.event_filter:
                 self.filtered += 1
                 return False  # the open sample, if any, stays open (as in Perl)
+        self.samples += 1
         if not period or period == "0":
             self._period = 1
         else:
@@ -349,6 +352,7 @@ class Collapser:
             self.comms.setdefault(pname, ids)
         self.unrecognized += other.unrecognized
         self.filtered += other.filtered
+        self.samples += other.samples
         self._pname = other._pname  # the later part decides how the input ended
         self.periods = self.periods or other.periods
 
@@ -408,18 +412,20 @@ def collapse(lines: Iterable[str], options: PerfOptions | None = None) -> dict[s
 def iter_chunks(f: BinaryIO, chunk_bytes: int = CHUNK_BYTES) -> Iterator[str]:
     """Complete lines of a byte stream, decoded as Latin-1, a few megabytes at a time,
     joined by ``\\n`` without a final one (so Perl's lines are exactly ``split("\\n")``)."""
-    carry = ""
+    parts: list[str] = []  # the line read so far (pieces: a long line is joined once)
     while True:
         chunk = f.read(chunk_bytes)
         if not chunk:
             break
-        text = carry + chunk.decode("latin-1")
+        text = chunk.decode("latin-1")
         cut = text.rfind("\n")
         if cut < 0:
-            carry = text  # a line longer than a chunk: keep reading
+            parts.append(text)  # a line longer than a chunk: keep reading
             continue
-        carry = text[cut + 1 :]
-        yield text[:cut]
+        parts.append(text[:cut])
+        yield "".join(parts)
+        parts = [text[cut + 1 :]]
+    carry = "".join(parts)
     if carry:
         yield carry  # the last line had no newline; Perl still reads it
 

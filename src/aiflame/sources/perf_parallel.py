@@ -15,7 +15,7 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from aiflame.sources.perf_collapse import CHUNK_BYTES, Collapser, collapse_stream, iter_chunks
 from aiflame.sources.perf_rules import EVENT, PERIOD, PerfOptions
@@ -79,7 +79,7 @@ class _Range:
 def first_event(f: BinaryIO, end: int) -> str | None:
     """The event type Perl would filter on (the first line matching both event patterns)
     within the first ``end`` bytes, or None if there is none there."""
-    for text in iter_chunks(_Range(f, 0, end)):
+    for text in iter_chunks(cast(BinaryIO, _Range(f, 0, end))):
         for line in text.split("\n"):
             if line and line[0] != "#" and EVENT.match(line):
                 m = PERIOD.search(line)
@@ -113,7 +113,7 @@ def range_starts(f: BinaryIO, size: int, jobs: int) -> list[int]:
 
 def _collapse_range(path: str, start: int, end: int, options: PerfOptions) -> Collapser:
     with open(path, "rb") as f:
-        return collapse_stream(_Range(f, start, end), options)
+        return collapse_stream(cast(BinaryIO, _Range(f, start, end)), options)
 
 
 def collapse_file(path: str, options: PerfOptions | None = None, jobs: int = 0) -> Collapser:

@@ -16,12 +16,16 @@ from dataclasses import dataclass
 WS = " \t\n\r\f\v"
 _HEX = "0123456789abcdef"
 
-# The event line: "comm [pid/]tid ..." (the Perl pattern ^(\S.+?)\s+(\d+)\/*(\d+)*\s+,
-# with the ambiguous (\d+)* rewritten as (\d+)? which matches the same lines and captures
-# the same groups, without exponential backtracking on long digit runs).
-EVENT = re.compile(r"(\S.+?)\s+(\d+)/*(\d+)?\s+", re.ASCII)
-# "...: PERIOD EVENT:" at the end of an event line; same rewrite of (\d+)*.
-PERIOD = re.compile(r":\s*(\d+)?\s+(\S+):\s*$", re.ASCII)
+# The event line: "comm [pid/]tid ..." (the Perl pattern ^(\S.+?)\s+(\d+)\/*(\d+)*\s+),
+# rewritten to match the same lines with the same groups in linear time. Perl's lazy comm
+# ends where a blank run followed by the pid starts (or at the second character, when the
+# run starts at the first): only there is the rest tried, and the rest never backtracks
+# (possessive quantifiers: a split of a blank or digit run cannot make it match). Perl's
+# ambiguous (\d+)* is (\d+)?, which matches the same and captures the same.
+EVENT = re.compile(r"(\S\s(?=\s)|\S.+?(?<!\s))\s++(\d++)/*+(\d++)?+\s++", re.ASCII)
+# "...: PERIOD EVENT:" at the end of an event line; same rewrite of (\d+)*. Searched by
+# _PeriodSearch, which tries it only from the one colon where it can match.
+_PERIOD = re.compile(r":\s*(\d+)?\s+(\S+):\s*$", re.ASCII)
 # The usual event line, "comm pid[/tid] [cpu] secs.usecs: [period] event: ", in one match.
 # When it matches, EVENT and PERIOD give the same groups: EVENT's lazy comm stops at the
 # first blank (comm has 2+ characters and no blank), and PERIOD can only match from the
@@ -29,10 +33,46 @@ PERIOD = re.compile(r":\s*(\d+)?\s+(\S+):\s*$", re.ASCII)
 HEADER = re.compile(
     r"(\S\S+) +(\d+)(?:/(\d+))? +(?:\[\d+\] +)?\d+\.\d+: +(?:(\d+) +)?(\S+): *$", re.ASCII
 )
-# A stack line: "ADDR FUNC (MODULE)". Used when the string-method parse cannot decide.
-_STACK = re.compile(r"\s*(\w+)\s*(.+) \((.*)\)", re.ASCII)
-_GO_METHOD = re.compile(r"\.\(.*\)\.")
+_WORD = re.compile(r"\w*", re.ASCII)
+_BLANKS = re.compile(r"\s*", re.ASCII)
 _PERF_MAP = re.compile(r"/tmp/perf-\d+\.map", re.ASCII)
+# perf inject --jit writes each jitted function into a jitted-PID-N.so of its own.
+_JITTED_SO = re.compile(r"(?:^|/)jitted-\d+-\d+\.so$", re.ASCII)
+# Bracketed modules perf names that are user space, not the kernel (perf report marks
+# their symbols [.]); every other "[name]" is the kernel or a kernel module.
+_USER_BRACKETS: tuple[str, ...] = (
+    "[vdso]",
+    "[vsyscall]",
+    "[vectors]",
+    "[sigpage]",
+    "[uprobes]",
+    "[heap]",
+)
+_USER_BRACKETS += ("[stack]", "[anon")
+
+# With PerfOptions.kinds, a frame whose module tells its kind carries one of these marks at
+# the end of its name: a newline can never be part of a name (input is split at newlines).
+KERNEL_MARK = "\nk"
+JIT_MARK = "\nj"
+
+
+class _PeriodSearch:
+    """``PERIOD.search(line)`` of the Perl pattern ``:\\s*(\\d+)*\\s+(\\S+):\\s*$``, in
+    linear time. The event must be the last token of the line (it ends with the last
+    colon, blanks after it only), and between the colon that starts the match and that
+    token there are only blanks and digits: so the match can only start at the last colon
+    before the token, and the pattern is tried there alone."""
+
+    def search(self, line: str) -> re.Match[str] | None:
+        text = line.rstrip(WS)
+        if not text.endswith(":"):
+            return None
+        token = max(map(text.rfind, WS)) + 1  # start of the last token
+        colon = text.rfind(":", 0, token)
+        return _PERIOD.match(line, colon) if colon >= 0 else None
+
+
+PERIOD = _PeriodSearch()
 
 
 @dataclass(frozen=True)
@@ -46,6 +86,9 @@ class PerfOptions:
     annotate_all: bool = False  # kernel and jit
     addrs: bool = False  # "[module <ADDR>]" instead of "[module]" for unknown symbols
     event_filter: str = ""  # keep this event; "" = the first one seen
+    # Not a Perl option: mark kernel and JIT frames (KERNEL_MARK, JIT_MARK) for the Profile,
+    # which carries them as kinds. The folded text of stackcollapse-perf.pl has no marks.
+    kinds: bool = False
 
     @property
     def annotate_kernel(self) -> bool:
@@ -78,8 +121,34 @@ def parse_stack_line(line: str) -> tuple[str, str, str] | None:
         p = rest.rfind(" (", 0, close)
         if p >= 1:
             return pc, rest[:p], rest[p + 2 : close]
-    m = _STACK.match(line)  # unusual shapes: let the regex backtrack as Perl's does
-    return (m.group(1), m.group(2), m.group(3)) if m else None
+    return _stack_match(line)  # unusual shapes
+
+
+def _stack_match(line: str) -> tuple[str, str, str] | None:
+    """The groups of Perl's ``/\\s*(\\w+)\\s*(.+) \\((.*)\\)/`` on ``line``, found in
+    linear time rather than by backtracking (quadratic on long lines). The module is up to
+    the last ")"; the function, the longest run before the last " (" that has a ")" after
+    it, given the address (all of the word, then shorter) and the blanks after it (all of
+    them, then fewer) that Perl tries first."""
+    start = _BLANKS.match(line).end()  # type: ignore[union-attr]
+    word_end = _WORD.match(line, start).end()  # type: ignore[union-attr]
+    close = line.rfind(")")
+    if word_end == start or close < 0:
+        return None
+    func = _BLANKS.match(line, word_end).end()  # type: ignore[union-attr]
+    paren = line.rfind(" (", func + 1, close)
+    if paren >= 0:  # the whole word, then all the blanks: the usual case
+        return line[start:word_end], line[func:paren], line[paren + 2 : close]
+    # Otherwise only a " (" whose blank ends those blanks can be reached: by leaving two
+    # blanks to ".+ (" when there are two or more, else (one blank) by leaving the word's
+    # last character to the function.
+    paren = func - 1
+    if line[paren : paren + 2] == " (" and paren + 2 <= close:
+        if func - 2 >= word_end:
+            return line[start:word_end], line[func - 2 : paren], line[paren + 2 : close]
+        if word_end - start >= 2:
+            return line[start : word_end - 1], line[word_end - 1 : paren], line[paren + 2 : close]
+    return None
 
 
 def strip_offset(rawfunc: str) -> str:
@@ -94,7 +163,7 @@ def tidy(func: str) -> str:
     """``;`` -> ``:``, no argument list (unless a Go method), no quotes."""
     if ";" in func:
         func = func.replace(";", ":")
-    if "(" in func and not (".(" in func and _GO_METHOD.search(func)):
+    if "(" in func and not _go_method(func):
         # Cut at the first "(" that does not open "(anonymous namespace)".
         i = func.find("(")
         while i >= 0 and func.startswith("anonymous namespace)", i + 1):
@@ -104,6 +173,33 @@ def tidy(func: str) -> str:
     if '"' in func or "'" in func:
         func = func.replace('"', "").replace("'", "")
     return func
+
+
+def module_mark(mod: str) -> str:
+    """KERNEL_MARK or JIT_MARK for a frame of module ``mod``, "" for other user space.
+
+    Kernel: ``[kernel.kallsyms]`` and other bracketed names but user-space ones like
+    ``[vdso]``, ``vmlinux`` (also versioned, ``vmlinux-6.1.0``), ``.ko`` modules and BPF
+    programs (``bpf_prog_<tag>_<name>``). JIT:
+    perf maps (``/tmp/perf-PID.map``), ``perf inject --jit``'s ``jitted-PID-N.so`` and perf's
+    ``[JIT] tid N``. FlameGraph's ``--kernel``/``--jit`` annotate a narrower set (no ``.ko``
+    nor versioned vmlinux; no jitted-*.so; ``[JIT] tid`` as kernel), which is kept as is.
+    """
+    if mod.startswith("[JIT]") or _PERF_MAP.search(mod) or _JITTED_SO.search(mod):
+        return JIT_MARK
+    if mod.startswith("["):
+        return "" if "unknown" in mod or mod.startswith(_USER_BRACKETS) else KERNEL_MARK
+    base = mod.rpartition("/")[2]
+    if base.startswith(("vmlinux", "bpf_prog_")) or base.endswith(".ko") or ".ko." in base:
+        return KERNEL_MARK
+    return ""
+
+
+def _go_method(func: str) -> bool:
+    """Whether ``func`` matches ``/\\.\\(.*\\)\\./`` (a Go method such as
+    ``main.(*T).f``): a ")." after the first ".(" (searched, not backtracked)."""
+    start = func.find(".(")
+    return start >= 0 and func.find(").", start + 2) >= 0
 
 
 def frame_names(pc: str, func_raw: str, mod: str, java: bool, opts: PerfOptions) -> list[str]:
@@ -134,13 +230,18 @@ def frame_names(pc: str, func_raw: str, mod: str, java: bool, opts: PerfOptions)
         elif opts.annotate_jit and _PERF_MAP.search(mod) and "_[j]" not in func:
             func += "_[j]"
         out.append(func)
+    if opts.kinds and out:
+        mark = module_mark(mod)
+        if mark:
+            out = [f + mark for f in out]  # inlined frames are in the module too
     return out
 
 
 def namer(opts: PerfOptions) -> Callable[[str, str, str, bool], str]:
     """A fast ``fragment(frame_names(...))`` for ``opts``: the usual single, known function
     is handled inline, the rest by :func:`frame_names`."""
-    kernel, jit = opts.annotate_kernel, opts.annotate_jit
+    kernel, jit, kinds = opts.annotate_kernel, opts.annotate_jit, opts.kinds
+    marks: dict[str, str] = {}  # module -> its mark (opts.kinds): a profile has few modules
 
     def name(pc: str, func: str, mod: str, java: bool) -> str:
         if not func or func[0] == "(" or "->" in func or func == "[unknown]":
@@ -153,6 +254,11 @@ def namer(opts: PerfOptions) -> Callable[[str, str, str, bool], str]:
             func += "_[k]"
         elif jit and "_[j]" not in func and _PERF_MAP.search(mod):
             func += "_[j]"
+        if kinds:
+            mark = marks.get(mod)
+            if mark is None:
+                mark = marks[mod] = module_mark(mod)
+            func += mark
         return ";" + func
 
     return name

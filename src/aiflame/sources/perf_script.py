@@ -13,23 +13,28 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from aiflame.errors import InputError
+from aiflame.sources import limits
 from aiflame.sources.inputs import GZIP_MAGIC, Input
 from aiflame.sources.perf_collapse import Collapser, collapse, collapse_stream
 from aiflame.sources.perf_parallel import collapse_file
-from aiflame.sources.perf_rules import EVENT, WS, PerfOptions
+from aiflame.sources.perf_rules import EVENT, JIT_MARK, KERNEL_MARK, WS, PerfOptions
 
 if TYPE_CHECKING:
-    from aiflame.model import Profile, SampleType
+    from aiflame.model import FrameKind, Profile, SampleType
 
 FORMAT = "perf-script"
 
 # An "ADDRESS SYMBOL (MODULE)" line, as perf script prints call chains (indented, except
 # in some old versions).
-_STACK_LINE = re.compile(r"[ \t]*[0-9a-fA-F]+\s+\S.*\(.*\)\s*$", re.ASCII)
+# "ADDR FUNC (MODULE)": ADDR, blanks, then a "(" and, after it, a ")" that ends the line.
+# Possessive runs and the first "(" only: linear on long lines (a backtracking
+# ".*\(.*\)" is quadratic where a line has many "(" and no ")" at its end).
+_STACK_LINE = re.compile(r"[ \t]*+[0-9a-fA-F]++\s++\S[^(\n]*+\((?=.*\)\s*$)", re.ASCII)
 _CLOCK_EVENTS = ("cpu-clock", "task-clock")
 
 
@@ -88,7 +93,7 @@ def collapse_input(source: Input, opts: PerfOptions, jobs: int = 0) -> Collapser
             plain = f.read(2) != GZIP_MAGIC
         if plain:
             return collapse_file(source.path, opts, jobs)
-    with source.open_binary() as f:
+    with source.open_binary(max_line=limits.max_line()) as f:
         return collapse_stream(f, opts)
 
 
@@ -103,7 +108,8 @@ def load(source: Input, **options: object) -> Profile:
     from aiflame.sources.folded import build_profile
 
     opts, jobs = options_from(options)
-    c = collapse_input(source, opts, jobs)
+    # The module column tells kernel and JIT frames: marked while collapsing, kinds here.
+    c = collapse_input(source, replace(opts, kinds=True), jobs)
     counts: dict[str, float] = {}
     roots: dict[str, str] = {}  # decoded root frame -> latin-1 one (to find its comm)
     for pname, by_rest in c.counts.items():
@@ -115,8 +121,9 @@ def load(source: Input, **options: object) -> Profile:
     if not counts:
         raise InputError(source.path, _why_empty(c))
     event = c.event_filter
-    builder = build_profile(counts, _sample_type(event, c.periods))
+    builder = build_profile(counts, _sample_type(event, c.periods), _frame_namer())
     builder.meta["ignored_lines"] = c.unrecognized
+    builder.meta["samples_read"] = c.samples  # the rows are fewer: one per distinct stack
     if event:
         builder.meta["info:event"] = event
     if c.filtered:
@@ -124,6 +131,28 @@ def load(source: Input, **options: object) -> Profile:
     profile = builder.build()
     _label_samples(profile, c, roots, opts)
     return profile
+
+
+def _frame_namer() -> Callable[[str, bool], tuple[str, FrameKind]]:
+    """Name and kind of a collapsed frame: the kind its module's mark says, else guessed
+    from the name (as for folded stacks)."""
+    from aiflame.model import FrameKind
+    from aiflame.symbolize.kinds import KindGuesser
+
+    guess = KindGuesser()
+
+    def frame_of(name: str, below_delimiter: bool) -> tuple[str, FrameKind]:
+        mark = name[-2:]
+        if mark == KERNEL_MARK:
+            return name[:-2], FrameKind.KERNEL
+        if mark == JIT_MARK:
+            name = name[:-2]
+            kind = guess(name, below_delimiter)
+            # CPython's perf trampolines (py::func:file.py) are Python frames in a perf map
+            return name, kind if kind == FrameKind.PYTHON else FrameKind.JIT
+        return name, guess(name, below_delimiter)
+
+    return frame_of
 
 
 def folded_bytes(source: Input, **options: object) -> bytes:

@@ -3,14 +3,16 @@
 An importer module defines ``FORMAT`` (its name), ``sniff(head: bytes, path: str) -> bool``
 and ``load(source: Input, **options) -> Profile``, and is listed in ``IMPORTERS``. An
 importer of traces also defines ``load_timeline(source: Input, **options) -> Timeline``:
-the slices in time that the Chrome trace exporter writes.
+the slices in time that the Chrome trace exporter writes. A source of a GPU trace format
+also defines ``trace_input(source: Input, **options) -> TraceInput`` and
+``trace(source: Input, **options) -> TraceData``, which ``aiflame analyze`` reads
+(:func:`load_trace_input`). Every reader's failure on bad input is one :class:`InputError`.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -18,10 +20,19 @@ from typing import Any
 
 from aiflame.errors import AiflameError, InputError
 from aiflame.model import Profile
+from aiflame.model.strings import natural_key
+from aiflame.model.trace import TraceData
 from aiflame.sources.inputs import Input
+from aiflame.sources.nsys_db import SQLITE_MAGIC
+from aiflame.sources.trace_input import TraceInput
 
 # Most specific first: the first sniffer that says yes wins.
 IMPORTERS = (
+    "aiflame.sources.hpctoolkit",
+    "aiflame.sources.rocprof_pc",
+    "aiflame.sources.cupti_pc",
+    "aiflame.sources.ncu",
+    "aiflame.sources.iaprof",
     "aiflame.sources.torch_memory",
     "aiflame.sources.pprof",
     "aiflame.sources.speedscope",
@@ -29,13 +40,19 @@ IMPORTERS = (
     "aiflame.sources.trace_events",
     "aiflame.sources.nsys",
     "aiflame.sources.perf_script",
+    "aiflame.sources.austin",  # before folded: its lines are folded stacks with a P;T head
     "aiflame.sources.folded",
 )
 
 
-def _modules() -> list[ModuleType]:
+# The sources of GPU timelines (in IMPORTERS' order), which analyze reads: asked first, so
+# that reading a trace does not import every other importer.
+TRACE_SOURCES = ("aiflame.sources.kineto", "aiflame.sources.trace_events", "aiflame.sources.nsys")
+
+
+def _modules(names: Sequence[str] = IMPORTERS) -> list[ModuleType]:
     mods = []
-    for name in IMPORTERS:
+    for name in names:
         try:
             mods.append(importlib.import_module(name))
         except ModuleNotFoundError as e:
@@ -44,39 +61,101 @@ def _modules() -> list[ModuleType]:
     return mods
 
 
+def _module_of(fmt: str) -> ModuleType:
+    """The importer of ``fmt``, importing no other (each costs its dependencies: protobuf,
+    sqlite...). Modules are named after their format (``perf-script``: ``perf_script``)."""
+    name = "aiflame.sources." + fmt.replace("-", "_")
+    if name in IMPORTERS:
+        mod = importlib.import_module(name)
+        if fmt == mod.FORMAT:
+            return mod
+    mods = {m.FORMAT: m for m in _modules()}
+    if fmt not in mods:
+        raise AiflameError(f"unknown input format '{fmt}' (known: {', '.join(mods)})")
+    return mods[fmt]
+
+
 def formats() -> list[str]:
     return [m.FORMAT for m in _modules()]
 
 
 def detect(source: Input) -> ModuleType:
+    if os.path.isdir(source.path):  # a database directory (HPCToolkit): asked by name
+        for mod in _modules():
+            if getattr(mod, "sniff_directory", None) and mod.sniff_directory(source.path):
+                return mod
+        raise InputError(source.path, "is a directory, not a profile")
     head = source.head()
     if not head.strip():
         raise InputError(source.path, "empty input (no samples)")
     for mod in _modules():
         if mod.sniff(head, source.path):
             return mod
+    if head.startswith(SQLITE_MAGIC):
+        raise InputError(source.path, "unknown format: SQLite, but not an Nsight Systems export")
     raise InputError(source.path, "unknown format (expected one of: " + ", ".join(formats()) + ")")
 
 
 def load(path: str, fmt: str | None = None, **options: Any) -> Profile:
     """Load one input, detecting its format unless ``fmt`` is given."""
     source = Input(path)
-    if fmt:
-        mods = {m.FORMAT: m for m in _modules()}
-        if fmt not in mods:
-            raise AiflameError(f"unknown input format '{fmt}' (known: {', '.join(mods)})")
-        mod = mods[fmt]
-    else:
-        mod = detect(source)
-    try:
-        profile = mod.load(source, **options)
-    except (AiflameError, MemoryError, KeyboardInterrupt):
-        raise
-    except Exception as e:  # a parser bug or corrupt data must still be one clear line
-        raise InputError(path, f"cannot read as {mod.FORMAT}: {type(e).__name__}: {e}") from e
+    mod = _module_of(fmt) if fmt else detect(source)
+    profile = _guarded(mod, path, mod.load, source, **options)
+    problem = profile.value_problem()  # NaN, infinities, sums beyond a float's range
+    if problem:
+        raise InputError(path, problem)
     profile.meta.setdefault("source", path)
     profile.meta.setdefault("format", mod.FORMAT)
     return profile
+
+
+def _guarded(mod: ModuleType, path: str, read: Any, *args: Any, **options: Any) -> Any:
+    """``read(*args, **options)``, any failure on bad input turned into one InputError."""
+    try:
+        return read(*args, **options)
+    except (AiflameError, MemoryError, KeyboardInterrupt):
+        raise
+    except RecursionError as e:
+        raise InputError(path, f"cannot read as {mod.FORMAT}: nested too deeply") from e
+    except Exception as e:  # a parser bug or corrupt data must still be one clear line
+        raise InputError(path, f"cannot read as {mod.FORMAT}: {type(e).__name__}: {e}") from e
+
+
+def trace_formats() -> list[str]:
+    return [m.FORMAT for m in _modules(TRACE_SOURCES)]
+
+
+def load_trace(path: str, **options: Any) -> TraceData:
+    """The :class:`TraceData` of one GPU timeline trace (see :func:`load_trace_input`)."""
+    return load_trace_input(path, **options).trace
+
+
+def load_trace_input(path: str, **options: Any) -> TraceInput:
+    """One GPU timeline trace (Kineto, Nsight Systems, Chrome trace) for the analysis.
+
+    The trace must be a file (or ``-``); its format is detected from its content. The
+    TraceInput's ``profile()`` builds the flame graph of the same input; a failure there is
+    one InputError too.
+    """
+    if path != "-" and not os.path.isfile(path):
+        raise InputError(path, "no such file" if not os.path.exists(path) else "not a file")
+    source = Input(path)
+    head = source.head()
+    # No earlier importer claims what a timeline source sniffs (pickles, protobuf and
+    # speedscope's JSON are not Chrome traces or SQLite), so these may be asked alone.
+    mod = next((m for m in _modules(TRACE_SOURCES) if head.strip() and m.sniff(head, path)), None)
+    mod = mod or detect(source)
+    if not hasattr(mod, "trace_input"):
+        raise InputError(
+            path,
+            f"a {mod.FORMAT} profile has no GPU timeline to analyze (analyze reads: "
+            + ", ".join(trace_formats())
+            + ")",
+        )
+    found: TraceInput = _guarded(mod, path, mod.trace_input, source, **options)
+    build = found.profile
+    found.profile = lambda: _guarded(mod, path, build)
+    return found
 
 
 def load_many(
@@ -92,19 +171,40 @@ def load_many(
     per rank of a PyTorch profiler run. ``label_files``: a label key given to every sample,
     whose value names the input file it came from (its shortest distinct path suffix).
     """
+    from aiflame.sources.hpctoolkit import pair_inputs
+    from aiflame.transforms.gpujoin import join_gpu_samples
     from aiflame.transforms.group import with_label
     from aiflame.transforms.merge import merge
 
     files = expand_inputs(paths)
-    profiles = [load(p, fmt, **options) for p in files]
+    # An HPCToolkit database and its measurement directory are one input.
+    files, measurements = pair_inputs(files) if fmt in (None, "hpctoolkit") else (files, {})
+    profiles = [
+        load(p, fmt, **options, **({"measurements": measurements[p]} if p in measurements else {}))
+        for p in files
+    ]
+    profiles = join_gpu_samples(profiles)  # PC samples under the launch stacks of a trace
     if label_files:
         names = distinct_names(files)
         profiles = [with_label(p, label_files, n) for p, n in zip(profiles, names, strict=True)]
     if len(profiles) == 1:
         return profiles[0]
     merged = merge(profiles)
+    problem = merged.value_problem()
+    if problem:
+        raise AiflameError(f"{len(profiles)} inputs merged: {problem}")
+    merged.meta.pop("device", None)  # the first input's; kept only if all share it
     merged.meta.update(combine_meta(profiles))
+    for p in profiles:  # GPU samples: how they met the launch stacks, one sample's period
+        for key in _CARRIED_META:
+            if key in p.meta and key not in merged.meta:
+                merged.meta[key] = p.meta[key]
+        if "gpu_samples_join" in p.meta and "subtitle" not in merged.meta:
+            merged.meta["subtitle"] = p.meta["gpu_samples_join"]
     return merged
+
+
+_CARRIED_META = ("gpu_samples_join", "gpu_sample_period", "gpu_sample_period_unit")
 
 
 def load_timeline(path: str, fmt: str | None = None, metric: str | None = None, **options: Any):  # type: ignore[no-untyped-def]
@@ -163,16 +263,11 @@ def load_timelines(paths: Sequence[str], fmt: str | None = None, **options: Any)
 TRACE_SUFFIXES = (".json", ".json.gz")
 
 
-def natural_key(name: str) -> list[object]:
-    """Sort key that puts ``rank-2`` before ``rank-10`` (numbers compared as numbers)."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
-
-
 def expand_inputs(paths: Sequence[str]) -> list[str]:
     """``paths`` with each directory replaced by its trace files, in natural name order."""
     out: list[str] = []
     for path in paths:
-        if path == "-" or not os.path.isdir(path):
+        if path == "-" or not os.path.isdir(path) or _is_database(path):
             out.append(path)
             continue
         found = sorted(
@@ -210,9 +305,24 @@ def distinct_names(paths: Sequence[str]) -> list[str]:
             depth[i] += 1
 
 
+def _is_database(path: str) -> bool:
+    """A directory that one importer reads whole (an HPCToolkit database)."""
+    return any(
+        getattr(mod, "sniff_directory", None) and mod.sniff_directory(path) for mod in _modules()
+    )
+
+
 def combine_meta(profiles: Sequence[Profile]) -> dict[str, object]:
-    """Meta of merged inputs: ``info:`` lines per input when they differ, ``*_ns`` summed."""
-    out: dict[str, object] = {}
+    """Meta of merged inputs: ``info:`` lines per input when they differ, ``*_ns`` summed,
+    the inputs' paths (``inputs``), ranks (``input_ranks``, when each has one) and their
+    ``device`` when they share it (titles name them: "8 ranks of worker*_step_12")."""
+    out: dict[str, object] = {"inputs": [str(p.meta.get("source", "?")) for p in profiles]}
+    ranks = [p.meta.get("rank") for p in profiles]
+    if all(r is not None for r in ranks):
+        out["input_ranks"] = ranks
+    devices = {p.meta.get("device") for p in profiles}
+    if len(devices) == 1 and devices != {None}:
+        out["device"] = devices.pop()
     keys = {k for p in profiles for k in p.meta}
     for key in sorted(keys):
         values = [p.meta.get(key) for p in profiles]

@@ -54,6 +54,9 @@ def load(source: Input, **_: object) -> Profile:
     return _Reader(source.path).read(doc)
 
 
+GENERIC_NAMES = frozenset({"py-spy profile"})  # a document name that names nothing
+
+
 class _Reader:
     def __init__(self, path: str) -> None:
         self.path = path
@@ -109,7 +112,9 @@ class _Reader:
             builder.meta["default_type"] = columns[active]
             builder.meta["active_profile"] = names[active]
         title = doc.get("name") or (names[0] if len(names) == 1 else "")
-        if isinstance(title, str) and title:
+        # py-spy names every file "py-spy profile": the page's own title, which names the
+        # file (and its process, where known), says more
+        if isinstance(title, str) and title and title not in GENERIC_NAMES:
             builder.meta["title"] = title
         if isinstance(doc.get("exporter"), str):
             builder.meta["exporter"] = doc["exporter"]
@@ -118,9 +123,9 @@ class _Reader:
     def frame(self, builder: ProfileBuilder, f: Any, i: int) -> int:
         if not isinstance(f, dict) or not isinstance(f.get("name"), str):
             raise self.fail(f"shared frame {i} has no name")
-        name = f["name"]
-        file = f.get("file") if isinstance(f.get("file"), str) else ""
-        line = f.get("line") if isinstance(f.get("line"), int) else 0
+        name, file, line = f["name"], f.get("file"), f.get("line")
+        file = file if isinstance(file, str) else ""
+        line = line if isinstance(line, int) else 0
         # A Python file says more than the name (py-spy's "f.<locals>.g" looks like C++).
         python_file = file.endswith((".py", ".pyx", ".pyw")) or file.startswith("<frozen ")
         kind = FrameKind.PYTHON if python_file else self.guess(name)
@@ -165,6 +170,8 @@ class _Reader:
                 raise self.fail(f"profile {name!r}: an event is not an 'O' or 'C' event")
             at = self.number(ev.get("at"), name)
             index = ev.get("frame")
+            self.frames_at(frame_ids, (index,), name)  # an index of a frame, or one clear line
+            assert isinstance(index, int)
             if last is not None and at < last:
                 raise self.fail(f"profile {name!r}: events go back in time ({at:g} after {last:g})")
             if open_stacks and last is not None and at > last:
@@ -175,13 +182,12 @@ class _Reader:
                 builder.add(open_stacks[-1], row, part.labels, ts)
             last = at
             if ev["type"] == "O":
-                fid = self.frames_at(frame_ids, (index,), name)[0]
+                fid = frame_ids[index]
                 parent = open_stacks[-1] if open_stacks else EMPTY_STACK
                 open_stacks.append(child(parent, fid))
                 open_frames.append(index)
             else:
                 if not open_frames or open_frames[-1] != index:
-                    self.frames_at(frame_ids, (index,), name)
                     top = f'"{self.names[open_frames[-1]]}"' if open_frames else "nothing"
                     raise self.fail(
                         f'profile {name!r}: closing frame "{self.names[index]}" at {at:g}'

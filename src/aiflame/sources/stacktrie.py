@@ -14,6 +14,7 @@ from aiflame.model.stacks import EMPTY_STACK, StackTable
 
 _PAD = -1
 _MAX_CELLS = 60_000_000  # beyond this (a few very deep stacks), intern path by path
+_FRAMES_PER_PASS = 64  # a pass over one depth costs about as much as interning this many
 
 
 def intern_paths(table: StackTable, flat: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -29,7 +30,10 @@ def intern_paths(table: StackTable, flat: np.ndarray, lengths: np.ndarray) -> np
     leaf = np.full(n, EMPTY_STACK, dtype=np.int64)
     if n == 0 or not lengths.any():
         return leaf
-    if n * int(lengths.max()) > _MAX_CELLS:
+    width = int(lengths.max())
+    if n * width > _MAX_CELLS or width > n * _FRAMES_PER_PASS:
+        # A few very deep stacks: one vectorised pass per depth would cost more (tens of
+        # microseconds each, thousands of them) than a dict lookup per frame.
         return _one_by_one(table, np.asarray(flat, dtype=np.int64), lengths)
     rows = _padded(np.asarray(flat), lengths)
     order = np.lexsort(rows.T[::-1])  # column 0 is the primary key

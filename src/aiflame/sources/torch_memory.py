@@ -23,6 +23,7 @@ memory-over-time series for a chart (``memory_timeline``), the peak (``peak_time
 from __future__ import annotations
 
 import gc
+import io
 import pickle
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -33,6 +34,7 @@ import numpy as np
 from aiflame.errors import InputError
 from aiflame.model import Profile, ProfileBuilder, SampleType
 from aiflame.sources.inputs import Input
+from aiflame.sources.torch_memory_bounds import PickleLimit, check_opcodes, check_size
 from aiflame.sources.torch_memory_frames import FrameNamer
 from aiflame.sources.torch_memory_replay import (
     FREED_BEFORE_ALLOC_SEEN,
@@ -125,17 +127,27 @@ def read_snapshot(source: Input, stream: bool = True) -> dict[str, Any]:
     profile.
     """
     data = _NOT_READ
-    if stream:
-        with source.open_binary() as f, _gc_paused():
-            try:
-                data = read_plain_data(f)
-            except Truncated:
-                raise InputError(source.path, "truncated pickle (unexpected end of data)") from None
-            except Fallback:
-                pass  # left the except block first: what it read is freed
-    if data is _NOT_READ:
-        with source.open_binary() as f, _gc_paused():
-            data = _unpickle(f, source.path)
+    stats: dict[str, int] = {}
+    try:
+        if stream:
+            with source.open_binary(whole=True) as f, _gc_paused():
+                try:
+                    data = read_plain_data(f, stats)
+                except Truncated:
+                    raise PickleLimit("truncated pickle (unexpected end of data)") from None
+                except Fallback:
+                    pass  # left the except block first: what it read is freed
+        if data is _NOT_READ:
+            with source.open_binary(whole=True) as f:
+                raw = f.read()
+            check_opcodes(raw)  # before the unpickler sizes anything from what it says
+            stats["bytes"] = len(raw)
+            with _gc_paused():
+                data = _unpickle(io.BytesIO(raw), source.path)
+            del raw
+        check_size(data, stats["bytes"])
+    except PickleLimit as e:
+        raise InputError(source.path, str(e)) from None
     if isinstance(data, list):  # old snapshots: the list of segments alone
         data = {"segments": data, "device_traces": []}
     if not isinstance(data, dict) or not isinstance(data.get("segments"), list):

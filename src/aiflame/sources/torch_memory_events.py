@@ -17,7 +17,7 @@ unpickler would build; anything else is read opcode by opcode.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import chain, compress
 from operator import itemgetter
@@ -40,8 +40,9 @@ SHORT_STR = (
 # A frame list's references, up to the APPENDS and SETITEMS that end the event: scanned as
 # bytes (three times faster than token by token), so the reader checks each new run is
 # references, maybe with a FRAME between two, and nothing else (an index may hold the
-# bytes "eu": then it is not).
-RUN = rb"[^e]*+(?:e(?!u)[^e]*+)*+"
+# bytes "eu": then it is not). An atomic group, not possessive quantifiers: CPython 3.11.2
+# (Debian 12's python3) gets the possessive repeat of a group wrong and never matches.
+RUN = rb"(?>[^e]*(?:e(?!u)[^e]*)*)"
 
 INT_KEYS = ("addr", "size", "stream", "time_us")  # decoded, in this order
 MAX_SHAPES = 8
@@ -276,7 +277,7 @@ class TraceSink:
         n = len(kind)
         values = np.zeros((n, len(INT_KEYS)), dtype=np.int64)
         present = np.zeros((n, len(INT_KEYS)), dtype=bool)
-        by_shape: dict[int, tuple[Shape, list[np.ndarray], list[list[bytes]]]] = {}
+        by_shape: dict[int, tuple[Shape, list[np.ndarray], list[Iterable[bytes]]]] = {}
         at = 0
         for k, _, _, shape, rows in pending:
             if shape is None:
@@ -301,13 +302,13 @@ class TraceSink:
             ]
         )
         values, present = values[keep], present[keep]
-        for k, key in enumerate(INT_KEYS):
-            if not present[:, k].all():
+        for j, key in enumerate(INT_KEYS):
+            if not present[:, j].all():
                 if key in ("addr", "size"):  # the unpickler's reading reports the missing key
                     raise ValueError(f"an event without {key}")
                 if key == "time_us":
                     self.has_time = False
-            cols[key].append(values[:, k].copy())
+            cols[key].append(values[:, j].copy())
 
     def finish(self, frame_lists: list[Any]) -> Trace:
         """The columns, with ``frame_lists[i]`` the frame list of id ``i``."""

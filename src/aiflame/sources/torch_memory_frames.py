@@ -8,7 +8,8 @@ with the C/C++ frames of the interpreter and of PyTorch.
   ``PyEval_``/``PyObject_``/``PyFunction_`` and the dispatcher's ``Register*`` files), so
   that aiflame's graph and PyTorch's agree frame for frame (``frames="pytorch"``, the
   default). ``frames="compact"`` also hides the CPython interpreter's and libc's own C frames
-  (``PyMethod_New``, ``_PyRun_SimpleFileObject``, ``__libc_init_first``...), which the
+  (``PyMethod_New``, ``_PyRun_SimpleFileObject``, ``slot_tp_call``, ``method_vectorcall_O``,
+  ``__libc_init_first``..., and any C frame of CPython's own source files), which the
   unwinder interleaves with every Python frame; ``frames="all"`` keeps everything.
 * Names: Python methods read ``Class > method`` when the class can be known, which needs
   the source (see :mod:`aiflame.symbolize.pyclass`): the snapshot holds only the bare
@@ -25,7 +26,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from aiflame.model import FrameKind, ProfileBuilder
-from aiflame.symbolize.demangle import demangle_many, is_mangled
+from aiflame.symbolize.cxa import demangle_all
+from aiflame.symbolize.demangle import is_mangled
 from aiflame.symbolize.pyclass import ClassResolver
 
 # From torch/cuda/_memory_viz.py (_frame_filter) and torch/utils/viz/MemoryViz.js
@@ -54,8 +56,21 @@ OMIT_FILENAMES = (
 )
 
 FRAME_MODES = ("pytorch", "compact", "all")
-# C frames of libpython and libc (never C++): the glue between Python frames.
-_INTERPRETER = re.compile(r"^_{0,2}Py(?:[A-Z][A-Za-z]*)?_|^__libc_|^_start$|^main$")
+# C frames of libpython and libc (never C++): the glue between Python frames. By name: the
+# public API (PyObject_Call, _PyEval_EvalFrameDefault) and CPython's static helpers that
+# unwinders name in every stack (slot_tp_call, method_vectorcall_O, cfunction_call,
+# run_eval_code_obj, pymain_run_file; LTO clones carry a ".llvm.<hash>" suffix)...
+_INTERPRETER = re.compile(
+    r"^_{0,2}Py(?:[A-Z][A-Za-z]*)?_|^__libc_|^_start$|^main$"
+    r"|^(?:method_vectorcall|cfunction_(?:vectorcall|call)|slot_(?:tp|nb|sq|mp)_|vectorcall_"
+    r"|run_eval_code_obj$|run_mod$|pyrun_|pymain_|builtin_\w+_impl$|do_call_core$"
+    r"|binary_op1?$|gen_send_ex2?$|task_step(?:_impl)?$|context_run$|partial_vectorcall$"
+    r"|type_call$|method_call$|_?PyVectorcall_)"
+)
+_LLVM_CLONE = re.compile(r"\.llvm\.\d+$")
+# ... and by file: any C frame of CPython's own sources (Python/ceval.c, Objects/call.c,
+# Modules/_asynciomodule.c, Include/internal/pycore_ceval.h), where the build kept them.
+_CPYTHON_SOURCE = re.compile(r"(?:^|/)(?:Python|Objects|Modules|Include|Parser)/[\w./-]*\.[ch]$")
 
 CLASS_SEPARATOR = " > "
 NO_FRAMES_KEPT = "[no frames kept]"
@@ -65,6 +80,11 @@ UNKNOWN_FILES = frozenset(("??", ""))
 def omitted(name: str, filename: str) -> bool:
     """True for frames PyTorch's memory viewers leave out."""
     return any(s in name for s in OMIT_FUNCTIONS) or any(s in filename for s in OMIT_FILENAMES)
+
+
+def _interpreter(name: str, filename: str) -> bool:
+    """True for a C frame of the interpreter or libc, by its file or its name."""
+    return bool(_CPYTHON_SOURCE.search(filename) or _INTERPRETER.match(_LLVM_CLONE.sub("", name)))
 
 
 def frame_kind(name: str, filename: str) -> FrameKind:
@@ -100,10 +120,10 @@ class FrameNamer:
         self._stacks: dict[tuple[int, ...], dict[tuple[int, ...], int]] = {}
 
     def finish(self) -> None:
-        """Demangle the mangled names seen, in one batch (one ``c++filt`` run)."""
+        """Demangle the mangled names seen, in one batch (libstdc++, else one ``c++filt``)."""
         if not self._mangled:
             return
-        done = demangle_many(self._mangled.values())
+        done = demangle_all(self._mangled.values())
         names, intern = self.builder.frames.name, self.builder.strings.intern
         for fid, name in self._mangled.items():
             if name in done:
@@ -127,7 +147,7 @@ class FrameNamer:
         if self.mode != "all" and omitted(name, filename):
             return -1
         kind = frame_kind(name, filename)
-        if self.mode == "compact" and kind == FrameKind.NATIVE and _INTERPRETER.match(name):
+        if self.mode == "compact" and kind == FrameKind.NATIVE and _interpreter(name, filename):
             return -1
         shown = name
         if kind == FrameKind.PYTHON:
@@ -178,7 +198,7 @@ class FrameNamer:
                 found = buckets[key] = []
             else:
                 for known, known_sid in found:
-                    if known == frames:
+                    if known is frames or known == frames:  # `is` first: O(1)
                         sid = known_sid
                         break
             if sid < 0:

@@ -99,11 +99,11 @@ class Trace:
 
     index: np.ndarray  # int64: the event's position in the trace
     kind: np.ndarray  # int8, 1-4
-    addr: Sequence[int]
+    addr: Sequence[int] | np.ndarray
     size: np.ndarray  # int64
     time_us: np.ndarray | None  # int64; None when an event has no time
-    stream: Sequence[Any]
-    frames: Sequence[Any]
+    stream: Sequence[Any] | np.ndarray
+    frames: Sequence[Any] | np.ndarray
     ooms: list[dict[str, int]]
 
     def __len__(self) -> int:
@@ -135,7 +135,7 @@ class Trace:
         )
 
 
-def _take(column: Sequence[Any], points: np.ndarray) -> np.ndarray:
+def _take(column: Sequence[Any] | np.ndarray, points: np.ndarray) -> np.ndarray:
     if isinstance(column, np.ndarray):
         return column[points].astype(np.int64)
     return np.array([column[p] for p in points.tolist()], dtype=np.int64)

@@ -31,6 +31,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from aiflame.sources import limits
+from aiflame.sources.torch_memory_bounds import PickleLimit
 from aiflame.sources.torch_memory_events import (
     INT_KEYS,
     MAX_SHAPES,
@@ -85,6 +87,7 @@ def read_plain_data(f: BinaryIO, stats: dict[str, int] | None = None) -> Any:
     if stats is not None:
         stats["events"] = sum(sink.count for sink in machine.sinks)
         stats["read_slowly"] = machine.read_slowly
+        stats["bytes"] = machine.base + len(machine.buf)
     return data
 
 
@@ -123,13 +126,14 @@ class _Machine:
         # Frame lists of trace events: id 0 is no list; by object, by reference bytes.
         self.frame_lists: list[Any] = [None]
         self.by_id: dict[int, int] = {id(None): 0}
-        self.by_run: dict[bytes, int] = {}
+        self.by_run: dict[bytes, tuple[int, tuple[int, ...]]] = {}
         self.slots = _Slots()
         self.window = MIN_WINDOW
         self.since = 0
         self.read_slowly = 0  # trace events read opcode by opcode
         self.info = _Entries()
         self.frame_end = 0  # the data every FRAME announced must be there
+        self.max_token = limits.max_token()
 
     # -- input -------------------------------------------------------------------------
 
@@ -153,7 +157,7 @@ class _Machine:
     def load(self) -> Any:
         try:
             result = self._run()
-        except (Fallback, Truncated):
+        except (Fallback, Truncated, PickleLimit):
             raise
         except Exception as e:  # anything odd: the unpickler says what it makes of it
             raise Fallback(str(e)) from None
@@ -180,6 +184,7 @@ class _Machine:
     def _run(self) -> Any:  # one branch per opcode, the frequent ones first
         stack: list[Any] = []
         marks: list[int] = []
+        items: Any  # the objects of a container being built
         memo = self.memo
         push = stack.append
         str_index = self.str_index
@@ -381,6 +386,10 @@ class _Machine:
                     raise Truncated
                 n = from_bytes(buf[pos : pos + size], "little")
                 pos += size
+                if n > self.max_token:
+                    raise PickleLimit(
+                        limits.token_too_long("a string of the pickle", self.max_token)
+                    )
                 if pos + n > end:
                     buf, pos, end = self._fill(pos, n)
                     if n > end:
@@ -414,6 +423,10 @@ class _Machine:
                 n = from_bytes(buf[pos : pos + 4], "little", signed=True)
                 if n < 0:
                     raise Fallback("LONG pickle has negative byte count")
+                if n > self.max_token:
+                    raise PickleLimit(
+                        limits.token_too_long("a number of the pickle", self.max_token)
+                    )
                 pos += 4
                 if pos + n > end:
                     buf, pos, end = self._fill(pos, n)
@@ -602,7 +615,7 @@ class _Machine:
         stores = self.info.stores.__getitem__
         base = len(memo)
         keys = list(map(shape.key, rows))
-        entries = list(map(cache.get, keys))
+        entries: list[Any] = list(map(cache.get, keys))
         done = 0  # rows whose memo entries are stored
         while None in entries[done:]:  # new: checked against the memo as it is then
             i = entries.index(None, done)

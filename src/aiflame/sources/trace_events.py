@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 from array import array
 from collections import Counter
-from typing import Any, BinaryIO, NamedTuple
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, BinaryIO
 
 import msgspec
 import numpy as np
@@ -30,10 +33,12 @@ from aiflame.errors import InputError
 from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
 from aiflame.model.stacks import EMPTY_STACK
 from aiflame.model.timeline import Timeline, TimelineBuilder
+from aiflame.model.trace import Kind, TraceData, is_communication
 from aiflame.sources.inputs import Input
-from aiflame.sources.kineto_events import _ident, _number
+from aiflame.sources.kineto_events import TimeOutOfRange, _ident, _number, us_to_ns
 from aiflame.sources.kineto_json import TraceStream
 from aiflame.sources.kineto_samples import unique_rows
+from aiflame.sources.trace_input import TraceInput
 from aiflame.transforms import correlate
 
 FORMAT = "trace-events"
@@ -143,8 +148,21 @@ class _Collector:
     def add(self, events: list[Any]) -> None:
         """Collect one batch (the hot loop: locals bound up front, fast paths for the usual
         types; odd values go through the slow helpers)."""
-        x_th, x_ts, x_dur, x_nm, x_sq = (c.append for c in self.x)
-        b_th, b_ts, b_ph, b_nm, b_sq = (c.append for c in self.be)
+        x, be = self.x, self.be
+        x_th, x_ts, x_dur, x_nm, x_sq = (
+            x[0].append,
+            x[1].append,
+            x[2].append,
+            x[3].append,
+            x[4].append,
+        )
+        b_th, b_ts, b_ph, b_nm, b_sq = (
+            be[0].append,
+            be[1].append,
+            be[2].append,
+            be[3].append,
+            be[4].append,
+        )
         names, raw_threads, warn = self.names, self._raw_threads, self.warnings
         seq = self.seq
         for e in events:
@@ -251,8 +269,7 @@ def _collect(source: Input) -> _Collector:
 
 
 def _ns(us: array, base: float) -> np.ndarray:
-    v = np.frombuffer(us, dtype=np.float64) if len(us) else np.zeros(0)
-    return np.rint((v - base) * 1000.0).astype(np.int64)
+    return us_to_ns(us, base, "time" if base else "duration")
 
 
 def _ints(a: array) -> np.ndarray:
@@ -321,8 +338,9 @@ def match_begin_end(
     return tuple(np.asarray(c, dtype=np.int64) for c in out)
 
 
-class _Slices(NamedTuple):
-    """Every slice of a trace (X events, and B/E pairs matched), times in ns from ``base``."""
+@dataclass
+class _Slices:
+    """Every slice of a trace (X events, and B/E pairs matched), times in ns from ``base_us``."""
 
     col: _Collector
     base_us: float
@@ -333,13 +351,25 @@ class _Slices(NamedTuple):
     seq: np.ndarray  # position in the file
     complete: int  # how many were X events (the rest: B/E pairs)
 
+    @cached_property
+    def nesting(self) -> correlate.Nesting:
+        """Per thread, each slice's enclosing slice; equal slices: the one written first
+        encloses."""
+        nesting = correlate.nest(self.thread, self.ts, self.dur, self.seq)
+        if nesting.bleeding:
+            self.col.warnings[correlate.OVERLAP_WARNING] += nesting.bleeding
+        return nesting
 
-def _slices(source: Input) -> _Slices:
-    col = _collect(source)
+
+def _slices(source: Input, col: _Collector | None = None) -> _Slices:
+    col = col or _collect(source)
     base = col.base_us or 0.0
-    x_thread, x_ts, x_dur = _ints(col.x[0]), _ns(col.x[1], base), _ns(col.x[2], 0.0)
-    x_name, x_seq = _ints(col.x[3]), _ints(col.x[4])
-    be_thread, be_ts = _ints(col.be[0]), _ns(col.be[1], base)
+    try:
+        x_ts, x_dur, be_ts = _ns(col.x[1], base), _ns(col.x[2], 0.0), _ns(col.be[1], base)
+    except TimeOutOfRange as e:
+        raise InputError(source.path, str(e)) from None
+    x_thread, x_name, x_seq = _ints(col.x[0]), _ints(col.x[3]), _ints(col.x[4])
+    be_thread = _ints(col.be[0])
     n_threads = len(col.thread_keys)
     thread_end = np.full(n_threads, np.iinfo(np.int64).min, dtype=np.int64)
     np.maximum.at(thread_end, x_thread, x_ts + x_dur)
@@ -365,14 +395,11 @@ def _slices(source: Input) -> _Slices:
 
 
 def load(source: Input, **_: object) -> Profile:
-    col, base, thread, ts, dur, name, seq, complete = _slices(source)
-    warnings = col.warnings
-    n_threads = len(col.thread_keys)
-    # Slices starting together with equal length: the one written first encloses.
-    nesting = correlate.nest(thread, ts, dur, seq)
-    if nesting.bleeding:
-        warnings["slices that end after their enclosing slice"] += nesting.bleeding
-    self_ns = correlate.self_times(ts, dur, nesting.parent)
+    sl = _slices(source)
+    col, thread, ts, name, nesting = sl.col, sl.thread, sl.ts, sl.name, sl.nesting
+    base, warnings, n_threads = sl.base_us, col.warnings, len(col.thread_keys)
+    dur = sl.dur
+    self_ns = correlate.self_times(ts, nesting.dur, nesting.parent)
 
     builder = ProfileBuilder(SAMPLE_TYPES)
     roots, labels = _thread_roots(builder, col)
@@ -399,7 +426,7 @@ def load(source: Input, **_: object) -> Profile:
             "default_type": 0,
             "time_range_ns": (int(base) * 1000 + first, int(base) * 1000 + last),
             "info:slices": (
-                f"{complete:,} complete (X), {len(ts) - complete:,} begin/end pairs (B/E) "
+                f"{sl.complete:,} complete (X), {len(ts) - sl.complete:,} begin/end pairs (B/E) "
                 f"on {n_threads:,} thread(s)"
             ),
         }
@@ -432,10 +459,127 @@ def _thread_roots(builder: ProfileBuilder, col: _Collector) -> tuple[list[int], 
     return roots, labels
 
 
+# Tracks of GPU work in traces of other profilers: JAX/TensorFlow name the process of a GPU
+# "/device:GPU:0" and its threads "Stream #12(...)"; Perfetto/Chrome-trace exports of
+# other GPU profilers name processes or threads after the GPU or its streams.
+_GPU_PROCESS = re.compile(r"/device:(GPU|TPU)|\bGPU\b|\bgpu\b|\bHIP\b|\bCUDA\b")
+_GPU_THREAD = re.compile(r"\bstream\b", re.IGNORECASE)
+_NOT_ACTIVITY = re.compile(r"XLA (Ops|Modules)|Steps|TraceMe|Framework", re.IGNORECASE)
+_COPY = re.compile(r"memcpy|MemcpyD2H|MemcpyH2D|copy_start|copyBuffer", re.IGNORECASE)
+_SET = re.compile(r"memset", re.IGNORECASE)
+
+
+def _gpu_threads(col: _Collector) -> tuple[np.ndarray, list[str]]:
+    """Per thread: is it a GPU stream (its activities are GPU work), and its device name."""
+    is_gpu = np.zeros(len(col.thread_keys), dtype=bool)
+    device = [""] * len(col.thread_keys)
+    for t, (pid, tid) in enumerate(col.thread_keys):
+        pname = col.process_names.get(pid, "")
+        tname = col.thread_names.get((pid, tid), "")
+        if _NOT_ACTIVITY.search(tname):
+            continue
+        on_gpu = _GPU_PROCESS.search(pname) and (not tname or _GPU_THREAD.search(tname))
+        if on_gpu or _GPU_THREAD.search(tname):
+            is_gpu[t] = True
+            device[t] = pname or str(pid)
+    return is_gpu, device
+
+
+def trace_input(source: Input, **_: object) -> TraceInput:
+    """A generic trace for ``aiflame analyze``: slices on GPU stream tracks (by process and
+    thread names) are GPU activity, the others CPU slices; the format links no launch to
+    its GPU work, so idle time is measured but not explained by CPU stacks."""
+    sl = _slices(source)
+    col = sl.col
+    is_gpu, device_of = _gpu_threads(col)
+    names = list(col.names)
+    ids = {n: i for i, n in enumerate(names)}
+
+    def intern(text: str) -> int:
+        if text not in ids:
+            ids[text] = len(names)
+            names.append(text)
+        return ids[text]
+
+    gpu = is_gpu[sl.thread] if sl.thread.size else np.zeros(0, dtype=bool)
+    # A stream track's slices may nest (a module span over its kernels): the leaves are work.
+    has_child = np.zeros(sl.ts.size, dtype=bool)
+    par = sl.nesting.parent
+    has_child[par[par >= 0]] = True
+    g = np.nonzero(gpu & ~has_child)[0]
+    c = np.nonzero(~gpu)[0]
+    kind = np.full(g.size, Kind.COMPUTE, dtype=np.int8)
+    for k, n in enumerate(sl.name[g].tolist()):
+        text = names[n]
+        if _COPY.search(text):
+            kind[k] = Kind.MEMCPY
+        elif _SET.search(text):
+            kind[k] = Kind.MEMSET
+        elif is_communication(text):
+            kind[k] = Kind.COMM
+    device = np.asarray([intern(device_of[t]) for t in sl.thread[g].tolist()], dtype=np.int64)
+    stream = np.asarray(
+        [intern(col.thread_names.get(col.thread_keys[t], str(t))) for t in sl.thread[g].tolist()],
+        dtype=np.int64,
+    )
+    cpu_index = np.full(sl.ts.size, -1, dtype=np.int64)
+    cpu_index[c] = np.arange(c.size)
+    cpu_parent = np.where(par[c] >= 0, cpu_index[np.maximum(par[c], 0)], -1)
+    order = np.argsort(sl.ts[g], kind="stable")
+    g, kind, device, stream = g[order], kind[order], device[order], stream[order]
+    none = np.full(g.size, -1, dtype=np.int64)
+    trace = TraceData(
+        path=source.path,
+        rank=None,
+        gpu_ts=sl.ts[g],
+        gpu_dur=sl.dur[g],
+        gpu_kind=kind,
+        gpu_name=sl.name[g],
+        gpu_device=device,
+        gpu_launch=none,
+        gpu_op=none.copy(),
+        cpu_ts=sl.ts[c],
+        cpu_dur=sl.nesting.dur[c],  # partial overlaps resolved: children inside parents
+        cpu_name=sl.name[c],
+        cpu_is_op=np.zeros(c.size, dtype=bool),
+        cpu_parent=cpu_parent,
+        names=names,
+        format=FORMAT,
+        cpu_is_runtime=np.zeros(c.size, dtype=bool),
+        cpu_thread=sl.thread[c],
+        gpu_stream=stream,
+    )
+    trace.notes.append(
+        "a generic Chrome trace links no CPU launch to its GPU work: idle time is measured "
+        "but not explained by CPU stacks"
+        if g.size
+        else "no GPU stream tracks in this trace (processes or threads named after a GPU or "
+        "its streams, as JAX's /device:GPU:0)"
+    )
+
+    def profile() -> Profile:
+        return load(source)
+
+    return TraceInput(FORMAT, trace, profile)
+
+
+def trace(source: Input, **options: object) -> TraceData:
+    return trace_input(source, **options).trace
+
+
 def load_timeline(source: Input, **_: object) -> Timeline:
     """The trace's slices on its processes and threads (B/E pairs as complete slices).
     Categories, ``args`` and flows of generic traces are not read, so not kept."""
-    col, base, thread, ts, dur, name, seq, _ = _slices(source)
+    sl = _slices(source)
+    col, base, thread, ts, dur, name, seq = (
+        sl.col,
+        sl.base_us,
+        sl.thread,
+        sl.ts,
+        sl.dur,
+        sl.name,
+        sl.seq,
+    )
     b = TimelineBuilder()
     tracks = np.asarray(
         [

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
-from aiflame.symbolize.demangle import demangle_many
+from aiflame.symbolize.demangle import demangle_many, is_mangled
 
 _Raw = Callable[[bytes], "str | None"]
 
@@ -95,3 +95,12 @@ class Demangler:
         for n in todo:
             self._cache[n] = found.get(n, n)
             self._retried.add(n)
+
+
+def demangle_all(names: Iterable[str]) -> dict[str, str]:
+    """``{mangled: readable}`` for the names that demangle, as
+    :func:`~aiflame.symbolize.demangle.demangle_many` answers, but in process where
+    libstdc++ loads: no binutils needed (``c++filt`` only for what libstdc++ rejects)."""
+    todo = sorted({n for n in names if is_mangled(n)})
+    done = Demangler().many(todo) if todo else []
+    return {m: d for m, d in zip(todo, done, strict=True) if d and d != m}

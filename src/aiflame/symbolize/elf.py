@@ -25,7 +25,7 @@ PT_LOAD, PT_NOTE = 1, 4
 SHT_SYMTAB, SHT_NOTE, SHT_DYNSYM = 2, 7, 11
 SHF_EXECINSTR = 0x4
 STT_NOTYPE, STT_FUNC, STT_GNU_IFUNC = 0, 2, 10
-STB_LOCAL = 0
+STB_LOCAL, STB_WEAK = 0, 2
 STV_HIDDEN = 2
 SHN_UNDEF, SHN_LORESERVE, SHN_XINDEX = 0, 0xFF00, 0xFFFF
 NT_GNU_BUILD_ID = 3
@@ -255,8 +255,9 @@ class SymbolTable:
 
     Zero-size symbols (hand-written assembly, some vendor libraries) reach to the next symbol
     or to the end of their section. Where several symbols start at the same address, the one
-    addr2line would name wins: a function over an untyped label, then the smaller, then the
-    earlier in the table.
+    addr2line would name wins: a function over an untyped label, then the smaller, then, as
+    perf has it, a strong symbol over a weak alias (libc's ``labs``, not ``imaxabs``), then
+    the earlier in the table.
     """
 
     def __init__(self, image: ElfImage, section: int) -> None:
@@ -302,8 +303,9 @@ class SymbolTable:
         start = value[idx]
         size = size[idx]
         is_func = func[idx]
+        strong = (info[idx] >> 4) != STB_WEAK
         sec = shndx[idx]
-        order = _alias_order(start, size, is_func, idx)
+        order = _alias_order(start, size, is_func, strong, idx)
         self.start = start[order]
         size, sec, is_func = size[order], sec[order], is_func[order]
         self.name_off = name_off[order]
@@ -367,7 +369,7 @@ def c_string(data: bytes | mmap.mmap, at: int, limit: int) -> bytes:
 
 
 def _alias_order(
-    start: np.ndarray, size: np.ndarray, is_func: np.ndarray, idx: np.ndarray
+    start: np.ndarray, size: np.ndarray, is_func: np.ndarray, strong: np.ndarray, idx: np.ndarray
 ) -> np.ndarray:
     """Sort by address; among symbols at one address the preferred one last (see
     :class:`SymbolTable`). A full lexsort of 400k symbols is slow, so only the runs of
@@ -382,7 +384,8 @@ def _alias_order(
     pos = np.nonzero(dup)[0]
     if len(pos):
         o = order[pos]
-        keys = (-idx[o], -(np.maximum(size[o], 1).astype(np.int64)), is_func[o], start[o])
+        smaller = -(np.maximum(size[o], 1).astype(np.int64))
+        keys = (-idx[o], strong[o], smaller, is_func[o], start[o])
         order[pos] = o[np.lexsort(keys)]
     return order
 

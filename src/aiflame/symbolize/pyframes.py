@@ -56,6 +56,14 @@ class PythonNaming:
         self.roots = sorted(cleaned, key=len, reverse=True)  # the longest prefix wins
         self.classes = ClassResolver(read_sources)
         self._found: dict[str, str | None] = {}  # profiler path -> file (one search per file)
+        # (file, first line) -> (function, class path) of code objects read from a process
+        self._code: dict[tuple[str, int], tuple[str, str | None]] = {}
+
+    def with_roots(self, roots: Iterable[str]) -> PythonNaming:
+        """A naming for other roots that shares what this one read (sources, code objects)."""
+        other = PythonNaming(roots, self.classes.enabled)
+        other.classes, other._code = self.classes, self._code
+        return other
 
     def relative(self, file: str) -> str:
         """``file`` as the profiler writes it: relative to the longest ``sys.path`` entry
@@ -81,6 +89,15 @@ class PythonNaming:
                 return candidate
         return None
 
+    def code(self, qualname: str, file: str, first_line: int) -> NamedFrame:
+        """A frame read from the code object itself (``co_qualname``, ``co_filename``,
+        ``co_firstlineno``, as the eBPF sampler does): already exact, no source is read.
+        Traced frames of the same function are then named without reading it either."""
+        owner, func = split_qualname(qualname)
+        self._code.setdefault((os.path.normpath(file), first_line), (func, owner))
+        line = _first_line(func, first_line)
+        return NamedFrame(display_name(func, owner, self.relative(file), line), file, line)
+
     def sampled(self, qualname: str, file: str, line: int) -> NamedFrame:
         """A sampler's frame: qualified name, absolute file, the line running now."""
         owner, func = split_qualname(qualname)
@@ -95,7 +112,10 @@ class PythonNaming:
         """A profiler's frame: bare name, file relative to ``sys.path``, first line."""
         found = self.absolute(file)
         owner = None
-        if found:
+        known = self._code.get((os.path.normpath(found), line)) if found else None
+        if known is not None and known[0] == func:
+            owner = known[1]
+        elif found:
             # Frames already running when the profiler started carry their current line.
             fn = self.classes.function_at(found, line)
             if fn is not None and fn.name == func:

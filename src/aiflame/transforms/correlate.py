@@ -3,6 +3,7 @@
 Pure functions over columns (numpy arrays), independent of any trace format:
 
 - :func:`nest`: the call tree of the slices of each thread, by time containment.
+- :func:`enclosing`: the innermost slice of a thread running at given instants.
 - :func:`link`: for each GPU activity, the launching slice with the same correlation id.
 - :func:`flow_ids`: correlation ids recovered from flow arrows where an event lacks one.
 - :func:`self_times`, :func:`busy_time`: CPU self time, and the union of GPU intervals.
@@ -14,11 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# A slice that starts inside its enclosing slice but ends this little after it is a
-# timing artefact (clocks read a few hundred ns apart), not real overlap: it is treated as
-# the enclosing slice's next sibling. The same tolerance as AMD TraceLens.
+# Overlaps that move less time than this are clock artefacts (timestamps read a few
+# hundred ns apart), not worth a warning. The same tolerance as AMD TraceLens.
 BLEED_TOLERANCE_NS = 1000
 CHUNK = 1 << 18  # slices converted to Python lists at a time
+OVERLAP_WARNING = "slices that overlap their enclosing slice partially (the overlap counted once)"
 
 
 @dataclass
@@ -26,12 +27,15 @@ class Nesting:
     """``parent[i]``: index of the slice enclosing slice ``i`` (-1 at the top).
 
     ``order`` lists every slice with parents before children (by thread, then start).
-    ``bleeding`` counts slices that end well after their enclosing slice: they keep that
-    parent but enclose nothing themselves.
+    ``dur`` is each slice's duration once partial overlaps are resolved (see :func:`nest`):
+    within a thread the slices ``[ts, ts + dur)`` nest properly, so their self times add
+    up to the time the thread spent in slices, never more. ``bleeding`` counts the
+    overlaps that moved at least ``tolerance`` ns.
     """
 
     order: np.ndarray
     parent: np.ndarray
+    dur: np.ndarray
     bleeding: int
 
 
@@ -48,15 +52,26 @@ def nest(
     higher: e.g. Python function < operator < runtime call), so the outer one becomes the
     parent. A slice ends at ``ts + dur``; one that starts exactly where another ends is
     its sibling, not its child.
+
+    A slice that starts inside another and outlives it overlaps it partially; counting
+    both in full would count the overlap twice. Either the enclosing slice is cut where the
+    new one starts (the new one becomes its sibling: PyTorch's ``ProfilerStep#N`` starts
+    inside ``_record_function_enter_new`` and encloses the whole step that follows), or
+    the new one is cut where the enclosing one ends (a child that overran its parent), when
+    that moves less time and the slices around them cover the rest of it, so that no time
+    in slices is lost.
     """
     n = int(ts.shape[0])
     parent = np.full(n, -1, dtype=np.int64)
     if n == 0:
-        return Nesting(np.zeros(0, dtype=np.int64), parent, 0)
+        empty = np.zeros(0, dtype=np.int64)
+        return Nesting(empty, parent, empty.copy(), 0)
     # lexsort: the last key is the primary one.
     keys = [-dur, ts, thread] if rank is None else [rank, -dur, ts, thread]
     order = np.lexsort(keys)
     par = np.full(n, -1, dtype=np.int64)  # by position in `order`
+    end_pos = np.empty(n, dtype=np.int64)  # resolved end, by position in `order`
+    cut: dict[int, int] = {}  # position -> end, for open slices cut by a later one
     stack: list[int] = []  # positions in `order`
     ends: list[int] = []
     current = None
@@ -78,22 +93,67 @@ def nest(
             while ends and s >= ends[-1]:
                 stack.pop()
                 ends.pop()
-            if ends and e > ends[-1]:
-                if ends[-1] - s < tolerance and len(stack) >= 2:
-                    stack.pop()  # a sibling that overran by a hair: attach to its parent
-                    ends.pop()
-                if ends and e > ends[-1]:
+            while ends and e > ends[-1]:
+                overrun, rest = e - ends[-1], ends[-1] - s
+                if max(min(overrun, rest), 0) >= tolerance:
                     bleeding += 1
-                    out[k] = stack[-1]
-                    continue
+                if overrun < rest and len(ends) > 1 and ends[0] >= e:
+                    # A child that overran its parent: cut at the parent's end (its tail
+                    # goes to the enclosing slices, which cover it).
+                    e = ends[-1]
+                    break
+                cut[stack.pop()] = s  # the enclosing slice ends where this one starts
+                ends.pop()
+            end_l[k] = e
             if stack:
                 out[k] = stack[-1]
             stack.append(lo + k)
             ends.append(e)
         par[lo : lo + len(out)] = out
+        end_pos[lo : lo + len(out)] = end_l
+    if cut:
+        end_pos[list(cut)] = list(cut.values())
     has = par >= 0
     parent[order[has]] = order[par[has]]
-    return Nesting(order, parent, bleeding)
+    resolved = np.empty(n, dtype=np.int64)
+    resolved[order] = end_pos - ts[order]
+    return Nesting(order, parent, resolved, bleeding)
+
+
+def enclosing(
+    thread: np.ndarray,
+    ts: np.ndarray,
+    dur: np.ndarray,
+    nesting: Nesting,
+    at_thread: np.ndarray,
+    at_ts: np.ndarray,
+) -> np.ndarray:
+    """For each instant (``at_thread``, ``at_ts``), the innermost slice of that thread
+    running then (``ts <= t < ts + dur``), or -1: e.g. the operator that made an allocation.
+
+    The candidate is the slice of the thread that started last at or before the instant
+    (among slices starting together the innermost, as :func:`nest` orders them); while it
+    has ended, its parent is tried. Vectorised: one numpy pass per nesting level.
+    """
+    out = np.full(at_ts.shape[0], -1, dtype=np.int64)
+    if ts.size == 0 or at_ts.size == 0:
+        return out
+    order = nesting.order
+    by_thread, by_start = thread[order], ts[order]  # thread-major, then start: sorted
+    for t in np.unique(at_thread).tolist():
+        lo = int(np.searchsorted(by_thread, t, "left"))
+        hi = int(np.searchsorted(by_thread, t, "right"))
+        if lo == hi:
+            continue
+        mine = np.nonzero(at_thread == t)[0]
+        pos = lo + np.searchsorted(by_start[lo:hi], at_ts[mine], "right") - 1
+        out[mine] = np.where(pos >= lo, order[np.maximum(pos, 0)], -1)
+    end = ts + dur
+    while True:
+        ended = (out >= 0) & (end[np.maximum(out, 0)] <= at_ts)
+        if not ended.any():
+            return out
+        out[ended] = nesting.parent[out[ended]]
 
 
 @dataclass
@@ -152,7 +212,11 @@ def flow_ids(
 
 
 def self_times(ts: np.ndarray, dur: np.ndarray, parent: np.ndarray) -> np.ndarray:
-    """Duration of each slice minus the part of it covered by its children."""
+    """Duration of each slice minus the part of it covered by its children.
+
+    Give the durations of :attr:`Nesting.dur`, which nest properly: with the raw ones a
+    slice that overlaps its neighbours partially would be counted twice where they overlap.
+    """
     out = dur.astype(np.int64, copy=True)
     has = np.nonzero(parent >= 0)[0]
     if has.size:
@@ -179,3 +243,21 @@ def busy_time(ts: np.ndarray, dur: np.ndarray) -> int:
     first = np.nonzero(new)[0]
     last = np.append(first[1:] - 1, start.shape[0] - 1)
     return int((end[last] - start[first]).sum())
+
+
+def nearest_enclosing(parent: np.ndarray, mask: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """For each slice in ``start`` (-1: none): itself if ``mask`` holds for it, else its
+    nearest enclosing slice for which it does, else -1."""
+    out = np.full(start.shape[0], -1, dtype=np.int64)
+    if mask.size == 0:
+        return out
+    cur = start.copy()
+    todo = cur >= 0
+    while np.any(todo):
+        c = np.maximum(cur, 0)
+        hit = todo & mask[c]
+        out[hit] = cur[hit]
+        todo &= ~hit
+        cur = np.where(todo, parent[c], -1)
+        todo &= cur >= 0
+    return out

@@ -23,6 +23,7 @@ GPU_SIDE = frozenset(
         FrameKind.GPU_KERNEL,
         FrameKind.GPU_SOURCE,
         FrameKind.GPU_INSTRUCTION,
+        FrameKind.GPU_STALL,
     }
 )
 

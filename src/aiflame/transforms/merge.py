@@ -50,5 +50,11 @@ def merge(profiles: Sequence[Profile]) -> Profile:
         copy_into(builder, p, tmap)
     merged = builder.build()
     merged.meta = dict(profiles[0].meta)
+    merged.meta.pop("gpu_launches", None)  # its stack ids are those of profiles[0] alone
     merged.meta["sources"] = [p.meta.get("source") for p in profiles]
+    reads = [p.meta.get("samples_read") for p in profiles]  # perf script's samples
+    if all(isinstance(r, int) for r in reads):
+        merged.meta["samples_read"] = sum(reads)  # type: ignore[arg-type]
+    else:
+        merged.meta.pop("samples_read", None)
     return merged

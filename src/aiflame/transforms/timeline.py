@@ -168,6 +168,7 @@ def merge_timelines(timelines: Sequence[Timeline], names: Sequence[str]) -> Time
         )
         b.set_async(first, tl.slice_async)
         b.link(first + tl.flow_from, first + tl.flow_to)
-        if k == 0 and isinstance(tl.meta.get("trace"), dict):
-            b.meta["trace"] = dict(tl.meta["trace"])  # type: ignore[arg-type]
+        trace = tl.meta.get("trace")
+        if k == 0 and isinstance(trace, dict):
+            b.meta["trace"] = dict(trace)
     return b.build()

@@ -16,12 +16,19 @@ as most PyTorch operators, or waiting for it).
 A user stack that does not reach a thread or process start function (``_start``,
 ``__libc_start_main``, ``start_thread``, ``clone``...) was cut short: the unwinder follows
 frame pointers and stops at the first function built without them, or at the depth limit.
-Their share is recorded in the profile's meta (``aiflame info`` shows it).
+Their share is recorded in the profile's meta (``aiflame info`` shows it). Without the C
+library's debug symbols (``libc6-dbg``) its start functions have no name (glibc does not
+export ``__libc_start_call_main`` or ``start_thread``): there a stack whose outermost frame
+is an address of the C library or the dynamic loader that no symbol names counts as
+complete. (A walk that broke inside another unexported libc function, such as qsort's
+callback caller, then counts as complete too.)
 """
 
 from __future__ import annotations
 
 import errno
+import os
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -63,6 +70,8 @@ START_FUNCTIONS = frozenset(
         "runtime.mstart",
     }
 )
+# glibc's and musl's C library and dynamic loader, by file name.
+_C_RUNTIME = re.compile(r"^(?:libc\.so\.\d+|ld-linux[-\w.]*\.so\.\d+|(?:ld|libc)-musl-\w+\.so\.1)$")
 _STACK_LOST = {-errno.ENOMEM: "[stack lost: stack map full]"}
 USER_STACK_MISSING = "[user stack unreadable]"
 PYTHON_FRAME_UNREADABLE = "[Python frame unreadable]"
@@ -117,6 +126,20 @@ class _UserSymbols:
         return out
 
 
+def _reaches_start(syms: list[Symbol]) -> bool:
+    """Whether a user stack (innermost first) reaches its thread's or process's start: a
+    start function in it, or an unnamed address of the C library outermost (its start
+    functions where libc's debug symbols are not installed)."""
+    # glibc's internal aliases (__GI___clone) name the same functions
+    if any(s.name.removeprefix("__GI_") in START_FUNCTIONS for s in syms):
+        return True
+    if not syms:
+        return False
+    outer = syms[-1]
+    base = os.path.basename(outer.module)
+    return bool(_C_RUNTIME.match(base)) and outer.name.startswith(f"{base}+0x")
+
+
 def _lookup_addresses(stack: tuple[int, ...]) -> list[int]:
     """Addresses to symbolize: return addresses minus one, so they fall inside the call
     (a call that ends a function would otherwise name the next function)."""
@@ -146,7 +169,7 @@ class _PythonFrames:
             if function is None:
                 frame = Frame(PYTHON_FRAME_UNREADABLE, FrameKind.LABEL)
             else:
-                named = self.naming.sampled(function.qualname, function.file, function.first_line)
+                named = self.naming.code(function.qualname, function.file, function.first_line)
                 frame = Frame(named.name, FrameKind.PYTHON, named.file, named.line)
             self._named[function] = frame
         return frame
@@ -223,10 +246,9 @@ def build_profile(
         truncated = at_limit = False
         if py_frames is None and key.user_stack >= 0:
             user = _stack(raw, key.user_stack)
-            # glibc's internal aliases (__GI___clone) name the same functions
-            names = {usyms[key.pid][a].name.removeprefix("__GI_") for a in _lookup_addresses(user)}
+            syms = [usyms[key.pid][a] for a in _lookup_addresses(user)]
             at_limit = len(user) >= MAX_STACK_DEPTH
-            truncated = at_limit or not names & START_FUNCTIONS
+            truncated = at_limit or not _reaches_start(syms)
         cache.stacks[ck] = (tuple(frames), truncated, at_limit)
     unknown = {k.cgroup for k, _ in raw.counts} - cache.cgroups.keys()
     if unknown:
@@ -236,10 +258,10 @@ def build_profile(
     ids: dict[tuple[int, int, int, int, str], int] = {}
     for key, count in raw.counts:
         ck = cache_key(key)
-        frames, truncated, at_limit = cache.stacks[ck]
+        stack_frames, truncated, at_limit = cache.stacks[ck]
         stack_id = ids.get(ck)
         if stack_id is None:
-            stack_id = ids[ck] = builder.stack(builder.frames.intern_frame(f) for f in frames)
+            stack_id = ids[ck] = builder.stack(builder.frames.intern_frame(f) for f in stack_frames)
         walked = key.python_stack >= 0 and bool(raw.python_frames.get((key.pid, key.python_stack)))
         if walked:  # complete down to the program's first Python frame
             stats.user_stacks += count

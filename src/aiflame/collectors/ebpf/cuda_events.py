@@ -242,7 +242,7 @@ class EventLog:
         out = np.zeros(n, dtype=MEMORY)
         if n:
             head = np.frombuffer(bytes(self._memory), dtype=HEADER)
-            for name in HEADER.names:
+            for name in HEADER.names or ():
                 out[name] = head[name]
             out["stack"] = np.frombuffer(self._memory_stacks, dtype=np.int64)
         return out

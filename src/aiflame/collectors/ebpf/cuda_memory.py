@@ -240,7 +240,7 @@ def _meta(allocs: Allocations, lines: dict[int, Timeline], main: int | None) -> 
     meta: dict[str, object] = {"default_type": PEAK, "legend": LEGEND}
     c = allocs.counts
     gpu = allocs.gpu
-    meta["allocated_bytes"] = int(allocs.size[gpu].sum())
+    allocated = meta["allocated_bytes"] = int(allocs.size[gpu].sum())
     meta["allocations"] = int(gpu.sum())
     meta["memory_counts"] = dict(c)
     if main is not None:
@@ -258,7 +258,7 @@ def _meta(allocs: Allocations, lines: dict[int, Timeline], main: int | None) -> 
             meta["info:peaks by process"] = others
     live_end = int(allocs.size[gpu & (allocs.free_ns < 0)].sum())
     meta["info:allocated"] = (
-        f"{fmt_bytes(meta['allocated_bytes'])} in {meta['allocations']:,} GPU allocations"
+        f"{fmt_bytes(allocated)} in {meta['allocations']:,} GPU allocations"
         f"; {fmt_bytes(live_end)} still allocated at the end"
     )
     host = ~gpu

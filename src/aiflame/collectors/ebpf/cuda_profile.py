@@ -21,7 +21,7 @@ from aiflame.collectors.ebpf.cuda_apis import ALLOC, APIS, COPY, FREE, GRAPH, LA
 from aiflame.collectors.ebpf.cuda_events import CallKey, CallSum, EventLog
 from aiflame.collectors.ebpf.cuda_libs import parse_maps, read_maps
 from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
-from aiflame.symbolize.demangle import demangle_many
+from aiflame.symbolize.cxa import demangle_all
 
 SAMPLE_TYPES = (
     SampleType("launch-count", "count"),
@@ -223,7 +223,7 @@ def _values(role: str, key: CallKey, s: CallSum) -> list[float]:
 
 def _readable_kernel_names(calls: dict[CallKey, CallSum]) -> dict[CallKey, CallSum]:
     """Kernel names recorded at module load are mangled; driver launches are keyed by them."""
-    readable = demangle_many({k.target for k in calls if isinstance(k.target, str)})
+    readable = demangle_all({k.target for k in calls if isinstance(k.target, str)})
     if not readable:
         return calls
     renamed: dict[CallKey, CallSum] = {}

@@ -73,7 +73,7 @@ class PythonStacks(PythonProcesses):
                 if function is None:
                     cache[function] = (UNREADABLE, FrameKind.LABEL, "")
                 else:
-                    named = naming.sampled(function.qualname, function.file, function.first_line)
+                    named = naming.code(function.qualname, function.file, function.first_line)
                     cache[function] = (named.name, FrameKind.PYTHON, "")
             return cache[function]
 

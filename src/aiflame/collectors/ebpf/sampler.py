@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from aiflame.collectors.ebpf import object_bytes
-from aiflame.collectors.ebpf.libbpf import BpfError, BpfObject
+from aiflame.collectors.ebpf.libbpf import BpfError, BpfObject, RingBuffer
 from aiflame.collectors.ebpf.perf import cpu_clock_attr, online_cpus, perf_event_open
 from aiflame.collectors.ebpf.pycode import PyFunction, PythonProcesses
 
@@ -172,7 +172,7 @@ class CpuSampler:
         self._perf_links: list[int] = []
         self._recheck: dict[int, float] = {}  # pid -> when to read its maps again
         self._started: dict[int, int] = {}  # pid -> its start time (pids are reused)
-        self._rb = None
+        self._rb: RingBuffer | None = None
         self._pythons = PythonProcesses()  # described to the BPF program, with readers
         self._python_search: dict[int, float] = {}  # pid -> until when to look for Python
         self._python_stacks: list[tuple[int, int]] = []  # (pid, stack) announced, unread
@@ -284,7 +284,7 @@ class CpuSampler:
             texts = self.maps.get(pid)
             # only interpreters are looked at again (its executable is mapped from the exec
             # on, libpython a moment later): not every process of a system-wide recording
-            not_python = bool(texts) and "python" not in texts[-1]
+            not_python = texts is not None and bool(texts) and "python" not in texts[-1]
             if pid in self._pythons.readers or until < now or not_python:
                 del self._python_search[pid]
             else:
@@ -418,8 +418,8 @@ class CpuSampler:
             reader = self._pythons.readers.get(key.pid)
             fresh = (key.pid, key.python_stack) not in frames
             if reader is not None and key.python_stack >= 0 and fresh:
-                addrs = [a & ~PY_ENTRY for a in stacks.get(key.python_stack, ())]
-                frames[key.pid, key.python_stack] = reader.read(addrs)
+                entries = [a & ~PY_ENTRY for a in stacks.get(key.python_stack, ())]
+                frames[key.pid, key.python_stack] = reader.read(entries)
 
     def _raw(
         self,

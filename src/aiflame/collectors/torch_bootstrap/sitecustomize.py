@@ -151,6 +151,7 @@ class _TorchWindow:
         self.signum = None
         self.wanted = None  # what the main thread is asked to do: "start" or "stop"
         self.hook = None
+        self.timers = []  # a cancel event per timer thread still waiting
         self.timings = {}
 
     # -- triggers -----------------------------------------------------------------------------
@@ -201,9 +202,24 @@ class _TorchWindow:
     def _request_after(self, seconds, action):
         import threading
 
-        timer = threading.Timer(seconds, self._request, (action,))
-        timer.daemon = True
-        timer.start()
+        cancel = threading.Event()
+        self.timers.append(cancel)
+        thread = threading.Thread(
+            target=self._after, args=(seconds, action, cancel), name=f"aiflame-{action}-timer"
+        )
+        thread.daemon = True
+        thread.start()
+
+    def _after(self, seconds, action, cancel):
+        """A timer thread of ours. It runs this file's code only (threading.Timer would run
+        threading's), which is how aiflame recognises the thread and leaves it out."""
+        if not cancel.wait(seconds):
+            self._request(action)
+
+    def _cancel_timers(self):
+        for cancel in self.timers:
+            cancel.set()
+        self.timers = []
 
     def _request(self, action):
         """Have the main thread ``start`` or ``stop`` the profiler (at once if we are it)."""
@@ -245,6 +261,7 @@ class _TorchWindow:
 
         if self.state != "waiting":
             return
+        self._cancel_timers()  # the fallback start is not needed any more
         try:
             self.prof, activities = _new_profiler()
             _write_json(self.directory, f"torch-{self.pid}.pending", {"window": self.window})
@@ -266,6 +283,7 @@ class _TorchWindow:
         if self.state != "running" or os.getpid() != self.pid:
             return
         self.state = "done"
+        self._cancel_timers()  # ended before the window did (exit, or a user's profiler)
         path = os.path.join(self.directory, f"torch-{self.pid}.json")
         try:
             t0 = time.perf_counter()
@@ -363,6 +381,8 @@ def _bootstrap():
         if key in os.environ:
             info[key.lower()] = os.environ[key]
     _write_json(directory, f"proc-{pid}.json", info)
+    if os.environ.get("AIFLAME_GPU_PC_SAMPLING"):
+        _start_gpu_pc_sampling(directory, pid)
     try:
         window = float(os.environ.get("AIFLAME_TORCH_WINDOW") or 0)
         delay = float(os.environ.get("AIFLAME_TORCH_DELAY") or 0)
@@ -383,6 +403,20 @@ def _bootstrap():
         on_imported()
     else:
         sys.meta_path.insert(0, _TorchFinder(on_imported))
+
+
+def _start_gpu_pc_sampling(directory, pid):
+    """CUPTI PC sampling (aiflame_cupti_pcsampling.py), before the program touches CUDA."""
+    try:
+        import aiflame_cupti_pcsampling
+
+        aiflame_cupti_pcsampling.start_from_env(directory)
+    except Exception as e:
+        try:
+            with open(os.path.join(directory, f"gpupc-{pid}.error"), "a") as f:
+                f.write(f"GPU PC sampling could not start: {type(e).__name__}: {e}\n")
+        except OSError:
+            pass
 
 
 def _chain():

@@ -27,15 +27,17 @@
       this.filters = []; // [{op: "focus" | "hide", nameId, name}]
       this.searchMask = null;
       this.sandwichName = -1;
-      this.topSort = { key: "self", desc: true };
+      this.topSort = this.diff ? { key: "delta", dir: "abs" } : { key: "self", dir: "desc" };
       this.kindColors = new Array(this.frames.count + 1);
       this.tooltipNode = -1;
       this.menuNode = -1;
 
       this.view = new A.FlameView($("flame"), {
+        foldChains: true,
         onHover: (i, e) => this.showTooltip(this.view, i, e),
         onClick: (i) => {
-          if (i >= 0) this.zoomTo(i); // a click on the background keeps the zoom
+          if (i >= 0 && this.view.foldAt(i)) this.unfold();
+          else if (i >= 0) this.zoomTo(i); // a click on the background keeps the zoom
         },
         onContext: (i, e) => this.openMenu(this.view, i, e),
       });
@@ -95,6 +97,15 @@
       this.zoomTo(0);
     }
 
+    // Show the frames of the folded chains (for good: zooming shows them anyway).
+    unfold() {
+      this.view.unfold();
+      this.view.hover = -1;
+      $("tooltip").hidden = true;
+      this.tooltipNode = -1;
+      this.view.draw();
+    }
+
     setMetric(t) {
       this.metric = t;
       const z = this.view.zoom;
@@ -135,9 +146,19 @@
       const f = tree.frame[i];
       let c = this.kindColors[f];
       if (c === undefined) {
-        c = this.kindColors[f] = A.kindColor(this.frames.kindSlug(f), this.frames.name(f));
+        const slug = this.frames.kindSlug(f);
+        const cls = slug === "gpu-stall" ? this.stallClass(f) : null;
+        c = this.kindColors[f] = cls
+          ? A.stallColor(cls, this.frames.name(f))
+          : A.kindColor(slug, this.frames.name(f));
       }
       return c;
+    }
+
+    // The normalized class of a GPU stall-reason frame ("memory latency"...), or null.
+    stallClass(f) {
+      const g = this.header.gpu;
+      return (g && g.stallClasses && g.stallClasses[this.frames.name(f)]) || null;
     }
 
     // Per-node deltas (test - base) of self or total, and the largest magnitude.
@@ -194,6 +215,8 @@
 
     // The tooltip's content: name, kind, values, location; DOM nodes with textContent.
     describe(tree, i) {
+      const fold = tree === this.view.tree ? this.view.foldAt(i) : null;
+      if (fold) return this.describeFold(tree, fold);
       const f = tree.frame[i];
       const out = [el("div", { class: "tip-name" }, tree.labelOf(i))];
       const kind = A.PALETTE[this.frames.kindSlug(f)] || A.PALETTE.unknown;
@@ -204,6 +227,9 @@
         rows.append(tr);
       };
       row("kind", kind.label);
+      if (this.frames.kindSlug(f) === "gpu-stall" && this.stallClass(f)) {
+        row("stall class", this.stallClass(f));
+      }
       const t = this.metric;
       const type = this.types[t];
       const all = this.baseTree.totals(t)[0];
@@ -216,8 +242,9 @@
         const b = tree.totals(this.diff.base)[i];
         const delta = tot - b;
         const sign = delta > 0 ? "+" : "";
-        row("base", this.fmt(b, bt));
-        row("test", this.fmt(tot, type));
+        const names = this.diff.names || {};
+        row(names.base ? "base (" + names.base + ")" : "base", this.fmt(b, bt));
+        row(names.test ? "test (" + names.test + ")" : "test", this.fmt(tot, type));
         const change = b ? sign + A.percent(delta, b) : tot ? "new" : "-";
         row("delta", sign + A.formatValue(delta, type.unit) + " (" + change + ")", delta > 0 ? "grow" : delta < 0 ? "shrink" : "");
         const sd = self - tree.self[this.diff.base][i];
@@ -227,6 +254,28 @@
       if (loc) row("file", loc);
       out.push(rows);
       out.push(el("div", { class: "tip-hint" }, "click: zoom · right-click: focus, hide, sandwich"));
+      return out;
+    }
+
+    // A folded chain: how many frames, which ones, and its value.
+    describeFold(tree, fold) {
+      const out = [el("div", { class: "tip-name" }, fold.count + " frames of one call chain, folded")];
+      const list = el("ol", { class: "tip-chain" });
+      const shown = fold.count <= 14 ? fold.members : [...fold.members.slice(0, 6), -1, ...fold.members.slice(-6)];
+      for (const m of shown) {
+        list.append(el("li", m < 0 ? { class: "gap" } : null, m < 0 ? "…" : A.fitLabel(tree.labelOf(m), 90)));
+      }
+      out.push(list);
+      const t = this.metric;
+      const type = this.types[t];
+      const tot = tree.totals(t)[fold.head];
+      const all = this.baseTree.totals(t)[0];
+      const rows = el("table", { class: "tip-rows" });
+      const tr = el("tr");
+      tr.append(el("th", null, "total"), el("td", null, this.fmt(tot, type) + " (" + A.percent(tot, all) + " of all)"));
+      rows.append(tr);
+      out.push(rows);
+      out.push(el("div", { class: "tip-hint" }, "click: show these frames · right-click: the first one"));
       return out;
     }
 
@@ -281,7 +330,8 @@
       const items = [];
       path.forEach((v, k) => {
         if (k) items.push(el("span", { class: "sep" }, "›"));
-        const b = el("button", { class: "crumb", type: "button" }, tree.labelOf(v));
+        const label = tree.labelOf(v);
+        const b = el("button", { class: "crumb", type: "button", title: label }, A.fitLabel(label, 48));
         b.addEventListener("click", () => this.zoomTo(v));
         if (k === path.length - 1) b.classList.add("current");
         items.push(b);
@@ -294,10 +344,18 @@
       const t = this.metric;
       const type = this.types[t];
       let text = "Total: " + this.fmt(this.baseTree.totals(t)[0], type);
+      // With no metric to choose from, the choice does not say which one this is: a time
+      // or a size must still be named ("wall-time" of CPU slices is not CPU time).
+      if (!this.diff && $("metric-box").hidden && type.unit !== "count") {
+        text = "Total " + type.name + ": " + this.fmt(this.baseTree.totals(t)[0], type);
+      }
       if (this.diff) {
         const b = this.baseTree.totals(this.diff.base)[0];
         const x = this.baseTree.totals(this.diff.test)[0];
-        text = "base " + this.fmt(b, this.types[this.diff.base]) + " → test " + this.fmt(x, type);
+        const names = this.diff.names || {};
+        const base = names.base ? "base (" + names.base + ") " : "base ";
+        const test = names.test ? "test (" + names.test + ") " : "test ";
+        text = base + this.fmt(b, this.types[this.diff.base]) + " → " + test + this.fmt(x, type);
         if (b) text += " (" + (x >= b ? "+" : "") + A.percent(x - b, b) + ")";
         if (this.diff.normalized) text += ", base normalized to test's total";
       }
@@ -364,6 +422,15 @@
       box.replaceChildren(...items);
     }
 
+    // "gpu-samples (count, 1 = 1024 cycles)": what one GPU PC sample stands for.
+    metricLabel(type) {
+      const g = this.header.gpu;
+      if (type.name === "gpu-samples" && g && g.period) {
+        return type.name + " (" + type.unit + ", 1 = " + A.formatValue(g.period, "count") + " " + g.periodUnit + ")";
+      }
+      return type.name + " (" + type.unit + ")";
+    }
+
     updateInvertButton() {
       $("invert").textContent = this.view.inverted ? "Flame view" : "Icicle view";
       $("invert").title = this.view.inverted ? "root at the bottom" : "root at the top";
@@ -381,6 +448,8 @@
           items.push(it);
         }
       }
+      const g = this.header.gpu;
+      if (g && g.classes && g.classes.length) used.delete("gpu-stall"); // its own legend below
       for (const slug of Object.keys(A.PALETTE)) {
         if (!used.has(slug)) continue;
         const p = A.PALETTE[slug];
@@ -391,10 +460,35 @@
         items.push(it);
       }
       box.replaceChildren(...items);
+      this.buildStallLegend();
       if (this.diff) {
         $("howto-diff").hidden = false;
         $("colormode-box").hidden = false;
       }
+    }
+
+    // GPU PC samples: one swatch per stall class present, with the reasons in it.
+    buildStallLegend() {
+      const box = $("stalls");
+      const g = this.header.gpu;
+      if (!box || !g || !g.classes || !g.classes.length) return;
+      const reasons = {};
+      for (const [name, cls] of Object.entries(g.stallClasses || {})) {
+        (reasons[cls] = reasons[cls] || []).push(name);
+      }
+      const items = [el("span", { class: "stall-title" }, "GPU stall reasons:")];
+      for (const cls of g.classes) {
+        const it = el("span", { class: "kind stall-class", "data-stall-class": cls });
+        const sw = el("span", { class: "swatch" });
+        sw.style.background = A.stallColor(cls, "");
+        const names = (reasons[cls] || []).sort();
+        it.title = names.join(", ");
+        it.append(sw, el("span", null, cls), el("span", { class: "stall-names" }, names.join(", ")));
+        items.push(it);
+      }
+      if (g.join) items.push(el("span", { class: "stall-join" }, g.join));
+      box.replaceChildren(...items);
+      box.hidden = false;
     }
 
     // -- tabs: top functions and sandwich ---------------------------------------------
@@ -411,36 +505,47 @@
       if (name === "sandwich") this.renderSandwich();
     }
 
+    // Per function: self and total (or, in a differential graph, base and test totals,
+    // their delta and delta %), sorted by the chosen column.
     renderTop() {
       const t = this.metric;
       const type = this.types[t];
-      const rows = A.topFunctions(this.tree, t);
-      const { key, desc } = this.topSort;
-      const names = this.frames.strings;
-      rows.sort((a, b) => {
-        const c = key === "name" ? names[a.nameId].localeCompare(names[b.nameId]) : a[key] - b[key];
-        return desc ? -c : c;
-      });
+      const rows = this.diff ? this.topDiffRows() : A.topFunctions(this.tree, t);
+      this.sortTop(rows);
       for (const th of document.querySelectorAll("#top-table th[data-key]")) {
-        th.classList.toggle("sorted", th.dataset.key === key);
-        th.dataset.dir = th.dataset.key === key ? (desc ? "desc" : "asc") : "";
+        th.classList.toggle("sorted", th.dataset.key === this.topSort.key);
+        th.dataset.dir = th.dataset.key === this.topSort.key ? this.topSort.dir : "";
       }
       const all = this.tree.totals(t)[0];
       const limit = 1000;
       const body = [];
+      const names = this.frames.strings;
       for (const r of rows.slice(0, limit)) {
         const tr = el("tr");
         const name = el("td", { class: "fn" });
         const sw = el("span", { class: "swatch" });
         sw.style.background = A.kindColor(this.frames.kindSlug(r.frame), names[r.nameId]);
         name.append(sw, el("span", null, this.frames.label(r.frame)));
-        tr.append(
-          name,
-          el("td", { class: "num" }, A.formatValue(r.self, type.unit)),
-          el("td", { class: "num" }, A.percent(r.self, all)),
-          el("td", { class: "num" }, A.formatValue(r.total, type.unit)),
-          el("td", { class: "num" }, A.percent(r.total, all))
-        );
+        tr.append(name);
+        const num = (text, cls) => el("td", { class: cls ? "num " + cls : "num" }, text);
+        if (this.diff) {
+          const sign = r.delta > 0 ? "+" : "";
+          const cls = r.delta > 0 ? "grow" : r.delta < 0 ? "shrink" : "";
+          const pct = r.base ? sign + A.percent(r.delta, r.base) : r.test ? "new" : "-";
+          tr.append(
+            num(A.formatValue(r.base, type.unit)),
+            num(A.formatValue(r.test, type.unit)),
+            num(sign + A.formatValue(r.delta, type.unit), cls),
+            num(pct, cls)
+          );
+        } else {
+          tr.append(
+            num(A.formatValue(r.self, type.unit)),
+            num(A.percent(r.self, all)),
+            num(A.formatValue(r.total, type.unit)),
+            num(A.percent(r.total, all))
+          );
+        }
         tr.addEventListener("click", () => {
           this.sandwichName = r.nameId;
           this.showTab("sandwich");
@@ -450,6 +555,68 @@
       $("top-body").replaceChildren(...body);
       $("top-note").textContent =
         rows.length > limit ? "showing the first " + limit + " of " + rows.length + " functions" : rows.length + " functions";
+    }
+
+    // Base and test totals per function (recursion counted once in each).
+    topDiffRows() {
+      const { base, test } = this.diff;
+      const byName = new Map();
+      for (const r of A.topFunctions(this.tree, base)) {
+        byName.set(r.nameId, { nameId: r.nameId, frame: r.frame, base: r.total, test: 0 });
+      }
+      for (const r of A.topFunctions(this.tree, test)) {
+        const row = byName.get(r.nameId);
+        if (row) row.test = r.total;
+        else byName.set(r.nameId, { nameId: r.nameId, frame: r.frame, base: 0, test: r.total });
+      }
+      const rows = [...byName.values()];
+      for (const r of rows) {
+        r.delta = r.test - r.base;
+        // New functions rank above every finite change; vanished ones are -100%.
+        r.pct = r.base ? r.delta / r.base : r.test ? Infinity : 0;
+      }
+      return rows;
+    }
+
+    // Names sort by their order in the string table (numbers in names as numbers); a
+    // column of changes also sorts by size ("abs"), the largest change first either way.
+    sortTop(rows) {
+      const { key, dir } = this.topSort;
+      if (key === "name") {
+        rows.sort((a, b) => (dir === "desc" ? b.nameId - a.nameId : a.nameId - b.nameId));
+        return;
+      }
+      if (dir === "abs") {
+        rows.sort((a, b) => Math.abs(b[key]) - Math.abs(a[key]) || a.nameId - b.nameId);
+        return;
+      }
+      const sign = dir === "desc" ? -1 : 1;
+      rows.sort((a, b) => sign * (a[key] - b[key]) || a.nameId - b.nameId);
+    }
+
+    // The next sort after a click on column `key`: a new column starts descending (names
+    // ascending, changes by size); a second click turns the order around.
+    nextTopSort(key) {
+      const s = this.topSort;
+      const changes = key === "delta" || key === "pct";
+      if (s.key !== key) return { key, dir: key === "name" ? "asc" : changes ? "abs" : "desc" };
+      if (changes) return { key, dir: s.dir === "abs" ? "desc" : s.dir === "desc" ? "asc" : "abs" };
+      return { key, dir: s.dir === "desc" ? "asc" : "desc" };
+    }
+
+    // The table's columns in a differential graph: each input's total and the change.
+    diffTableHead() {
+      const names = this.diff.names || {};
+      const head = (key, text, title) => el("th", { "data-key": key, class: key === "name" ? "" : "num", title }, text);
+      const tr = el("tr");
+      tr.append(
+        head("name", "Function"),
+        head("base", names.base ? "Base: " + names.base : "Base", "total in the base profile"),
+        head("test", names.test ? "Test: " + names.test : "Test", "total in the test profile"),
+        head("delta", "Delta", "test - base"),
+        head("pct", "Delta %", "(test - base) / base")
+      );
+      document.querySelector("#top-table thead").replaceChildren(tr);
     }
 
     renderSandwich() {
@@ -482,12 +649,14 @@
 
     bindControls() {
       const metric = $("metric");
+      // A metric with no data (gpu-time of a CPU-only run) is not offered, unless shown.
       this.types.forEach((type, t) => {
-        metric.append(el("option", { value: String(t) }, type.name + " (" + type.unit + ")"));
+        if (type.total === 0 && t !== this.metric) return;
+        metric.append(el("option", { value: String(t) }, this.metricLabel(type)));
       });
       metric.value = String(this.metric);
       metric.addEventListener("change", () => this.setMetric(Number(metric.value)));
-      if (this.types.length < 2 || this.diff) $("metric-box").hidden = true;
+      if (metric.options.length < 2 || this.diff) $("metric-box").hidden = true;
 
       const mode = $("colormode");
       mode.addEventListener("change", () => {
@@ -516,11 +685,10 @@
       for (const b of document.querySelectorAll(".tabs button")) {
         b.addEventListener("click", () => this.showTab(b.dataset.tab));
       }
+      if (this.diff) this.diffTableHead();
       for (const th of document.querySelectorAll("#top-table th[data-key]")) {
         th.addEventListener("click", () => {
-          const key = th.dataset.key;
-          const s = this.topSort;
-          this.topSort = { key, desc: s.key === key ? !s.desc : key !== "name" };
+          this.topSort = this.nextTopSort(th.dataset.key);
           this.renderTop();
         });
       }

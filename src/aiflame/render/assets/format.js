@@ -43,6 +43,66 @@
     return (Math.abs(p) >= 10 || p === 0 ? p.toFixed(1) : p.toFixed(2)) + "%";
   };
 
+  // -- labels -------------------------------------------------------------------------
+
+  // `text` in at most `room` characters, cut in the middle as speedscope does, so both the
+  // start and the distinguishing end stay: "nn.Mod…Layer_10", "sm90_xmma…cublas". A number
+  // at the end stays whole while there is room for it ("n…10", not "nn…0").
+  const TRAILING_NUMBER = /\d+$/;
+  A.elideMiddle = function (text, room) {
+    if (text.length <= room) return text;
+    if (room < 2) return room === 1 ? "…" : "";
+    let head = Math.ceil((room - 1) / 2);
+    const number = TRAILING_NUMBER.exec(text);
+    if (number && room - 2 >= number[0].length) head = Math.min(head, room - 1 - number[0].length);
+    const tail = room - 1 - head;
+    return text.slice(0, head) + "…" + (tail ? text.slice(text.length - tail) : "");
+  };
+
+  // A frame's name split into what may give way first: a Python frame's location
+  // "fn (pkg/file.py:12)", a C++ function's parameter list "kern<T>(int, float*)".
+  const LOCATION = /^(.*\S) \(([^()]*(?::\d+|\.py))\)$/;
+  function labelParts(text) {
+    const m = LOCATION.exec(text);
+    if (m) return { name: m[1], loc: m[2], params: "" };
+    if (text.endsWith(")")) {
+      let depth = 0;
+      for (let i = text.length - 1; i > 0; i--) {
+        const c = text[i];
+        if (c === ")") depth++;
+        else if (c === "(" && --depth === 0) {
+          // "Memcpy DtoH (Device -> Pinned)" is not a signature: "(" must follow a name.
+          if (text[i - 1] === " " || i < 2) break;
+          const name = text.slice(0, i).replace(/^void /, "");
+          return { name, loc: "", params: text.slice(i) };
+        }
+      }
+    }
+    return { name: text, loc: "", params: "" };
+  }
+  A.labelParts = labelParts;
+
+  // The label drawn in a box of `room` characters: the whole text if it fits; else the
+  // location is cut from its start (the file name and line stay), then dropped; a
+  // signature's parameters go first; what remains is cut in the middle.
+  A.fitLabel = function (text, room, parts) {
+    if (text.length <= room) return text;
+    const p = parts || labelParts(text);
+    if (p.loc) {
+      const locRoom = room - p.name.length - 3; // " (" + ")"
+      if (locRoom >= 8) return p.name + " (" + elideStart(p.loc, locRoom) + ")";
+    } else if (p.params) {
+      const full = p.name + p.params;
+      if (full.length <= room) return full;
+    }
+    return A.elideMiddle(p.name, room);
+  };
+
+  // The end of `text` in `room` characters, "…/modeling_qwen2.py:243".
+  function elideStart(text, room) {
+    return text.length <= room ? text : "…" + text.slice(text.length - room + 1);
+  }
+
   // -- colours ------------------------------------------------------------------------
 
   // Each kind has a hue family; the name's hash picks the shade inside it, so the same
@@ -52,6 +112,7 @@
     "gpu-instruction": { label: "GPU instruction", base: [60, 185, 60], range: [60, 60, 50] },
     "gpu-source": { label: "GPU source line", base: [70, 200, 200], range: [50, 45, 45] },
     "gpu-kernel": { label: "GPU kernel", base: [120, 205, 130], range: [50, 45, 40] },
+    "gpu-stall": { label: "GPU stall reason", base: [175, 175, 175], range: [30, 30, 30] },
     native: { label: "C (native)", base: [215, 70, 60], range: [40, 70, 60] },
     cpp: { label: "C++", base: [205, 190, 55], range: [45, 50, 40] },
     kernel: { label: "Linux kernel", base: [230, 130, 30], range: [25, 60, 30] },
@@ -63,6 +124,26 @@
     unknown: { label: "other", base: [205, 185, 155], range: [30, 30, 30] },
   };
   A.PALETTE = PALETTE;
+
+  // Stall reasons are coloured by their normalized class (aiflame/model/gpu.py), so the
+  // same kind of stall reads the same on NVIDIA, AMD and Intel samples.
+  const STALL_CLASSES = {
+    "memory latency": { base: [225, 75, 70], range: [25, 30, 25] },
+    "short dependency": { base: [240, 150, 55], range: [15, 40, 30] },
+    synchronization: { base: [165, 105, 215], range: [30, 30, 25] },
+    "front end": { base: [85, 135, 225], range: [30, 35, 20] },
+    "scheduler/pipe": { base: [215, 190, 45], range: [25, 30, 40] },
+    issued: { base: [160, 205, 160], range: [20, 20, 20] },
+    other: { base: [165, 165, 165], range: [25, 25, 25] },
+  };
+  A.STALL_CLASSES = STALL_CLASSES;
+
+  A.stallColor = function (cls, name) {
+    const p = STALL_CLASSES[cls] || STALL_CLASSES.other;
+    const v = nameHash(name);
+    const c = [0, 1, 2].map((k) => Math.round(p.base[k] + v * p.range[k]));
+    return "rgb(" + c[0] + "," + c[1] + "," + c[2] + ")";
+  };
   A.SEARCH_COLOR = "rgb(230,0,230)";
 
   // FNV-1a of the name, folded to [0, 1): stable across pages and sessions.
@@ -83,6 +164,31 @@
     const b = Math.round(p.base[2] + v * p.range[2]);
     return "rgb(" + r + "," + g + "," + b + ")";
   };
+
+  // The label ink for a box of `color` ("rgb(r,g,b)" or "#rrggbb"): dark, unless white
+  // reads better (WCAG contrast), as on the saturated blue of the largest shrink.
+  const DARK_INK = "#111";
+  const LIGHT_INK = "#fff";
+  const inks = new Map();
+  A.labelInk = function (color) {
+    let ink = inks.get(color);
+    if (ink === undefined) {
+      let rgb = /^rgb\((\d+),\s*(\d+),\s*(\d+)\)$/.exec(color);
+      if (rgb) rgb = rgb.slice(1).map(Number);
+      else if (/^#[0-9a-f]{6}$/i.test(color)) rgb = [1, 3, 5].map((k) => parseInt(color.slice(k, k + 2), 16));
+      ink = DARK_INK;
+      if (rgb) {
+        const lin = rgb.map((c) => (c / 255 <= 0.04045 ? c / 255 / 12.92 : ((c / 255 + 0.055) / 1.055) ** 2.4));
+        const lum = 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2];
+        const dark = (lum + 0.05) / (0.0056 + 0.05); // #111's luminance is 0.0056
+        const light = 1.05 / (lum + 0.05);
+        if (light > dark) ink = LIGHT_INK;
+      }
+      inks.set(color, ink);
+    }
+    return ink;
+  };
+  A.DARK_INK = DARK_INK;
 
   // Differential colour as flamegraph.pl draws it: white for no change, towards red for
   // growth and blue for shrinkage, saturated at the largest change in the graph (linear,

@@ -1,7 +1,7 @@
 // Deep links: the URL fragment sets the metric, a search, focus filters and a zoom, so a
 // report can link straight to the stack it talks about. Parameters (URL-encoded, any
 // order; `path` and `focus` may repeat):
-//   #metric=cpu-time           the sample type shown
+//   #metric=wall-time          the sample type shown
 //   &search=^cudaStreamSync    highlight frames whose name matches (a regex)
 //   &focus=aten::item          keep only the callees of frames with this name (a filter)
 //   &path=main&path=step&...   zoom to the node reached from the root through these names
@@ -32,6 +32,9 @@
     return { node: i, matched };
   }
 
+  // Former metric names that links may still carry (the model's METRIC_ALIASES).
+  const METRIC_ALIASES = { "cpu-time": "wall-time" };
+
   function parse(hash) {
     const p = new URLSearchParams(hash.replace(/^#/, ""));
     return {
@@ -48,8 +51,11 @@
     const want = parse(hash);
     const status = { metric: null, search: null, focus: [], path: [], matched: 0, node: 0 };
     if (want.metric) {
-      const t = app.types.findIndex((type) => type.name === want.metric);
-      if (t >= 0 && !app.diff) {
+      const name = METRIC_ALIASES[want.metric] || want.metric;
+      let t = app.types.findIndex((type) => type.name === want.metric);
+      if (t < 0) t = app.types.findIndex((type) => type.name === name);
+      const offered = document.querySelector('#metric option[value="' + t + '"]');
+      if (t >= 0 && offered && !app.diff) {
         document.getElementById("metric").value = String(t);
         app.setMetric(t);
         status.metric = want.metric;

@@ -62,7 +62,7 @@
       this.m = d.time.length;
       this.peakTree = app.baseTree; // the importer's values, restored by clear()
       this.metric = h.metric;
-      this.metricLabel = $("metric").options[h.metric].textContent;
+      this.metricLabel = this.option().textContent;
       this.sel = null; // {from, to}: point indices, from === to for an instant
       this.box = $("mem-chart");
       this.svg = $("mem-svg");
@@ -345,12 +345,17 @@
       this.show(this.peakTree, this.metricLabel);
     }
 
+    // The metric choice's entry of this chart's metric (empty metrics have none).
+    option() {
+      return $("metric").querySelector('option[value="' + this.metric + '"]');
+    }
+
     show(tree, label) {
       const app = this.app;
       app.baseTree = tree;
       app.metric = this.metric;
       const select = $("metric");
-      select.options[this.metric].textContent = label;
+      this.option().textContent = label;
       select.value = String(this.metric);
       app.applyFilters(); // the user's focus/hide filters apply to the new values too
       $("mem-clear").disabled = !this.sel;

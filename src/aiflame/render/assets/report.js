@@ -52,15 +52,15 @@
     if (Math.abs(v) >= 1e4) return Math.round(v).toLocaleString("en-US");
     return String(Number(v.toPrecision(3)));
   }
-  // An evidence value by its key's convention, or its enclosing key's (as analyze_format.py).
-  function valueText(key, v, outer) {
+  // A finding's figure by its unit (as analyze_format.figure_text).
+  function figureText(f) {
+    const v = f.value;
     if (v === null || v === undefined) return "?";
     if (typeof v === "number") {
-      for (const k of [key, outer || ""]) {
-        if (k.endsWith("_us")) return fmtUs(v);
-        if (/^(share|pct|mfu)/.test(k) || k.endsWith("_share") || k.endsWith("_fraction")) return (100 * v).toFixed(1) + "%";
-      }
-      if (key.endsWith("bytes") || (outer || "").endsWith("bytes")) return fmtBytes(v);
+      if (f.unit === "us") return fmtUs(v);
+      if (f.unit === "share") return (100 * v).toFixed(1) + "%";
+      if (f.unit === "bytes") return fmtBytes(v);
+      if (f.unit === "tflops") return v.toFixed(1) + " TFLOP/s";
     }
     return num(v);
   }
@@ -120,7 +120,8 @@
     }
 
     rankName(r, i) {
-      const rank = r.rank !== null && r.rank !== undefined ? "rank " + r.rank : this.multi ? "trace " + (i + 1) : "rank ?";
+      // The report names a trace without a rank by its file.
+      const rank = r.name || (r.rank !== null && r.rank !== undefined ? "rank " + r.rank : "trace " + (i + 1));
       const devices = {};
       for (const d of r.devices || []) if (d) devices[d] = (devices[d] || 0) + 1;
       const named = Object.entries(devices).map(([d, n]) => (n > 1 ? n + " x " + d : d)).join(", ");
@@ -209,7 +210,7 @@
           "p",
           null,
           per + fmtUs(c.min) + ", median " + fmtUs(c.median) + ", max " + fmtUs(c.max) +
-            " (spread " + pct(job.computation_spread, 1) + (job.same_job === false ? "; slowest: " : "; slowest rank ") + job.slowest_rank + ").",
+            " (spread " + pct(job.computation_spread, 1) + "; slowest: " + job.slowest_rank + ").",
         ),
       );
       for (const s of job.stragglers || []) {
@@ -217,7 +218,7 @@
           el(
             "p",
             { class: "straggler" },
-            "Straggler: rank " + s.rank + " computes " + pct(s.over_median, 1) +
+            "Straggler: " + s.rank + " computes " + pct(s.over_median, 1) +
               " longer than the median rank; the others wait for it at each collective.",
           ),
         );
@@ -347,42 +348,29 @@
       }
       if (this.multi) head.append(el("span", { class: "muted" }, this.rankName(r, rank)));
       card.append(head);
-      const ev = f.evidence || {};
+      if (f.summary) card.append(el("p", { class: "summary" }, f.summary));
       const dl = el("dl");
-      for (const [key, v] of Object.entries(ev)) {
-        // The share of GPU time is in the head already.
-        if (isStackList(v) || v === null || key === "share_of_gpu_time") continue;
-        let text;
-        if (Array.isArray(v)) text = v.filter((x) => typeof x !== "object").slice(0, 8).map(num).join(", ");
-        else if (typeof v === "object") {
-          text = Object.entries(v)
-            .filter(([, s]) => !Array.isArray(s))
-            .map(([n, s]) =>
-              s && typeof s === "object"
-                ? n + " (" + Object.entries(s).filter(([, b]) => typeof b !== "object" || b === null).map(([a, b]) => label(a) + " " + valueText(a, b, key)).join(", ") + ")"
-                : label(n) + " " + valueText(n, s, key)
-            )
-            .join("; ");
-        } else text = valueText(key, v);
-        if (!text) continue;
-        dl.append(el("dt", null, label(key)), el("dd", { "data-key": key }, text));
-      }
+      for (const x of f.figures || []) dl.append(el("dt", null, x.label), el("dd", { "data-label": x.label }, figureText(x)));
       if (dl.children.length) card.append(dl);
-      // Stacks in the order the links were made for them (render/analyze_format.py).
-      const link = (this.data.links[rank] || [])[k] || {};
-      let j = 0;
-      for (const v of Object.values(ev)) {
-        if (!isStackList(v)) continue;
-        v.forEach((s, n) => {
-          const frag = (link.stacks || [])[j++];
-          if (n < 3) card.append(this.stackLine(s, frag));
-        });
+      if ((f.items || []).length) {
+        const ul = el("ul", { class: "items" });
+        for (const it of f.items.slice(0, 5)) {
+          const cost = it.cost_us === null || it.cost_us === undefined ? "" : " " + fmtUs(it.cost_us);
+          ul.append(el("li", null, it.name + cost + (it.detail ? " (" + it.detail + ")" : "")));
+        }
+        card.append(ul);
       }
+      // Stacks in the order the links were made for them (cli/analyze_links.py).
+      const link = (this.data.links[rank] || [])[k] || {};
+      (f.top_stacks || []).forEach((st, n) => {
+        if (n < 3) card.append(this.stackLine(st, (link.stacks || [])[n]));
+      });
       if (f.fix) {
         const fix = el("div", { class: "fix" });
         fix.append(el("b", null, "Try: "), document.createTextNode(f.fix));
         card.append(fix);
       }
+      if (f.assumption) card.append(el("p", { class: "muted assumption" }, "Estimate: " + f.assumption));
       if (this.data.flame && link.main) {
         const a = el("a", { class: "flame-link", href: this.data.flame + "#" + link.main }, "Show in the flame graph →");
         card.append(a);
@@ -405,8 +393,7 @@
         div.append(el("span", { class: "frame" }, f));
       });
       const extra = [];
-      const costKey = Object.keys(s).find((k) => k.endsWith("_us") && typeof s[k] === "number");
-      if (costKey) extra.push(label(costKey) + " " + fmtUs(s[costKey]));
+      if (typeof s.cost_us === "number") extra.push(fmtUs(s.cost_us));
       if (s.count !== undefined) extra.push(num(s.count) + "×");
       if (extra.length) div.append(el("span", { class: "sep" }, "  (" + extra.join(", ") + ")"));
       div.title = s.stack.join("\n");
@@ -417,13 +404,24 @@
     renderRank(r, i) {
       const sec = el("section", { id: "rank-" + i, class: "rank" });
       sec.append(el("h2", null, this.rankName(r, i)));
-      sec.append(el("div", { class: "muted" }, r.path));
+      sec.append(el("div", { class: "muted" }, r.path + (r.workload ? " · " + r.workload.label : "")));
+      const out = r.launch_not_in_trace;
+      if (out) sec.append(el("p", { class: "note outside" }, num(out.activities) + " GPU activities (" + fmtUs(out.gpu_time_us) + ", " + (100 * out.share_of_busy).toFixed(1) + "% of the busy time) were launched before the profiler's window: counted in this breakdown, left out of TraceLens'."));
       this.idleSection(sec, r, i);
       this.launchSection(sec, r, i);
       this.syncSection(sec, r, i);
       this.copiesSection(sec, r, i);
       if ((r.top_kernels || []).length) sec.append(el("h3", null, "Top kernels by GPU time"), this.rowsTable(r.top_kernels, "kernels"));
-      if ((r.top_ops || []).length) sec.append(el("h3", null, "Top ops by GPU time they launch"), this.rowsTable(r.top_ops, "ops"));
+      if ((r.top_ops || []).length) {
+        sec.append(el("h3", null, "Top ops by GPU time they launch (shares of all GPU time)"), this.rowsTable(r.top_ops, "ops"));
+        if (r.top_ops_unattributed_us) sec.append(el("p", { class: "note" }, fmtUs(r.top_ops_unattributed_us) + " of GPU time was launched by no operator (graph replays, launches outside ops)."));
+      }
+      if ((r.op_categories || []).length) {
+        sec.append(el("h3", null, "GPU time by op category"));
+        sec.append(this.table("categories", ["category", "time", "share of GPU time", "activities", "mostly"], r.op_categories.map((c) => [c.category, fmtUs(c.time_us), (100 * c.share).toFixed(1) + "%", num(c.count), (c.top || []).join(", ")])));
+      }
+      const g = r.graph_replays;
+      if (g) sec.append(el("p", { class: "note graph-replays" }, num(g.activities) + " GPU activities of " + num(g.launches) + " graph launches run " + fmtUs(g.gpu_time_us) + " (" + (100 * g.share_of_gpu_time).toFixed(1) + "% of GPU time); " + (g.capture ? fmtUs(g.attributed_us) + " of it is hung under the ops of the capture trace." : "no operator is known for them (give --capture-trace).")));
       const sk = r.short_kernels || {};
       if (sk.kernels) {
         sec.append(el("h3", null, "Short kernels"));
@@ -490,9 +488,13 @@
       row.append(el("span", { class: "bar-label" }, "idle " + fmtUs(idle.total_us)), bar, el("span", { class: "bar-total" }, num(idle.gaps) + " gaps"));
       sec.append(row);
       const rows = Object.entries(cats).map(([k, c]) => [names[k] || k, fmtUs(c.time_us), num(c.gaps), (100 * (c.share || 0)).toFixed(1) + "%"]);
-      sec.append(this.table("idle", ["cause", "time", "gaps", "share of idle"], rows));
-      for (const [k, stacks] of Object.entries(idle.top_stacks || {})) {
-        this.sectionStacks(sec, i, "idle/top_stacks/" + k, stacks, "CPU stacks behind '" + (names[k] || k) + "':");
+      sec.append(this.table("idle", ["category", "time", "gaps", "share of idle"], rows));
+      // What the CPU did during the gaps, time-weighted (analysis/causes.py).
+      const causes = idle.causes || [];
+      if (causes.length) {
+        sec.append(el("h4", null, "What the CPU did while the GPU was idle"));
+        sec.append(this.table("idle-causes", ["cause", "time", "share of idle", "gaps it leads"], causes.map((c) => [c.label, fmtUs(c.time_us), (100 * (c.share || 0)).toFixed(1) + "%", num(c.gaps)])));
+        causes.slice(0, 4).forEach((c, n) => this.sectionStacks(sec, i, "idle/causes/" + n + "/top_stacks", c.top_stacks, "Stacks of '" + c.label + "':"));
       }
     }
 
@@ -509,7 +511,7 @@
         ["shorter than their launch", num(la.shorter_than_launch) + " (" + (100 * (la.share_shorter_than_launch || 0)).toFixed(1) + "%)"],
         ["launch to start", la.launch_to_start_us ? "median " + fmtUs(la.launch_to_start_us.median) + ", p90 " + fmtUs(la.launch_to_start_us.p90) : null],
         ["queue depth", q.mean !== undefined ? "mean " + q.mean.toFixed(2) + ", max " + num(q.max) + ", empty " + (100 * q.share_empty).toFixed(1) + "% of the time" : null],
-        ["launch-bound phases", lb.phases ? num(lb.phases) + " over " + fmtUs(lb.time_us) + ", host-wait idle in them " + fmtUs(lb.host_wait_us) : "none"],
+        ["launch-bound phases", lb.phases ? num(lb.phases) + " over " + fmtUs(lb.time_us) + ", idle while launching in them " + fmtUs(lb.overhead_idle_us) : "none"],
       ]));
       if (q.bins && q.bins.mean_depth && q.bins.mean_depth.length) sec.append(this.depthChart(q.bins));
       const calls = Object.entries(la.by_call || {});
@@ -538,9 +540,9 @@
       const sy = r.sync;
       if (!sy || !sy.calls) return;
       sec.append(el("h3", null, "Synchronisation"));
-      sec.append(el("p", null, num(sy.calls) + " calls block the CPU for " + fmtUs(sy.blocked_us) + "; the GPU is idle for " + fmtUs(sy.gpu_idle_after_us) + " after them."));
-      const rows = Object.entries(sy.by_cause || sy.by_call || {}).map(([n, c]) => [n, num(c.count), fmtUs(c.blocked_us), fmtUs(c.gpu_idle_after_us)]);
-      if (rows.length) sec.append(this.table("sync", ["cause", "calls", "CPU blocked", "GPU idle after"], rows));
+      sec.append(el("p", null, num(sy.calls) + " calls block the CPU for " + fmtUs(sy.blocked_us) + "; the gaps after them hold " + fmtUs(sy.gpu_idle_after_us) + " of GPU idle, of which the calls caused " + fmtUs(sy.gpu_idle_caused_us) + " (the time they held the CPU back)."));
+      const rows = Object.entries(sy.by_cause || sy.by_call || {}).map(([n, c]) => [n, num(c.count), fmtUs(c.blocked_us), fmtUs(c.gpu_idle_after_us), fmtUs(c.gpu_idle_caused_us)]);
+      if (rows.length) sec.append(this.table("sync", ["cause", "calls", "CPU blocked", "GPU idle after", "GPU idle caused"], rows));
       this.sectionStacks(sec, i, "sync/top_stacks", sy.top_stacks, "Stacks that block:");
     }
 

@@ -90,6 +90,11 @@
       if (i === 0 && this.rootLabel !== null) return this.rootLabel;
       return this.frames.label(this.frame[i]);
     }
+    // The label shortened to `room` characters (see A.fitLabel).
+    fitLabelOf(i, room) {
+      if (i === 0 && this.rootLabel !== null) return A.fitLabel(this.rootLabel, room);
+      return this.frames.fitLabel(this.frame[i], room);
+    }
 
     nameId(i) {
       return this.frames.nameId[this.frame[i]];
@@ -124,6 +129,7 @@
       this.kindNames = data.header.kinds;
       this.count = this.nameId.length;
       this.labels = new Array(this.count + 1); // drawn names, made on first use
+      this.parts = new Array(this.count + 1); // their parts for shortening (A.labelParts)
     }
     name(f) {
       return f === this.rootFrame ? this.rootName : this.strings[this.nameId[f]];
@@ -134,6 +140,13 @@
       let l = this.labels[f];
       if (l === undefined) l = this.labels[f] = this.name(f).replace(ANNOTATION, "");
       return l;
+    }
+    fitLabel(f, room) {
+      const l = this.label(f);
+      if (l.length <= room) return l;
+      let p = this.parts[f];
+      if (p === undefined) p = this.parts[f] = A.labelParts(l);
+      return A.fitLabel(l, room, p);
     }
     kindSlug(f) {
       if (f === this.rootFrame) return "label";

@@ -1,4 +1,4 @@
-"""Read an Nsight Systems SQLite export into :class:`~aiflame.analysis.trace.TraceData`.
+"""An Nsight Systems SQLite export as :class:`~aiflame.model.trace.TraceData` (for analysis).
 
 What maps from the export:
 
@@ -19,7 +19,6 @@ Not in an export: operator input shapes and dtypes, hence no FLOPs, MFU or roofl
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections import Counter, defaultdict
 from itertools import islice
@@ -27,11 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from aiflame.analysis.timeline import is_communication
-from aiflame.analysis.trace import Kind, TraceData
-from aiflame.cli.analyze_input import _nearest_op
 from aiflame.errors import InputError
 from aiflame.model import ProfileBuilder
+from aiflame.model.trace import Kind, TraceData, is_communication
 from aiflame.sources.inputs import Input
 from aiflame.sources.nsys_db import NsysDB, open_db, process_key
 from aiflame.sources.nsys_gpu import GPU_TABLES, GRAPH, KERNEL, MEMCPY, MEMSET, RUNTIME
@@ -46,15 +43,14 @@ _BACKTRACE_CLASS = 67  # TRACE_PROCESS_EVENT_CUDABACKTRACE, for exports without 
 _VERSION = re.compile(r"_v\d+$")
 # nsys' memory kinds (its ENUM_CUDA_MEM_KIND, not CUPTI's numbering), for exports without
 # that table; spelt as Kineto does.
-_MEM_KINDS = ("Pageable", "Pinned", "Device", "Array", "Managed", "Device Static")
-_MEM_KINDS += ("Managed Static", "Unknown")
+_MEM_KINDS: tuple[str, ...] = ("Pageable", "Pinned", "Device", "Array", "Managed")
+_MEM_KINDS += ("Device Static", "Managed Static", "Unknown")
 _SYNC_TYPES = {1: "event synchronize", 2: "stream wait event", 3: "stream synchronize"}
 _SYNC_TYPES |= {4: "context synchronize"}
 
 
-def read_nsys(source: Input | str) -> tuple[TraceData, list[str]]:
-    """The trace of an export, and notes on what it cannot give."""
-    source = source if isinstance(source, Input) else Input(source)
+def read_nsys(source: Input) -> TraceData:
+    """The trace of an export; its ``notes`` say what the export cannot give."""
     with open_db(source) as db:
         if not db.is_nsys_export():
             raise InputError(source.path, "SQLite database, but not an Nsight Systems export")
@@ -180,13 +176,13 @@ class _Reader:
         for key, cid in chain_of.items():
             i = by_key.get(key)
             chain = chains.get(cid + offset) if i is not None else None
-            if chain:
+            if chain and i is not None:
                 ids = callers_of_api(chain, [self.names[calls[i][4]]])
                 out[i] = [builder.frames.name_of(f) for f in ids]
         return out, len(out)
 
     # -- whole ----------------------------------------------------------------------------
-    def run(self) -> tuple[TraceData, list[str]]:
+    def run(self) -> TraceData:
         gpu = self.gpu()
         calls, chain_of = self.api_calls()
         ranges = self.nvtx()
@@ -246,24 +242,22 @@ class _Reader:
             gpu_name=gpu["name"],
             gpu_device=gpu["device"],
             gpu_launch=launch,
-            gpu_op=_nearest_op(parent_a, is_op_a, launch),
+            gpu_op=correlate.nearest_enclosing(parent_a, is_op_a, launch),
             cpu_ts=ts,
             cpu_dur=dur,
             cpu_name=np.asarray(name, dtype=np.int64),
             cpu_is_op=is_op_a,
             cpu_parent=parent_a,
             names=self.names,
+            format="nsys",
             device_info=self.devices(gpu),
             cpu_is_runtime=np.asarray(is_rt, dtype=bool),
-            **self.optional(gpu, np.r_[thread, np.asarray(frame_thread, dtype=np.int64)]),
+            cpu_thread=np.r_[thread, np.asarray(frame_thread, dtype=np.int64)],
+            gpu_stream=gpu["stream"],
+            gpu_bytes=gpu["bytes"],
         )
-        return trace, self.notes
-
-    def optional(self, gpu: dict[str, np.ndarray], cpu_thread: np.ndarray) -> dict[str, Any]:
-        """The optional TraceData columns this reader has (those the model defines)."""
-        fields = {f.name for f in dataclasses.fields(TraceData)}
-        have = {"gpu_stream": gpu["stream"], "gpu_bytes": gpu["bytes"], "cpu_thread": cpu_thread}
-        return {k: v for k, v in have.items() if k in fields}
+        trace.notes.extend(self.notes)
+        return trace
 
     def launches(
         self, gpu: dict[str, np.ndarray], calls: list[tuple[int, int, int, int, int]], first: int
@@ -338,7 +332,7 @@ class _Reader:
                 "no CPU backtraces of CUDA API calls: findings name no call stacks (record "
                 "with 'nsys profile --cudabacktrace=all')"
             )
-        sync = Counter()
+        sync: Counter[str] = Counter()
         blocked: Counter[str] = Counter()
         for start, end, stype in self.db.select(SYNC, ["start", "end", "syncType"]):
             what = _SYNC_TYPES.get(stype, "other")

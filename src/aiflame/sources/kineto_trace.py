@@ -1,31 +1,21 @@
-"""Read a Kineto trace into :class:`aiflame.analysis.trace.TraceData` (the analysis input).
+"""A Kineto trace's columns as :class:`~aiflame.model.trace.TraceData` (the analysis input).
 
-Uses the Kineto importer's column reader (no second parser) and the same launch links as
-the flame graphs: a GPU activity belongs to the runtime call with its correlation id.
+The same columns and launch links as the flame graphs (``sources/kineto.py``): a GPU
+activity belongs to the runtime call with its correlation id (ac2g flow arrows where an id
+is missing), its op is the nearest operator enclosing that call.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from aiflame.analysis.timeline import is_communication
-from aiflame.analysis.trace import Kind, TraceData
-from aiflame.errors import InputError
-from aiflame.sources import kineto
-from aiflame.sources.inputs import Input
+from aiflame.model.trace import Kind, TraceData, is_communication
 from aiflame.sources.kineto_events import Cls, Columns
 from aiflame.transforms import correlate
 
 _RANK = np.array([0, 0, 2, 1, 3, 0, 0, 0])  # enclosing order, as in sources/kineto.py
-
-
-def read_trace(path: str) -> TraceData:
-    if path != "-" and not Path(path).is_file():
-        raise InputError(path, "no such file")
-    cols, meta = kineto.read_columns(Input(path), shapes=True)
-    return from_columns(cols, meta, path)
 
 
 def _kinds(cols: Columns) -> np.ndarray:
@@ -39,36 +29,38 @@ def _kinds(cols: Columns) -> np.ndarray:
     return kind
 
 
-def _launches(cols: Columns) -> np.ndarray:
-    cpu_corr, gpu_corr = kineto._fill_correlation_from_flows(cols)
+def launches(cols: Columns, cpu_corr: np.ndarray, gpu_corr: np.ndarray) -> np.ndarray:
+    """The launching CPU slice of each GPU activity: runtime calls first, then any other
+    slice with the correlation id (MTIA, old layouts), -1 where none."""
     is_rt = cols.cpu_cls == Cls.RUNTIME
     first = correlate.link(gpu_corr, np.where(is_rt, cpu_corr, -1), cols.cpu_ts).launch
     rest = correlate.link(gpu_corr, np.where(is_rt, -1, cpu_corr), cols.cpu_ts).launch
     return np.where(first >= 0, first, rest)
 
 
-def _nearest_op(parent: np.ndarray, is_op: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """For each slice in ``start``: itself if an operator, else its nearest enclosing one."""
-    out = np.full(start.shape[0], -1, dtype=np.int64)
-    cur = start.copy()
-    todo = cur >= 0
-    while np.any(todo):
-        hit = todo & is_op[np.maximum(cur, 0)]
-        out[hit] = cur[hit]
-        todo &= ~hit
-        cur = np.where(todo, parent[np.maximum(cur, 0)], -1)
-        todo &= cur >= 0
-    return out
+def rank_of(meta: dict[str, Any]) -> str | None:
+    """The rank of ``distributedInfo``, when the trace has one."""
+    info = meta.get("distributedInfo")
+    rank = info.get("rank") if isinstance(info, dict) else None
+    if isinstance(rank, bool):
+        return None
+    if isinstance(rank, int) or (isinstance(rank, str) and rank.isdigit()):
+        return str(rank)
+    return None
 
 
-def from_columns(cols: Columns, meta: dict, path: str) -> TraceData:
+def from_columns(
+    cols: Columns, meta: dict[str, Any], path: str, correlation: tuple[np.ndarray, np.ndarray]
+) -> TraceData:
+    """``correlation``: the (CPU, GPU) correlation id columns, flow arrows filled in."""
     nesting = correlate.nest(cols.cpu_thread, cols.cpu_ts, cols.cpu_dur, _RANK[cols.cpu_cls])
-    launch = _launches(cols)
+    launch = launches(cols, *correlation)
     is_op = cols.cpu_cls == Cls.OP
     devices = meta.get("deviceProperties")
     if not isinstance(devices, list):
         devices = []
-    shapes, concrete = {}, {}
+    shapes: dict[int, tuple[Any, Any]] = {}
+    concrete: dict[int, Any] = {}
     if cols.cpu_shape is not None:
         for i in np.nonzero(cols.cpu_shape >= 0)[0].tolist():
             dims, types, given = cols.shapes[int(cols.cpu_shape[i])]
@@ -77,26 +69,28 @@ def from_columns(cols: Columns, meta: dict, path: str) -> TraceData:
                 concrete[i] = given
     return TraceData(
         path=path,
-        rank=kineto._rank_of(meta),
+        rank=rank_of(meta),
         gpu_ts=cols.gpu_ts,
         gpu_dur=cols.gpu_dur,
         gpu_kind=_kinds(cols),
         gpu_name=cols.gpu_name,
         gpu_device=cols.gpu_device,
         gpu_launch=launch,
-        gpu_op=_nearest_op(nesting.parent, is_op, launch),
+        gpu_op=correlate.nearest_enclosing(nesting.parent, is_op, launch),
         cpu_ts=cols.cpu_ts,
         cpu_dur=cols.cpu_dur,
         cpu_name=cols.cpu_name,
         cpu_is_op=is_op,
         cpu_parent=nesting.parent,
         names=cols.names,
+        format="kineto",
         op_shapes=shapes,
-        device_info=[d for d in devices or [] if isinstance(d, dict)],
+        device_info=[d for d in devices if isinstance(d, dict)],
         cpu_is_runtime=cols.cpu_cls == Cls.RUNTIME,
         cpu_thread=cols.cpu_thread,
         cpu_is_annotation=cols.cpu_cls == Cls.ANNOTATION,
         gpu_stream=cols.gpu_stream,
         gpu_bytes=cols.gpu_bytes,
         op_concrete=concrete,
+        cpu_kernel=cols.cpu_kernel,
     )

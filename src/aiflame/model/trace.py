@@ -1,11 +1,25 @@
-"""The columns an analysis needs from one trace (one rank), independent of its format."""
+"""A GPU timeline trace as columns: what the analyses read, whatever the input format.
+
+Sources (Kineto, Nsight Systems, generic Chrome traces) fill a :class:`TraceData` with the
+GPU activity of one rank and the CPU slices around it, linked by launch; ``analysis`` reads
+nothing else. Times are integer nanoseconds on one clock.
+"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+
+# Collective kernels by name, as TraceLens matches them (substring, any case).
+COMM_PATTERN = re.compile(r"nccl|rccl|cross_device_reduce", re.IGNORECASE)
+
+
+def is_communication(name: str) -> bool:
+    """A collective (NCCL/RCCL) kernel, by its name."""
+    return COMM_PATTERN.search(name) is not None
 
 
 class Kind:
@@ -17,13 +31,17 @@ class Kind:
     MEMSET = 3  # counted as computation, as TraceLens does; kept apart for the report
 
 
+_GPU_OPTIONAL = ("gpu_stream", "gpu_bytes", "gpu_origin")
+
+
 @dataclass
 class TraceData:
-    """One rank's trace: GPU activity and the CPU operators that launched it.
+    """One rank's trace: GPU activity and the CPU slices that launched it.
 
-    Times are integer nanoseconds on one clock. ``gpu_launch[j]`` is the CPU slice whose
-    runtime call launched activity ``j`` (-1: not in the trace); ``gpu_op[j]`` the
-    outermost operator enclosing that launch (-1: none).
+    ``gpu_launch[j]`` is the CPU slice whose runtime call launched activity ``j`` (-1: not
+    in the trace); ``gpu_op[j]`` the nearest operator enclosing that launch (-1: none).
+    ``cpu_parent`` nests the CPU slices of each thread (-1 at the top). Names are indices
+    into ``names``.
     """
 
     path: str
@@ -41,6 +59,7 @@ class TraceData:
     cpu_is_op: np.ndarray  # bool: an operator (cpu_op), not Python/runtime/annotation
     cpu_parent: np.ndarray  # enclosing slice, -1 at the top
     names: list[str]
+    format: str = "kineto"  # the source that read it: kineto, nsys, trace_events
     op_shapes: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # op -> (dims, types)
     device_info: list[dict[str, Any]] = field(default_factory=list)
     cpu_is_runtime: np.ndarray | None = None  # bool: a runtime/driver call (cudaX, hipX)
@@ -49,7 +68,14 @@ class TraceData:
     cpu_is_annotation: np.ndarray | None = None  # bool: user annotation (ProfilerStep#N...)
     gpu_stream: np.ndarray | None = None  # index into names
     gpu_bytes: np.ndarray | None = None  # bytes a memcpy/memset moved, -1: not recorded
+    # For graph replays matched to their capture: the captured launch of each replayed
+    # activity (a CPU slice of the capture, on its own thread), -1 elsewhere; and how many
+    # CPU slices are this trace's own (the capture's follow them, at the capture's times).
+    gpu_origin: np.ndarray | None = None
+    cpu_own: int | None = None
+    cpu_kernel: np.ndarray | None = None  # the kernel a launch call names (index), -1: none
     op_concrete: dict[int, Any] = field(default_factory=dict)  # op -> Concrete Inputs
+    notes: list[str] = field(default_factory=list)  # what the source could not give
 
     def threads(self) -> np.ndarray:
         """``cpu_thread``, or one thread for all slices when the reader has none."""
@@ -57,11 +83,21 @@ class TraceData:
             return self.cpu_thread
         return np.zeros(self.cpu_ts.size, dtype=np.int64)
 
+    def own_slices(self) -> int:
+        """How many CPU slices (the first ones) happened on this trace's timeline."""
+        return self.cpu_ts.size if self.cpu_own is None else self.cpu_own
+
+    def op_launch(self) -> np.ndarray:
+        """Per GPU activity, the CPU slice its operator is looked up from: its launch, or
+        for a replayed graph matched to its capture, the captured launch."""
+        if self.gpu_origin is None:
+            return self.gpu_launch
+        return np.where(self.gpu_origin >= 0, self.gpu_origin, self.gpu_launch)
+
     def select_gpu(self, keep: np.ndarray) -> TraceData:
         """The same trace with only the GPU activities where ``keep`` is true."""
-        opt = {
-            k: (None if getattr(self, k) is None else getattr(self, k)[keep])
-            for k in ("gpu_stream", "gpu_bytes")
+        opt: dict[str, Any] = {
+            k: (None if getattr(self, k) is None else getattr(self, k)[keep]) for k in _GPU_OPTIONAL
         }
         return replace(
             self,

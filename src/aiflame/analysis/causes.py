@@ -1,0 +1,355 @@
+"""What the CPU did while the GPU sat idle: every idle gap split among causes, exactly.
+
+For a gap the host caused (``host_wait``, ``sync_wait``: the next launch began after the GPU
+ran dry), the launching thread's time during the gap is cut into segments of its innermost
+open CPU slice (:func:`aiflame.transforms.segments.innermost_segments`), and each segment's
+overlap with the gap is charged to the cause its slice stands for:
+
+===================  ===============================================================
+``data_loading``     inside a DataLoader (``enumerate(DataLoader)``, ``torch/utils/data``)
+``preprocessing``    inside input preprocessing (image/feature processors, tokenizers,
+                     transforms, PIL, OpenCV, SciPy ndimage, ``preprocess``), where the
+                     slice launches no GPU work
+``collective``       inside a CPU-side collective or barrier (``c10d``, ``nccl:``, ``gloo``,
+                     ``MPI_*``)
+``sync``             a synchronizing runtime call (device/stream/event synchronize)
+``copy``             a memcpy runtime call (synchronous, or staging pageable memory)
+``allocation``       ``cudaMalloc``/``cudaFree`` and kin, which synchronize the device
+``initialization``   any other runtime call of ``INIT_CALL_MS`` or more (context creation,
+                     lazy module loading, cuDNN/cuBLAS setup: once per process)
+``launch_overhead``  a launch call or another runtime call
+``cpu_ops``          an operator that launches no GPU work (it computes on the CPU)
+``python_overhead``  Python code and operator dispatch between launches
+``untraced``         no slice open on the thread: the trace does not show what it did
+===================  ===============================================================
+
+Innermost first: a runtime call is what it is wherever it runs; then the enclosing context
+decides, collective before preprocessing before data loading (preprocessing that a
+DataLoader runs in the launching thread is the work to move). A ``sync_wait`` gap's
+synchronizing call is charged ``min(gap, time it blocked before the GPU ran dry)``: had the
+CPU not waited there, it could have done its next work that much earlier; the rest of the
+gap goes to what the CPU did. Gaps the host did not cause are ``launch_latency``
+(``kernel_wait``), ``dependency`` (``event_wait``) and ``unlinked``. The parts of each gap
+sum to the gap, so the causes sum to the idle time.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from aiflame.analysis.calls import is_sync_call, name_mask
+from aiflame.analysis.idle import EVENT, HOST, KERNEL, SYNC, UNLINKED, Gaps
+from aiflame.analysis.schema import IdleCause, Stack
+from aiflame.analysis.stacks import slice_depths, top_stacks
+from aiflame.model.trace import TraceData
+from aiflame.transforms.segments import Segments, innermost_segments, window_overlaps
+
+CAUSES: dict[str, str] = {  # the labels a report shows
+    "data_loading": "data loading (DataLoader)",
+    "preprocessing": "input preprocessing on the CPU",
+    "collective": "CPU waiting in collectives",
+    "sync": "CPU blocked in synchronizing calls",
+    "copy": "memcpy calls (synchronous or pageable copies)",
+    "allocation": "GPU memory allocation and freeing",
+    "initialization": "one-time initialization in runtime calls (50 ms or more each)",
+    "launch_overhead": "kernel launch and other runtime calls",
+    "cpu_ops": "operators computing on the CPU",
+    "python_overhead": "Python and operator dispatch between launches",
+    "untraced": "CPU work the trace does not show",
+    "launch_latency": "GPU launch latency between queued kernels",
+    "dependency": "queued work waiting on a dependency",
+    "unlinked": "work launched outside the trace",
+}
+KEYS = tuple(CAUSES)
+# A runtime call this long, while the GPU idles, is one-time setup: launches, allocations
+# and stream creation take microseconds once the context, modules and handles exist.
+INIT_CALL_MS = 50
+INDEX = {k: i for i, k in enumerate(KEYS)}
+HOST_CAUSES = frozenset(KEYS[: KEYS.index("untraced") + 1])
+
+# Context of a slice, from its own name or an enclosing slice's (bit flags).
+_COLLECTIVE, _DATA, _PREPROCESS = 1, 2, 4
+_CONTEXT = (
+    (
+        _COLLECTIVE,
+        re.compile(
+            r"c10d::|^nccl:|^gloo:|record_param_comms|ProcessGroup|distributed_c10d|"
+            r"torch/distributed/|all_reduce|allreduce|all_gather|reduce_scatter|barrier|^MPI_"
+        ),
+    ),
+    (
+        _DATA,
+        re.compile(
+            r"DataLoader|dataloader|torch/utils/data/|_DataLoaderIter|datapipes?/|webdataset"
+        ),
+    ),
+    (
+        _PREPROCESS,
+        re.compile(
+            r"image_processing|feature_extraction|processing_utils|tokenization|tokenizer|"
+            r"torchvision/transforms|/transforms\.py|PIL/|cv2|scipy/ndimage|librosa|"
+            r"torchaudio|preprocess|Preprocess|processor\.py|\(image_utils"
+        ),
+    ),
+)
+# Operators that only make a view or an empty tensor, and autograd's own nodes: when one is
+# all the CPU runs, that is dispatch, not computation.
+_DISPATCH_OPS = re.compile(
+    r"^(autograd|torch::autograd)::|^aten::(view|_unsafe_view|view_as|reshape|_reshape_alias|permute|transpose|t|expand|"
+    r"expand_as|slice|select|unsqueeze|squeeze|as_strided|empty|empty_like|empty_strided|"
+    r"detach|alias|split|split_with_sizes|chunk|narrow|unbind|flatten|unflatten|contiguous|"
+    r"lift_fresh|resolve_conj|resolve_neg|set_|resize_|movedim|swapaxes|to|lift|numpy_T|"
+    r"_has_compatible_shallow_copy_type|is_nonzero|item|_local_scalar_dense)_?$"
+)
+_FLAG_OF = {"collective": _COLLECTIVE, "data": _DATA, "preprocess": _PREPROCESS}
+# One pass over each name: the first context it names (names rarely name two).
+_ANY_CONTEXT = re.compile(
+    "|".join(f"(?P<{key}>{p.pattern})" for key, (_, p) in zip(_FLAG_OF, _CONTEXT, strict=True))
+)
+_MEMCPY = re.compile(r"^(cuda|hip|cu)Memcpy|^cudaMemcpy|Memcpy[A-Z0-9]|MemcpyAsync", re.I)
+_ALLOC = re.compile(r"^(cuda|hip|cu)(Malloc|Free|MemAlloc|MemFree|HostAlloc|MallocHost|FreeHost)")
+
+
+@dataclass
+class Explained:
+    """Parts of the idle gaps: gap index, CPU slice charged (-1: none), cause index, ns."""
+
+    gap: np.ndarray
+    slice: np.ndarray
+    cause: np.ndarray
+    ns: np.ndarray
+
+    def of(self, *causes: str) -> np.ndarray:
+        """Mask of the parts charged to these causes."""
+        want = np.zeros(len(KEYS), dtype=bool)
+        want[[INDEX[c] for c in causes]] = True
+        return want[self.cause]
+
+
+@dataclass
+class _Within:
+    """Some CPU slices, closed under enclosing ones (``keep``, global ids), with their
+    parents as positions in ``keep``: the part of a trace a question needs."""
+
+    keep: np.ndarray
+    parent: np.ndarray
+    local: np.ndarray  # global id -> position in keep, -1 outside
+
+
+def _within(t: TraceData, keep: np.ndarray) -> _Within:
+    local = np.full(t.cpu_ts.size, -1, dtype=np.int64)
+    local[keep] = np.arange(keep.size)
+    par = t.cpu_parent[keep]
+    return _Within(keep, np.where(par >= 0, local[np.maximum(par, 0)], -1), local)
+
+
+def _or_up(flags: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Each flag ORed with those of all its ancestors (pointer jumping: log(depth) passes)."""
+    flags = flags.copy()
+    up = parent.copy()
+    while True:
+        has = np.nonzero(up >= 0)[0]
+        if has.size == 0:
+            return flags
+        flags[has] |= flags[up[has]]
+        up[has] = up[up[has]]
+
+
+def _context_flags(t: TraceData, w: _Within) -> np.ndarray:
+    """Per slice of ``w``: the context flags of it and all its enclosing slices."""
+    own = np.zeros(len(t.names), dtype=np.int8)
+    names = t.names
+    for i in np.unique(t.cpu_name[w.keep]).tolist():
+        m = _ANY_CONTEXT.search(names[i])
+        if m is not None:
+            own[i] = _FLAG_OF[m.lastgroup or ""]
+    return _or_up(own[t.cpu_name[w.keep]], w.parent)
+
+
+def _launching(t: TraceData) -> np.ndarray:
+    """Per CPU slice: does it (or a slice inside it) launch GPU work?"""
+    out = np.zeros(t.cpu_ts.size, dtype=bool)
+    cur = np.unique(t.gpu_launch[t.gpu_launch >= 0])
+    while cur.size:
+        cur = cur[~out[cur]]
+        out[cur] = True
+        cur = t.cpu_parent[cur]
+        cur = np.unique(cur[cur >= 0])
+    return out
+
+
+def slice_causes(t: TraceData, slices: np.ndarray, within: np.ndarray | None = None) -> np.ndarray:
+    """The cause index of each CPU slice in ``slices`` (-1: untraced) as the innermost one.
+
+    ``within``: slices closed under enclosing ones that hold all of ``slices`` (the work
+    is done on those only); all slices by default.
+    """
+    out = np.full(slices.size, INDEX["untraced"], dtype=np.int8)
+    ok = slices >= 0
+    if not np.any(ok):
+        return out
+    w = _within(t, np.arange(t.cpu_ts.size) if within is None else within)
+    s, back = np.unique(slices[ok], return_inverse=True)  # each slice classified once
+    at = w.local[s]
+    name = t.cpu_name[s]
+    runtime = t.cpu_is_runtime[s] if t.cpu_is_runtime is not None else np.zeros(s.size, bool)
+    ctx = _context_flags(t, w)[at]
+    rt_names = name[runtime]
+    sync = name_mask(t, is_sync_call, rt_names)[name]
+    copy = name_mask(t, _MEMCPY.search, rt_names)[name]
+    alloc = name_mask(t, _ALLOC.search, rt_names)[name]
+    # An operator computing on the CPU: it launches nothing and neither does an operator
+    # around it (an empty/view inside a GPU operator is that operator's dispatch).
+    launching = _launching(t)[w.keep]
+    mark = t.cpu_is_op[w.keep] & launching
+    in_gpu_op = _or_up(np.where(w.parent >= 0, mark[np.maximum(w.parent, 0)], False), w.parent)
+    cpu_op = t.cpu_is_op[s] & ~launching[at] & ~in_gpu_op[at]
+    cpu_op &= ~name_mask(t, _DISPATCH_OPS.search, name[cpu_op])[name]
+    cause = np.full(s.size, INDEX["python_overhead"], dtype=np.int8)
+    cause[cpu_op] = INDEX["cpu_ops"]
+    cause[(ctx & _DATA) > 0] = INDEX["data_loading"]
+    # Inside preprocessing (e.g. in a DataLoader's fetch), but not the model work an
+    # engine's input step launches (vLLM's _preprocess runs the embedding on the GPU).
+    on_gpu = launching[at] | in_gpu_op[at]
+    cause[((ctx & _PREPROCESS) > 0) & ~on_gpu] = INDEX["preprocessing"]
+    cause[(ctx & _COLLECTIVE) > 0] = INDEX["collective"]
+    cause[runtime] = INDEX["launch_overhead"]
+    cause[runtime & alloc] = INDEX["allocation"]
+    cause[runtime & (t.cpu_dur[s] >= INIT_CALL_MS * 1_000_000)] = INDEX["initialization"]
+    cause[runtime & sync] = INDEX["sync"]
+    cause[runtime & copy] = INDEX["copy"]
+    out[ok] = cause[back]
+    return out
+
+
+def _overlapping(t: TraceData, threads: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The CPU slices on ``threads`` overlapping any window ``[lo, hi)`` (windows disjoint
+    and in time order, as idle gaps are); closed under enclosing slices, which contain them."""
+    on = np.isin(t.threads(), threads)
+    k = np.searchsorted(hi, t.cpu_ts, side="right")
+    kk = np.minimum(k, max(lo.size - 1, 0))
+    hit = on & (k < lo.size) & (lo[kk] < t.cpu_ts + t.cpu_dur)
+    return np.nonzero(hit)[0]
+
+
+def explain(t: TraceData, g: Gaps) -> Explained:
+    """Every idle gap cut into parts charged to causes (see the module docstring)."""
+    parts: list[tuple[np.ndarray, ...]] = []
+    # The part of each gap the host is to blame for: all of a host or sync wait; of an
+    # event wait, the time the launch call was still running (the work was not queued yet).
+    host_ns = np.zeros(g.start.size, dtype=np.int64)
+    hostish = (g.category == HOST) | (g.category == SYNC)
+    host_ns[hostish] = g.length[hostish]
+    ev = np.nonzero(g.category == EVENT)[0]
+    if ev.size:
+        call = t.gpu_launch[g.next[ev]]
+        still = t.cpu_ts[call] + t.cpu_dur[call] - g.start[ev]
+        host_ns[ev] = np.clip(still, 0, g.length[ev])
+    host = np.nonzero(host_ns > 0)[0]
+    sync_ns = np.zeros(g.start.size, dtype=np.float64)
+    is_sync = g.category == SYNC
+    if np.any(is_sync):
+        call = g.sync_call[is_sync]
+        blocked_before = np.maximum(g.start[is_sync] - t.cpu_ts[call], 0)
+        sync_ns[is_sync] = np.minimum(g.length[is_sync], blocked_before)
+        k = np.nonzero(is_sync)[0]
+        parts.append((k, call, np.full(k.size, INDEX["sync"], np.int8), sync_ns[k]))
+    if host.size and t.cpu_ts.size:
+        end = g.start[host] + host_ns[host]
+        keep = _overlapping(t, np.unique(g.thread[host]), g.start[host], end)
+        seg = _segments(t, keep)
+        win, s, overlap = window_overlaps(seg, g.thread[host], g.start[host], end)
+        gap = host[win]
+        # What is left of a sync gap after its call's share is spread over the CPU's work.
+        scale = (host_ns[gap] - sync_ns[gap]) / np.maximum(host_ns[gap], 1)
+        ns = overlap * scale
+        sl = seg.slice[s]
+        parts.append((gap, sl, slice_causes(t, sl, keep), ns))
+        covered = np.bincount(gap, weights=ns, minlength=g.start.size)
+        left = host_ns[host] - sync_ns[host] - covered[host]
+        keep = left > 0.5
+        parts.append(
+            (
+                host[keep],
+                np.full(int(keep.sum()), -1, np.int64),
+                np.full(int(keep.sum()), INDEX["untraced"], np.int8),
+                left[keep],
+            )
+        )
+    elif host.size:
+        parts.append(
+            (host, np.full(host.size, -1), np.full(host.size, INDEX["untraced"], np.int8),
+             host_ns[host] - sync_ns[host])
+        )  # fmt: skip
+    for cat, cause in ((KERNEL, "launch_latency"), (EVENT, "dependency"), (UNLINKED, "unlinked")):
+        k = np.nonzero(g.category == cat)[0]
+        rest = (g.length[k] - host_ns[k]).astype(np.float64)
+        k, rest = k[rest > 0], rest[rest > 0]
+        if k.size:
+            launch = t.gpu_launch[g.next[k]]
+            parts.append((k, launch, np.full(k.size, INDEX[cause], np.int8), rest))
+    if not parts:
+        z = np.zeros(0, dtype=np.int64)
+        return Explained(z, z, z.astype(np.int8), z.astype(np.float64))
+    gap_a, sl_a, cause_a, ns_a = (np.concatenate(c) for c in zip(*parts, strict=True))
+    return Explained(
+        gap_a.astype(np.int64), sl_a.astype(np.int64), cause_a.astype(np.int8),
+        ns_a.astype(np.float64),
+    )  # fmt: skip
+
+
+def _segments(t: TraceData, keep: np.ndarray) -> Segments:
+    """The innermost-slice segments of the slices ``keep`` (closed under enclosing ones)."""
+    w = _within(t, keep)
+    depth = slice_depths(t)[keep]
+    seg = innermost_segments(t.threads()[keep], t.cpu_ts[keep], t.cpu_dur[keep], w.parent, depth)
+    seg.slice = np.where(seg.slice >= 0, keep[np.maximum(seg.slice, 0)], -1)
+    return seg
+
+
+def dominant(e: Explained, gaps: int) -> np.ndarray:
+    """Per gap: the cause with the largest part of it (-1 for a gap without parts)."""
+    out = np.full(gaps, -1, dtype=np.int64)
+    if e.gap.size == 0:
+        return out
+    table = np.zeros((gaps, len(KEYS)))
+    np.add.at(table, (e.gap, e.cause.astype(np.int64)), e.ns)
+    has = table.sum(axis=1) > 0
+    out[has] = np.argmax(table[has], axis=1)
+    return out
+
+
+def cause_rows(t: TraceData, e: Explained, gaps: int, total_ns: float) -> list[IdleCause]:
+    """Idle time per cause with its top stacks, largest first."""
+    rows = []
+    main = dominant(e, gaps)
+    for k, key in enumerate(KEYS):
+        m = e.cause == k
+        ns = float(e.ns[m].sum())
+        if ns <= 0:
+            continue
+        rows.append(
+            IdleCause(
+                cause=key,
+                label=CAUSES[key],
+                time_us=ns / 1e3,
+                share=ns / total_ns if total_ns else 0.0,
+                gaps=int(np.count_nonzero(main == k)),
+                top_stacks=top_stacks(t, e.slice[m], e.ns[m]),
+            )
+        )
+    rows.sort(key=lambda r: -r.time_us)
+    return rows
+
+
+def stacks_by_category(t: TraceData, g: Gaps, e: Explained) -> dict[str, list[Stack]]:
+    """The top stacks of the host and sync waits: what the CPU ran during them."""
+    out = {}
+    for cat, key in ((HOST, "host_wait"), (SYNC, "sync_wait")):
+        m = (g.category[e.gap] == cat) & (e.slice >= 0)
+        if np.any(m):
+            out[key] = top_stacks(t, e.slice[m], e.ns[m])
+    return out
