@@ -264,3 +264,80 @@ def test_a_host_without_nvidia_gpus(agents, tmp_path, short_tmp):
     assert agent.stop() == 0
     line = next(x for x in agent.lines if "no GPU telemetry" in x)
     assert "CPU-only" in line
+
+
+def test_gpus_held_by_pods_from_the_kubelet(agents, tmp_path, short_tmp, nvml_lib):
+    """GPU 1 runs nothing but the kubelet's pod-resources API assigns it to a container:
+    its time is allocated to that pod, and /metrics labels both GPUs with the pod holding
+    them, as dcgm-exporter does (GPU 0's pod is the kubelet's, not its process's)."""
+    pytest.importorskip("grpc", reason="grpcio (the [fleet] extra) is not installed")
+    from kubelet_standin import KubeletStandIn, list_response
+
+    server = StandIn()
+    server.start()
+    proc = sleeper(AIFLAME_TEAM="search")
+    conf = tmp_path / "nvml.conf"
+    nvml_conf(conf, proc.pid, proc.pid, proc.pid, acct_ms=0)
+    lines = conf.read_text().splitlines()
+    gpu1 = "GPU-a100-0000-4000-8000-000000000002"
+    conf.write_text(  # GPU 1: no compute process, idle
+        "\n".join(x for x in lines if not x.startswith(("1.procs", "1.acct", "1.util")))
+        + "\n1.util=0\n"
+    )
+    sock = str(short_tmp / "kubelet.sock")
+    gpu0 = "GPU-8e0c4a1b-0000-4000-8000-000000000001"
+    held = [
+        ("llm", "train-7b-0", [("trainer", [("nvidia.com/gpu", [gpu1])])]),
+        ("llm", "eval-0", [("eval", [("nvidia.com/gpu", [gpu0])])]),
+    ]
+    kubelet = KubeletStandIn(sock, list_response(held)).start()
+    config = tmp_path / "agent.toml"
+    config.write_text(f'[labels]\npod_resources_socket = "{sock}"\n')
+    try:
+        agent = agents(
+            [
+                "--config", str(config), "--server", server.url, "--period", "2",
+                "--metrics-listen", "127.0.0.1:0", "--no-cuda", "--no-kineto-abstract",
+                "--api-socket", str(short_tmp / "a.sock"), "--trace-dir", str(tmp_path / "t"),
+            ],
+            tmp_path / "spool",
+            env={"LD_LIBRARY_PATH": str(nvml_lib), "AIFLAME_FAKE_NVML": str(conf)},
+        )  # fmt: skip
+        assert "2 GPUs held by pods" in agent.output(), agent.output()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(server.got.telemetry) < 3:
+            time.sleep(0.5)
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{agent.metrics_port}/metrics", timeout=10
+        ) as r:
+            text = r.read().decode()
+        status = agent.stop()
+    finally:
+        proc.kill()
+        proc.wait()
+        kubelet.stop()
+        server.stop()
+    assert status == 0, agent.output()
+    util = {
+        m.group(1): m.group(0)
+        for m in re.finditer(r'^DCGM_FI_DEV_GPU_UTIL\{.*?gpu="(\d)".*$', text, re.M)
+    }
+    assert 'pod="eval-0"' in util["0"] and 'container="eval"' in util["0"], util
+    assert 'pod="train-7b-0"' in util["1"] and 'namespace="llm"' in util["1"], util
+    assert kubelet.calls >= 1
+    docs = sorted(server.got.telemetry.values(), key=lambda d: d["start"])
+    assert len(docs) >= 3
+    for doc in docs:
+        T = doc["end"] - doc["start"]
+        held = [w for w in doc["workloads"] if w["labels"].get("pod") == "train-7b-0"]
+        assert len(held) == 1, doc["workloads"]
+        w = held[0]
+        assert w["labels"] == {"host": w["labels"]["host"], "namespace": "llm",
+                               "pod": "train-7b-0", "container": "trainer",
+                               "service_name": "llm/train-7b-0"}  # fmt: skip
+        assert w["pids"] == [] and w["gpu_uuids"] == [gpu1]
+        assert w["allocated_gpu_seconds"] == pytest.approx(T, rel=1e-9)
+        assert w["busy_gpu_seconds"] == 0
+        # GPU 0 is still accounted by its process (the pod-resources answer names no pid)
+        search = next(x for x in doc["workloads"] if x["labels"].get("team") == "search")
+        assert search["allocated_gpu_seconds"] == pytest.approx(T, rel=1e-9)

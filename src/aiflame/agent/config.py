@@ -36,6 +36,8 @@
     kubelet_url = ""                  # e.g. https://127.0.0.1:10250 (pod labels)
     kubelet_token_file = "/var/run/secrets/kubernetes.io/serviceaccount/token"
     kube_log_dir = "/var/log/containers"
+    # which GPU (UUID) each container holds; "" turns it off
+    pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
     [api]
     socket = "/run/aiflame/agent.sock"
@@ -101,6 +103,7 @@ class AgentConfig:
     kubelet_token: str = ""
     kubelet_ca_file: str = ""
     kube_log_dir: str = "/var/log/containers"
+    pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
     api_socket: str = "/run/aiflame/agent.sock"
     api_listen: str = ""
     api_token: str = ""
@@ -135,6 +138,7 @@ _SECTIONS: dict[str, dict[str, tuple[str, Any]]] = {
         "kubelet_token_file": ("kubelet_token", "file"),
         "kubelet_ca_file": ("kubelet_ca_file", str),
         "kube_log_dir": ("kube_log_dir", str),
+        "pod_resources_socket": ("pod_resources_socket", str),
     },
     "api": {
         "socket": ("api_socket", str),

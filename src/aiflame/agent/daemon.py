@@ -33,6 +33,7 @@ from aiflame.agent.identity import Identities, KubeletPods, KubeLogIndex, LabelR
 from aiflame.agent.kineto_ipc import KinetoFabric
 from aiflame.agent.metrics import AgentCollector, AgentCounters, serve_metrics
 from aiflame.agent.nvml import Nvml
+from aiflame.agent.pod_resources import PodResources
 from aiflame.agent.profiler import PROCESS_CPU, ContinuousProfiler
 from aiflame.agent.push import Destination, HttpClient, Retry, Sender, check
 from aiflame.agent.spool import Spool
@@ -69,6 +70,7 @@ class Agent:
         self.profiler: ContinuousProfiler | None = None
         self.telemetry: Telemetry | None = None
         self.nvml: Nvml | None = None
+        self.pod_resources: PodResources | None = None
         self.fabric: KinetoFabric | None = None
         self.api: Api | None = None
         self.senders: list[Sender] = []
@@ -143,12 +145,26 @@ class Agent:
             self.say(f"no GPU telemetry ({why}); CPU-only")
             return
         self.nvml = nvml
-        self.telemetry = Telemetry(nvml, self.identities.labels, self.identities.host)
+        holders = None
+        socket_path = self.config.pod_resources_socket
+        if socket_path:  # asked while its socket exists (the kubelet may start later)
+            self.pod_resources = PodResources(socket_path)
+            holders = self.pod_resources.holders
+        self.telemetry = Telemetry(
+            nvml, self.identities.labels, self.identities.host, holders=holders
+        )
         names = ", ".join(f"{s['name']}" for s in nvml.static)
         self.say(
             f"GPU telemetry through NVML (driver {nvml.driver or '?'}): "
             f"{len(nvml.static)} GPUs: {names}"
         )
+        if self.pod_resources is not None and self.pod_resources.available():
+            found = self.pod_resources.holders()
+            self.say(
+                self.pod_resources.error
+                or f"GPU assignments from the kubelet ({socket_path}): "
+                f"{len(found)} GPUs held by pods"
+            )
 
     def _start_tracing(self) -> None:
         c = self.config
@@ -405,6 +421,8 @@ class Agent:
             self._stop_metrics()
         if self.nvml is not None:
             self.nvml.close()
+        if self.pod_resources is not None:
+            self.pod_resources.close()
         self.budget.close()
 
 

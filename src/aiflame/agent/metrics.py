@@ -175,9 +175,13 @@ class AgentCollector(Collector):
         yield proc_sm
 
     def _pod_of(self, s) -> list[str]:
-        """namespace, pod, container of the (first) pod with a process on the GPU."""
+        """namespace, pod, container of the pod the kubelet assigned the GPU to, as
+        dcgm-exporter labels it; else of the (first) pod with a process on the GPU."""
         telemetry = self.agent.telemetry
         assert telemetry is not None
+        holder = telemetry.holders.get(s.uuid)
+        if holder is not None:
+            return [holder.namespace, holder.pod, holder.container]
         for pid in sorted(s.processes):
             labels = telemetry.labels_of(pid)
             if labels.get("pod"):

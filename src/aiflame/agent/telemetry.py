@@ -3,7 +3,9 @@
 Each NVML poll covers the time since the previous one (``dt``); per GPU and poll:
 
 * **allocated** GPU-seconds: ``dt`` for the GPU, split evenly among the workloads whose
-  processes have a context on it;
+  processes have a context on it; a GPU with no process that the kubelet's pod-resources
+  API assigns to a container (:mod:`.pod_resources`) is allocated to that pod's workload
+  (namespace, pod, container), which holds it even while it runs nothing;
 * **busy**: ``dt x utilization.gpu``, split among the processes on it in proportion to
   their SM utilization samples (evenly when there are none); a process whose busy time the
   driver accounts itself (accounting mode on) gets that instead;
@@ -26,7 +28,9 @@ from dataclasses import dataclass, field
 
 from aiflame import __version__
 from aiflame.agent.gpu_peaks import estimate_flops, peaks_for
+from aiflame.agent.identity import service_name
 from aiflame.agent.nvml import GpuSample, Nvml
+from aiflame.agent.pod_resources import GpuHolder
 
 # labels of one process that do not make a workload (they differ between its processes)
 PROCESS_ONLY = frozenset(
@@ -34,6 +38,7 @@ PROCESS_ONLY = frozenset(
 )
 WorkloadKey = tuple[tuple[str, str], ...]
 LabelsOf = Callable[[int], Mapping[str, str]]
+HoldersOf = Callable[[], Mapping[str, GpuHolder]]  # GPU UUID -> the container holding it
 
 
 def workload_key(labels: Mapping[str, str]) -> WorkloadKey:
@@ -71,10 +76,14 @@ class GpuPeriod:
 class Telemetry:
     """Polls NVML and accumulates the period (and the totals behind the counters)."""
 
-    def __init__(self, nvml: Nvml, labels_of: LabelsOf, host: str) -> None:
+    def __init__(
+        self, nvml: Nvml, labels_of: LabelsOf, host: str, holders: HoldersOf | None = None
+    ) -> None:
         self.nvml = nvml
         self.labels_of = labels_of
         self.host = host
+        self.holders_of = holders
+        self.holders: Mapping[str, GpuHolder] = {}  # as of the last poll
         self.last: list[GpuSample] = []
         self._last_time: float | None = None
         self._acct_ms: dict[tuple[int, int], float] = {}  # (gpu, pid) -> accounted busy ms
@@ -95,6 +104,8 @@ class Telemetry:
             self._last_time = self.period_start = now
         dt = max(now - self._last_time, 0.0)
         self._last_time = now
+        if self.holders_of is not None:
+            self.holders = self.holders_of()
         for s in samples:
             self._account(s, dt)
         self.last = samples
@@ -128,6 +139,9 @@ class Telemetry:
             )
             g.flops_s += flops * dt
         g.est_flops = flops
+        holder = self.holders.get(s.uuid)
+        if not s.processes and holder is not None and dt > 0:
+            self._account_holder(s, holder, dt, flops)
         if not s.processes or dt <= 0:
             self._remember_accounting(s)
             return
@@ -160,6 +174,29 @@ class Telemetry:
             mem = sum(s.processes[p].memory_bytes or 0 for p in pids)
             use.gpu_memory_bytes = mem  # the last poll's
         self._remember_accounting(s)
+
+    def _account_holder(
+        self, s: GpuSample, holder: GpuHolder, dt: float, flops: float | None
+    ) -> None:
+        """A GPU assigned to a container that runs nothing on it: its time is that pod's."""
+        labels = {"host": self.host, "namespace": holder.namespace, "pod": holder.pod,
+                  "container": holder.container}  # fmt: skip
+        labels["service_name"] = service_name(labels)
+        key = workload_key(labels)
+        use = self.workloads.setdefault(key, WorkloadUse())
+        use.gpu_uuids.add(s.uuid)
+        use.allocated_s += dt
+        self.total_allocated_s[key] = self.total_allocated_s.get(key, 0.0) + dt
+        busy = (s.util or 0.0) * dt  # (what no visible process ran)
+        use.busy_s += busy
+        self.total_busy_s[key] = self.total_busy_s.get(key, 0.0) + busy
+        if "sm_active" in s.gpm:
+            use.useful_s += s.gpm["sm_active"] * dt
+            use.has_gpm = True
+        if flops is not None:
+            use.est_flop += flops * dt
+            use.has_flops = True
+            self.total_flop[key] = self.total_flop.get(key, 0.0) + flops * dt
 
     def _accounted_s(self, s: GpuSample, pid: int) -> float | None:
         p = s.processes[pid]
