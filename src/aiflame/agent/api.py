@@ -8,6 +8,8 @@ trace manager), and at most 8 requests are served at once (else 503).
 
 * ``POST /v1/trace`` -> ``{"traces": [{"pid", "path"}], "skipped": [...], "failed": [...]}``;
   400 for a bad request, 409 while a trace of one of the processes runs;
+* ``POST /v1/snapshot`` (``pids`` | ``job_id`` | ``all``, ``output_dir``) -> ``{"snapshots":
+  [{"pid", "path"}], "skipped", "failed"}``: GPU memory snapshots (:mod:`.snapshots`);
 * ``GET /v1/status`` -> version, uptime, sampling rate, CPU use, spool, GPUs, processes.
 """
 
@@ -23,6 +25,7 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from aiflame.agent.snapshots import SnapshotManager, SnapshotRequest
 from aiflame.agent.tracing import TraceBusy, TraceError, TraceManager, TraceRequest
 
 MAX_BODY = 64 * 1024
@@ -80,7 +83,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._guarded(self._post)
 
     def _post(self) -> None:
-        if self.path.split("?", 1)[0] != "/v1/trace":
+        endpoint = self.path.split("?", 1)[0]
+        if endpoint not in ("/v1/trace", "/v1/snapshot"):
             self._reply(404, {"error": f"no such endpoint: {self.path}"})
             return
         try:
@@ -94,10 +98,16 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(self.rfile.read(length) or b"{}")
             if not isinstance(body, dict):
                 raise ValueError("not an object")
-            req = TraceRequest.from_json(body, self.api.traces.max_duration_ms)
-            if self.api.tcp:
-                req.output_dir = ""  # remote callers write only where the agent keeps traces
-            result = self.api.traces.run(req)
+            if endpoint == "/v1/snapshot":
+                snap = SnapshotRequest.from_json(body)
+                if self.api.tcp:
+                    snap.output_dir = ""
+                result = self.api.snapshots.run(snap)
+            else:
+                req = TraceRequest.from_json(body, self.api.traces.max_duration_ms)
+                if self.api.tcp:
+                    req.output_dir = ""  # remote callers write only where the agent keeps traces
+                result = self.api.traces.run(req)
         except (ValueError, TraceError) as e:
             self._reply(400, {"error": str(e)})
             return
@@ -124,8 +134,10 @@ class Api:
         socket_path: str = "",
         listen: str = "",
         token: str = "",
+        snapshots: SnapshotManager | None = None,
     ) -> None:
         self.traces = traces
+        self.snapshots = snapshots or SnapshotManager(traces.identities, traces.output_dir)
         self.status = status
         self.token = token
         self.tcp = bool(listen)

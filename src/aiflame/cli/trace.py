@@ -1,7 +1,9 @@
 """Trace running PyTorch programs on demand, through the local ``aiflame agent``: every
 process that polls the agent's libkineto endpoint (started with KINETO_USE_DAEMON=1) and
 matches gets a PyTorch profiler trace (Python functions, aten ops, GPU kernels) of the
-duration or number of iterations asked, written where the agent keeps traces (or -o)."""
+duration or number of iterations asked, written where the agent keeps traces (or -o).
+``--memory-snapshot`` takes a GPU memory snapshot instead, of processes that run the aiflame
+bootstrap with AIFLAME_SNAPSHOT=1 (docs/agent.md)."""
 
 from __future__ import annotations
 
@@ -29,6 +31,12 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--iterations", type=int, metavar="N", help="trace N training steps (optimizer.step)"
     )
     p.add_argument("--start-time", type=float, metavar="T", help="start at Unix time T (seconds)")
+    p.add_argument(
+        "--memory-snapshot",
+        action="store_true",
+        help="a GPU memory snapshot (torch.cuda.memory._snapshot) instead of a trace, "
+        "of processes started with the aiflame bootstrap and AIFLAME_SNAPSHOT=1",
+    )
     p.add_argument("-o", "--output", metavar="DIR", help="write the traces into DIR")
     p.add_argument(
         "--server", action="store_true", help="also upload them to the agent's aiflame server"
@@ -50,7 +58,15 @@ def run(args: argparse.Namespace) -> int:
     from aiflame.agent.config import read_secret
     from aiflame.errors import AiflameError
 
-    body: dict[str, object] = {"upload": bool(args.server)}
+    snapshot = args.memory_snapshot
+    if snapshot and (
+        args.server or args.duration_ms or args.iterations or args.start_time is not None
+    ):
+        raise AiflameError(
+            "--memory-snapshot takes no --duration-ms, --iterations, --start-time or --server"
+        )
+    endpoint = "/v1/snapshot" if snapshot else "/v1/trace"
+    body: dict[str, object] = {} if snapshot else {"upload": bool(args.server)}
     if args.pid:
         body["pids"] = args.pid
     elif args.job_id:
@@ -69,9 +85,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         if tcp:
             token = read_secret(args.token_file, "--token-file") if args.token_file else ""
-            status, answer = tcp_request(args.agent, "POST", "/v1/trace", body, args.timeout, token)
+            status, answer = tcp_request(args.agent, "POST", endpoint, body, args.timeout, token)
         else:
-            status, answer = unix_request(args.agent, "POST", "/v1/trace", body, args.timeout)
+            status, answer = unix_request(args.agent, "POST", endpoint, body, args.timeout)
     except FileNotFoundError:
         raise AiflameError(f"no aiflame agent at {args.agent} (is it running?)") from None
     except PermissionError:
@@ -84,9 +100,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"aiflame: skipped PID {s.get('pid')}: {s.get('why')}", file=sys.stderr)
     for f in answer.get("failed", []):
         print(f"aiflame: PID {f.get('pid')}: {f.get('why')}", file=sys.stderr)
-    traces = answer.get("traces", [])
+    traces = answer.get("snapshots" if snapshot else "traces", [])
     for t in traces:
         print(t.get("path"))
     if not traces:
-        raise AiflameError("no trace was written")
+        raise AiflameError("no memory snapshot was written" if snapshot else "no trace was written")
     return 0 if not answer.get("failed") else 1
