@@ -8,7 +8,6 @@ kill it), writes the request id, sends the signal and waits, bounded, for the pi
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import json
 import os
@@ -18,10 +17,11 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from aiflame.agent import procroot
 from aiflame.agent.identity import Identities
 from aiflame.agent.tracing import TraceBusy, TraceError
 
-ANNOUNCED = "/tmp/aiflame-snapshot-{pid}.json"
+STEM = "aiflame-snapshot-"  # in the process's /tmp: <pid>.json, <pid>.request, <pid>-<id>.*
 POLL_S = 0.1
 TIMEOUT_S = 60.0  # the handler waits for the main thread's next bytecode
 MAX_PROCESSES = 256
@@ -82,8 +82,8 @@ def announced_signal(pid: int, proc: str = "/proc") -> int | None:
     if ns is None:
         return None
     try:
-        with open(f"{proc}/{pid}/root" + ANNOUNCED.format(pid=ns)) as f:
-            signum = json.load(f).get("signal")
+        with procroot.tmp_dir(pid, proc) as d, procroot.open_read(d, f"{STEM}{ns}.json") as f:
+            signum = json.loads(f.read(4096)).get("signal")
     except (OSError, ValueError, AttributeError):
         return None
     return signum if isinstance(signum, int) and 32 <= signum <= 64 else None
@@ -140,37 +140,40 @@ class SnapshotManager:
         self, signals: dict[int, int], out_dir: str, failed: list[dict[str, object]]
     ) -> list[dict[str, object]]:
         rid = uuid.uuid4().hex[:12]
-        waiting: dict[int, str] = {}  # pid -> path stem in its file system, from here
+        os.makedirs(out_dir, exist_ok=True)
+        waiting: dict[int, str] = {}  # pid -> its files' stem in its /tmp
         for pid, signum in signals.items():
-            ns = namespace_pid(pid, self.proc)
-            stem = f"{self.proc}/{pid}/root/tmp/aiflame-snapshot-{ns}"
+            stem = f"{STEM}{namespace_pid(pid, self.proc)}"
             try:
-                with open(f"{stem}.request", "w") as f:
-                    f.write(rid)
+                with procroot.tmp_dir(pid, self.proc) as d:
+                    procroot.write_new(d, f"{stem}.request", rid.encode())
                 os.kill(pid, signum)
             except OSError as e:
                 failed.append({"pid": pid, "why": f"could not be asked: {e.strerror or e}"})
                 continue
             waiting[pid] = stem
-        os.makedirs(out_dir, exist_ok=True)
         done: list[dict[str, object]] = []
         deadline = time.monotonic() + TIMEOUT_S
         while waiting and time.monotonic() < deadline:
             for pid, stem in list(waiting.items()):
-                pickle_path, error_path = f"{stem}-{rid}.pickle", f"{stem}-{rid}.error"
-                if os.path.exists(error_path):
-                    with open(error_path, errors="replace") as f:
-                        why = f.read(500).strip() or "failed"
-                    failed.append({"pid": pid, "why": f"the snapshot failed: {why}"})
-                elif os.path.exists(pickle_path):
-                    done.append({"pid": pid, "path": self._collect(pid, pickle_path, out_dir, rid)})
-                elif not os.path.exists(f"{self.proc}/{pid}"):
-                    failed.append({"pid": pid, "why": "exited before its snapshot was written"})
-                else:
-                    continue
-                for p in (pickle_path, error_path, f"{stem}.request"):
-                    with contextlib.suppress(OSError):
-                        os.unlink(p)
+                pickled, error = f"{stem}-{rid}.pickle", f"{stem}-{rid}.error"
+                try:
+                    with procroot.tmp_dir(pid, self.proc) as d:
+                        if procroot.exists(d, error):
+                            with procroot.open_read(d, error) as f:
+                                why = f.read(500).decode("utf-8", "replace").strip()
+                            why = why.splitlines()[0] if why else "failed"
+                            failed.append({"pid": pid, "why": f"the snapshot failed: {why}"})
+                        elif procroot.exists(d, pickled):
+                            path = self._collect(pid, d, pickled, out_dir, rid)
+                            done.append({"pid": pid, "path": path})
+                        else:
+                            continue
+                        procroot.remove(d, pickled, error, f"{stem}.request")
+                except OSError as e:
+                    gone = not os.path.exists(f"{self.proc}/{pid}")
+                    why = "exited before its snapshot was written" if gone else str(e)
+                    failed.append({"pid": pid, "why": why})
                 del waiting[pid]
             if waiting:
                 time.sleep(POLL_S)
@@ -179,11 +182,11 @@ class SnapshotManager:
             failed.append({"pid": pid, "why": why})
         return done
 
-    def _collect(self, pid: int, found: str, out_dir: str, rid: str) -> str:
+    def _collect(self, pid: int, dir_fd: int, name: str, out_dir: str, rid: str) -> str:
         host = self.identities.labels(pid).get("host", "host")
         dest = os.path.join(out_dir, f"{host}-{pid}-{rid}.memory-snapshot.pickle.gz")
         tmp = dest + ".tmp"
-        with open(found, "rb") as src, gzip.open(tmp, "wb", compresslevel=6) as dst:
+        with procroot.open_read(dir_fd, name) as src, gzip.open(tmp, "wb", compresslevel=6) as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
         os.replace(tmp, dest)
         os.chmod(dest, 0o644)

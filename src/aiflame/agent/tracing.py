@@ -19,7 +19,6 @@ most one trace at a time (a second request for it is refused: :class:`TraceBusy`
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import os
 import shutil
@@ -29,6 +28,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from aiflame.agent import procroot
 from aiflame.agent.identity import Identities
 from aiflame.agent.kineto_ipc import KinetoFabric, on_demand_config
 from aiflame.collectors import procs
@@ -293,12 +293,12 @@ class TraceManager:
         host = labels.get("host", "host")
         dest = os.path.join(out_dir, f"{host}-{t.pid}-{rid}.pt.trace.json.gz")
         tmp = dest + ".tmp"
-        with open(found, "rb") as src, gzip.open(tmp, "wb", compresslevel=6) as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
+        with procroot.tmp_dir(t.pid) as d:
+            with procroot.open_read(d, found) as src, gzip.open(tmp, "wb", compresslevel=6) as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            procroot.remove(d, found)
         os.replace(tmp, dest)
         os.chmod(dest, 0o644)
-        with contextlib.suppress(OSError):
-            os.unlink(found)
         if req.upload and self.upload is not None:
             with open(dest, "rb") as f:
                 data = f.read()
@@ -308,11 +308,14 @@ class TraceManager:
 
 
 def _written(pid: int, ns_pid: int, log_file: str) -> str:
-    """The trace file libkineto wrote for this request, seen from here ('' if none yet)."""
-    root = f"/proc/{pid}/root"
-    stem = log_file[: -len(".json")]
-    for name in (f"{stem}_{ns_pid}.json", log_file):
-        path = root + name
-        if os.path.exists(path):
-            return path
+    """The name, in the process's /tmp, of the trace file libkineto wrote for this request
+    ('' if none yet; a link is no trace: :mod:`.procroot`)."""
+    stem = os.path.basename(log_file)[: -len(".json")]
+    try:
+        with procroot.tmp_dir(pid) as d:
+            for name in (f"{stem}_{ns_pid}.json", f"{stem}.json"):
+                if procroot.exists(d, name):
+                    return name
+    except OSError:
+        return ""
     return ""
