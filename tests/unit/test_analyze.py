@@ -13,7 +13,7 @@ import pytest
 from aiflame.analysis import gemm, kernels
 from aiflame.analysis.timeline import time_breakdown
 from aiflame.cli.main import main
-from aiflame.model.trace import Kind
+from aiflame.model.trace import Kind, is_communication
 from aiflame.sources.registry import load_trace
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "kineto" / "tracelens"
@@ -73,6 +73,36 @@ def assert_breakdown_equals(t, rows: list[dict[str, str]]) -> None:  # type: ign
         # within 0.5%; a component that is ~0 is compared against 0.5% of the total
         assert getattr(ours, mine) == pytest.approx(ref[theirs], rel=0.005, abs=0.005 * total), mine
     assert ours.busy > 0
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*, long*)",
+        "void deep_ep::internode_ll::combine<false, 7168>(void*, void*, int*, void*)",
+        "void mori::moe::EpDispatchIntraNodeKernel<__hip_bfloat16>(mori::moe::EpDispatchArgs)",
+        "void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(c10::BFloat16*)",
+        "void tensorrt_llm::kernels::ar_fusion::allreduce_fusion_kernel_oneshot_lamport<bf16, 8>()",
+        "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+    ],
+)
+def test_transfer_kernels_of_expert_parallel_and_symmetric_memory_libraries_are_communication(name):
+    assert is_communication(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["triton_per_fused_all_0", "void at::native::reduce_kernel<512, 1>()", "sm90_xmma_gemm_bf16"],
+)
+def test_compute_kernels_are_not_communication(name):
+    assert not is_communication(name)
+
+
+def test_the_multimem_all_reduces_of_a_vllm_trace_are_communication():
+    t = load_trace(str(DATA.parent / "tracelens/b200/eager_trace.json.gz"))
+    multimem = np.array(["multimem_all_reduce_kernel" in t.names[i] for i in t.gpu_name])
+    assert multimem.any()
+    assert (t.gpu_kind[multimem] == Kind.COMM).all()
 
 
 def test_time_breakdown_identity_and_exposure_on_overlaps():

@@ -117,6 +117,28 @@ def test_damaged_nsys_exports_never_crash(tmp_path, capsys, name, sql):
         assert "GPU time breakdown" in out or "no GPU activity" in out
 
 
+@pytest.mark.parametrize(
+    "sql, column, table, stored",
+    [
+        ("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET callchainId = x'00ff' WHERE rowid % 7 = 0",
+         "callchainId", "CUPTI_ACTIVITY_KIND_RUNTIME", "blob"),
+        ("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = 'text' WHERE rowid % 7 = 0",
+         "globalTid", "CUPTI_ACTIVITY_KIND_RUNTIME", "text"),
+        ("UPDATE NVTX_EVENTS SET \"end\" = 'text'", "end", "NVTX_EVENTS", "text"),
+    ],
+)  # fmt: skip
+def test_text_in_a_numeric_column_is_named(tmp_path, capsys, sql, column, table, stored):
+    path = tmp_path / "mistyped.sqlite"
+    shutil.copy(SAXPY, path)
+    db = sqlite3.connect(path)
+    db.execute(sql)
+    db.commit()
+    db.close()
+    rc, _, err = run(tmp_path, capsys, path)
+    assert rc == 1 and one_line(err, path)
+    assert f'column "{column}" of {table} holds {stored} where a number belongs' in err
+
+
 def test_a_profile_without_a_timeline_is_one_line(tmp_path, capsys):
     path = write(tmp_path, "stacks.folded", "main;work 10\n")
     rc, _, err = run(tmp_path, capsys, path)

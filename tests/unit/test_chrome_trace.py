@@ -265,6 +265,58 @@ def test_timed_profile_becomes_nested_slices(tmp_path):
     assert len(mains) == 1 and mains[0]["dur"] == pytest.approx(324480.467)
 
 
+PERF_SCRIPT = DATA / "perf" / "flamegraph" / "inputs" / "perf-iperf-stacks-pidtid-01.txt.gz"
+
+
+def perf_samples(path: Path) -> dict[str, list[float]]:
+    """tid -> its sample times (us), read from the event lines of a ``perf script`` file."""
+    import re
+
+    header = re.compile(r"^\S.*?\s(\d+)(?:/(\d+))?\s+(?:\[\d+\]\s+)?(\d+)\.(\d+):")
+    times: dict[str, list[float]] = defaultdict(list)
+    with gzip.open(path, "rt", encoding="latin-1") as f:
+        for line in f:
+            m = header.match(line)
+            if m and not line.startswith("#"):
+                tid = m.group(2) or m.group(1)
+                times[tid].append(int(m.group(3)) * 1e6 + int(m.group(4).ljust(9, "0")) / 1e3)
+    return times
+
+
+def test_perf_script_samples_become_slices_on_their_threads(tmp_path):
+    out = tmp_path / "perf.trace.json"
+    convert(str(PERF_SCRIPT), "-o", str(out), "-f", "chrome")
+    events = [e for e in events_of(out) if e["ph"] == "X"]
+    samples = perf_samples(PERF_SCRIPT)
+    assert len(samples) > 1
+    by_tid: dict[str, list[dict]] = defaultdict(list)
+    for e in events:
+        by_tid[str(e["tid"])].append(e)
+    assert set(by_tid) == set(samples)  # one track per thread of the input
+    for tid, times in samples.items():
+        slices = by_tid[tid]
+        # the thread's first slice opens at its first sample, none before or after its samples
+        assert min(e["ts"] for e in slices) == pytest.approx(min(times), abs=0.001)
+        assert max(e["ts"] for e in slices) <= max(times) + 0.001
+    names = {e["args"]["name"] for e in events_of(out) if e.get("name") == "thread_name"}
+    assert "iperf" in names  # the comm names the thread
+
+
+def test_perf_script_without_times_has_no_timeline(tmp_path, capsys):
+    import re
+
+    with gzip.open(PERF_SCRIPT, "rt", encoding="latin-1") as f:
+        text = f.read()
+    untimed = tmp_path / "untimed.perf.txt"  # as `perf script -F comm,tid,event,ip,sym,dso`
+    untimed.write_text(re.sub(r"(?m)^(\S.*?) \d+\.\d+: ", r"\1 ", text), encoding="latin-1")
+    assert main(["flamegraph", str(untimed), "-o", str(tmp_path / "f.html")]) == 0
+    capsys.readouterr()
+    out = tmp_path / "x.json"
+    assert main(["convert", str(untimed), "-o", str(out), "-f", "chrome"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "without sample times" in err[0] and not out.exists()
+
+
 def test_several_ranks_stay_apart(tmp_path):
     out = tmp_path / "ranks.json.gz"
     convert(str(RANKS), "-o", str(out))

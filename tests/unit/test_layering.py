@@ -20,12 +20,31 @@ ALLOWED = {
     # the analysis report's renderers read its typed records
     "render": {"model", "errors", "transforms", "symbolize", "proto", "analysis"},
     "collectors": {"model", "errors", "symbolize", "sources", "transforms"},
+    # The fleet server uses every layer below it (importers, renderers, the analysis
+    # library); it is no command's helper; nothing but the command line imports it.
+    "server": {
+        "model",
+        "errors",
+        "symbolize",
+        "sources",
+        "transforms",
+        "analysis",
+        "render",
+        "proto",
+    },
     # the per-host daemon: everything but the command line
     "agent": {
-        "model", "errors", "symbolize", "sources", "transforms", "analysis", "render",
-        "proto", "collectors",
+        "model",
+        "errors",
+        "symbolize",
+        "sources",
+        "transforms",
+        "analysis",
+        "render",
+        "proto",
+        "collectors",
     },
-}  # fmt: skip
+}
 
 
 # The one import against the direction, and why: Jupyter looks up _repr_html_ on the
@@ -61,6 +80,17 @@ def test_layers_import_only_downwards():
             if pkg not in ALLOWED[layer] and (rel.as_posix(), pkg) not in EXCEPTIONS:
                 violations.append(f"{rel} imports aiflame.{pkg}")
     assert not violations, "\n".join(violations)
+
+
+def test_only_the_command_line_imports_the_server():
+    offenders = []
+    for path in SRC.rglob("*.py"):
+        rel = path.relative_to(SRC)
+        if rel.parts[0] in ("server", "cli"):
+            continue
+        if "server" in imported_packages(path):
+            offenders.append(str(rel))
+    assert not offenders, offenders
 
 
 def test_nothing_but_the_cli_imports_the_agent():

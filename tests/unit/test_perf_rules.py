@@ -18,6 +18,7 @@ from aiflame.sources.perf_rules import (
     EVENT,
     HEADER,
     PERIOD,
+    TIME,
     WS,
     PerfOptions,
     fragment,
@@ -94,7 +95,8 @@ def test_header_fast_path_agrees():
         h = HEADER.match(line)
         if h:
             matched += 1
-            comm, pid, tid, period, event = h.groups()
+            comm, pid, tid, secs, period, event = h.groups()
+            assert TIME.search(line).group(1) == secs, line  # type: ignore[union-attr]
             assert PERL_EVENT.match(line).groups() == (comm, pid, tid), line  # type: ignore[union-attr]
             assert PERL_PERIOD.search(line).groups() == (period, event), line  # type: ignore[union-attr]
     assert matched > 100

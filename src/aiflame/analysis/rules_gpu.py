@@ -18,7 +18,7 @@ from aiflame.analysis.insights import Context, Draft, count, share, us, worth
 from aiflame.analysis.schema import Figure, FlameView, Item
 from aiflame.analysis.stacks import top_stacks
 from aiflame.analysis.timeline import covered
-from aiflame.analysis.words import duration
+from aiflame.analysis.words import duration, shape_params
 from aiflame.analysis.workload import pick
 from aiflame.model.trace import Kind
 
@@ -345,7 +345,7 @@ def below_roofline(c: Context) -> Draft | None:
     low.sort(key=lambda r: -r.kernel_time_us.sum * (1 - (r.pct_of_roofline or 0)))
     items = [
         Item(
-            name=f"{r.op} {_params(r.params)}".strip(),
+            name=f"{r.op} {shape_params(r.params)}".strip(),
             cost_us=r.kernel_time_us.sum * (1 - (r.pct_of_roofline or 0)),
             detail=f"{r.calls:,} calls, {r.tflops_per_s or 0:.1f} TFLOP/s, "
             f"{(r.pct_of_roofline or 0):.0%} of its roofline ({r.bound}-bound)",
@@ -378,17 +378,6 @@ def below_roofline(c: Context) -> Draft | None:
         flame=FlameView(
             metric="gpu-time", search="^(" + "|".join(re.escape(o) for o in ops) + ")$"
         ),
-    )
-
-
-def _params(p: dict) -> str:
-    if all(k in p for k in ("M", "N", "K")):
-        b = p.get("B", 1)
-        return (f"{b}x" if b not in (1, None) else "") + f"{p['M']}x{p['N']}x{p['K']}"
-    return " ".join(
-        f"{k}={'x'.join(map(str, v)) if isinstance(v, list) else v}"
-        for k, v in p.items()
-        if not isinstance(v, bool)
     )
 
 

@@ -41,3 +41,17 @@ def duration(ns: float) -> str:
     if a >= 1:
         return f"{us:.1f} us"
     return f"{ns:.0f} ns"
+
+
+def shape_params(p: dict[str, object] | None) -> str:
+    """A shape's parameters, short: GEMMs as ``[Bx]MxNxK``, others as ``key=value``."""
+    if not p:
+        return ""
+    if all(k in p for k in ("M", "N", "K")):
+        b = p.get("B", 1)
+        return (f"{b}x" if b not in (1, None) else "") + f"{p['M']}x{p['N']}x{p['K']}"
+    return " ".join(
+        f"{k}={'x'.join(map(str, v)) if isinstance(v, list) else v}"
+        for k, v in p.items()
+        if not isinstance(v, bool)
+    )

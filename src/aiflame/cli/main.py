@@ -22,6 +22,7 @@ SUBCOMMANDS = (
     "memory",
     "record",
     "analyze",
+    "server",
     "agent",
     "trace",
 )

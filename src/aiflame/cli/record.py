@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from aiflame.cli.browser import add_open, check_open, open_first_page
-from aiflame.cli.common import add_metric, write_output
+from aiflame.cli.common import add_metric, add_module_options, module_options, write_output
 from aiflame.errors import AiflameError
 from aiflame.model.profile import METRIC_ALIASES
 from aiflame.render.visible import visible
@@ -113,6 +113,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         "PyTorch window (gpu-samples); needs a launched program and profiling permission",
     )
     add_metric(p)
+    add_module_options(p)
     p.add_argument("--title", help="title of the HTML page")
     add_open(p)
     p.add_argument(
@@ -248,6 +249,7 @@ def run(args: argparse.Namespace) -> int:
         system_wide=args.all,
         python_in_kernel=not args.py_spy,
         gpu_pc_sampling=args.gpu_pc_sampling,
+        trace_options=module_options(args),
     )
     session = Session(options)
     try:

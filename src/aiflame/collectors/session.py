@@ -84,6 +84,8 @@ class RecordOptions:
     system_wide: bool = False  # every process, eBPF only (launch/attach not used)
     python_in_kernel: bool = True  # with eBPF, walk Python stacks there where it can (no py-spy)
     gpu_pc_sampling: bool = False  # CUPTI PC sampling in the program (collectors/gpupc.py)
+    # Importer options of the PyTorch window's trace (module_instances, merge_steps).
+    trace_options: dict[str, bool] = field(default_factory=dict)
 
 
 @dataclass
@@ -495,7 +497,9 @@ class Session:
         self._remove_perf_maps(seen_pids | started | sampled | {root_pid})
         if next(Path(self.dir).glob("torch-*.json"), None) is not None:
             self._progress("reading the PyTorch profiler's trace")
-        torch_profiles = load_torch_traces(self.dir, labels, self.notes, roots, naming)
+        torch_profiles = load_torch_traces(
+            self.dir, labels, self.notes, roots, naming, self.options.trace_options
+        )
         gpu_samples = load_gpu_samples(self.dir, labels, self.notes)  # --gpu-pc-sampling
         gpu_samples = join_with_windows(torch_profiles, gpu_samples)
         if self.ebpf_profile is not None:

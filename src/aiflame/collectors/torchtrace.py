@@ -49,10 +49,12 @@ def load_torch_traces(
     notes: list[str],
     python_roots: list[str] | None = None,
     naming: PythonNaming | None = None,
+    options: Mapping[str, bool] | None = None,
 ) -> list[Profile]:
     """One profile per exported trace; problems become ``notes`` rather than errors.
     ``python_roots``: see :func:`python_roots` (Python frames then named per function, as
-    the samplers' are in the same recording); ``naming``: the samplers' naming itself."""
+    the samplers' are in the same recording); ``naming``: the samplers' naming itself;
+    ``options``: the Kineto importer's (``module_instances``, ``merge_steps``)."""
     from aiflame.sources import load
 
     out = []
@@ -61,7 +63,13 @@ def load_torch_traces(
             continue
         pid = _pid_of(path)
         try:
-            profile = load(str(path), "kineto", python_roots=python_roots, python_naming=naming)
+            profile = load(
+                str(path),
+                "kineto",
+                python_roots=python_roots,
+                python_naming=naming,
+                **(options or {}),
+            )
         except AiflameError as e:
             notes.append(f"torch trace of process {pid} could not be read: {e}")
             continue

@@ -13,12 +13,19 @@ from typing import Any
 
 import numpy as np
 
-# Collective kernels by name, as TraceLens matches them (substring, any case).
-COMM_PATTERN = re.compile(r"nccl|rccl|cross_device_reduce", re.IGNORECASE)
+# Collective kernels by name (substring, any case): NCCL/RCCL and vLLM's custom all-reduce as
+# TraceLens matches them, and the libraries that move data between GPUs in kernels of their
+# own (DeepEP/MoRI expert-parallel dispatch and combine, NVSHMEM, MSCCL++, the all-reduce
+# kernels of PyTorch symmetric memory, TensorRT-LLM and vLLM's quick reduce), which TraceLens
+# would count as computation.
+COMM_PATTERN = re.compile(
+    r"nccl|rccl|cross_device_reduce|deep_ep::|mori::|mscclpp|nvshmem|allreduce|_all_reduce",
+    re.IGNORECASE,
+)
 
 
 def is_communication(name: str) -> bool:
-    """A collective (NCCL/RCCL) kernel, by its name."""
+    """A collective or GPU-to-GPU transfer kernel, by its name."""
     return COMM_PATTERN.search(name) is not None
 
 

@@ -28,6 +28,7 @@ from aiflame.analysis.schema import (
     Row,
     ShapeRate,
 )
+from aiflame.analysis.words import shape_params
 from aiflame.render.analyze_format import (
     PARTS,
     figure_text,
@@ -238,20 +239,6 @@ def _efficiency_head(eff: Efficiency) -> Text:
     return text
 
 
-def _params(p: dict[str, object] | None) -> str:
-    """A shape's parameters, short: GEMMs as ``[Bx]MxNxK``, others as ``key=value``."""
-    if not p:
-        return ""
-    if all(k in p for k in ("M", "N", "K")):
-        b = p.get("B", 1)
-        return (f"{b}x" if b not in (1, None) else "") + f"{p['M']}x{p['N']}x{p['K']}"
-    return " ".join(
-        f"{k}={'x'.join(map(str, v)) if isinstance(v, list) else v}"
-        for k, v in p.items()
-        if not isinstance(v, bool)
-    )
-
-
 def _efficiency_table(rows: list[ShapeRate], top: int, width: int) -> Table:
     t = Table(
         title="Ops by achieved rate (modelled FLOPs and bytes)", title_justify="left",
@@ -265,7 +252,7 @@ def _efficiency_table(rows: list[ShapeRate], top: int, width: int) -> Table:
         t.add_column(name, justify="right" if name != "bound" else "left", no_wrap=True)
     pct = lambda v: "?" if v is None else f"{100 * v:.1f}"  # noqa: E731
     shown = rows[:top]
-    ops = [f"{row.op} {_params(row.params)}".strip() for row in shown]
+    ops = [f"{row.op} {shape_params(row.params)}".strip() for row in shown]
     for row, op in zip(shown, table_labels(ops, op_width), strict=True):
         rate = row.tflops_per_s
         t.add_row(

@@ -127,7 +127,7 @@ def build_profile(
     leaves: list[int] = []  # the leaf node of each stack, in sorted order
     prev: list[str] = []  # frame names of the previous stack
     path: list[int] = []  # its node ids
-    stacks = sorted(counts, key=_frame_order)
+    stacks = sorted(counts, key=stack_order)
     for stack in stacks:
         names = split_stack(stack)
         k = 0
@@ -180,7 +180,7 @@ def build_profile(
     return builder
 
 
-def _frame_order(stack: str) -> str:
+def stack_order(stack: str) -> str:
     """Sort key that orders stacks frame by frame (a NUL sorts before every name byte)."""
     if ESCAPED in stack:  # a `;` inside a frame name is not a separator
         return "\x00".join(split_stack(stack))

@@ -162,11 +162,36 @@ def open_db(source: Input) -> Iterator[NsysDB]:
             yield NsysDB(conn, source.path)
         except sqlite3.Error as e:
             raise InputError(source.path, f"corrupt or truncated SQLite database ({e})") from None
+        except (TypeError, ValueError, OverflowError):
+            # Only on the failure path: name the column that broke the reading, if any.
+            wrong = mistyped_column(conn)
+            if wrong is None:
+                raise
+            raise InputError(source.path, wrong) from None
         finally:
             conn.close()
     finally:
         if tmp:
             Path(tmp).unlink(missing_ok=True)
+
+
+def mistyped_column(conn: sqlite3.Connection) -> str | None:
+    """The first column declared numeric that holds text or a blob, said in one sentence.
+
+    SQLite keeps whatever a row stores whatever the declared type, so a damaged or hand-made
+    export can have ``'text'`` in ``start``; the readers then fail on arithmetic."""
+    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    for table in sorted(tables):
+        for _cid, col, decl, *_ in conn.execute(f'PRAGMA table_info("{table}")'):
+            if not any(t in (decl or "").upper() for t in ("INT", "REAL", "NUM", "FLOA")):
+                continue
+            row = conn.execute(
+                f'SELECT typeof("{col}") FROM "{table}" '
+                f"WHERE typeof(\"{col}\") IN ('text', 'blob') LIMIT 1"
+            ).fetchone()
+            if row:
+                return f'column "{col}" of {table} holds {row[0]} where a number belongs'
+    return None
 
 
 def _is_gzip(path: str) -> bool:

@@ -33,6 +33,7 @@ from aiflame.sources.perf_rules import (
     EVENT,
     HEADER,
     PERIOD,
+    TIME,
     WS,
     PerfOptions,
     event_fields,
@@ -71,6 +72,10 @@ class Collapser:
         self._period = 1
         self._java = False  # whether the open sample is a Java one (names tidied further)
         self._pending: list[str] = []  # fragments of the open sample from earlier chunks
+        # With options.times: (root frame, rest of stack, period, (secs, pid, tid)) of each
+        # sample in input order, and that thread-and-time of the open sample.
+        self.timed: list[tuple[str, str, int, tuple[str, str, str]]] = []
+        self._when: tuple[str, str, str] = ("", "", "")
         # Line -> ";f1;f2" (the frames it adds, in line order) or "" (none), for normalised
         # and for raw lines, each (non-Java, Java). Only stack lines are cached.
         self._norm: tuple[Cache, Cache] = ({}, {})
@@ -122,6 +127,8 @@ class Collapser:
         plain = not (opts.pid or opts.tid)  # the root frame is the comm
         pname, period, java = self._pname, self._period, self._java
         event_filter, periods = self.event_filter, self.periods
+        timed = self.options.times
+        when = self._when
         # The lines to visit, found at C speed.
         misses = compress(count(), map(is_, frs, repeat(None)))
         for i in misses:
@@ -131,6 +138,7 @@ class Collapser:
                     continue
                 if java or self._pending:
                     self._pname, self._period, self._java = pname, period, java
+                    self._when = when
                     self._flush(self._segment(frs, start, i))
                 else:
                     fragments = frs[start:i]
@@ -140,6 +148,8 @@ class Collapser:
                     if by_rest is None:
                         by_rest = counts[pname] = {}
                     by_rest[rest] = by_rest.get(rest, 0) + period
+                    if timed:
+                        self.timed.append((pname, rest, period, when))
                 pname = None
                 continue
             first = key[0]
@@ -151,7 +161,7 @@ class Collapser:
                 line = self._line(i) if normalized and "\x02" in key else key
                 h = header_match(line) if pname is None else None
                 if h:  # the usual event line, between samples
-                    comm, pid, tid, per, event = h.groups()
+                    comm, pid, tid, secs, per, event = h.groups()
                     if event != event_filter:
                         if event_filter:
                             self.filtered += 1
@@ -169,6 +179,8 @@ class Collapser:
                     if pname not in comms:
                         comms[pname] = (comm, pid, tid)
                     java = pname.startswith("java")
+                    if timed:
+                        when = (secs, pid, tid)
                     start = i + 1
                     continue
                 m = event_match(line)
@@ -176,12 +188,14 @@ class Collapser:
                     frs[i] = ""
                     self._pname, self._period, self._java = pname, period, java
                     self.event_filter, self.periods = event_filter, periods
+                    self._when = when
                     if self._event(line, m):
                         if pname is not None:  # no blank line before: keep the frames so far
                             self._pending.extend(self._segment(frs, start, i, java))
                         start = i + 1
                     pname, period, java = self._pname, self._period, self._java
                     event_filter, periods = self.event_filter, self.periods
+                    when = self._when
                     continue
             frag = None
             if normalized and first == "\x01":
@@ -195,6 +209,7 @@ class Collapser:
                 frs[i] = frag
         self._pname, self._period, self._java = pname, period, java
         self.event_filter, self.periods = event_filter, periods
+        self._when = when
         if pname is not None:
             self._pending.extend(self._segment(frs, start, len(keys)))
 
@@ -319,6 +334,9 @@ class Collapser:
         if pname not in self.comms:
             self.comms[pname] = (comm, pid, tid)
         self._java = pname.startswith("java")
+        if self.options.times:
+            tm = TIME.search(line)
+            self._when = (tm.group(1) if tm else "", pid, tid)
         return True
 
     def _flush(self, fragments: list[str]) -> None:
@@ -333,6 +351,8 @@ class Collapser:
         if by_rest is None:
             by_rest = self.counts[pname] = {}
         by_rest[rest] = by_rest.get(rest, 0) + self._period
+        if self.options.times:
+            self.timed.append((pname, rest, self._period, self._when))
         self._pname = None
 
     # -- results --------------------------------------------------------------------------------
@@ -353,6 +373,7 @@ class Collapser:
         self.unrecognized += other.unrecognized
         self.filtered += other.filtered
         self.samples += other.samples
+        self.timed.extend(other.timed)  # ``other`` is the later part: order kept
         self._pname = other._pname  # the later part decides how the input ended
         self.periods = self.periods or other.periods
 

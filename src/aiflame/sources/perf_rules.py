@@ -31,8 +31,10 @@ _PERIOD = re.compile(r":\s*(\d+)?\s+(\S+):\s*$", re.ASCII)
 # first blank (comm has 2+ characters and no blank), and PERIOD can only match from the
 # colon after the timestamp (from an earlier one, more than one token would follow).
 HEADER = re.compile(
-    r"(\S\S+) +(\d+)(?:/(\d+))? +(?:\[\d+\] +)?\d+\.\d+: +(?:(\d+) +)?(\S+): *$", re.ASCII
+    r"(\S\S+) +(\d+)(?:/(\d+))? +(?:\[\d+\] +)?(\d+\.\d+): +(?:(\d+) +)?(\S+): *$", re.ASCII
 )
+# The "secs.usecs:" time of an event line that HEADER does not match (odd comm, extra fields).
+TIME = re.compile(r"\s(\d+\.\d+):\s", re.ASCII)
 _WORD = re.compile(r"\w*", re.ASCII)
 _BLANKS = re.compile(r"\s*", re.ASCII)
 _PERF_MAP = re.compile(r"/tmp/perf-\d+\.map", re.ASCII)
@@ -89,6 +91,9 @@ class PerfOptions:
     # Not a Perl option: mark kernel and JIT frames (KERNEL_MARK, JIT_MARK) for the Profile,
     # which carries them as kinds. The folded text of stackcollapse-perf.pl has no marks.
     kinds: bool = False
+    # Not a Perl option either: keep each sample's time and thread, in input order, for a
+    # timeline (``Collapser.timed``). Costs a tuple per sample, so only when asked.
+    times: bool = False
 
     @property
     def annotate_kernel(self) -> bool:

@@ -81,6 +81,7 @@ def options_from(options: dict[str, object]) -> tuple[PerfOptions, int]:
             annotate_all=bool(options.get("perf_all")),
             addrs=bool(options.get("perf_addrs")),
             event_filter=str(event),
+            times=bool(options.get("times")),
         ),
         int(options.get("perf_jobs") or 0),  # type: ignore[call-overload]
     )
@@ -129,8 +130,64 @@ def load(source: Input, **options: object) -> Profile:
     if c.filtered:
         builder.meta["info:skipped"] = f"{c.filtered:,} samples of other events"
     profile = builder.build()
+    if opts.times:
+        return _timed_samples(profile, c, counts, source.path)
     _label_samples(profile, c, roots, opts)
     return profile
+
+
+# What the registry passes to ``load`` when a timeline is asked for (``convert -f chrome``).
+TIMELINE_OPTIONS = {"times": True}
+
+
+def _nanoseconds(secs: str) -> int:
+    """``1410597.984841`` (perf's secs.usecs, or .nsecs with --ns) as integer ns, exactly."""
+    whole, _, frac = secs.partition(".")
+    return int(whole) * 1_000_000_000 + int((frac + "000000000")[:9])
+
+
+def _timed_samples(profile: Profile, c: Collapser, counts: dict[str, float], path: str) -> Profile:
+    """``profile`` with one sample per perf sample, in input order, with its time and a
+    comm/pid/tid label (the tracks of a timeline), instead of one per distinct stack."""
+    import numpy as np
+
+    from aiflame.sources.folded import stack_order
+
+    order = {key: i for i, key in enumerate(sorted(counts, key=stack_order))}
+    rows: list[int] = []
+    stamps: list[int] = []
+    periods: list[float] = []
+    labels: list[int] = []
+    label_index: dict[tuple[str, str, str], int] = {}
+    label_sets: list[tuple[tuple[str, str], ...]] = [()]
+    for pname, rest, period, (secs, pid, tid) in c.timed:
+        if not secs:
+            raise InputError(
+                path,
+                "perf script without sample times (perf script -F without 'time'): no timeline",
+            )
+        comm = c.comms.get(pname, ("", pid, tid))[0]
+        thread = (comm, pid, tid)
+        i = label_index.get(thread)
+        if i is None:
+            i = label_index[thread] = len(label_sets)
+            # perf prints only the tid unless asked for the pid ("comm tid [cpu] time:"):
+            # each such thread is then a process of its own, so track ids stay numbers.
+            track = {"comm": _text(comm), "pid": tid if pid == "?" else pid, "tid": tid}
+            label_sets.append(tuple(sorted({**track, "thread": _text(comm)}.items())))
+        rows.append(order[_text(pname) + _text(rest)])
+        stamps.append(_nanoseconds(secs))
+        periods.append(period)
+        labels.append(i)
+    index = np.asarray(rows, dtype=np.int64)
+    return replace(
+        profile,
+        sample_stack=profile.sample_stack[index],
+        values=np.asarray(periods, dtype=np.float64).reshape(-1, 1),
+        sample_labels=np.asarray(labels, dtype=np.int64),
+        label_sets=label_sets,
+        timestamps=np.asarray(stamps, dtype=np.int64),
+    )
 
 
 def _frame_namer() -> Callable[[str, bool], tuple[str, FrameKind]]:

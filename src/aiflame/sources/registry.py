@@ -222,7 +222,8 @@ def load_timeline(path: str, fmt: str | None = None, metric: str | None = None, 
         mod = detect(source)
     reader = getattr(mod, "load_timeline", None)
     if reader is None:
-        profile = load(path, mod.FORMAT, **options)
+        # A source that keeps sample times only when asked (they cost memory) says how.
+        profile = load(path, mod.FORMAT, **{**options, **getattr(mod, "TIMELINE_OPTIONS", {})})
         if profile.timestamps is None:
             raise InputError(
                 path,

@@ -1,0 +1,135 @@
+"""The ASGI application: routes, the scope every path needs, and errors as clear 4xx.
+
+Authorization is decided here for every path at once (nothing is reachable without its
+scope when a token file is given), before a request's body is read, so a refused request
+stores nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from aiflame.server import connect, routes_api, routes_ingest, routes_query, routes_ui
+from aiflame.server.errors import RequestError
+from aiflame.server.state import ServerState
+
+log = logging.getLogger("aiflame.server")
+
+INGEST_POSTS = (
+    "/push.v1.PusherService/",
+    "/ingest",
+    "/api/v1/telemetry",
+    "/api/v1/traces",
+    "/api/v1/agents/heartbeat",
+)
+ADMIN_POSTS = ("/api/v1/trace-requests",)
+OPEN = ("/ready", "/healthz")
+
+
+def scope_of(method: str, path: str) -> str | None:
+    """The token scope a request needs (None: none, e.g. the load balancer's probe)."""
+    if path in OPEN:
+        return None
+    if method == "POST" and any(path == p or path.startswith(p) for p in INGEST_POSTS):
+        if path.startswith("/api/v1/traces/"):
+            return "read"  # POST /api/v1/traces is an upload; below it, queries
+        return "ingest"
+    if method in ("POST", "DELETE") and any(path.startswith(p) for p in ADMIN_POSTS):
+        return "admin"
+    if method == "DELETE" or path.startswith("/api/v1/admin/"):
+        return "admin"
+    return "read"
+
+
+def _is_connect(path: str) -> bool:
+    return path.startswith(("/push.v1.", "/querier.v1."))
+
+
+def error_response(request_path: str, e: RequestError) -> Response:
+    if _is_connect(request_path):
+        return connect.error_response(e)
+    headers = {"Retry-After": str(max(1, int(e.retry_after)))} if e.retry_after else {}
+    if e.status == 401:
+        headers["WWW-Authenticate"] = 'Basic realm="aiflame", charset="UTF-8"'
+    return JSONResponse({"error": e.message}, status_code=e.status, headers=headers)
+
+
+class Guard:
+    """Pure ASGI middleware: token scopes, and every error as a clean response."""
+
+    def __init__(self, app: ASGIApp, state: ServerState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path, method = scope["path"], scope["method"]
+        needed = scope_of(method, path)
+        counters = self.state.counters
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                counters.count(counters.requests, str(message["status"]))
+            await send(message)
+
+        try:
+            if needed:
+                headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+                self.state.tokens.require(headers.get("authorization"), needed)
+            await self.app(scope, receive, tracking_send)
+        except RequestError as e:
+            if started:
+                raise
+            counters.count(counters.rejected, type(e).__name__)
+            await error_response(path, e)(scope, receive, tracking_send)
+        except Exception:
+            # A bug of the server (never a client's mistake): logged once, answered 500.
+            log.error("%s %s failed:\n%s", method, path, traceback.format_exc())
+            if not started:
+                resp = JSONResponse({"error": "internal server error"}, status_code=500)
+                await resp(scope, receive, tracking_send)
+
+
+async def ready(request: Request) -> Response:
+    return PlainTextResponse("ready\n")
+
+
+async def root(request: Request) -> Response:
+    return RedirectResponse("/ui/fleet", status_code=302)
+
+
+def build_app(state: ServerState) -> ASGIApp:
+    routes = [
+        Route("/", root),
+        Route("/ready", ready),
+        Route("/healthz", ready),
+        Route("/push.v1.PusherService/Push", routes_ingest.push, methods=["POST"]),
+        Route("/ingest", routes_ingest.ingest, methods=["POST"]),
+        Route("/api/v1/telemetry", routes_ingest.post_telemetry, methods=["POST"]),
+        Route("/api/v1/traces", routes_ingest.post_trace, methods=["POST"]),
+        Route("/api/v1/agents/heartbeat", routes_ingest.heartbeat, methods=["POST"]),
+        Route("/querier.v1.QuerierService/{method}", routes_query.querier, methods=["POST"]),
+        *routes_api.ROUTES,
+        *routes_ui.ROUTES,
+    ]
+
+    async def on_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestError)
+        state.counters.count(state.counters.rejected, type(exc).__name__)
+        return error_response(request.url.path, exc)
+
+    app = Starlette(routes=routes, exception_handlers={RequestError: on_error})
+    app.state.server = state
+    return Guard(app, state)

@@ -1,0 +1,66 @@
+"""The server's settings, from the command line (``aiflame server --help``)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from aiflame.errors import AiflameError
+from aiflame.server.ingest.push import Limits
+from aiflame.server.store.schema import DEFAULT_RETENTION_S, RETENTION_GROUPS
+from aiflame.server.store.url import DEFAULT_STORE
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_duration(text: str) -> int:
+    """``90s``, ``15m``, ``12h``, ``30d``, ``2w`` -> seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
+    if not m:
+        raise AiflameError(f"invalid duration {text!r} (e.g. 30d, 12h, 90m)")
+    seconds = int(float(m.group(1)) * _UNITS[m.group(2)])
+    if seconds < 3600:
+        raise AiflameError(f"a retention of {text} is too short (at least 1h)")
+    return seconds
+
+
+def parse_retention(values: list[str]) -> dict[str, int]:
+    """``--retention 30d`` (every group) and ``--retention traces=90d`` (one group)."""
+    out = dict(DEFAULT_RETENTION_S)
+    for v in values:  # a plain duration sets every group, whatever its position
+        if "=" not in v:
+            out = dict.fromkeys(RETENTION_GROUPS, parse_duration(v))
+    for v in values:
+        group, eq, duration = v.partition("=")
+        if not eq:
+            continue
+        if group not in RETENTION_GROUPS:
+            raise AiflameError(
+                f"--retention {v}: unknown group {group!r} (groups: {', '.join(RETENTION_GROUPS)})"
+            )
+        out[group] = parse_duration(duration)
+    return out
+
+
+@dataclass
+class ServerConfig:
+    store: str = DEFAULT_STORE
+    listen: str = "127.0.0.1:4040"
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    token_file: str | None = None
+    retention_s: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_RETENTION_S))
+    limits: Limits = field(default_factory=Limits)
+    analysis_workers: int = 1
+    flush_interval_s: float = 1.0  # pushes are answered once logged: batches can be large
+    store_connections: int = 8
+    wal_dir: str = "./aiflame-wal"  # the write-ahead log when the store is a ClickHouse server
+    wal_fsync: bool = False
+    log_level: str = "info"
+
+    def host_port(self) -> tuple[str, int]:
+        host, sep, port = self.listen.rpartition(":")
+        if not sep or not port.isdigit():
+            raise AiflameError(f"--listen {self.listen}: expected HOST:PORT")
+        host = host.strip("[]") or "0.0.0.0"
+        return host, int(port)

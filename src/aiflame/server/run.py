@@ -1,0 +1,88 @@
+"""Serving: uvicorn on ``--listen`` (TLS with ``--tls-cert``/``--tls-key``), one process.
+
+Without a token file the server listens on loopback only: a store anyone on the network
+can write to or read from is not a default anyone should get by accident.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import socket
+
+from aiflame.errors import AiflameError
+from aiflame.server.config import ServerConfig
+
+log = logging.getLogger("aiflame.server")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        try:
+            return all(
+                ipaddress.ip_address(a[4][0]).is_loopback for a in socket.getaddrinfo(host, None)
+            )
+        except (OSError, ValueError):
+            return False
+
+
+def check(config: ServerConfig) -> tuple[str, int]:
+    host, port = config.host_port()
+    if not config.token_file and not is_loopback(host):
+        raise AiflameError(
+            f"--listen {config.listen}: without --token-file the server only listens on "
+            "loopback (127.0.0.1 or ::1); give a token file to serve the network"
+        )
+    if bool(config.tls_cert) != bool(config.tls_key):
+        raise AiflameError("--tls-cert and --tls-key go together")
+    for path in (config.tls_cert, config.tls_key):
+        if path and not os.access(path, os.R_OK):
+            raise AiflameError(f"{path}: cannot read it")
+    return host, port
+
+
+def serve(config: ServerConfig) -> int:
+    import uvicorn
+
+    from aiflame.server.app import build_app
+    from aiflame.server.state import ServerState
+
+    host, port = check(config)
+    logging.basicConfig(
+        level=getattr(logging, config.log_level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # Bind first: a port in use is one clear line, before the store is opened.
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise AiflameError(f"--listen {config.listen}: {e.strerror}") from None
+    state = ServerState(config)
+    scheme = "https" if config.tls_cert else "http"
+    log.info("store: %s", state.url.describe())
+    log.info("listening on %s://%s:%d (UI: /ui/fleet)", scheme, host, port)
+    uv = uvicorn.Config(
+        build_app(state),
+        log_level="warning",
+        access_log=False,
+        ssl_certfile=config.tls_cert,
+        ssl_keyfile=config.tls_key,
+        timeout_keep_alive=30,
+        limit_concurrency=4096,
+        backlog=2048,
+    )
+    server = uvicorn.Server(uv)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        state.close()
+    return 0

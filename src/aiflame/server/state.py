@@ -1,0 +1,169 @@
+"""What one server process holds: the store, the writer, tokens, caches, the analyzer."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+from aiflame.server.auth import TokenCheck
+from aiflame.server.config import ServerConfig
+from aiflame.server.errors import Overloaded, RequestError
+from aiflame.server.ingest.hashing import StringHashes
+from aiflame.server.store import migrations
+from aiflame.server.store.connection import Store, open_store
+from aiflame.server.store.url import parse_store_url
+from aiflame.server.store.wal import Record, WriteAheadLog
+from aiflame.server.store.writer import Work, Writer, recover
+from aiflame.server.traces import TraceAnalyzer
+
+log = logging.getLogger("aiflame.server")
+_JANITOR_S = 60.0
+_GRACE_S = 120.0  # a batch open this long on another replica was abandoned
+
+
+@dataclass
+class Counters:
+    requests: dict[str, int] = field(default_factory=dict)
+    rejected: dict[str, int] = field(default_factory=dict)
+    profiles: int = 0
+    samples: int = 0
+    telemetry: int = 0
+    traces: int = 0
+
+    def count(self, table: dict[str, int], key: str, n: int = 1) -> None:
+        table[key] = table.get(key, 0) + n
+
+
+class ServerState:
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.limits = config.limits
+        self.tokens = TokenCheck(config.token_file)
+        self.url = parse_store_url(config.store)
+        self.store: Store = open_store(self.url, config.store_connections)
+        migrations.migrate(self.store, config.retention_s)
+        recover(self.store)  # batches a killed process left half-written
+        self.writer = Writer(self.store, flush_interval_s=config.flush_interval_s)
+        self.strings = StringHashes()
+        self.counters = Counters()
+        self.started = time.time()
+        base = self.url.path if self.url.kind == "chdb" else tempfile.gettempdir()
+        self.tmpdir = os.path.join(
+            base, "tmp" if self.url.kind == "chdb" else f"aiflame-{os.getpid()}"
+        )
+        self.analyzer = TraceAnalyzer(self.writer, self.tmpdir, config.analysis_workers)
+        wal_dir = os.path.join(base, "wal") if self.url.kind == "chdb" else config.wal_dir
+        self.wal = WriteAheadLog(wal_dir, fsync=config.wal_fsync)
+        self._replay_wal()
+        self.page_cache: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._janitor = threading.Thread(target=self._janitor_loop, daemon=True)
+        self._janitor.start()
+        self._requeue_traces()
+
+    # -- writing --------------------------------------------------------------------------
+    def accept(self, record: Record, works: list[Work]) -> None:
+        """Log a decoded push and queue it: once this returns, the push may be answered."""
+        rows = sum(w.rows for w in works)
+        if self.writer.behind(rows) or self.wal.over_limit():
+            raise Overloaded("the store is behind; retry later", retry_after=2)
+        segment = self.wal.append(record)
+        fut = self.writer.submit(works, durable=True)
+        fut.add_done_callback(lambda f: self.wal.committed(segment))
+
+    def _replay_wal(self) -> None:
+        """Pushes acknowledged by a process that died before storing them."""
+        upto = self.wal.current
+        from aiflame.server.routes_ingest import DECODERS
+
+        futures, skipped = [], 0
+        for rec in self.wal.replay(upto):
+            try:
+                works = DECODERS[rec.kind](self, rec)
+            except RequestError as e:  # e.g. older than the retention by now
+                skipped += 1
+                log.warning("wal: a logged %s cannot be stored: %s", rec.kind, e.message)
+                continue
+            futures.append(self.writer.submit(works, durable=True))
+        for f in futures:
+            f.result()
+        if futures or skipped:
+            log.info("wal: %d logged request(s) replayed into the store", len(futures))
+        self.wal.drop_before(upto)
+
+    async def store_works(self, works: list[Work]) -> None:
+        """Hand works to the writer and wait until they are committed."""
+        fut = self.writer.submit(works)
+        try:
+            await asyncio.wait_for(asyncio.wrap_future(fut), self.writer.commit_timeout_s)
+        except TimeoutError:
+            raise Overloaded("the store did not commit in time; retry", retry_after=5) from None
+
+    def retention_floor_ms(self, group: str) -> int:
+        return int((time.time() - self.config.retention_s[group]) * 1000)
+
+    # -- background -----------------------------------------------------------------------
+    def _janitor_loop(self) -> None:
+        while not self._stop.wait(_JANITOR_S):
+            try:
+                recover(self.store, older_than_s=_GRACE_S)
+            except Exception as e:
+                log.warning("janitor: %s", e)
+
+    def _requeue_traces(self) -> None:
+        """Traces received but never analyzed (the server stopped first) are queued again."""
+        try:
+            rows = self.store.rows(
+                f"SELECT t.tenant, t.trace_id, t.received, t.labels, t.request_id, t.bytes "
+                f"FROM {self.store.db}.traces AS t FINAL WHERE t.status = 'queued'"
+            )
+        except Exception as e:
+            log.warning("traces: cannot list queued traces: %s", e)
+            return
+        for tenant, trace_id, received, labels, request_id, size in rows:
+            blob = self.trace_blob(tenant, trace_id)
+            if blob is None:
+                continue
+            row = {
+                "tenant": tenant,
+                "trace_id": trace_id,
+                "received": int(received.timestamp() * 1000),
+                "labels": dict(labels),
+                "request_id": request_id,
+                "bytes": size,
+            }
+            self.analyzer.enqueue(tenant, trace_id, row, blob)
+        if rows:
+            log.info("traces: %d trace(s) queued for analysis again", len(rows))
+
+    def trace_blob(self, tenant: str, trace_id: str) -> bytes | None:
+        with self.store.client() as c:
+            r = c.query(
+                f"SELECT blob FROM {self.store.db}.trace_blobs WHERE tenant = {{t:String}} "
+                "AND trace_id = {i:String} LIMIT 1",
+                parameters={"t": tenant, "i": trace_id},
+                column_formats={"blob": "bytes"},
+            )
+            rows = r.result_rows
+        return rows[0][0] if rows else None
+
+    def close(self) -> None:
+        self._stop.set()
+        self.analyzer.close()
+        self.writer.close()
+        self.wal.close()
+        self.store.close()
+
+
+def run_blocking(fn, *args):  # type: ignore[no-untyped-def]
+    """Run CPU-bound request work off the event loop."""
+    return asyncio.get_running_loop().run_in_executor(_POOL, fn, *args)
+
+
+_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="aiflame-req")

@@ -1,0 +1,131 @@
+"""One :class:`Store` over either engine: chDB in this process, or ClickHouse over HTTP.
+
+chDB hosts one engine per process; each clickhouse-connect client on it owns a connection
+handle with its own lock, so a small pool of clients lets queries of the web UI run while
+the writer inserts (the engine itself is multi-threaded and releases the GIL). A ClickHouse
+server gets the same pool of HTTP clients. Rows travel as Arrow tables both ways, so numpy
+columns are neither converted nor copied one value at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from aiflame.errors import AiflameError
+from aiflame.server.store.url import StoreURL
+
+log = logging.getLogger("aiflame.server")
+
+# Settings that make the same statements correct on a cluster: subqueries in IN over
+# Distributed tables run once and are shipped to the shards, and an insert returns only
+# once every shard holds its rows (so an acknowledged push is durable).
+CLUSTER_QUERY_SETTINGS = {"distributed_product_mode": "global"}
+CLUSTER_INSERT_SETTINGS = {"distributed_foreground_insert": 1}
+
+
+class StoreError(AiflameError):
+    pass
+
+
+class Store:
+    def __init__(self, url: StoreURL, pool_size: int = 4) -> None:
+        self.url = url
+        self.db = url.database
+        self.cluster = url.cluster
+        self._clients: queue.Queue[Any] = queue.Queue()
+        self._all: list[Any] = []
+        self._lock = threading.Lock()
+        try:
+            for _ in range(pool_size):
+                client = self._connect()
+                self._all.append(client)
+                self._clients.put(client)
+        except Exception as e:
+            self.close()
+            raise StoreError(f"cannot open the store {url.describe()}: {_short(e)}") from None
+
+    def _connect(self) -> Any:
+        import clickhouse_connect
+
+        if self.url.kind == "chdb":
+            return clickhouse_connect.get_client(dsn=f"chdb://{self.url.path}")
+        return clickhouse_connect.get_client(
+            host=self.url.host,
+            port=self.url.port,
+            username=self.url.user,
+            password=self.url.password,
+            secure=self.url.secure,
+            compress=True,
+            connect_timeout=10,
+            send_receive_timeout=300,
+            settings=CLUSTER_QUERY_SETTINGS if self.cluster else None,
+        )
+
+    @contextlib.contextmanager
+    def client(self) -> Iterator[Any]:
+        c = self._clients.get()
+        try:
+            yield c
+        finally:
+            self._clients.put(c)
+
+    # -- statements -------------------------------------------------------------------------
+    def command(self, sql: str, params: dict[str, Any] | None = None) -> Any:
+        with self.client() as c:
+            return c.command(sql, parameters=params or None)
+
+    def rows(self, sql: str, params: dict[str, Any] | None = None) -> list[tuple]:
+        with self.client() as c:
+            return c.query(sql, parameters=params or None).result_rows
+
+    def arrow(self, sql: str, params: dict[str, Any] | None = None) -> pa.Table:
+        with self.client() as c:
+            return c.query_arrow(sql, parameters=params or None, use_strings=True)
+
+    def insert(self, table: str, data: pa.Table) -> None:
+        if data.num_rows == 0:
+            return
+        settings = CLUSTER_INSERT_SETTINGS if self.cluster else None
+        with self.client() as c:
+            c.insert_arrow(f"{self.db}.{table}", data, settings=settings)
+
+    def delete_where(self, table: str, condition: str, params: dict[str, Any]) -> None:
+        """Delete rows now (a lightweight delete; on a cluster, a synchronous mutation of
+        every replica's local table)."""
+        if self.cluster:
+            self.command(
+                f"ALTER TABLE {self.db}.{table}_local ON CLUSTER '{self.cluster}' "
+                f"DELETE WHERE {condition} SETTINGS mutations_sync = 2",
+                params,
+            )
+        else:
+            self.command(f"DELETE FROM {self.db}.{table} WHERE {condition}", params)
+
+    def close(self) -> None:
+        for c in self._all:
+            with contextlib.suppress(Exception):
+                c.close()
+        self._all.clear()
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:300] if text else type(e).__name__
+
+
+def open_store(url: StoreURL, pool_size: int = 4) -> Store:
+    if url.kind == "chdb":
+        import os
+
+        try:
+            os.makedirs(url.path, exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"cannot create the store directory {url.path}: {e}") from None
+    return Store(url, pool_size)

@@ -1,0 +1,388 @@
+"""The writer: requests hand it rows; it commits them in batches and then answers them.
+
+ClickHouse wants few large inserts, a push wants a quick durable answer. So every request
+waits on a future while one thread gathers what arrived in the last fraction of a second,
+drops what is already stored (ids of profiles, telemetry batches and traces: a retry is a
+no-op), inserts each table once, and only then resolves the futures: an acknowledged push
+is on disk.
+
+Inserts into several tables are not one transaction, so a batch is journalled: an ``open``
+row in ``ingest_batches`` before its rows, ``done`` after them, every data row carrying the
+batch id. A batch left open (the process was killed mid-way) is rolled back by
+:func:`recover` at the next start (and by any replica's janitor after a grace period): its
+rows are deleted and its contribution to the roll-ups subtracted, so the client's retry
+stores it exactly once.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from aiflame.server.errors import Overloaded
+from aiflame.server.store.connection import Store
+
+log = logging.getLogger("aiflame.server")
+
+_STALE_S = 86400.0  # a stack/frame/series row is re-written after a day (keeps its TTL fresh)
+_CACHE_LIMIT = 3_000_000
+
+
+@dataclass
+class Rows:
+    """Rows for one table, as column lists or arrays (appended by ``extend``)."""
+
+    columns: dict[str, list]
+
+
+@dataclass
+class Work:
+    """What one request wants stored. ``key`` (kind, tenant, id) makes it idempotent."""
+
+    tables: dict[str, dict[str, Any]]  # table -> column -> array or list
+    key: tuple[str, str, str] | None = None  # ("profiles"|"telemetry_batches"|"traces", ...)
+    profile_items: list[Any] = field(default_factory=list)  # ProfileItem, expanded here
+    on_commit: Callable[[], None] | None = None
+    rows: int = 0
+
+
+@dataclass
+class _Pending:
+    works: list[Work]
+    future: concurrent.futures.Future
+    durable: bool = False  # already in the write-ahead log: retried until stored
+
+
+_ID_COLUMN = {"profiles": "profile_id", "telemetry_batches": "id", "traces": "trace_id"}
+# Tables whose rows carry the batch id (rolled back with it).
+_JOURNALLED = (
+    "samples",
+    "gpu_telemetry",
+    "workload_telemetry",
+    "trace_blobs",
+    "traces",
+    "telemetry_batches",
+    "profiles",
+)
+
+
+class KnownIds:
+    """Ids already written (with when), so a stack seen every 10 s is written once a day."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, float] = {}
+
+    def new(self, ids: np.ndarray, now: float) -> np.ndarray:
+        seen = self._seen
+        if len(seen) > _CACHE_LIMIT:
+            seen.clear()
+        keep = [(t := seen.get(i)) is None or now - t > _STALE_S for i in ids.tolist()]
+        return ids[np.asarray(keep, dtype=bool)] if ids.size else ids
+
+    def add(self, ids: Iterable[int], now: float) -> None:
+        self._seen.update(dict.fromkeys(ids, now))
+
+
+class Writer:
+    def __init__(
+        self,
+        store: Store,
+        flush_interval_s: float = 0.2,
+        max_pending_rows: int = 8_000_000,
+        commit_timeout_s: float = 60.0,
+        insert_threads: int = 4,
+    ) -> None:
+        self.store = store
+        self.flush_interval_s = flush_interval_s
+        self.max_pending_rows = max_pending_rows
+        self.commit_timeout_s = commit_timeout_s
+        self.replica = socket.gethostname()
+        self._pending: list[_Pending] = []
+        self._pending_rows = 0
+        self._cond = threading.Condition()
+        self._stop = False
+        self.stacks = KnownIds()
+        self.frames = KnownIds()
+        self._series_seen: dict[tuple, float] = {}
+        self._failures = 0
+        self.committed_batches = 0
+        self.committed_rows = 0
+        self.commit_seconds = 0.0
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=insert_threads, thread_name_prefix="aiflame-insert"
+        )
+        self._thread = threading.Thread(target=self._run, name="aiflame-writer", daemon=True)
+        self._thread.start()
+
+    # -- requests ---------------------------------------------------------------------------
+    def submit(self, works: list[Work], durable: bool = False) -> concurrent.futures.Future:
+        """Queue the works of one request; the future resolves once they are stored.
+
+        ``durable`` works are in the write-ahead log: a failed commit is retried (never
+        handed back to a client that was already answered)."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        rows = sum(w.rows for w in works)
+        with self._cond:
+            if self._stop and not durable:
+                raise Overloaded("the server is shutting down", retry_after=5)
+            if not durable and self._pending_rows + rows > self.max_pending_rows and self._pending:
+                raise Overloaded("the store is behind; retry later", retry_after=2)
+            self._pending.append(_Pending(works, fut, durable))
+            self._pending_rows += rows
+            self._cond.notify()
+        return fut
+
+    def behind(self, rows: int) -> bool:
+        """Whether queueing ``rows`` more would exceed the writer's bound."""
+        with self._cond:
+            return self._pending_rows + rows > self.max_pending_rows
+
+    def close(self, timeout: float = 30.0) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        self._thread.join(timeout)
+        self._pool.shutdown(wait=False)
+
+    # -- the batch loop ---------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._stop:
+                    self._cond.wait()
+                if not self._pending and self._stop:
+                    return
+            # Let a batch gather (group commit), unless shutting down.
+            if not self._stop:
+                time.sleep(self.flush_interval_s)
+            t0 = time.perf_counter()
+            with self._cond:
+                batch, self._pending = self._pending, []
+                self._pending_rows = 0
+            try:
+                self._commit(batch)
+                self._failures = 0
+                self.commit_seconds += time.perf_counter() - t0
+            except Exception as e:  # the store failed: the clients retry, the log is kept
+                log.error("store: a batch of %d requests failed: %s", len(batch), e)
+                again = [p for p in batch if p.durable]
+                for p in batch:
+                    if not p.durable and not p.future.done():
+                        p.future.set_exception(Overloaded(f"the store failed: {e}", 5))
+                if again:
+                    with self._cond:
+                        self._pending[:0] = again
+                        self._pending_rows += sum(w.rows for p in again for w in p.works)
+                    self._failures = min(self._failures + 1, 6)
+                    time.sleep(0.5 * 2**self._failures)
+
+    def _commit(self, batch: list[_Pending]) -> None:
+        works = [w for p in batch for w in p.works]
+        fresh = self._not_stored(works)
+        chosen = [w for w in works if id(w) in fresh]
+        if chosen:
+            batch_id = secrets.randbits(63)
+            tables = self._tables(chosen, batch_id)
+            journalled = any(t in tables for t in _JOURNALLED)
+            if journalled:
+                self._journal(batch_id, "open")
+            try:
+                # With the journal, the order of the inserts does not matter: an open batch
+                # is rolled back whole. So they run at once, each on its own connection.
+                futures = [self._pool.submit(self.store.insert, n, t) for n, t in tables.items()]
+                for f in futures:
+                    f.result()
+            except Exception:
+                if journalled:
+                    try:
+                        rollback(self.store, [batch_id])
+                    except Exception as e:  # recovery at the next start will do it
+                        log.error("store: rollback of batch %x failed: %s", batch_id, e)
+                raise
+            if journalled:
+                self._journal(batch_id, "done")
+            self._remember(chosen, time.time())
+            self.committed_batches += 1
+            self.committed_rows += sum(t.num_rows for t in tables.values())
+        for w in chosen:
+            if w.on_commit:
+                try:
+                    w.on_commit()
+                except Exception as e:
+                    log.error("store: after-commit hook failed: %s", e)
+        for p in batch:
+            if not p.future.done():
+                p.future.set_result(None)
+
+    def _journal(self, batch_id: int, state: str) -> None:
+        now = np.array([time.time_ns() // 1_000_000], dtype=np.int64)
+        self.store.insert(
+            "ingest_batches",
+            pa.table(
+                {
+                    "batch_id": pa.array([batch_id], pa.uint64()),
+                    "state": pa.array([state]),
+                    "at": pa.array(now, pa.timestamp("ms", tz="UTC")),
+                    "replica": pa.array([self.replica]),
+                }
+            ),
+        )
+
+    def _not_stored(self, works: list[Work]) -> set[int]:
+        """ids (Python object ids) of the works whose key is not stored yet."""
+        by_kind: dict[str, dict[tuple[str, str], list[Work]]] = {}
+        out: set[int] = set()
+        for w in works:
+            if w.key is None:
+                out.add(id(w))
+                continue
+            kind, tenant, ident = w.key
+            group = by_kind.setdefault(kind, {}).setdefault((tenant, ident), [])
+            if not group:  # the same id twice in one batch: only the first is stored
+                out.add(id(w))
+            group.append(w)
+        for kind, groups in by_kind.items():
+            col = _ID_COLUMN[kind]
+            ids = sorted({ident for _, ident in groups})
+            rows = self.store.rows(
+                f"SELECT DISTINCT tenant, {col} FROM {self.store.db}.{kind} "
+                f"WHERE {col} IN {{ids:Array(String)}}",
+                {"ids": ids},
+            )
+            for tenant, ident in rows:
+                for w in groups.get((tenant, ident), ()):
+                    out.discard(id(w))
+        return out
+
+    # -- rows -> Arrow tables ---------------------------------------------------------------
+    def _tables(self, works: list[Work], batch_id: int) -> dict[str, pa.Table]:
+        now = time.time()
+        cols: dict[str, dict[str, list]] = {}
+        for w in works:
+            for table, columns in w.tables.items():
+                dest = cols.setdefault(table, {})
+                for name, values in columns.items():
+                    dest.setdefault(name, []).append(values)
+        items = [it for w in works for it in w.profile_items]
+        if items:
+            self._profile_tables(items, cols, now)
+        out: dict[str, pa.Table] = {}
+        for table, columns in cols.items():
+            arrays = {name: _concat(parts) for name, parts in columns.items()}
+            n = len(next(iter(arrays.values())))
+            if table in _JOURNALLED:
+                arrays["batch_id"] = pa.array(np.full(n, batch_id, dtype=np.uint64))
+            out[table] = pa.table(arrays)
+        return out
+
+    def _profile_tables(
+        self, items: list[Any], cols: dict[str, dict[str, list]], now: float
+    ) -> None:
+        from aiflame.server.ingest.profile_rows import profile_tables
+
+        profile_tables(items, cols, now, self)
+
+    def _remember(self, works: list[Work], now: float) -> None:
+        for w in works:
+            for it in w.profile_items:
+                self.stacks.add(it.stack_ids.tolist(), now)
+                self.frames.add(it.frame_ids.tolist(), now)
+                for key in getattr(it, "_series_keys", ()):
+                    self._series_seen[key] = now
+        if len(self._series_seen) > _CACHE_LIMIT:
+            self._series_seen.clear()
+
+    def series_is_new(self, key: tuple, now: float) -> bool:
+        t = self._series_seen.get(key)
+        return t is None or now - t > _STALE_S
+
+
+def _concat(parts: list) -> pa.Array | pa.ChunkedArray:
+    if len(parts) == 1:
+        p = parts[0]
+        return p if isinstance(p, pa.Array | pa.ChunkedArray) else pa.array(p)
+    if all(isinstance(p, np.ndarray) for p in parts):
+        return pa.array(np.concatenate(parts))
+    if all(isinstance(p, list) for p in parts):
+        return pa.array([x for p in parts for x in p])
+    return pa.chunked_array([p if isinstance(p, pa.Array) else pa.array(p) for p in parts])
+
+
+# -- crash recovery -----------------------------------------------------------------------------
+_ROLLUP_UNDO = {
+    "samples_10m": (
+        "samples",
+        "SELECT tenant, profile_type, series_id, toStartOfTenMinutes(time) AS bucket, stack_id, "
+        "-sum(value) AS value FROM {db}.samples WHERE batch_id IN {{ids:Array(UInt64)}} "
+        "GROUP BY tenant, profile_type, series_id, bucket, stack_id",
+    ),
+    "samples_1h": (
+        "samples",
+        "SELECT tenant, profile_type, series_id, toStartOfHour(time) AS hour, stack_id, "
+        "-sum(value) AS value FROM {db}.samples WHERE batch_id IN {{ids:Array(UInt64)}} "
+        "GROUP BY tenant, profile_type, series_id, hour, stack_id",
+    ),
+    **{
+        name: (
+            "workload_telemetry",
+            f"SELECT tenant, {fn}(start) AS bucket, workload_id, any(labels) AS labels, "
+            "-sum(allocated_gpu_seconds), -sum(ifNull(busy_gpu_seconds, 0)), "
+            "-sumIf(allocated_gpu_seconds, busy_gpu_seconds IS NOT NULL), "
+            "-sum(ifNull(useful_gpu_seconds, 0)), "
+            "-sumIf(allocated_gpu_seconds, useful_gpu_seconds IS NOT NULL), "
+            "-sum(ifNull(est_flop, 0)), -sumIf(allocated_gpu_seconds, est_flop IS NOT NULL), "
+            "-sum(ifNull(energy_joules, 0)), "
+            "-sumIf(allocated_gpu_seconds, energy_joules IS NOT NULL), "
+            "-sum(toFloat64(ifNull(input_bytes, 0))), "
+            "-sumIf(allocated_gpu_seconds, input_bytes IS NOT NULL), -toFloat64(count()) "
+            "FROM {db}.workload_telemetry WHERE batch_id IN {{ids:Array(UInt64)}} "
+            "GROUP BY tenant, bucket, workload_id",
+        )
+        for name, fn in (("workload_1m", "toStartOfMinute"), ("workload_1h", "toStartOfHour"))
+    },
+}
+
+
+def open_batches(store: Store, older_than_s: float) -> list[int]:
+    rows = store.rows(
+        f"SELECT batch_id FROM {store.db}.ingest_batches GROUP BY batch_id "
+        "HAVING countIf(state != 'open') = 0 AND "
+        "max(at) < now64(3) - toIntervalMillisecond({grace:UInt64})",
+        {"grace": int(older_than_s * 1000)},
+    )
+    return [int(r[0]) for r in rows]
+
+
+def rollback(store: Store, batch_ids: list[int]) -> None:
+    """Remove every row of these batches and their share of the roll-ups."""
+    if not batch_ids:
+        return
+    params = {"ids": batch_ids}
+    for target, (_source, select) in _ROLLUP_UNDO.items():
+        store.command(f"INSERT INTO {store.db}.{target} " + select.format(db=store.db), params)
+    for table in _JOURNALLED:
+        store.delete_where(table, "batch_id IN {ids:Array(UInt64)}", params)
+    store.command(
+        f"INSERT INTO {store.db}.ingest_batches SELECT arrayJoin({{ids:Array(UInt64)}}), "
+        "'aborted', now64(3), ''",
+        params,
+    )
+
+
+def recover(store: Store, older_than_s: float = 0.0) -> int:
+    """Roll back batches left open by a killed process; returns how many."""
+    ids = open_batches(store, older_than_s)
+    if ids:
+        log.warning("store: rolling back %d batch(es) interrupted mid-write", len(ids))
+        rollback(store, ids)
+    return len(ids)
