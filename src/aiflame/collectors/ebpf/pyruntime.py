@@ -176,11 +176,15 @@ class PythonProcess:
 
 
 def candidate_files(maps: Maps) -> list[Mapping]:
-    """One mapping per mapped file whose name says it may hold an interpreter."""
+    """One mapping per loaded file whose name says it may hold an interpreter. Loaded: with
+    code mapped executable, so that a file only mapped to be read (a symbolizer reading
+    another interpreter's symbols, as a profiler in the same process does) is not taken
+    for the process's interpreter."""
+    loaded = {m.path for m in maps.mappings if m.is_file and m.executable}
     seen: set[str] = set()
     out = []
     for m in maps.mappings:
-        if m.is_file and m.path not in seen and _PYTHON_FILE.search(m.path):
+        if m.path in loaded and m.path not in seen and _PYTHON_FILE.search(m.path):
             seen.add(m.path)
             out.append(m)
     return out
@@ -290,7 +294,7 @@ def _data_symbols(image: ElfImage, names: tuple[bytes, ...]) -> dict[bytes, int]
 def _load_bias(image: ElfImage, maps: Maps, path: str) -> int | None:
     """What to add to the file's virtual addresses to get the process's addresses."""
     for m in maps.mappings:
-        if m.path != path:
+        if m.path != path or m.perms.endswith("s"):  # a shared mapping is no loaded segment
             continue
         for seg in image.segments:
             if seg.offset - seg.offset % 4096 == m.offset:
