@@ -32,6 +32,18 @@ ALLOWED = {
         "render",
         "proto",
     },
+    # the per-host daemon: everything but the command line
+    "agent": {
+        "model",
+        "errors",
+        "symbolize",
+        "sources",
+        "transforms",
+        "analysis",
+        "render",
+        "proto",
+        "collectors",
+    },
 }
 
 
@@ -63,7 +75,7 @@ def test_layers_import_only_downwards():
         rel = path.relative_to(SRC)
         layer = rel.parts[0].removesuffix(".py")
         if layer not in ALLOWED:
-            continue  # cli, agent, the package root: may import everything
+            continue  # cli, the package root: may import everything
         for pkg in imported_packages(path) - {layer, "__init__"}:
             if pkg not in ALLOWED[layer] and (rel.as_posix(), pkg) not in EXCEPTIONS:
                 violations.append(f"{rel} imports aiflame.{pkg}")
@@ -79,6 +91,16 @@ def test_only_the_command_line_imports_the_server():
         if "server" in imported_packages(path):
             offenders.append(str(rel))
     assert not offenders, offenders
+
+
+def test_nothing_but_the_cli_imports_the_agent():
+    importers = [
+        path.relative_to(SRC).as_posix()
+        for path in SRC.rglob("*.py")
+        if path.relative_to(SRC).parts[0] not in ("agent", "cli")
+        and "agent" in imported_packages(path)
+    ]
+    assert not importers, "the agent is imported by " + ", ".join(importers)
 
 
 def test_the_walker_sees_imports(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import subprocess
 import sys
 import time
@@ -12,7 +13,13 @@ import time
 import pytest
 
 import systools
-from aiflame.collectors.ebpf.pyruntime import TABLES, UnsupportedPython, find_python
+from aiflame.collectors.ebpf.pyruntime import (
+    TABLES,
+    UnsupportedPython,
+    candidate_files,
+    find_python,
+)
+from aiflame.symbolize.maps import Maps
 
 OFFSETS_C = r"""
 #define Py_BUILD_CORE 1
@@ -131,3 +138,32 @@ def test_a_gone_process_is_refused():
     proc.wait()
     with pytest.raises(UnsupportedPython, match="cannot read the mappings"):
         find_python(proc.pid)
+
+
+def test_an_interpreter_file_only_mapped_to_read_is_not_this_process(tmp_path):
+    """A profiler in this process maps other interpreters' files to read their symbols
+    (r--s): they are not this process's interpreter, whatever version they are."""
+    import mmap
+    import shutil
+
+    others = [
+        p
+        for p in glob.glob("/root/.pyenv/versions/3.1*/bin/python3.1*")
+        + glob.glob("/usr/bin/python3.1*")
+        if re.fullmatch(r"python3\.1\d", os.path.basename(p))
+        and os.path.basename(p) != f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    ]
+    if not others:  # the same file under another version's name still must not be taken
+        others = [str(tmp_path / "python3.99")]
+        shutil.copy(sys.executable, others[0])
+    with open(others[0], "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ, flags=mmap.MAP_SHARED)
+    try:
+        with open(f"/proc/{os.getpid()}/maps") as m:
+            maps = Maps.parse(m.read())
+        assert others[0] not in {c.path for c in candidate_files(maps)}
+        python = find_python(os.getpid())
+        assert python.version == sys.version_info[:2]
+        assert python.module != others[0]
+    finally:
+        mapped.close()

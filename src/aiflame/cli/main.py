@@ -14,7 +14,18 @@ from collections.abc import Sequence
 from aiflame import __version__
 from aiflame.errors import AiflameError
 
-SUBCOMMANDS = ("flamegraph", "convert", "diff", "info", "memory", "record", "analyze", "server")
+SUBCOMMANDS = (
+    "flamegraph",
+    "convert",
+    "diff",
+    "info",
+    "memory",
+    "record",
+    "analyze",
+    "server",
+    "agent",
+    "trace",
+)
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2

@@ -176,6 +176,9 @@ class SymbolResolver:
         self._by_build_id: dict[bytes, ModuleSymbols] = {}
         self._vdso: dict[bytes, ModuleSymbols | None] = {}
         self._kernel: KernelSymbols | None = None
+        # (pid, maps text) -> its symbols: a continuous profiler asks again every period
+        self._processes: dict[tuple[int, int, int], ProcessSymbols] = {}
+        self.max_processes = 256
 
     def process(self, pid: int, maps_text: str | None = None) -> ProcessSymbols:
         """Symbols of process ``pid``, with its mappings from ``maps_text`` (a snapshot of
@@ -188,7 +191,19 @@ class SymbolResolver:
                     maps_text = f.read()
             except OSError:
                 maps_text = ""
-        return ProcessSymbols(self, pid, Maps.parse(maps_text))
+        key = (pid, len(maps_text), hash(maps_text))
+        found = self._processes.get(key)
+        if found is None:
+            found = ProcessSymbols(self, pid, Maps.parse(maps_text))
+            if len(self._processes) >= self.max_processes:
+                del self._processes[next(iter(self._processes))]
+            self._processes[key] = found
+        return found
+
+    def forget_processes(self, pids: set[int]) -> None:
+        """Drop what is kept of processes that have exited (a long-lived profiler)."""
+        if pids:
+            self._processes = {k: v for k, v in self._processes.items() if k[0] not in pids}
 
     def kernel(self) -> KernelSymbols:
         if self._kernel is None:
@@ -209,7 +224,9 @@ class SymbolResolver:
             return None
         key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         if key in self._by_file:
-            return self._by_file[key]
+            mod = self._by_file.pop(key)  # the most recently used go last: LRU
+            self._by_file[key] = mod
+            return mod
         try:
             mod = self._load(path, target_path or path, roots)
         # A parser of arbitrary files must never take the collector down: whatever goes

@@ -31,7 +31,7 @@ import os
 import re
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiflame.collectors.ebpf.cgroups import cgroup_paths
 from aiflame.collectors.ebpf.pycode import PyFunction, called_from_python
@@ -100,19 +100,21 @@ def _frame(sym: Symbol) -> Frame:
 
 
 class _UserSymbols:
-    """Symbols of one process's user addresses, trying each maps snapshot, newest first."""
+    """Symbols of one process's user addresses, trying each maps snapshot, newest first
+    (an older one is parsed only for addresses the newer ones do not cover)."""
 
     def __init__(self, resolver: SymbolResolver, pid: int, texts: Sequence[str]) -> None:
-        self.snapshots = [resolver.process(pid, t) for t in reversed(texts)] or [
-            resolver.process(pid, "")
-        ]
+        self.resolver = resolver
+        self.pid = pid
+        self.texts = list(reversed(texts)) or [""]
 
     def symbolize(self, addrs: list[int]) -> dict[int, Symbol]:
         out: dict[int, Symbol] = {}
         todo = sorted(set(addrs))
-        for psym in self.snapshots:
+        for text in self.texts:
             if not todo:
                 break
+            psym = self.resolver.process(self.pid, text)
             missing = []
             for a, sym in zip(todo, psym.symbolize(todo), strict=True):
                 if sym.name == UNKNOWN_NAME and not sym.module:
@@ -173,19 +175,50 @@ class _PythonFrames:
         return frame
 
 
+@dataclass
+class StackCache:
+    """What :func:`build_profile` worked out for each stack, kept across the profiles of a
+    continuous profiler: a stack (its ids are hashes of its addresses) of a process is
+    symbolized once, not every period. :meth:`forget` a process once it has exited."""
+
+    # (pid, user, kernel, Python stack, comm) -> (frames, truncated, at the depth limit)
+    stacks: dict[tuple[int, int, int, int, str], tuple[tuple[Frame, ...], bool, bool]] = field(
+        default_factory=dict
+    )
+    cgroups: dict[int, str] = field(default_factory=dict)  # cgroup id -> path ("" unknown)
+
+    def forget(self, pids: set[int]) -> None:
+        if pids:
+            self.stacks = {k: v for k, v in self.stacks.items() if k[0] not in pids}
+
+
 def build_profile(
     raw: RawProfile,
     resolver: SymbolResolver,
     process_frames: bool = False,
     naming: PythonNaming | None = None,
+    cache: StackCache | None = None,
 ) -> tuple[Profile, StackStats]:
     """The Profile of ``raw``; ``process_frames``: root each stack at its process's name;
-    ``naming``: how Python frames are named (the target's ``sys.path``)."""
+    ``naming``: how Python frames are named (the target's ``sys.path``); ``cache``: stacks
+    worked out before (a continuous profiler's earlier periods)."""
     builder = ProfileBuilder([CPU_SAMPLES])
     python = _PythonFrames(raw, naming or PythonNaming())
+    cache = cache if cache is not None else StackCache()
+
+    def cache_key(k: SampleKey) -> tuple[int, int, int, int, str]:
+        return (
+            k.pid,
+            k.user_stack,
+            k.kernel_stack,
+            k.python_stack,
+            k.comm if process_frames else "",
+        )
+
+    todo = [k for k, _ in raw.counts if cache_key(k) not in cache.stacks]
     kernel_addrs = {
         a
-        for k, _ in raw.counts
+        for k in todo
         if k.kernel_stack >= 0
         for a in _lookup_addresses(_stack(raw, k.kernel_stack))
     }
@@ -197,42 +230,53 @@ def build_profile(
         )
     )
     by_pid: dict[int, set[int]] = defaultdict(set)
-    for k, _ in raw.counts:
+    for k in todo:
         if k.user_stack >= 0:
             by_pid[k.pid].update(_lookup_addresses(_stack(raw, k.user_stack)))
     usyms = {
         pid: _UserSymbols(resolver, pid, raw.maps.get(pid, ())).symbolize(sorted(addrs))
         for pid, addrs in by_pid.items()
     }
-    cgroups = cgroup_paths({k.cgroup for k, _ in raw.counts})
-    stats = StackStats()
-    cache: dict[tuple[int, int, int, int, str], int] = {}
-    for key, count in raw.counts:
-        comm = key.comm if process_frames else ""
-        ck = (key.pid, key.user_stack, key.kernel_stack, key.python_stack, comm)
-        stack_id = cache.get(ck)
+    for key in todo:
+        ck = cache_key(key)
+        if ck in cache.stacks:
+            continue
         py_frames = python.of(key)
+        frames = _frames(raw, key, ksyms, usyms.get(key.pid, {}), process_frames, py_frames)
+        truncated = at_limit = False
+        if py_frames is None and key.user_stack >= 0:
+            user = _stack(raw, key.user_stack)
+            syms = [usyms[key.pid][a] for a in _lookup_addresses(user)]
+            at_limit = len(user) >= MAX_STACK_DEPTH
+            truncated = at_limit or not _reaches_start(syms)
+        cache.stacks[ck] = (tuple(frames), truncated, at_limit)
+    unknown = {k.cgroup for k, _ in raw.counts} - cache.cgroups.keys()
+    if unknown:
+        found = cgroup_paths(unknown)
+        cache.cgroups.update({c: found.get(c, "") for c in unknown})
+    stats = StackStats()
+    ids: dict[tuple[int, int, int, int, str], int] = {}
+    for key, count in raw.counts:
+        ck = cache_key(key)
+        stack_frames, truncated, at_limit = cache.stacks[ck]
+        stack_id = ids.get(ck)
         if stack_id is None:
-            frames = _frames(raw, key, ksyms, usyms.get(key.pid, {}), process_frames, py_frames)
-            stack_id = cache[ck] = builder.stack(builder.frames.intern_frame(f) for f in frames)
-        if py_frames is not None:  # complete down to the program's first Python frame
+            stack_id = ids[ck] = builder.stack(builder.frames.intern_frame(f) for f in stack_frames)
+        walked = key.python_stack >= 0 and bool(raw.python_frames.get((key.pid, key.python_stack)))
+        if walked:  # complete down to the program's first Python frame
             stats.user_stacks += count
             stats.python += count
         elif key.user_stack >= 0:
-            user = _stack(raw, key.user_stack)
-            syms = [usyms[key.pid][a] for a in _lookup_addresses(user)]
             stats.user_stacks += count
-            if len(user) >= MAX_STACK_DEPTH:
-                stats.at_depth_limit += count
-            if len(user) >= MAX_STACK_DEPTH or not _reaches_start(syms):
-                stats.truncated += count
+            stats.at_depth_limit += count if at_limit else 0
+            stats.truncated += count if truncated else 0
         labels = {
             "pid": key.pid,
             "tid": key.tid,
             "comm": key.comm,
             "process": raw.process_names.get(key.pid, key.comm if key.pid == key.tid else ""),
-            "cgroup": cgroups.get(key.cgroup, f"id {key.cgroup}"),
-            "gil": GIL_LABELS.get(key.python_gil, "") if py_frames is not None else "",
+            "cgroup": cache.cgroups.get(key.cgroup) or f"id {key.cgroup}",
+            "gil": GIL_LABELS.get(key.python_gil, "") if walked else "",
         }
         builder.add(stack_id, float(count), builder.labels({k: v for k, v in labels.items() if v}))
     builder.meta.update(_meta(raw, stats))

@@ -10,6 +10,10 @@
     profile = probes.calls_profile()    # launch-count, sync-time, copy-bytes, alloc-...
     memory = probes.memory_profile()    # peak-bytes by allocation stack (--memory)
 
+Continuously (``aiflame agent``): ``probes.cut()`` every period returns the calls summed and
+the memory events seen since the last cut, probes staying attached, and detaches from the
+processes that have exited.
+
 Probes are per process (a uprobe perf event filtered by the process's address space), on
 the functions the mapped libraries really define (:mod:`.cuda_libs`); one generic BPF
 program pair serves them all, told apart by the probe's cookie (:func:`.cuda_apis.cookie`).
@@ -22,6 +26,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from aiflame.collectors import procs
 from aiflame.collectors.ebpf import object_bytes
@@ -39,7 +45,7 @@ from aiflame.collectors.ebpf.cuda_apis import (
     ApiClass,
 )
 from aiflame.collectors.ebpf.cuda_apis import cookie as probe_cookie
-from aiflame.collectors.ebpf.cuda_events import CallSum, EventLog
+from aiflame.collectors.ebpf.cuda_events import CallKey, CallSum, EventLog
 from aiflame.collectors.ebpf.cuda_libs import (
     ElfError,
     GpuLibrary,
@@ -101,6 +107,16 @@ class Attached:
     libraries: list[GpuLibrary] = field(default_factory=list)
     functions: list[str] = field(default_factory=list)
     links: int = 0
+    handles: list[int] = field(default_factory=list)  # to detach when the process is gone
+
+
+@dataclass
+class CudaCut:
+    """One period of the probes: calls summed by call site, allocations and frees."""
+
+    calls: dict[CallKey, CallSum]
+    memory_events: np.ndarray  # EventLog.memory_events() rows of the period
+    stacks: list[tuple[int, ...]]  # EventLog.stacks: what CallKey.stack and "stack" index
 
 
 class CudaProbes:
@@ -121,6 +137,8 @@ class CudaProbes:
         self._watched: set[int] = set()
         self._seen_libs: dict[int, set[tuple[str, int]]] = {}
         self._stacks_checked = 0
+        self._kernel_stacks: dict[int, tuple[int, ...]] = {}  # stack hash -> addresses
+        self._gone: list[int] = []  # processes found exited at the last cut
         self.naming: PythonNaming | None = None  # how Python frames are named (sys.path)
         self._final_stats: dict[str, int] | None = None
         self._entry, self._return = self.PYTHON_PROGRAMS
@@ -201,6 +219,13 @@ class CudaProbes:
             else:
                 self._watched.discard(pid)
 
+    def scan_pids(self, pids: Iterable[int]) -> None:
+        """Attach to CUDA/HIP libraries these processes map now (and did not before): a
+        continuous profiler chooses which to look at when, reading maps being the cost."""
+        for pid in pids:
+            if procs.alive(pid):
+                self._scan_one(pid)
+
     def _scan_one(self, pid: int) -> None:
         text = read_maps(pid)
         if not text:
@@ -208,6 +233,8 @@ class CudaProbes:
         if pid in self.attached:  # stacks are symbolized at the end: keep the latest maps
             self.maps.refresh(pid, text)
         libs = gpu_libraries(pid, text)
+        if not libs:
+            return  # (a process that maps none keeps no state here)
         seen = self._seen_libs.setdefault(pid, set())
         new = [lib for lib in libs if (lib.dev, lib.inode) not in seen]
         if not new:
@@ -243,12 +270,14 @@ class CudaProbes:
             api = APIS[api_id]
             ck = probe_cookie(api_id, api)
             try:
-                self._obj.attach_uprobe(
-                    self._entry, lib.host_path, offset=offset, pid=att.pid, cookie=ck
+                att.handles.append(
+                    self._obj.attach_uprobe(
+                        self._entry, lib.host_path, offset=offset, pid=att.pid, cookie=ck
+                    )
                 )
                 att.links += 1
                 if api.needs_return:
-                    self._obj.attach_uprobe(
+                    h = self._obj.attach_uprobe(
                         self._return,
                         lib.host_path,
                         offset=offset,
@@ -256,6 +285,7 @@ class CudaProbes:
                         retprobe=True,
                         cookie=ck,
                     )
+                    att.handles.append(h)
                     att.links += 1
             except BpfError as e:
                 self.failures.append(f"PID {att.pid} {api.name}: {e}")
@@ -269,10 +299,14 @@ class CudaProbes:
         offsets = [off for _, off in targets]
         back = [k for k, (i, _) in enumerate(targets) if APIS[i].needs_return]
         try:
-            self._obj.attach_uprobe_multi(self._entry, lib.host_path, offsets, cookies, pid=att.pid)
+            att.handles.append(
+                self._obj.attach_uprobe_multi(
+                    self._entry, lib.host_path, offsets, cookies, pid=att.pid
+                )
+            )
             att.links += 1
             if back:
-                self._obj.attach_uprobe_multi(
+                h = self._obj.attach_uprobe_multi(
                     self._return,
                     lib.host_path,
                     [offsets[k] for k in back],
@@ -280,6 +314,7 @@ class CudaProbes:
                     pid=att.pid,
                     retprobe=True,
                 )
+                att.handles.append(h)
                 att.links += 1
         except BpfError as e:
             self.failures.append(f"PID {att.pid} {lib.path}: {e}")
@@ -384,18 +419,69 @@ class CudaProbes:
         if self._obj.ptr is None or not self._obj.loaded:
             return
         self.log.summed.clear()
+        self._add_sums(self._obj.map("calls").items())
+
+    def _add_sums(self, items: Iterable[tuple[bytes, bytes]]) -> set[int]:
+        """Kernel sums into ``log.summed``; returns the stack hashes they refer to."""
         stacks = self._obj.map("stacks")
-        known: dict[int, tuple[int, ...]] = {0: ()}
-        for raw_key, raw_sum in self._obj.map("calls").items():
+        known = self._kernel_stacks
+        used = set()
+        for raw_key, raw_sum in items:
             pid, tid, stack, target, caller, api, _, error = _CALL_KEY.unpack(raw_key)
-            ips = known.get(stack)
+            ips = known.get(stack) if stack else ()
             if ips is None:
                 value = stacks.lookup(struct.pack("<Q", stack))
                 words = struct.unpack(f"<{len(value) // 8}Q", value) if value else ()
-                ips = known[stack] = tuple(a for a in words if a)
+                ips = tuple(a for a in words if a)
+                if value:
+                    known[stack] = ips
+            used.add(stack)
             count, duration, nbytes, ok = _CALL_SUM.unpack(raw_sum)
             sums = CallSum(count, duration, nbytes, ok)
             self.log.add_sum(pid, tid, api, error, ips, caller, target, sums)
+        return used
+
+    # -- continuous use ---------------------------------------------------------------------
+    def cut(self) -> CudaCut:
+        """The calls and memory events since the last cut (or the start), taken out of the
+        kernel's sums while the probes stay attached; then processes that have exited are
+        detached and forgotten. Once the kernel's stack map is half full, the stacks no sum
+        of this period used are removed from it (a stack seen again is stored again)."""
+        self.drain()
+        self.log.summed.clear()
+        used = self._add_sums(self._obj.map("calls").take_all())
+        calls = self.log.take_calls()
+        memory = self.log.take_memory_events()
+        stacks_map = self._obj.map("stacks")
+        if len(self._kernel_stacks) >= stacks_map.max_entries // 2:
+            for h in [h for h in self._kernel_stacks if h not in used]:
+                del self._kernel_stacks[h]
+                stacks_map.delete(struct.pack("<Q", h))
+        self._detach_exited()
+        return CudaCut(calls, memory, self.log.stacks)
+
+    def program_fds(self) -> list[int]:
+        """Descriptors of the loaded BPF programs (for the kernel's BPF statistics)."""
+        if self._obj.ptr is None:
+            return []
+        return [self._obj.program_fd(p) for p in (self._entry, self._return)]
+
+    def _detach_exited(self) -> None:
+        """Detach from processes gone since the last cut; forget those gone before it
+        (the maps of a process that exited during this period name its last calls)."""
+        for pid in self._gone:
+            self.comm.pop(pid, None)
+            self.maps.forget(pid)
+            if self.python is not None:
+                self.python.forget(self._obj, pid)
+        self._gone = [p for p in self.attached if not procs.alive(p)]
+        for pid in self._gone:
+            att = self.attached.pop(pid)
+            for handle in att.handles:
+                self._obj.detach(handle)
+            self._watched.discard(pid)
+            self._seen_libs.pop(pid, None)
+            self._obj.map("libs").delete(struct.pack("<I", pid))
 
     def close(self) -> None:
         """Read what the kernel summed, detach every probe and free the BPF object

@@ -247,6 +247,20 @@ class EventLog:
             out["stack"] = np.frombuffer(self._memory_stacks, dtype=np.int64)
         return out
 
+    def take_calls(self) -> dict[CallKey, CallSum]:
+        """:meth:`all_calls`, then forget them (a continuous profiler's period)."""
+        out = self.all_calls()
+        self.calls.clear()
+        self.summed.clear()
+        return out
+
+    def take_memory_events(self) -> np.ndarray:
+        """:meth:`memory_events`, then forget them."""
+        out = self.memory_events()
+        self._memory = bytearray()
+        self._memory_stacks = array("q")
+        return out
+
     def all_calls(self) -> dict[CallKey, CallSum]:
         """Calls from events and from the kernel's sums, together."""
         out = {k: CallSum(s.calls, s.duration_ns, s.nbytes, s.ok) for k, s in self.calls.items()}

@@ -28,6 +28,7 @@ _LIBS = (
     ("cuda", re.compile(r"^libcuda\.so(?:\.\d+)*$")),
     ("hip", re.compile(r"^libamdhip64(?:-[0-9a-f]{8})?\.so(?:\.\d+)*$")),
 )
+_NAME_PARTS = ("/libcudart", "/libcuda.so", "/libamdhip64")  # one of them is in every match
 
 
 def family_of(path: str) -> str | None:
@@ -107,8 +108,8 @@ def host_path(pid: int, path: str) -> str:
 def gpu_libraries(pid: int, maps_text: str | None = None) -> list[GpuLibrary]:
     """The CUDA/HIP libraries ``pid`` maps (deleted files are left out: nothing to probe)."""
     text = read_maps(pid) if maps_text is None else maps_text
-    if not text:
-        return []
+    if not text or not any(name in text for name in _NAME_PARTS):
+        return []  # most processes map none: no need to parse every line
     libs: dict[tuple[str, int], GpuLibrary] = {}
     for m in parse_maps(text):
         if m.path.endswith(" (deleted)"):

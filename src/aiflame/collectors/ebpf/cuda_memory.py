@@ -296,3 +296,77 @@ def _timeline_meta(tl: Timeline, pid: int) -> dict[str, object]:
         # the main process's GPU allocations are the first samples
         "blocks": timeline_blocks(tl.alloc_point, tl.free_point, tl.size, keep, 0),
     }
+
+
+@dataclass
+class MemorySite:
+    """Sums of one (process, call site, API function) over a continuous profile's period."""
+
+    alloc_bytes: int = 0
+    alloc_count: int = 0
+    inuse_bytes: int = 0
+    inuse_count: int = 0
+
+
+class LiveMemory:
+    """GPU memory live by allocation site across the periods of a continuous profiler:
+    the rules of :func:`replay`, applied one period of events at a time, the allocations
+    still live carried from one period to the next (device and managed memory; pinned host
+    memory is not GPU memory and is left out)::
+
+        live = LiveMemory()
+        sites = live.period(events)     # (pid, stack, api) -> MemorySite: allocated in
+                                        # the period, and live at its end
+        live.forget(pid)                # the process is gone: its memory with it
+    """
+
+    def __init__(self) -> None:
+        # (pid, address) -> (size, stack, api) of each live allocation
+        self.live: dict[tuple[int, int], tuple[int, int, int]] = {}
+        self.counts = dict.fromkeys(("unmatched_frees", "unseen_frees", "failed_allocs"), 0)
+
+    def period(self, events: np.ndarray) -> dict[tuple[int, int, int], MemorySite]:
+        sites: dict[tuple[int, int, int], MemorySite] = {}
+        if len(events):
+            roles = [APIS[int(a)].role for a in events["api"].tolist()]
+            when = [
+                int(t) + int(d) if r == ALLOC else int(t)
+                for r, t, d in zip(
+                    roles, events["ts"].tolist(), events["duration"].tolist(), strict=True
+                )
+            ]
+            for i in sorted(range(len(events)), key=when.__getitem__):
+                self._apply(events[i], roles[i], sites)
+        for (pid, _addr), (size, stack, api) in self.live.items():
+            site = sites.setdefault((pid, stack, api), MemorySite())
+            site.inuse_bytes += size
+            site.inuse_count += 1
+        return sites
+
+    def _apply(self, ev: np.void, role: str, sites: dict[tuple[int, int, int], MemorySite]) -> None:
+        api_id = int(ev["api"])
+        api = APIS[api_id]
+        pid, ret = int(ev["pid"]), int(ev["ret"])
+        if role == ALLOC:
+            addr = int(ev["result"])
+            if ret != 0 or addr == 0:
+                self.counts["failed_allocs"] += 1
+                return
+            if api.memory not in GPU_MEMORY:
+                return
+            size = call_size(api, ev["args"])
+            if self.live.pop((pid, addr), None) is not None:
+                self.counts["unseen_frees"] += 1
+            stack = int(ev["stack"])
+            self.live[(pid, addr)] = (size, stack, api_id)
+            site = sites.setdefault((pid, stack, api_id), MemorySite())
+            site.alloc_bytes += size
+            site.alloc_count += 1
+        elif role == FREE and api.memory != "host":
+            ptr = int(ev["args"][api.ptr_arg])
+            if ptr and ret == 0 and self.live.pop((pid, ptr), None) is None:
+                self.counts["unmatched_frees"] += 1
+
+    def forget(self, pid: int) -> None:
+        for key in [k for k in self.live if k[0] == pid]:
+            del self.live[key]

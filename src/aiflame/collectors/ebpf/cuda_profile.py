@@ -61,6 +61,10 @@ class MapsSnapshots:
             self._ranges[pid] = ([s for s, _ in maps], [e for _, e in maps])
         return True
 
+    def forget(self, pid: int) -> None:
+        self.texts.pop(pid, None)
+        self._ranges.pop(pid, None)
+
     def covers(self, pid: int, addrs: Sequence[int]) -> bool:
         """Do the executable file mappings of the snapshot hold every address?"""
         starts, ends = self._ranges.get(pid, ([], []))
@@ -76,18 +80,19 @@ class MapsSnapshots:
             self.refresh(pid)
 
 
-def resolver_symbolizer(snapshots: MapsSnapshots) -> Symbolizer:
+def resolver_symbolizer(snapshots: MapsSnapshots, resolver: object | None = None) -> Symbolizer:
     """Symbolize with :class:`aiflame.symbolize.process.SymbolResolver` (ELF symbols,
-    debug files, perf maps; demangled), from the maps snapshots."""
+    debug files, perf maps; demangled), from the maps snapshots; pass ``resolver`` to keep
+    its caches of files across profiles (a continuous profiler)."""
     from aiflame.symbolize.process import SymbolResolver
 
-    resolver = SymbolResolver()
+    resolver = resolver or SymbolResolver()
     per_pid: dict[int, object] = {}
 
     def symbolize(pid: int, addrs: Sequence[int], exact: bool) -> list[FrameInfo]:
         proc = per_pid.get(pid)
         if proc is None:
-            proc = per_pid[pid] = resolver.process(pid, snapshots.texts.get(pid, ""))
+            proc = per_pid[pid] = resolver.process(pid, snapshots.texts.get(pid, ""))  # type: ignore[attr-defined]
         # A return address is the instruction after the call: the call itself is before it.
         look = list(addrs) if exact else [a - 1 if a else a for a in addrs]
         syms = proc.symbolize(look)  # type: ignore[attr-defined]
@@ -97,6 +102,8 @@ def resolver_symbolizer(snapshots: MapsSnapshots) -> Symbolizer:
 
 
 UserStackInterner = Callable[[ProfileBuilder, int, int], int]
+# (API role, call, its sums) -> one value per sample type
+ValueFunction = Callable[[str, CallKey, CallSum], list[float]]
 
 
 def user_stack_interner(log: EventLog, symbolize: Symbolizer) -> UserStackInterner:
@@ -162,12 +169,18 @@ def calls_profile(
     symbolize: Symbolizer,
     comm: dict[int, str] | None = None,
     meta: dict[str, object] | None = None,
+    calls: dict[CallKey, CallSum] | None = None,
+    sample_types: Sequence[SampleType] = SAMPLE_TYPES,
+    values: ValueFunction | None = None,
 ) -> Profile:
-    """The profile of every recorded call (see the module docstring)."""
-    b = ProfileBuilder(SAMPLE_TYPES)
+    """The profile of every recorded call (see the module docstring), or of ``calls``
+    (those of one period, whose stacks are the log's); ``sample_types`` and ``values``
+    (role, call, sums -> one value per type) choose other metrics than record's."""
+    values = values or _values
+    b = ProfileBuilder(sample_types)
     frames = _Frames(b, log, symbolize)
     api_frames: dict[int, int] = {}
-    calls = _readable_kernel_names(log.all_calls())
+    calls = _readable_kernel_names(log.all_calls() if calls is None else calls)
     for key, s in sorted(calls.items(), key=lambda kv: _order(kv[0])):
         api = APIS[key.api]
         fid = api_frames.get(key.api)
@@ -181,7 +194,7 @@ def calls_profile(
             labels["error"] = key.error
         if api.memory:
             labels["memory"] = api.memory
-        b.add(stack, _values(api.role, key, s), b.labels(labels))
+        b.add(stack, values(api.role, key, s), b.labels(labels))
     b.meta.update(meta or {})
     b.meta.setdefault("default_type", LAUNCHES)
     return b.build()

@@ -37,6 +37,11 @@ class PythonStacks(PythonProcesses):
         self.names: dict[tuple[int, tuple[int, ...]], tuple[PyFunction | None, ...]] = {}
         self._last: dict[int, dict[int, PyFunction]] = {}  # pid -> address -> last name read
 
+    def forget(self, obj: BpfObject, pid: int) -> None:
+        super().forget(obj, pid)
+        self._last.pop(pid, None)
+        self.names = {k: v for k, v in self.names.items() if k[0] != pid}
+
     def describe_process(self, pid: int, maps_text: str) -> None:
         """Let the BPF program walk this process's Python stacks."""
         self.describe(self.obj, pid, maps_text)

@@ -18,6 +18,7 @@ Only what aiflame's collectors need; no compiler or kernel headers at run time. 
         m = obj.map("counts")                           # a :class:`Map`
         m.lookup(key), m.update(key, value), m.delete(key), m.keys(), m.items()
         m.lookup_percpu(key) -> list[bytes]             # per-CPU maps: one value per CPU
+        m.take_all() -> list[(key, value)]              # read and delete every entry
         rb = obj.ring_buffer("events", callback)        # callback(data: bytes) per record
         rb.poll(timeout_ms=100)                         # -> records consumed
     # leaving the block (or obj.close()) destroys every link, ring buffer and the object
@@ -104,6 +105,11 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "bpf_map_update_elem": (c_int, [c_int, c_void_p, c_void_p, ctypes.c_uint64]),
     "bpf_map_delete_elem": (c_int, [c_int, c_void_p]),
     "bpf_map_get_next_key": (c_int, [c_int, c_void_p, c_void_p]),
+    "bpf_map_lookup_and_delete_elem": (c_int, [c_int, c_void_p, c_void_p]),
+    "bpf_map_lookup_and_delete_batch": (
+        c_int,
+        [c_int, c_void_p, c_void_p, c_void_p, c_void_p, ctypes.POINTER(c_uint32), c_void_p],
+    ),
     "bpf_program__attach_perf_event": (c_void_p, [c_void_p, c_int]),
     "bpf_program__attach_uprobe_opts": (
         c_void_p,
@@ -288,6 +294,57 @@ class Map:
                 value = b"".join(per_cpu) if per_cpu is not None else None
             if value is not None:
                 yield key, value
+
+    def take_all(self, chunk: int = 1024) -> list[tuple[bytes, bytes]]:
+        """Read and delete every entry of a hash map, while the BPF programs go on adding
+        (a continuous profiler's cut): each entry is taken atomically, so a count is either
+        in this answer or stays for the next. Batched (one system call per ``chunk``
+        entries, Linux 5.6+); entry by entry where the kernel refuses batches."""
+        if self.percpu:
+            raise BpfError(f"map {self.name} is per-CPU: take_all reads plain values")
+        out: list[tuple[bytes, bytes]] = []
+        if not self._take_batched(chunk, out):
+            out.extend(self._take_one_by_one())
+        return out
+
+    def _take_batched(self, chunk: int, out: list[tuple[bytes, bytes]]) -> bool:
+        """Batches into ``out``; False if the kernel refused one (the rest is left)."""
+        fd, ks, vs = self.fd, self.key_size, self.value_size
+        token = max(ks, 8)  # the batch position: a bucket index for hash maps
+        in_batch, out_batch = ctypes.create_string_buffer(token), ctypes.create_string_buffer(token)
+        first = True
+        while True:
+            keys = ctypes.create_string_buffer(ks * chunk)
+            values = ctypes.create_string_buffer(vs * chunk)
+            count = c_uint32(chunk)
+            rc = self._lib.bpf_map_lookup_and_delete_batch(
+                fd, None if first else in_batch, out_batch, keys, values, ctypes.byref(count), None
+            )
+            if rc == -28 and chunk < (1 << 20):  # ENOSPC: one bucket holds more than a chunk
+                chunk *= 4
+                continue
+            if rc < 0 and rc != -2:  # anything but -ENOENT (the walk is done)
+                return False
+            kraw, vraw = keys.raw, values.raw
+            out.extend(
+                (kraw[i * ks : (i + 1) * ks], vraw[i * vs : (i + 1) * vs])
+                for i in range(count.value)
+            )
+            if rc == -2:
+                return True
+            first = False
+            ctypes.memmove(in_batch, out_batch, token)
+
+    def _take_one_by_one(self) -> list[tuple[bytes, bytes]]:
+        out = []
+        value = ctypes.create_string_buffer(self.value_size)
+        for key in list(self.keys()):
+            rc = self._lib.bpf_map_lookup_and_delete_elem(self.fd, self._key(key), value)
+            if rc == -2:
+                continue
+            _check_rc(rc, f"map {self.name}: lookup and delete")
+            out.append((key, value.raw))
+        return out
 
 
 class RingBuffer:

@@ -161,6 +161,14 @@ class PythonProcesses:
         self.readers[pid] = CodeReader(python)
         self.unsupported.pop(pid, None)
 
+    def forget(self, obj: BpfObject, pid: int) -> None:
+        """Stop walking ``pid`` (it exited): its reader closed, its description removed."""
+        self.unsupported.pop(pid, None)
+        reader = self.readers.pop(pid, None)
+        if reader is not None:
+            reader.close()
+            obj.map("py_procs").delete(struct.pack("<I", pid))
+
     def close(self) -> None:
         for reader in self.readers.values():
             reader.close()

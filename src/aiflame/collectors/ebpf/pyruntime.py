@@ -176,11 +176,15 @@ class PythonProcess:
 
 
 def candidate_files(maps: Maps) -> list[Mapping]:
-    """One mapping per mapped file whose name says it may hold an interpreter."""
+    """One mapping per loaded file whose name says it may hold an interpreter. Loaded: with
+    code mapped executable, so that a file only mapped to be read (a symbolizer reading
+    another interpreter's symbols, as a profiler in the same process does) is not taken
+    for the process's interpreter."""
+    loaded = {m.path for m in maps.mappings if m.is_file and m.executable}
     seen: set[str] = set()
     out = []
     for m in maps.mappings:
-        if m.is_file and m.path not in seen and _PYTHON_FILE.search(m.path):
+        if m.path in loaded and m.path not in seen and _PYTHON_FILE.search(m.path):
             seen.add(m.path)
             out.append(m)
     return out
@@ -209,11 +213,30 @@ def find_python(pid: int, maps_text: str | None = None) -> PythonProcess:
     raise UnsupportedPython((telling or reasons)[0])
 
 
+# (dev, inode, size, mtime) of an interpreter file -> its image and symbols: every Python
+# process of a host runs one of a few interpreters, and a system-wide profiler describes
+# each process that starts (reading the file's symbols again cost ~10 ms a process)
+_IMAGES: dict[tuple[int, int, int, int], tuple[ElfImage, dict[bytes, int]]] = {}
+_MAX_IMAGES = 32
+
+
+def _image_and_symbols(path: str) -> tuple[ElfImage, dict[bytes, int]]:
+    st = os.stat(path)
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    found = _IMAGES.get(key)
+    if found is None:
+        image, _ = open_image(path)
+        found = (image, _data_symbols(image, _WANTED))
+        if len(_IMAGES) >= _MAX_IMAGES:
+            del _IMAGES[next(iter(_IMAGES))]
+        _IMAGES[key] = found
+    return found
+
+
 def _interpreter(pid: int, maps: Maps, mapping: Mapping) -> PythonProcess:
     path = _readable_path(pid, mapping.path)
     try:
-        image, _ = open_image(path)
-        symbols = _data_symbols(image, _WANTED)
+        image, symbols = _image_and_symbols(path)
     except (OSError, ElfError) as e:
         raise UnsupportedPython(f"{mapping.path}: {e}") from e
     if b"_PyRuntime" not in symbols:
@@ -271,7 +294,7 @@ def _data_symbols(image: ElfImage, names: tuple[bytes, ...]) -> dict[bytes, int]
 def _load_bias(image: ElfImage, maps: Maps, path: str) -> int | None:
     """What to add to the file's virtual addresses to get the process's addresses."""
     for m in maps.mappings:
-        if m.path != path:
+        if m.path != path or m.perms.endswith("s"):  # a shared mapping is no loaded segment
             continue
         for seg in image.segments:
             if seg.offset - seg.offset % 4096 == m.offset:

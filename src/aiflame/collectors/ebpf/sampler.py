@@ -7,6 +7,11 @@
     raw = sampler.stop()        # detaches everything, then reads the maps: a RawProfile
     sampler.close()             # idempotent; also done by stop() and on garbage collection
 
+Continuously (``aiflame agent``): ``sampler.cut()`` every period returns what was sampled
+since the last cut without detaching anything (the counts are taken out of the kernel's
+map), and forgets the processes that have exited; ``sampler.set_rate(hz)`` changes the
+timers' frequency between cuts.
+
 Only aggregates cross into user space: (pid, tid, cgroup, comm, user stack id, kernel stack
 id, Python stack id) -> count, plus each distinct stack once. Python stacks are walked in
 the kernel for the CPython processes described to it (:mod:`.pyruntime`); their code
@@ -21,7 +26,7 @@ import os
 import struct
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from aiflame.collectors.ebpf import object_bytes
@@ -67,6 +72,12 @@ class SamplerOptions:
     include_idle: bool = False
     stack_entries: int = 16384
     count_entries: int = 65536
+    max_snapshots: int | None = None  # maps texts kept per process (None: all; a recording)
+    python_search_s: float = 0.0  # between two looks for a starting interpreter (0: each poll)
+    # keep only the mappings that name code (files, executable memory, the vDSO): a
+    # process's heap and stacks change all the time, its code rarely (a continuous profiler
+    # then re-reads the code mappings only when they change)
+    code_maps_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +181,11 @@ class CpuSampler:
         self._python_frames: dict[tuple[int, int], tuple[PyFunction | None, ...]] = {}
         self._t0 = 0.0
         self._t1 = 0.0
+        # continuous use (cut): stacks read so far, counters at the last cut, exited pids
+        self._stack_cache: dict[int, tuple[int, ...]] = {}
+        self._stats_base: dict[str, int] = {}
+        self._exited: set[int] = set()
+        self._next_python_search = 0.0
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -260,6 +276,10 @@ class CpuSampler:
         for pid in [p for p, due in self._recheck.items() if due <= now]:
             del self._recheck[pid]
             self._snapshot(pid)
+        if self.options.python_search_s and now < self._next_python_search:
+            self._name_python_stacks()
+            return
+        self._next_python_search = now + self.options.python_search_s
         for pid, until in list(self._python_search.items()):
             texts = self.maps.get(pid)
             # only interpreters are looked at again (its executable is mapped from the exec
@@ -314,10 +334,18 @@ class CpuSampler:
         text = _read(f"/proc/{pid}/maps")
         if text is None:
             return
+        if self.options.code_maps_only:
+            text = code_mappings(text)
         texts = self.maps.setdefault(pid, [])
         if not texts or texts[-1] != text:
+            exe_changed = not texts or texts[-1].split("\n", 1)[0] != text.split("\n", 1)[0]
             texts.append(text)
-            self._describe_python(pid, text)
+            keep = self.options.max_snapshots
+            if keep and len(texts) > keep:
+                del texts[:-keep]
+            # a described interpreter stays described until an exec replaces the program
+            if exe_changed or pid not in self._pythons.readers:
+                self._describe_python(pid, text)
         comm = _read(f"/proc/{pid}/comm")
         if comm:
             self.process_names[pid] = comm.strip()
@@ -357,51 +385,189 @@ class CpuSampler:
     # -- reading -----------------------------------------------------------------------------
     def _read_all(self) -> RawProfile:
         assert self.obj is not None
-        counts: list[tuple[SampleKey, int]] = []
         self._name_python_stacks()
-        for raw_key, raw_value in self.obj.map("counts").items():
-            pid, tid, cgroup, ustack, kstack, pystack, uerr, kerr, pyerr, gil, comm = _KEY.unpack(
-                raw_key
-            )
-            name = comm.split(b"\0", 1)[0].decode("utf-8", "replace")
-            key = SampleKey(
-                pid, tid, cgroup, uerr or ustack, kerr or kstack, name, pyerr or pystack, gil
-            )
-            counts.append((key, struct.unpack("<Q", raw_value)[0]))
+        counts = _decode_counts(self.obj.map("counts").items())
         stacks_map = self.obj.map("stacks")
         stacks: dict[int, tuple[int, ...]] = {}
         for key, _ in counts:
             for sid in (key.user_stack, key.kernel_stack, key.python_stack):
                 if sid >= 0 and sid not in stacks:
-                    raw = stacks_map.lookup(struct.pack("<Q", sid))
-                    if raw is not None:
-                        addrs = struct.unpack(f"<{len(raw) // 8}Q", raw)
-                        stacks[sid] = tuple(a for a in addrs if a)
+                    found = _lookup_stack(stacks_map, sid)
+                    if found is not None:
+                        stacks[sid] = found
+        for pid in {k.pid for k, _ in counts if k.pid}:
+            self._snapshot(pid)  # libraries loaded since; or the announcement was lost
+        self._read_lost_python_stacks(counts, stacks)
+        return self._raw(counts, stacks, self._stats(), self.maps, max(self._t1 - self._t0, 0.0))
+
+    def _stats(self) -> dict[str, int]:
+        assert self.obj is not None
         stats_map = self.obj.map("stats")
         stats = {}
         for i, name in enumerate(STAT_NAMES):
             per_cpu = stats_map.lookup_percpu(struct.pack("<I", i)) or []
             stats[name] = sum(struct.unpack("<Q", v)[0] for v in per_cpu)
-        for pid in {k.pid for k, _ in counts if k.pid}:
-            self._snapshot(pid)  # libraries loaded since; or the announcement was lost
+        return stats
+
+    def _read_lost_python_stacks(
+        self, counts: list[tuple[SampleKey, int]], stacks: dict[int, tuple[int, ...]]
+    ) -> None:
+        """Name the Python stacks whose announcement was lost (ring buffer full)."""
         frames = self._python_frames
-        for key, _ in counts:  # stacks whose announcement was lost are read now
+        for key, _ in counts:
             reader = self._pythons.readers.get(key.pid)
             fresh = (key.pid, key.python_stack) not in frames
             if reader is not None and key.python_stack >= 0 and fresh:
                 entries = [a & ~PY_ENTRY for a in stacks.get(key.python_stack, ())]
                 frames[key.pid, key.python_stack] = reader.read(entries)
+
+    def _raw(
+        self,
+        counts: list[tuple[SampleKey, int]],
+        stacks: dict[int, tuple[int, ...]],
+        stats: dict[str, int],
+        maps: dict[int, list[str]],
+        duration_s: float,
+    ) -> RawProfile:
         return RawProfile(
             counts,
             stacks,
             stats,
-            self.maps,
+            maps,
             self.process_names,
             self.options.freq,
-            max(self._t1 - self._t0, 0.0),
+            duration_s,
             len(self.cpus),
-            frames,
+            self._python_frames,
             {pid: r.python.module for pid, r in self._pythons.readers.items()},
             dict(self._pythons.unsupported),
             dict(self.commands),
         )
+
+    # -- continuous use ----------------------------------------------------------------------
+    def cut(self) -> RawProfile:
+        """What was sampled since the start or the last cut, taken out of the kernel's
+        count map while the timers keep running: a period of a continuous profile.
+
+        Stacks stay stored in the kernel (most recur from one period to the next) and are
+        read once; once the stack map is half full, those no count referred to in this
+        period are removed, so a long-lived profiler never fills it. Processes that had
+        exited by the previous cut and have no samples in this one are forgotten (their
+        maps snapshots, code readers and Python stack names), so memory stays bounded
+        however many short-lived processes come and go."""
+        obj = self.obj
+        if obj is None:
+            raise BpfError("the sampler is not running")
+        now = time.monotonic()
+        if self._rb is not None:
+            self._rb.consume()
+        self._name_python_stacks()
+        counts = _decode_counts(obj.map("counts").take_all())
+        stacks_map = obj.map("stacks")
+        stacks: dict[int, tuple[int, ...]] = {}
+        fresh_pids: set[int] = set()
+        for key, _ in counts:
+            for sid in (key.user_stack, key.kernel_stack, key.python_stack):
+                if sid < 0 or sid in stacks:
+                    continue
+                found = self._stack_cache.get(sid)
+                if found is None:
+                    found = _lookup_stack(stacks_map, sid)
+                    if found is None:
+                        continue
+                    self._stack_cache[sid] = found
+                    if sid == key.user_stack:
+                        fresh_pids.add(key.pid)
+                stacks[sid] = found
+        in_cut = {k.pid for k, _ in counts if k.pid}
+        for pid in fresh_pids | (in_cut - self.maps.keys()):
+            self._snapshot(pid)  # new stacks may point into libraries loaded since
+        self._read_lost_python_stacks(counts, stacks)
+        total = self._stats()
+        stats = {k: v - self._stats_base.get(k, 0) for k, v in total.items()}
+        self._stats_base = total
+        maps = {pid: self.maps[pid] for pid in in_cut if pid in self.maps}
+        raw = self._raw(counts, stacks, stats, maps, max(now - (self._t1 or self._t0), 0.0))
+        raw.python_frames = {k: v for k, v in self._python_frames.items() if k[0] in in_cut}
+        raw.process_names = {p: n for p, n in self.process_names.items() if p in in_cut}
+        raw.commands = {p: c for p, c in self.commands.items() if p in in_cut}
+        self._t1 = now
+        self._evict_stacks(stacks_map, stacks.keys())
+        self._forget_exited(in_cut)
+        return raw
+
+    def program_fds(self) -> list[int]:
+        """Descriptors of the loaded BPF programs (their run time is in the kernel's BPF
+        statistics, ``/proc/self/fdinfo/FD``)."""
+        if self.obj is None:
+            return []
+        return [self.obj.program_fd(p) for p in (self._program, "on_fork", "on_exec")]
+
+    def set_rate(self, freq: int) -> None:
+        """Sample at ``freq`` Hz from now on (between two cuts, so that each period has
+        one rate)."""
+        if freq == self.options.freq:
+            return
+        self.options.freq = freq
+        if self._perf_links:
+            self.pause()
+            self.resume()
+
+    def _evict_stacks(self, stacks_map, used: Iterable[int]) -> None:
+        if len(self._stack_cache) < self.options.stack_entries // 2:
+            return
+        keep = set(used)
+        for sid in [s for s in self._stack_cache if s not in keep]:
+            del self._stack_cache[sid]
+            stacks_map.delete(struct.pack("<Q", sid))
+        self._python_frames = {k: v for k, v in self._python_frames.items() if k[1] in keep}
+
+    def _forget_exited(self, in_cut: set[int]) -> None:
+        """Drop what is kept of processes gone since the last cut (their last samples
+        were in this one or the one before)."""
+        gone = self._exited - in_cut
+        for pid in gone:
+            for table in (self.maps, self.process_names, self.commands, self._started):
+                table.pop(pid, None)
+            self._recheck.pop(pid, None)
+            self._python_search.pop(pid, None)
+            if self.obj is not None:
+                self._pythons.forget(self.obj, pid)
+        if gone:
+            self._python_frames = {k: v for k, v in self._python_frames.items() if k[0] not in gone}
+        self._exited = {pid for pid in self.maps if not os.path.exists(f"/proc/{pid}")}
+
+
+def code_mappings(maps_text: str) -> str:
+    """The lines of a ``/proc/PID/maps`` text that map files, executable memory (JIT code)
+    or the vDSO."""
+    keep = []
+    for line in maps_text.splitlines(keepends=True):
+        fields = line.split(None, 5)
+        if len(fields) < 2:
+            continue
+        named = len(fields) == 6 and (fields[5][0] == "/" or fields[5].startswith("[vdso]"))
+        if named or "x" in fields[1]:
+            keep.append(line)
+    return "".join(keep)
+
+
+def _decode_counts(items: Iterable[tuple[bytes, bytes]]) -> list[tuple[SampleKey, int]]:
+    counts: list[tuple[SampleKey, int]] = []
+    for raw_key, raw_value in items:
+        pid, tid, cgroup, ustack, kstack, pystack, uerr, kerr, pyerr, gil, comm = _KEY.unpack(
+            raw_key
+        )
+        name = comm.split(b"\0", 1)[0].decode("utf-8", "replace")
+        key = SampleKey(
+            pid, tid, cgroup, uerr or ustack, kerr or kstack, name, pyerr or pystack, gil
+        )
+        counts.append((key, struct.unpack("<Q", raw_value)[0]))
+    return counts
+
+
+def _lookup_stack(stacks_map, sid: int) -> tuple[int, ...] | None:
+    raw = stacks_map.lookup(struct.pack("<Q", sid))
+    if raw is None:
+        return None
+    return tuple(a for a in struct.unpack(f"<{len(raw) // 8}Q", raw) if a)

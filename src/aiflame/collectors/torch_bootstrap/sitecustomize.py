@@ -10,7 +10,10 @@ startup as ``sitecustomize``. It then:
    $AIFLAME_TORCH_DELAY seconds after the program's first ``nn.Module`` call (or
    $AIFLAME_TORCH_FALLBACK seconds after the import if it calls none), and exports its
    trace to ``torch-<pid>.json``;
-3. runs the ``sitecustomize`` this one shadows, if there is one.
+3. with ``AIFLAME_SNAPSHOT=1`` (set by hand or by a deployment, for ``aiflame agent``):
+   serves GPU memory snapshots on request (``aiflame_snapshot.py``), whether or not
+   ``aiflame record`` started the program;
+4. runs the ``sitecustomize`` this one shadows, if there is one.
 
 The profiler must be started and stopped on the same thread (stopping it from another
 thread crashes PyTorch), so a timer thread asks the main thread to do it:
@@ -365,6 +368,19 @@ class _TorchFinder:
         return spec
 
 
+def _start_snapshots():
+    """GPU memory snapshots on request of aiflame agent (aiflame_snapshot.py)."""
+    import aiflame_snapshot
+
+    def when_torch_imported(fn):
+        if "torch" in sys.modules:
+            fn()
+        else:
+            sys.meta_path.insert(0, _TorchFinder(fn))
+
+    aiflame_snapshot.start(when_torch_imported)
+
+
 def _bootstrap():
     directory = os.environ.get(_ENV_DIR)
     if not directory or not os.path.isdir(directory):
@@ -433,6 +449,9 @@ def _chain():
     spec.loader.exec_module(module)
 
 
+if os.environ.get("AIFLAME_SNAPSHOT"):
+    with contextlib.suppress(Exception):  # never in the program's way
+        _start_snapshots()
 try:
     _bootstrap()
 except Exception as _e:  # never let profiling stop the program from starting

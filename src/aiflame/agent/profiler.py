@@ -1,0 +1,392 @@
+"""Continuous profiles of every process of the host, cut every period, per process.
+
+The collectors of ``aiflame record`` (:mod:`aiflame.collectors.ebpf`), used continuously:
+the CPU sampler (every process, Python frames walked in the kernel) and, where the
+kernel allows them, the CUDA/HIP API probes on every process that maps a CUDA or HIP
+library. Every period :meth:`ContinuousProfiler.cut` takes what the kernel summed since
+the last cut (nothing is detached) and builds, per process, up to three profiles in the
+sample types other tools know (Pyroscope, Grafana, ``go tool pprof``):
+
+==============  ==============================================================  ===========
+profile         sample types (pprof ``type/unit``)                              from
+==============  ==============================================================  ===========
+``process_cpu`` ``samples/count``, ``cpu/nanoseconds`` (period: 1e9 / rate)     CPU sampler
+``memory``      ``alloc_objects/count``, ``alloc_space/bytes``,                 allocation
+                ``inuse_objects/count``, ``inuse_space/bytes``                  probes
+``gpu_api``     ``launches/count``, ``sync/nanoseconds``, ``copies/count``,     launch, sync
+                ``copy/bytes``                                                  and copy probes
+==============  ==============================================================  ===========
+
+``alloc_*`` is what the process allocated in the period; ``inuse_*`` what it holds at the
+end of it (allocations carried from earlier periods included), by allocation stack.
+Kernel threads have no process of their own to speak of: their samples make one profile
+(``service_name=kernel``), each stack under its thread's name.
+
+Which processes to probe is decided here, since reading ``/proc/PID/maps`` is what costs:
+a process is looked at when first seen, again 0.5, 2, 5, 15 and 30 s later (``import
+torch`` loads libcudart late), then every minute.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from aiflame.agent.identity import Identities
+from aiflame.collectors.ebpf.cpu_profile import NO_USER_STACK, StackCache, build_profile
+from aiflame.collectors.ebpf.cuda import CudaOptions, CudaProbes
+from aiflame.collectors.ebpf.cuda_apis import APIS, COPY, GRAPH, LAUNCH, SYNC
+from aiflame.collectors.ebpf.cuda_events import CallKey, CallSum
+from aiflame.collectors.ebpf.cuda_memory import LiveMemory
+from aiflame.collectors.ebpf.cuda_profile import (
+    calls_profile,
+    resolver_symbolizer,
+    user_stack_interner,
+)
+from aiflame.collectors.ebpf.cuda_python import target_naming
+from aiflame.collectors.ebpf.libbpf import BpfError
+from aiflame.collectors.ebpf.sampler import CpuSampler, RawProfile, SamplerOptions
+from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
+from aiflame.symbolize.process import SymbolResolver
+from aiflame.symbolize.pyframes import PythonNaming
+
+PROCESS_CPU, MEMORY, GPU_API = "process_cpu", "memory", "gpu_api"
+CPU_TYPES = [SampleType("samples", "count"), SampleType("cpu", "nanoseconds")]
+MEMORY_TYPES = [
+    SampleType("alloc_objects", "count"),
+    SampleType("alloc_space", "bytes"),
+    SampleType("inuse_objects", "count"),
+    SampleType("inuse_space", "bytes"),
+]
+GPU_API_TYPES = [
+    SampleType("launches", "count"),
+    SampleType("sync", "nanoseconds"),
+    SampleType("copies", "count"),
+    SampleType("copy", "bytes"),
+]
+KERNEL_PID = 0  # the pseudo-process of kernel threads' samples
+SCAN_STEPS_S = (0.5, 2.0, 5.0, 15.0, 30.0, 60.0)
+PROC_LIST_S = 1.0  # how often /proc is listed for new processes
+MAX_CACHED_STACKS = 200_000
+MAX_SYMBOL_FILES = 256
+
+
+@dataclass
+class CutProfile:
+    """One process's profile of one type for one period."""
+
+    pid: int  # KERNEL_PID for kernel threads
+    kind: str  # PROCESS_CPU, MEMORY, GPU_API
+    profile: Profile  # in the sample types above, pprof meta set
+    samples: int  # CPU samples, or probed calls and allocations
+    rate_hz: int = 0
+    labels: dict[str, str] = field(default_factory=dict)  # whose work: see identity.py
+
+
+@dataclass
+class CutStats:
+    cpu_samples: int = 0
+    cuda_events: int = 0
+    processes_seen: int = 0  # first sights (the agent's cost grows with them)
+    profiles: int = 0
+    lost: dict[str, int] = field(default_factory=dict)  # losses counted by the kernel
+
+
+def gpu_api_values(role: str, key: CallKey, s: CallSum) -> list[float]:
+    """launches, sync ns, copies, copy bytes of one summed call site."""
+    if role in (LAUNCH, GRAPH):
+        return [float(s.calls), 0.0, 0.0, 0.0]
+    if role == SYNC:
+        return [0.0, float(s.duration_ns), 0.0, 0.0]
+    if role == COPY:
+        return [0.0, 0.0, float(s.calls), float(s.nbytes)]
+    return [0.0, 0.0, 0.0, 0.0]
+
+
+def pprof_meta(start_ns: int, duration_ns: int, **extra: object) -> dict[str, object]:
+    return {"time_nanos": start_ns, "duration_nanos": duration_ns, **extra}
+
+
+def cpu_profile(profile: Profile, rate_hz: int, start_ns: int, duration_ns: int) -> Profile:
+    """``cpu-samples`` of the sampler as ``samples/count`` + ``cpu/nanoseconds``, the period
+    the one actually used. Labels are dropped: the process's labels go with the series."""
+    period = round(1e9 / max(rate_hz, 1))
+    counts = profile.values[:, 0] if len(profile) else np.zeros(0)
+    values = np.column_stack([counts, counts * period]) if len(profile) else np.zeros((0, 2))
+    comments = [*profile.meta.get("comments", ()), f"aiflame agent: sampled at {rate_hz} Hz"]  # type: ignore[misc]
+    meta = pprof_meta(
+        start_ns,
+        duration_ns,
+        period_type=("cpu", "nanoseconds"),
+        period=period,
+        default_type=1,
+        comments=comments,
+        sampling_rate_hz=rate_hz,
+    )
+    return replace(
+        profile,
+        sample_types=list(CPU_TYPES),
+        values=values,
+        sample_labels=np.zeros(len(profile), dtype=np.int64),
+        label_sets=[()],
+        timestamps=None,
+        meta=meta,
+    )
+
+
+class ContinuousProfiler:
+    """See the module docstring. ``tick`` often (it waits on the ring buffers), ``cut``
+    every period; ``close`` detaches everything (also on any error of ``start``)."""
+
+    def __init__(
+        self,
+        identities: Identities,
+        rate_hz: int = 19,
+        cuda: bool = True,
+        exclude_pids: set[int] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.identities = identities
+        self.rate_hz = rate_hz
+        self.want_cuda = cuda
+        self.exclude = exclude_pids if exclude_pids is not None else {os.getpid()}
+        self.clock = clock
+        # a few maps snapshots per process: enough for the libraries of one period
+        # (an interpreter that maps libpython after its exec is looked for twice a second)
+        self.sampler = CpuSampler(
+            SamplerOptions(
+                freq=rate_hz, pids=None, max_snapshots=3, python_search_s=0.5, code_maps_only=True
+            )
+        )
+        self.probes: CudaProbes | None = None
+        self.live_memory = LiveMemory()
+        self.stack_cache = StackCache()  # stacks symbolized in earlier periods
+        # files whose symbols stay loaded: a bound on memory whatever the host runs (the
+        # least recently used are read again if a process still maps them)
+        self.resolver = SymbolResolver(max_files=MAX_SYMBOL_FILES)
+        self.notes: list[str] = []
+        self.stats = CutStats()
+        self._namings: dict[int, PythonNaming] = {}
+        self._scan_queue: list[tuple[float, int, int]] = []  # (when next, pid, step): a heap
+        self._seen: set[int] = set()
+        self._gone: set[int] = set()
+        self._next_list = 0.0
+        self._period_start = 0.0
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> None:
+        self.sampler.start()
+        if self.sampler.python_unavailable:
+            self.notes.append(self.sampler.python_unavailable)
+        if self.want_cuda:
+            try:
+                self.probes = CudaProbes(CudaOptions())
+            except BpfError as e:
+                self.notes.append(f"CUDA/HIP API probes not used: {e}")
+        self._period_start = self.clock()
+
+    def close(self) -> None:
+        self.sampler.close()
+        if self.probes is not None:
+            self.probes.close()
+            self.probes = None
+
+    def program_fds(self) -> list[int]:
+        fds = self.sampler.program_fds()
+        if self.probes is not None:
+            fds += self.probes.program_fds()
+        return fds
+
+    def set_rate(self, hz: int) -> None:
+        self.rate_hz = hz
+        self.sampler.set_rate(hz)
+
+    # -- between cuts -----------------------------------------------------------------------
+    def tick(self, timeout_s: float = 0.1) -> None:
+        """Wait up to ``timeout_s`` for the kernel's announcements; meanwhile name new
+        processes and probe those that loaded CUDA/HIP libraries."""
+        self.sampler.poll(max(1, int(timeout_s * 1000)))
+        now = time.monotonic()
+        for pid in self.sampler.maps.keys() - self._seen:
+            self._first_sight(pid, now)
+        if now >= self._next_list:
+            self._next_list = now + PROC_LIST_S
+            for pid in _pids() - self._seen:
+                self._first_sight(pid, now)
+        if self.probes is not None:
+            due = []
+            while self._scan_queue and self._scan_queue[0][0] <= now:
+                _, pid, step = heapq.heappop(self._scan_queue)
+                if pid in self._seen:
+                    due.append(pid)
+                    later = now + SCAN_STEPS_S[min(step, len(SCAN_STEPS_S) - 1)]
+                    heapq.heappush(self._scan_queue, (later, pid, step + 1))
+            if due:
+                self.probes.scan_pids(due)
+            self.probes.poll(0)
+
+    def _first_sight(self, pid: int, now: float) -> None:
+        self._seen.add(pid)
+        self.stats.processes_seen += 1
+        if pid in self.exclude:
+            return
+        self.identities.of(pid)  # while it runs: a short-lived process is gone by the cut
+        heapq.heappush(self._scan_queue, (now, pid, 0))
+
+    # -- the cut ----------------------------------------------------------------------------
+    def cut(self) -> list[CutProfile]:
+        """Every process's profiles of the period that ends now."""
+        end = self.clock()
+        start_ns, duration_ns = int(self._period_start * 1e9), int((end - self._period_start) * 1e9)
+        self._period_start = end
+        out: list[CutProfile] = []
+        raw = self.sampler.cut()
+        self.stats.lost = {k: v for k, v in raw.stats.items() if k not in ("samples", "idle")}
+        out.extend(self._cpu_profiles(raw, start_ns, duration_ns))
+        if self.probes is not None:
+            out.extend(self._cuda_profiles(start_ns, duration_ns))
+        self.stats.profiles += len(out)
+        for cp in out:
+            cp.labels = self._labels(cp.pid)
+        self._forget_exited()
+        return out
+
+    def _labels(self, pid: int) -> dict[str, str]:
+        if pid == KERNEL_PID:
+            return {"host": self.identities.host, "service_name": "kernel"}
+        info = self.identities.of(pid)
+        if info is not None:
+            return dict(info.labels)
+        comm = self.sampler.process_names.get(pid, "")  # gone before it could be read
+        labels = {"host": self.identities.host, "pid": str(pid), "service_name": comm or "unknown"}
+        if comm:
+            labels["comm"] = comm
+        return labels
+
+    def _cpu_profiles(self, raw: RawProfile, start_ns: int, duration_ns: int) -> list[CutProfile]:
+        by_pid: dict[int, list] = {}
+        for key, count in raw.counts:
+            if key.pid in self.exclude:
+                continue
+            group = KERNEL_PID if key.user_stack == NO_USER_STACK or not key.pid else key.pid
+            by_pid.setdefault(group, []).append((key, count))
+        out = []
+        for pid, counts in sorted(by_pid.items()):
+            pids = {k.pid for k, _ in counts}
+            sub = replace(
+                raw,
+                counts=counts,
+                python_modules={p: m for p, m in raw.python_modules.items() if p in pids},
+                python_unsupported={p: m for p, m in raw.python_unsupported.items() if p in pids},
+            )
+            naming = self._naming(pid) if pid != KERNEL_PID else None
+            profile, _ = build_profile(
+                sub, self.resolver, pid == KERNEL_PID, naming, self.stack_cache
+            )
+            samples = sum(c for _, c in counts)
+            self.stats.cpu_samples += samples
+            cpu = cpu_profile(profile, raw.freq, start_ns, duration_ns)
+            out.append(CutProfile(pid, PROCESS_CPU, cpu, samples, raw.freq))
+        return out
+
+    def _cuda_profiles(self, start_ns: int, duration_ns: int) -> list[CutProfile]:
+        assert self.probes is not None
+        cut = self.probes.cut()
+        calls_by_pid: dict[int, dict[CallKey, CallSum]] = {}
+        for key, s in cut.calls.items():
+            calls_by_pid.setdefault(key.pid, {})[key] = s
+        sites = self.live_memory.period(cut.memory_events)
+        # a process that ended holds nothing from now on: its last profile (this one) says
+        # what it held when it ended
+        for pid in {pid for pid, _ in self.live_memory.live} - _pids():
+            self.live_memory.forget(pid)
+        sites_by_pid: dict[int, dict] = {}
+        for (pid, stack, api), site in sites.items():
+            sites_by_pid.setdefault(pid, {})[(stack, api)] = site
+        out = []
+        for pid in sorted(calls_by_pid.keys() | sites_by_pid.keys()):
+            if pid in self.exclude:
+                continue
+            symbolize = self._cuda_symbolizer(pid)
+            calls = {
+                k: s for k, s in calls_by_pid.get(pid, {}).items()
+                if APIS[k.api].role in (LAUNCH, GRAPH, SYNC, COPY)
+            }  # fmt: skip
+            if calls:
+                p = calls_profile(
+                    self.probes.log,
+                    symbolize,
+                    calls=calls,
+                    sample_types=GPU_API_TYPES,
+                    values=gpu_api_values,
+                )
+                p.meta = pprof_meta(start_ns, duration_ns, default_type=0)
+                n = sum(s.calls for s in calls.values())
+                self.stats.cuda_events += n
+                out.append(CutProfile(pid, GPU_API, _without_labels(p), n))
+            if pid in sites_by_pid:
+                p = self._memory_profile(pid, sites_by_pid[pid], symbolize)
+                p.meta = pprof_meta(start_ns, duration_ns, default_type=3)
+                n = sum(s.alloc_count for s in sites_by_pid[pid].values())
+                out.append(CutProfile(pid, MEMORY, p, n))
+        return out
+
+    def _memory_profile(self, pid: int, sites: dict, symbolize) -> Profile:
+        assert self.probes is not None
+        b = ProfileBuilder(MEMORY_TYPES)
+        intern = user_stack_interner(self.probes.log, symbolize)
+        api_frames: dict[int, int] = {}
+        for (stack, api), s in sorted(sites.items()):
+            fid = api_frames.get(api)
+            if fid is None:
+                fid = api_frames[api] = b.frame(APIS[api].name, FrameKind.RUNTIME)
+            sid = b.stack([fid], intern(b, pid, stack))
+            b.add(sid, [s.alloc_count, s.alloc_bytes, s.inuse_count, s.inuse_bytes])
+        return b.build()
+
+    def _cuda_symbolizer(self, pid: int):
+        assert self.probes is not None
+        native = resolver_symbolizer(self.probes.maps, self.resolver)
+        if self.probes.python is None:
+            return native
+        return self.probes.python.symbolizer(native, self._naming(pid))
+
+    def _naming(self, pid: int) -> PythonNaming:
+        naming = self._namings.get(pid)
+        if naming is None:
+            # The class is in the code object's qualified name (3.11+): reading and parsing
+            # the program's sources to find it, as ``record`` can afford, would cost a
+            # continuous profiler seconds per new process.
+            roots = target_naming(pid).roots
+            naming = self._namings[pid] = PythonNaming(roots, read_sources=False)
+        return naming
+
+    def _forget_exited(self) -> None:
+        """Forget processes found gone at the previous cut (their last samples, taken by
+        the kernel before they exited, were in this one)."""
+        self.stack_cache.forget(self._gone)
+        self.resolver.forget_processes(self._gone)
+        if len(self.stack_cache.stacks) > MAX_CACHED_STACKS:
+            self.stack_cache = StackCache()  # a bound, whatever runs on the host
+        for pid in self._gone:
+            self._seen.discard(pid)  # its entry leaves the scan queue when it comes up
+            self._namings.pop(pid, None)
+            self.live_memory.forget(pid)
+            self.identities.forget(pid)
+        self._gone = {p for p in self._seen if not os.path.exists(f"/proc/{p}")}
+
+
+def _without_labels(p: Profile) -> Profile:
+    return replace(p, sample_labels=np.zeros(len(p), dtype=np.int64), label_sets=[()])
+
+
+def _pids() -> set[int]:
+    try:
+        return {int(n) for n in os.listdir("/proc") if n.isdigit()}
+    except OSError:
+        return set()
