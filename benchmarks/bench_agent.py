@@ -215,10 +215,34 @@ def bench_cpu(args: argparse.Namespace) -> dict[str, object]:
     return results
 
 
+def rss_split_mb(pid: int) -> tuple[float, float]:
+    """(RssAnon, RssFile) of ``pid`` in MB: what it holds, and the file pages it maps."""
+    got = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(("RssAnon:", "RssFile:")):
+                got[line.split(":")[0]] = int(line.split()[1]) / 1024
+    return round(got.get("RssAnon", 0.0), 1), round(got.get("RssFile", 0.0), 1)
+
+
 def bench_rss(args: argparse.Namespace) -> dict[str, object]:
+    if args.src:  # another checkout's sources (the version before a change, say)
+        ENV["PYTHONPATH"] = str(Path(args.src).resolve())
     tmp = Path(tempfile.mkdtemp(prefix="bench-agent-"))
     agent, _ = start_agent(tmp)
+    torch_loop = None
+    if args.torch:  # a long-lived PyTorch process, as a GPU host runs: libtorch's symbols
+        torch_loop = subprocess.Popen(
+            [
+                sys.executable,
+                str(PROGRAMS / "train_loop.py"),
+                str(args.seconds + 60),
+                str(tmp / "r"),
+            ],
+            stdout=subprocess.DEVNULL,
+        )
     points: list[tuple[float, float]] = []
+    split: list[tuple[float, float, float]] = []
     spawned = 0
     t0 = time.monotonic()
     next_sample = t0
@@ -227,6 +251,7 @@ def bench_rss(args: argparse.Namespace) -> dict[str, object]:
             now = time.monotonic()
             if now >= next_sample:
                 points.append((round(now - t0, 1), round(rss_mb(agent.pid), 1)))
+                split.append((round(now - t0, 1), *rss_split_mb(agent.pid)))
                 next_sample += 30
             # 100 a minute: a Python process (50 ms of work) and, every other one, a shell pipeline
             if spawned % 2 == 0:
@@ -238,6 +263,9 @@ def bench_rss(args: argparse.Namespace) -> dict[str, object]:
             time.sleep(max(0.0, t0 + spawned * 0.6 - time.monotonic()))
         points.append((round(time.monotonic() - t0, 1), round(rss_mb(agent.pid), 1)))
     finally:
+        if torch_loop is not None:
+            torch_loop.kill()
+            torch_loop.wait()
         agent.send_signal(signal.SIGTERM)
         agent.wait(60)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -246,6 +274,7 @@ def bench_rss(args: argparse.Namespace) -> dict[str, object]:
         "seconds": args.seconds,
         "processes": spawned,
         "rss_mb": points,
+        "anon_file_mb": split,
         "rss_first_mb": points[0][1],
         "rss_max_mb": max(m for _, m in points),
         "rss_second_half_spread_mb": round(max(later) - min(later), 1) if later else None,
@@ -310,6 +339,8 @@ def main() -> None:
     cpu.add_argument("--seconds", type=float, default=600)
     rss = sub.add_parser("rss")
     rss.add_argument("--seconds", type=float, default=3600)
+    rss.add_argument("--torch", action="store_true", help="a PyTorch training loop runs too")
+    rss.add_argument("--src", help="run the agent of these sources (default: this checkout's)")
     lat = sub.add_parser("trace-latency")
     lat.add_argument("--trials", type=int, default=5)
     args = p.parse_args()

@@ -52,6 +52,7 @@ from aiflame.collectors.ebpf.cuda_python import target_naming
 from aiflame.collectors.ebpf.libbpf import BpfError
 from aiflame.collectors.ebpf.sampler import CpuSampler, RawProfile, SamplerOptions
 from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
+from aiflame.symbolize.elf import release_mapped_pages
 from aiflame.symbolize.process import SymbolResolver
 from aiflame.symbolize.pyframes import PythonNaming
 
@@ -254,6 +255,9 @@ class ContinuousProfiler:
         for cp in out:
             cp.labels = self._labels(cp.pid)
         self._forget_exited()
+        # The symbol tables stay cached, the file pages they were read from need not stay
+        # resident until the next period (they are clean: the page cache has them).
+        release_mapped_pages()
         return out
 
     def _labels(self, pid: int) -> dict[str, str]:
