@@ -12,6 +12,7 @@ import warnings
 from collections.abc import Sequence
 
 from aiflame import __version__
+from aiflame.cli.output import drop_stdout
 from aiflame.errors import AiflameError
 
 SUBCOMMANDS = (
@@ -83,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("aiflame: terminated", file=sys.stderr)
             return 128 + signal.SIGTERM
         except BrokenPipeError:
-            _drop_stdout()  # the reader (| head) went away: not an error
+            drop_stdout()  # the reader (| head) went away: not an error
             return 0
         except MemoryError:
             out_of_memory = True  # reported below, once what the error held is freed
@@ -140,20 +141,10 @@ def _flush_stdout() -> None:
     except BrokenPipeError:
         raise
     except OSError as e:
-        _drop_stdout()
+        drop_stdout()
         raise AiflameError(
             f"cannot write to standard output: {(e.strerror or str(e)).lower()}"
         ) from None
-
-
-def _drop_stdout() -> None:
-    """Point stdout at /dev/null, so that the final flush at exit has nowhere to fail."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):
-        pass
 
 
 def _show_warnings(caught: list[warnings.WarningMessage]) -> None:

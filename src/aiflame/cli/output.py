@@ -80,7 +80,20 @@ def write_stdout(data: Data) -> None:
     except BrokenPipeError:
         raise  # the reader went away (| head): not an error of ours
     except OSError as e:
+        drop_stdout()
         raise AiflameError(f"cannot write to standard output: {_reason(e)}") from None
+
+
+def drop_stdout() -> None:
+    """Point stdout at /dev/null after a failed write (a full disk), so that the bytes still
+    buffered, flushed when the interpreter exits, have nowhere to fail: the error is said
+    once, and the exit status stays ours."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 def _write_chunks(f: BinaryIO, data: Data) -> None:
