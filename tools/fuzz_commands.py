@@ -56,6 +56,8 @@ FAILURES = ("traceback", "internal", "hang", "memory", "crash", "messy", "partia
 OUTCOMES = ("ok", "error", *FAILURES)
 _RAW = ("\x1b", "\x07", "\x9b", "\u202e", "\u202d", "\u2066", "\u2067", "\u2068")
 TRACE_FORMATS = ("kineto", "trace-events", "nsys")
+# Profiles that analyze reads too (its GPU stall report of PC samples).
+ANALYZED_PROFILES = ("rocprofv3-pc", "iaprof", "nsight-compute")
 
 
 # -- commands -----------------------------------------------------------------------------
@@ -101,7 +103,7 @@ def commands_for(
         cmds += [
             ("memory", ["memory", m, "-o", str(out.with_suffix(".html"))], out.with_suffix(".html"))
         ] * 4
-    if fmt in TRACE_FORMATS:
+    if fmt in TRACE_FORMATS or fmt in ANALYZED_PROFILES:
         cmds += [
             ("analyze", ["analyze", m], None),
             (

@@ -70,10 +70,24 @@ SEEDS: dict[str, list[str]] = {
     ],
     "nsys": ["nsys/saxpy-mpi-cuda_nsys_perlmutter0.sqlite"],
     "torch-memory": ["memory/medium_128_inference_memory_snapshot.pickle.gz"],
+    "austin": [
+        "austin/austin3_wall.austin",
+        "austin/austin37_full.austin.gz",
+        "austin/austin1_wall.austin",
+    ],
+    "rocprofv3-pc": [
+        "gpu_instructions/rocprofiler_sdk/pc_sampling_host_trap.csv",
+        "gpu_instructions/rocprofiler_sdk/pc_sampling_stochastic_debug.csv",
+    ],
+    "iaprof": [
+        "gpu_instructions/iaprof/flame.folded",
+        "gpu_instructions/iaprof/record.tsv",
+    ],
+    "nsight-compute": ["gpu_instructions/nsight_compute/indexspaces-bb-a40.ncu-rep.gz"],
 }
 
 JSON_FORMATS = ("speedscope", "kineto", "trace-events")
-TEXT_FORMATS = ("folded", "perf-script", *JSON_FORMATS)
+TEXT_FORMATS = ("folded", "perf-script", "austin", "rocprofv3-pc", "iaprof", *JSON_FORMATS)
 
 Mutator = Callable[[random.Random, bytes], bytes]
 

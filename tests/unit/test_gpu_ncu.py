@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import csv
 import gzip
+import subprocess
+import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
 
+from aiflame.cli.main import main
 from aiflame.errors import InputError
 from aiflame.model import FrameKind, gpu
 from aiflame.sources import load
@@ -198,3 +201,25 @@ def test_csv_without_stall_columns_is_one_clear_error(tmp_path):
     )
     with pytest.raises(InputError, match="no warp stall sampling"):
         load(str(bad))
+
+
+KEPT = Path(__file__).resolve().parents[1] / "data" / "fuzz" / "nsight-compute"
+
+
+@pytest.mark.parametrize("name", ["none-kernel-name-1", "none-kernel-name-2"])
+def test_a_damaged_report_without_a_kernel_name_converts(name, tmp_path):
+    pytest.importorskip("ncu_report")
+    out = tmp_path / "x.pb.gz"
+    assert main(["convert", str(KEPT / f"{name}.ncu-rep.gz"), "-f", "pprof", "-o", str(out)]) == 0
+    assert out.stat().st_size > 0
+
+
+def test_the_report_readers_own_log_lines_stay_off_the_terminal(tmp_path):
+    pytest.importorskip("ncu_report")
+    r = subprocess.run(
+        [sys.executable, "-m", "aiflame", "info", str(KEPT / "native-log-lines.ncu-rep.gz")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0 and r.stderr == ""  # NVIDIA's absl/protobuf lines not passed on

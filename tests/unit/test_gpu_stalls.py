@@ -90,3 +90,17 @@ def test_trace_and_samples_together(capsys):
     assert main(["analyze", str(TRACE), str(HPC)]) == 0
     out = capsys.readouterr().out
     assert "GPU stall analysis" in out and "kernmain()" in out
+
+
+def test_names_from_the_profile_reach_the_terminal_spelled_out(tmp_path, capsys):
+    """A source file named with terminal escapes (a hostile CSV) prints as <U+001B>...,
+    never as an escape the terminal would run."""
+    from aiflame.cli.main import main
+
+    seed = Path(__file__).resolve().parents[1] / "data/gpu_instructions/rocprofiler_sdk"
+    text = (seed / "pc_sampling_stochastic_debug.csv").read_text(encoding="utf-8")
+    hostile = tmp_path / "hostile.csv"
+    hostile.write_text(text.replace("vector-ops.cpp", "vector-\x1b[2J\x1b[H.cpp"), encoding="utf-8")
+    assert main(["analyze", str(hostile)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "vector-<U+001B>[2J<U+001B>[H.cpp:82" in out

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from aiflame.render.visible import visible
+
 
 def format_report(report: dict[str, Any]) -> str:
     """The report as plain text (terminal)."""
@@ -28,4 +30,6 @@ def format_report(report: dict[str, Any]) -> str:
             out.append(f"- {f['kernel']}: {f['title']}")
             out += [f"    evidence: {e}" for e in f["evidence"]]
             out.append(f"    fix: {f['fix']}")
-    return "\n".join(out) + "\n"
+    # Kernel, file and instruction names come from the profile: escapes and bidi
+    # characters are spelled out, line by line (the report's own newlines stay).
+    return "\n".join(visible(line) for line in out) + "\n"

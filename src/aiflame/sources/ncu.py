@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import csv
 import os
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from aiflame.errors import AiflameError, InputError
 from aiflame.model import Profile, ProfileBuilder, SampleType, gpu
@@ -80,13 +82,38 @@ def _load_report(source: Input) -> Profile:
         ) from None
     path, tmp = _report_path(source)
     try:
-        ctx = ncu_report.load_report(path)
-        if ctx is None:
-            raise InputError(source.path, "ncu-report cannot read this report")
-        return _Report(ncu_report).run(ctx)
+        with _native_stderr() as said:
+            ctx = ncu_report.load_report(path)
+            if ctx is None:
+                why = f" ({said()})" if said() else ""
+                raise InputError(source.path, f"ncu-report cannot read this report{why}")
+            return _Report(ncu_report).run(ctx)
     finally:
         if tmp:
             os.unlink(tmp)
+
+
+@contextmanager
+def _native_stderr() -> Iterator[Callable[[], str]]:
+    """Keep what NVIDIA's library writes to file descriptor 2 itself (absl and protobuf
+    log lines, "Can't parse message ...") off the terminal, where aiflame says one line;
+    yields a function giving the last line it wrote, for that line."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+
+        def last_line() -> str:
+            caught.seek(0)
+            lines = caught.read(1 << 16).decode("utf-8", "replace").strip().splitlines()
+            text = lines[-1] if lines else ""
+            return text.split("] ", 1)[-1][:300]  # without the log prefix
+
+        try:
+            yield last_line
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 class _Report:
@@ -123,12 +150,13 @@ class _Report:
 
     def _action(self, act, index: int) -> None:
         mod = self.mod
-        name = act.name(mod.IAction.NameBase_DEMANGLED) or act.name()
+        # The library answers None for what a damaged report lacks: every text is checked.
+        name = act.name(mod.IAction.NameBase_DEMANGLED) or act.name() or f"kernel #{index}"
         grid = ",".join(str(int(self._value(act, f"launch__grid_dim_{d}") or 0)) for d in "xyz")
         block = ",".join(str(int(self._value(act, f"launch__block_dim_{d}") or 0)) for d in "xyz")
         launch = {"launch": str(index), "grid": grid, "block": block}
         device = act.metric_by_name("device__attribute_display_name")
-        if device is not None:
+        if device is not None and device.as_string():
             launch["device"] = device.as_string()
         kernel = self.stacks.kernel(name)
         duration = self._value(act, "gpu__time_duration.sum")
@@ -143,7 +171,7 @@ class _Report:
         start_metric = act.metric_by_name("launch__function_pcs")
         start = int(start_metric.as_uint64()) if start_metric is not None else 0
         place: dict[int, int] = {}
-        for counter in group.as_string().split(","):
+        for counter in (group.as_string() or "").split(","):
             counter = counter.strip()
             if not counter or gpu.is_not_issued_subset(counter):
                 continue
@@ -167,7 +195,7 @@ class _Report:
         info = act.source_info(pc)
         sid = kernel
         if info is not None and info.line() > 0:
-            sid = self.stacks.lines(sid, [(info.file_name(), int(info.line()))])
+            sid = self.stacks.lines(sid, [(info.file_name() or "?", int(info.line()))])
         offset = pc - start if start and pc >= start else pc
         return self.stacks.instruction(sid, act.sass_by_pc(pc) or "", offset)
 
