@@ -24,20 +24,9 @@ from typing import Any
 from aiflame.server.errors import BadRequest
 from aiflame.server.labels import LABEL_NAME, matchers_sql, parse_selector
 from aiflame.server.store.connection import Store
+from aiflame.server.store.schema import WORKLOAD_SUMS
 
-_SUMS = (
-    "allocated",
-    "busy",
-    "busy_basis",
-    "useful",
-    "useful_basis",
-    "flop",
-    "flop_basis",
-    "energy",
-    "energy_basis",
-    "input",
-    "input_basis",
-)
+_SUMS = WORKLOAD_SUMS
 _RAW = {
     "allocated": "allocated_gpu_seconds",
     "busy": "ifNull(busy_gpu_seconds, 0)",

@@ -25,6 +25,21 @@ DEFAULT_RETENTION_S = {
 # How long the ingest journal keeps a batch's id on its rows (crash recovery, writer.py).
 JOURNAL_S = 2 * 86400
 
+# The GPU-second sums of a workload's roll-up rows (each with the seconds it is measured
+# over, ``*_basis``), which the attribution queries add up.
+WORKLOAD_SUMS = (
+    "allocated",
+    "busy",
+    "busy_basis",
+    "useful",
+    "useful_basis",
+    "flop",
+    "flop_basis",
+    "energy",
+    "energy_basis",
+    "input",
+    "input_basis",
+)
 _LC = "LowCardinality(String)"
 _T = "DateTime64(3, 'UTC')"
 _F32N = "Nullable(Float32)"
@@ -253,20 +268,7 @@ TABLES: tuple[Table, ...] = (
                 ("labels", "SimpleAggregateFunction(any, Map(String, String))"),
                 *(
                     (c, "SimpleAggregateFunction(sum, Float64)")
-                    for c in (
-                        "allocated",
-                        "busy",
-                        "busy_basis",
-                        "useful",
-                        "useful_basis",
-                        "flop",
-                        "flop_basis",
-                        "energy",
-                        "energy_basis",
-                        "input",
-                        "input_basis",
-                        "periods",
-                    )
+                    for c in (*WORKLOAD_SUMS, "periods")
                 ),
             ),
             "AggregatingMergeTree",
