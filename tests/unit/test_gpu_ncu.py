@@ -203,7 +203,7 @@ def test_csv_without_stall_columns_is_one_clear_error(tmp_path):
         load(str(bad))
 
 
-KEPT = Path(__file__).resolve().parents[1] / "data" / "fuzz" / "nsight-compute"
+KEPT = Path(__file__).resolve().parents[1] / "data/gpu_instructions/nsight_compute/damaged"
 
 
 @pytest.mark.parametrize("name", ["none-kernel-name-1", "none-kernel-name-2"])
