@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from standin_server import StandIn
@@ -15,6 +18,7 @@ from standin_server import StandIn
 from aiflame.agent.spool import LEDGER, ledger_totals
 
 pytestmark = pytest.mark.usefixtures("ebpf")
+HOT = Path(__file__).resolve().parent / "programs" / "hot_model.py"
 
 
 def queued(spool, queue="server") -> list[str]:
@@ -32,6 +36,9 @@ def test_spool_and_replay_across_a_server_outage_and_a_sigkill(agents, tmp_path,
         "--no-cuda", "--no-nvml", "--no-kineto-abstract", "--api-socket", str(short_tmp / "a.sock"),
         "--trace-dir", str(tmp_path / "t"),
     ]  # fmt: skip
+    # A program busy all along, so that every period has samples to spool whatever else
+    # the machine runs (an idle one gives the agent periods without any).
+    busy = subprocess.Popen([sys.executable, str(HOT), "300"], stdout=subprocess.DEVNULL)
     try:
         first = agents(args, spool)
         deadline = time.monotonic() + 60
@@ -52,6 +59,8 @@ def test_spool_and_replay_across_a_server_outage_and_a_sigkill(agents, tmp_path,
             time.sleep(0.5)
         assert second.stop() == 0, second.output()  # SIGTERM: the last period is pushed too
     finally:
+        busy.kill()
+        busy.wait()
         server.stop()
     assert not queued(spool), "entries left unsent"
     totals = ledger_totals(str(spool / LEDGER), queue="server")
