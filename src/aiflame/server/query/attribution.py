@@ -26,7 +26,6 @@ from aiflame.server.labels import LABEL_NAME, matchers_sql, parse_selector
 from aiflame.server.store.connection import Store
 from aiflame.server.store.schema import WORKLOAD_SUMS
 
-_SUMS = WORKLOAD_SUMS
 _RAW = {
     "allocated": "allocated_gpu_seconds",
     "busy": "ifNull(busy_gpu_seconds, 0)",
@@ -87,7 +86,7 @@ def buckets(store: Store, q: Query) -> list[tuple[int, str, dict[str, float]]]:
         "g": q.group_by,
     }
     cond = matchers_sql(parse_selector(q.selector), "labels", params)
-    sums = ", ".join(f"sum({c if res != 'raw' else _RAW[c]}) AS {c}" for c in _SUMS)
+    sums = ", ".join(f"sum({c if res != 'raw' else _RAW[c]}) AS {c}" for c in WORKLOAD_SUMS)
     sql = (
         f"SELECT intDiv(toUnixTimestamp64Milli(toDateTime64({tcol}, 3, 'UTC')) - {{t0:Int64}}, "
         f"{{step:Int64}}) AS b, labels[{{g:String}}] AS key, {sums} "
@@ -103,7 +102,7 @@ def buckets(store: Store, q: Query) -> list[tuple[int, str, dict[str, float]]]:
             (
                 q.start_ms + int(b) * q.step_s * 1000,
                 key or NONE,
-                dict(zip(_SUMS, vals, strict=True)),
+                dict(zip(WORKLOAD_SUMS, vals, strict=True)),
             )
         )
     return out
@@ -191,20 +190,20 @@ def attribution(store: Store, q: Query) -> dict[str, Any]:
     rows = buckets(store, q)
     totals: dict[str, dict[str, float]] = {}
     for _, key, s in rows:
-        t = totals.setdefault(key, dict.fromkeys(_SUMS, 0.0))
-        for c in _SUMS:
+        t = totals.setdefault(key, dict.fromkeys(WORKLOAD_SUMS, 0.0))
+        for c in WORKLOAD_SUMS:
             t[c] += s[c]
     ranked = sorted(totals, key=lambda k: -totals[k]["allocated"])
     top = ranked[: max(q.top, 1)] if q.top else ranked
     shown = set(top)
-    fleet = dict.fromkeys(_SUMS, 0.0)
+    fleet = dict.fromkeys(WORKLOAD_SUMS, 0.0)
     for t in totals.values():
-        for c in _SUMS:
+        for c in WORKLOAD_SUMS:
             fleet[c] += t[c]
     groups_out: dict[str, dict[str, float]] = {k: totals[k] for k in top}
     rest = [k for k in ranked if k not in shown]
     if rest:
-        groups_out[OTHER] = {c: sum(totals[k][c] for k in rest) for c in _SUMS}
+        groups_out[OTHER] = {c: sum(totals[k][c] for k in rest) for c in WORKLOAD_SUMS}
     traced = trace_metrics(store, q)
     timestamps = sorted({t for t, _, _ in rows})
     index = {t: i for i, t in enumerate(timestamps)}
