@@ -1,6 +1,6 @@
 """What ``aiflame agent`` costs a host, beside what peers cost for a comparable job (root).
 
-    sudo python benchmarks/bench_agent.py cpu [--seconds 600]   # agent, bpftrace, py-spy
+    sudo python benchmarks/bench_agent.py cpu [--seconds 600] [--churn 100] [--tools agent,...]
     sudo python benchmarks/bench_agent.py rss [--seconds 3600]  # 100 processes a minute
     sudo python benchmarks/bench_agent.py trace-latency [--trials 5]
 
@@ -16,6 +16,10 @@ one tool at a time:
   frames);
 * ``py-spy record --rate 19 --nonblocking`` of the Python program alone (py-spy samples
   one process tree, and Python frames only).
+
+``--churn N`` also starts N short-lived processes a minute throughout (as ``rss`` does),
+for the per-new-process costs (naming, maps, symbols) that the sampling rate does not
+change.
 
 Cost of a tool = its process's CPU time (utime + stime, from ``/proc/PID/stat``) plus the
 run time of the BPF programs it holds (``run_time_ns`` of their descriptors'
@@ -44,6 +48,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -68,6 +73,34 @@ int main(int argc, char **argv) {
 """
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+
+
+class Spawner(threading.Thread):
+    """Starts ``per_minute`` short-lived processes a minute, one after the other, until
+    stopped: a Python process doing ~50 ms of work and, every other one, a shell pipeline
+    (``seq | sort | tail``), each with its own PID (a host's churn: cron jobs, probes,
+    compilers)."""
+
+    def __init__(self, per_minute: float) -> None:
+        super().__init__(daemon=True)
+        self.interval = 60.0 / per_minute
+        self.spawned = 0
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        t0 = time.monotonic()
+        while not self.stop_event.is_set():
+            if self.spawned % 2 == 0:
+                cmd = [sys.executable, "-c", "s=0\nfor i in range(10**6): s+=i"]
+            else:
+                cmd = ["sh", "-c", "seq 20000 | sort -n | tail -1 >/dev/null"]
+            subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL)
+            self.spawned += 1
+            self.stop_event.wait(max(0.0, t0 + self.spawned * self.interval - time.monotonic()))
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(30)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -169,12 +202,22 @@ def bench_cpu(args: argparse.Namespace) -> dict[str, object]:
         subprocess.Popen([sys.executable, str(PROGRAMS / "hot_model.py"), str(total * 3 + 60)]),
         subprocess.Popen([str(spin), str(int(total * 3 + 60))]),
     ]
-    results: dict[str, object] = {"seconds": args.seconds, "load": os.getloadavg()}
+    results: dict[str, object] = {
+        "seconds": args.seconds,
+        "churn_per_minute": args.churn,
+        "load": os.getloadavg(),
+    }
+    spawner = Spawner(args.churn) if args.churn > 0 else None
+    if spawner is not None:
+        spawner.start()
+    tools = set(args.tools.split(","))
     try:
         for name, extra in (
             ("aiflame agent", []),
             ("aiflame agent, budget off (19 Hz)", ["--cpu-budget-percent", "0"]),
         ):
+            if ("agent" if not extra else "agent-19hz") not in tools:
+                continue
             agent, port = start_agent(tmp, extra)
             time.sleep(warm)  # the first periods read every file's symbols
             seen0 = sum(metric(port, "aiflame_processes_seen_total").values())
@@ -185,7 +228,7 @@ def bench_cpu(args: argparse.Namespace) -> dict[str, object]:
             stop(agent, signal.SIGTERM)
             shutil.rmtree(tmp / "spool", ignore_errors=True)
             print(json.dumps(results), file=sys.stderr, flush=True)  # partial results
-        if shutil.which("bpftrace"):
+        if "bpftrace" in tools and shutil.which("bpftrace"):
             script = (
                 "profile:hz:19 { @[ustack, kstack, pid, comm] = count(); } "
                 "interval:s:10 { print(@); clear(@); }"
@@ -196,7 +239,7 @@ def bench_cpu(args: argparse.Namespace) -> dict[str, object]:
             time.sleep(warm)
             results["bpftrace"] = measure(bt.pid, args.seconds)
             stop(bt)
-        if shutil.which("py-spy"):
+        if "py-spy" in tools and shutil.which("py-spy"):
             ps = subprocess.Popen(
                 ["py-spy", "record", "--pid", str(work[0].pid), "--rate", "19", "--nonblocking",
                  "--format", "raw", "-o", str(tmp / "pyspy.txt")],
@@ -206,6 +249,9 @@ def bench_cpu(args: argparse.Namespace) -> dict[str, object]:
             results["py-spy (Python program only)"] = measure(ps.pid, args.seconds)
             stop(ps)
     finally:
+        if spawner is not None:
+            spawner.stop()
+            results["churn_spawned"] = spawner.spawned
         for w in work:
             w.kill()
             w.wait()
@@ -243,26 +289,18 @@ def bench_rss(args: argparse.Namespace) -> dict[str, object]:
         )
     points: list[tuple[float, float]] = []
     split: list[tuple[float, float, float]] = []
-    spawned = 0
+    spawner = Spawner(100)  # 100 short-lived processes a minute
+    spawner.start()
     t0 = time.monotonic()
-    next_sample = t0
     try:
         while time.monotonic() - t0 < args.seconds:
             now = time.monotonic()
-            if now >= next_sample:
-                points.append((round(now - t0, 1), round(rss_mb(agent.pid), 1)))
-                split.append((round(now - t0, 1), *rss_split_mb(agent.pid)))
-                next_sample += 30
-            # 100 a minute: a Python process (50 ms of work) and, every other one, a shell pipeline
-            if spawned % 2 == 0:
-                cmd = [sys.executable, "-c", "s=0\nfor i in range(10**6): s+=i"]
-            else:
-                cmd = ["sh", "-c", "seq 20000 | sort -n | tail -1 >/dev/null"]
-            subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL)
-            spawned += 1
-            time.sleep(max(0.0, t0 + spawned * 0.6 - time.monotonic()))
+            points.append((round(now - t0, 1), round(rss_mb(agent.pid), 1)))
+            split.append((round(now - t0, 1), *rss_split_mb(agent.pid)))
+            time.sleep(max(0.0, min(30.0, args.seconds - (time.monotonic() - t0))))
         points.append((round(time.monotonic() - t0, 1), round(rss_mb(agent.pid), 1)))
     finally:
+        spawner.stop()
         if torch_loop is not None:
             torch_loop.kill()
             torch_loop.wait()
@@ -272,7 +310,7 @@ def bench_rss(args: argparse.Namespace) -> dict[str, object]:
     later = [m for t, m in points if t >= args.seconds / 2]
     return {
         "seconds": args.seconds,
-        "processes": spawned,
+        "processes": spawner.spawned,
         "rss_mb": points,
         "anon_file_mb": split,
         "rss_first_mb": points[0][1],
@@ -337,6 +375,14 @@ def main() -> None:
     sub = p.add_subparsers(dest="what", required=True)
     cpu = sub.add_parser("cpu")
     cpu.add_argument("--seconds", type=float, default=600)
+    cpu.add_argument(
+        "--churn", type=float, default=0, help="also start N short-lived processes a minute"
+    )
+    cpu.add_argument(
+        "--tools",
+        default="agent,agent-19hz,bpftrace,py-spy",
+        help="which to measure (comma-separated: agent, agent-19hz, bpftrace, py-spy)",
+    )
     rss = sub.add_parser("rss")
     rss.add_argument("--seconds", type=float, default=3600)
     rss.add_argument("--torch", action="store_true", help="a PyTorch training loop runs too")

@@ -87,3 +87,63 @@ def test_memory_snapshot_on_request(agents, tmp_path, short_tmp):
     )
     assert any(f"PID {plain.pid}: does not serve memory snapshots" in x for x in lines), lines
     assert lines[-1] == "aiflame: error: no memory snapshot was written", lines
+
+
+def test_snapshots_asked_by_the_server_and_by_trace_server_are_uploaded(
+    agents, tmp_path, short_tmp
+):
+    """A fleet request of kind memory-snapshot (in the answer to a heartbeat) and
+    ``aiflame trace --memory-snapshot --server``: the snapshot is written and uploaded with
+    the process's labels, the first with the server's request id."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        need(False, "PyTorch is not installed")
+    from standin_server import StandIn
+
+    server = StandIn()
+    server.start()
+    sock = short_tmp / "agent.sock"
+    good = start(tmp_path / "ready-good", str(RECORDED))
+    run_env = {**os.environ, "PYTHONPATH": str(SRC)}
+    try:
+        agent = agents(
+            ["--server", server.url, "--period", "2", "--metrics-listen", "",
+             "--no-kineto-abstract", "--no-cuda", "--no-nvml", "--api-socket", str(sock),
+             "--trace-dir", str(tmp_path / "traces")],
+            tmp_path / "spool",
+        )  # fmt: skip
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (tmp_path / "ready-good").exists():
+            time.sleep(0.2)
+        server.heartbeat_answer = {
+            "requests": [
+                {"request_id": "r-7", "kind": "memory-snapshot", "selector": {"pids": [good.pid]}}
+            ]
+        }
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not server.got.traces:
+            time.sleep(0.3)
+        cli = subprocess.run(
+            [sys.executable, "-m", "aiflame", "trace", "--agent", str(sock), "--memory-snapshot",
+             "--server", "--pid", str(good.pid)],
+            capture_output=True, text=True, env=run_env, timeout=120,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(server.got.traces) < 2:
+            time.sleep(0.3)
+        assert agent.stop() == 0, agent.output()
+    finally:
+        good.kill()
+        good.wait()
+        server.stop()
+    assert cli.returncode == 0, cli.stderr
+    assert Path(cli.stdout.strip()).name.endswith(".memory-snapshot.pickle.gz")
+    assert len(server.got.traces) == 2, agent.output()
+    by_request = {t["request_id"]: t for t in server.got.traces.values()}
+    assert "r-7" in by_request, by_request.keys()
+    with gzip.open(RECORDED, "rb") as g:
+        recorded = pickle.load(g)
+    for t in server.got.traces.values():
+        assert t["labels"]["pid"] == str(good.pid) and t["labels"]["host"]
+        assert pickle.loads(gzip.decompress(t["bytes"])) == recorded

@@ -63,7 +63,7 @@ def test_a_version_1_store_gets_the_gpm_fields_and_keeps_its_rows(store):
         "batch_id) VALUES ('t', 'old', now64(3) - 10, now64(3), 0, 'GPU-0', 0.5, 1)"
     )
     assert migrations.migrate(store, schema.DEFAULT_RETENTION_S) == 1
-    assert migrations.applied_version(store) == migrations.CURRENT_VERSION == 2
+    assert migrations.applied_version(store) == migrations.CURRENT_VERSION
     cols = [r[0] for r in store.rows("DESCRIBE TABLE aiflame.gpu_telemetry")]
     assert cols.index("dram_active") + 1 == cols.index("gr_engine_active")  # as declared
     declared = next(t for t in schema.TABLES if t.name == "gpu_telemetry")
@@ -82,6 +82,22 @@ def test_a_version_1_store_gets_the_gpm_fields_and_keeps_its_rows(store):
         "FROM aiflame.gpu_telemetry WHERE host = 'new'"
     )
     assert got == [(0.949999988079071, 0.25, None)]
+
+
+def test_a_version_2_store_gets_request_kinds_and_its_requests_stay_traces(store):
+    migrations.migrate(store, schema.DEFAULT_RETENTION_S)
+    store.command("ALTER TABLE aiflame.trace_requests DROP COLUMN kind")
+    store.command("DELETE FROM aiflame.schema_migrations WHERE version >= 3")
+    store.command(
+        "INSERT INTO aiflame.trace_requests (tenant, request_id, created, expires, selector, "
+        "duration_ms) VALUES ('t', 'r-old', now64(3), now64(3) + 600, {'job_id': '1'}, 2000)"
+    )
+    assert migrations.migrate(store, schema.DEFAULT_RETENTION_S) == 2
+    assert migrations.applied_version(store) == migrations.CURRENT_VERSION == 3
+    cols = [r[0] for r in store.rows("DESCRIBE TABLE aiflame.trace_requests")]
+    declared = next(t for t in schema.TABLES if t.name == "trace_requests")
+    assert cols == [name for name, _ in declared.columns]
+    assert store.rows("SELECT request_id, kind FROM aiflame.trace_requests") == [("r-old", "trace")]
 
 
 def test_a_newer_store_is_refused(store):

@@ -106,3 +106,64 @@ def test_trace_request_reaches_the_hosts_of_the_workload(server, tenant):
     assert mine["delivered_to"] == ["h1"] and mine["traces"] == ["answer-1"]
     agents = {a["host"]: a for a in c.get_json("/api/v1/agents")["agents"]}
     assert set(agents) == {"h1", "h2"} and agents["h1"]["gpus"][0]["name"] == "NVIDIA H200"
+
+
+def test_memory_snapshot_request_is_handed_out_with_its_kind_and_answered(server, tenant):
+    """A request of kind memory-snapshot takes no duration; agents get it with its kind, and
+    the snapshot they upload is stored under the request and shown as a memory flame graph."""
+    c = Client(server.url, tenant=tenant)
+    now = time.time()
+    doc = payloads.telemetry(
+        "snap-b", "m1", now - 10, now, [],
+        [{"labels": {"job_id": "91"}, "pids": [5101], "allocated_gpu_seconds": 10.0}],
+    )  # fmt: skip
+    assert c.post("/api/v1/telemetry", doc, "application/json")[0] == 200
+    c.settle()
+    for wrong in (
+        {"selector": {"job_id": "91"}, "kind": "memory-snapshot", "duration_ms": 2000},
+        {"selector": {"job_id": "91"}, "kind": "heap-dump"},
+    ):
+        status, data = c.post(
+            "/api/v1/trace-requests", json.dumps(wrong).encode(), "application/json"
+        )
+        assert status == 400, data
+    status, data = c.post(
+        "/api/v1/trace-requests",
+        json.dumps({"selector": {"job_id": "91"}, "kind": "memory-snapshot"}).encode(),
+        "application/json",
+    )
+    assert status == 200, data
+    request_id = json.loads(data)["request_id"]
+    body = json.dumps({"host": "m1", "started": now - 100}).encode()
+    status, data = c.post("/api/v1/agents/heartbeat", body, "application/json")
+    assert status == 200, data
+    (got,) = json.loads(data)["requests"]
+    assert got["request_id"] == request_id and got["kind"] == "memory-snapshot"
+    assert got["selector"] == {"job_id": "91"} and got["duration_ms"] is None
+
+    snapshot = payloads.DATA / "memory" / "cs336_forward_memory_snapshot.pickle.gz"
+    status, data = c.post(
+        "/api/v1/traces",
+        snapshot.read_bytes(),
+        "application/octet-stream",
+        headers={
+            "X-Aiflame-Trace-Id": "snap-1",
+            "X-Aiflame-Request-Id": request_id,
+            "X-Aiflame-Labels": json.dumps({"host": "m1", "job_id": "91", "pid": "5101"}),
+        },
+    )
+    assert status == 200, data
+    c.settle()
+    listed = c.get_json("/api/v1/trace-requests")["requests"]
+    mine = next(r for r in listed if r["request_id"] == request_id)
+    assert mine["kind"] == "memory-snapshot"
+    assert mine["delivered_to"] == ["m1"] and mine["traces"] == ["snap-1"]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        trace = c.get_json("/api/v1/traces/snap-1")
+        if trace.get("status") != "queued":
+            break
+        time.sleep(0.3)
+    assert trace["format"] == "torch-memory", trace
+    status, page, _ = c.request("GET", "/api/v1/traces/snap-1/flamegraph")
+    assert status == 200 and b"peak-bytes" in page

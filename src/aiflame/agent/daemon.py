@@ -36,6 +36,7 @@ from aiflame.agent.nvml import Nvml
 from aiflame.agent.pod_resources import PodResources
 from aiflame.agent.profiler import PROCESS_CPU, ContinuousProfiler
 from aiflame.agent.push import Destination, HttpClient, Retry, Sender, check
+from aiflame.agent.snapshots import SnapshotManager, SnapshotRequest
 from aiflame.agent.spool import Spool
 from aiflame.agent.telemetry import Telemetry, encode_document
 from aiflame.agent.tracing import TraceManager, TraceRequest
@@ -75,6 +76,7 @@ class Agent:
         self.api: Api | None = None
         self.senders: list[Sender] = []
         self.traces: TraceManager | None = None
+        self.snapshots: SnapshotManager | None = None
         self.metrics_port = 0
         self._stop_metrics: Callable[[], None] | None = None
         self._period_start = time.monotonic()
@@ -181,6 +183,7 @@ class Agent:
             c.trace_timeout,
             upload,
         )
+        self.snapshots = SnapshotManager(self.identities, c.trace_dir, upload=upload)
         try:
             self.api = Api(
                 self.traces,
@@ -188,6 +191,7 @@ class Agent:
                 socket_path=c.api_socket if not c.api_listen else "",
                 listen=c.api_listen,
                 token=c.api_token,
+                snapshots=self.snapshots,
             )
         except OSError as e:
             where = c.api_listen or c.api_socket
@@ -293,7 +297,10 @@ class Agent:
         self.counters.profiles_cut += 1
 
     def _upload_trace(self, data: bytes, meta: dict[str, object]) -> None:
-        self.spool.put("trace.json.gz", data, {**meta, "samples": 0}, queues=["server"])
+        """Spool a trace or a memory snapshot (``ext`` in ``meta``) for the server."""
+        meta = dict(meta)
+        ext = str(meta.pop("ext", "trace.json.gz"))
+        self.spool.put(ext, data, {**meta, "samples": 0}, queues=["server"])
 
     # -- the server's side ------------------------------------------------------------------
     def _heartbeats(self) -> None:
@@ -332,25 +339,36 @@ class Agent:
             if not isinstance(r, dict) or self.traces is None:
                 continue
             selector = r.get("selector") or {}
-            body = {
+            body: dict[str, object] = {
                 "pids": selector.get("pids") or [],
                 "job_id": selector.get("job_id") or "",
                 "all": bool(selector.get("all")),
-                "duration_ms": r.get("duration_ms"),
-                "iterations": r.get("iterations"),
-                "start_time": r.get("start_time"),
                 "upload": True,
                 "request_id": str(r.get("request_id") or ""),
             }
-            threading.Thread(target=self._run_request, args=(body,), daemon=True).start()
+            kind = r.get("kind") or "trace"
+            if kind == "trace":
+                body.update(
+                    duration_ms=r.get("duration_ms"),
+                    iterations=r.get("iterations"),
+                    start_time=r.get("start_time"),
+                )
+            elif kind != "memory-snapshot":
+                self.say(f"server request {body['request_id']}: unknown kind {str(kind)[:40]!r}")
+                continue
+            args = (str(kind), body)
+            threading.Thread(target=self._run_request, args=args, daemon=True).start()
 
-    def _run_request(self, body: dict[str, object]) -> None:
-        assert self.traces is not None
+    def _run_request(self, kind: str, body: dict[str, object]) -> None:
+        assert self.traces is not None and self.snapshots is not None
         rid = body.get("request_id") or "?"
         try:
-            result = self.traces.run(
-                TraceRequest.from_json(body, self.config.trace_max_duration_ms)
-            )
+            if kind == "memory-snapshot":
+                result = self.snapshots.run(SnapshotRequest.from_json(body))
+            else:
+                result = self.traces.run(
+                    TraceRequest.from_json(body, self.config.trace_max_duration_ms)
+                )
         except Exception as e:  # the server's request could not be served: say why, go on
             self.say(f"server request {rid}: {e}")
             return

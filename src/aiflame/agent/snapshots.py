@@ -4,7 +4,9 @@ side): the agent finds the signal a process announced in its ``/tmp``, checks in
 ``/proc/PID/status`` that the process still catches it (an uncaught real-time signal would
 kill it), writes the request id, sends the signal and waits, bounded, for the pickled
 ``torch.cuda.memory._snapshot()``, which it compresses into the output directory
-(``aiflame memory`` reads it)."""
+(``aiflame memory`` reads it). With ``upload`` (``aiflame trace --memory-snapshot --server``,
+or a fleet request of the server) the compressed snapshot is also spooled for the server,
+with the process's workload labels, like a trace."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 
 from aiflame.agent import procroot
 from aiflame.agent.identity import Identities
-from aiflame.agent.tracing import TraceBusy, TraceError
+from aiflame.agent.tracing import TraceBusy, TraceError, Upload
 
 STEM = "aiflame-snapshot-"  # in the process's /tmp: <pid>.json, <pid>.request, <pid>-<id>.*
 POLL_S = 0.1
@@ -33,6 +35,8 @@ class SnapshotRequest:
     job_id: str = ""
     all: bool = False
     output_dir: str = ""
+    upload: bool = False
+    request_id: str = ""  # the server's, for a fleet request
 
     @classmethod
     def from_json(cls, body: dict[str, object]) -> SnapshotRequest:
@@ -50,7 +54,9 @@ class SnapshotRequest:
         out = body.get("output_dir") or ""
         if not isinstance(out, str):
             raise TraceError("output_dir: a path")
-        return cls(list(pids), job_id, every, out)
+        request_id = str(body.get("request_id") or "")
+        request_id = "".join(c for c in request_id if c.isalnum() or c in "-_")[:64]
+        return cls(list(pids), job_id, every, out, bool(body.get("upload")), request_id)
 
 
 def namespace_pid(pid: int, proc: str = "/proc") -> int | None:
@@ -90,10 +96,17 @@ def announced_signal(pid: int, proc: str = "/proc") -> int | None:
 
 
 class SnapshotManager:
-    def __init__(self, identities: Identities, output_dir: str, proc: str = "/proc") -> None:
+    def __init__(
+        self,
+        identities: Identities,
+        output_dir: str,
+        proc: str = "/proc",
+        upload: Upload | None = None,
+    ) -> None:
         self.identities = identities
         self.output_dir = output_dir
         self.proc = proc
+        self.upload = upload
         self._busy: set[int] = set()
         self._lock = threading.Lock()
 
@@ -130,16 +143,17 @@ class SnapshotManager:
                 raise TraceBusy(f"a memory snapshot of PID {listed} is already being taken")
             self._busy.update(signals)
         try:
-            snapshots = self._take(signals, req.output_dir or self.output_dir, failed)
+            snapshots = self._take(signals, req, failed)
         finally:
             with self._lock:
                 self._busy.difference_update(signals)
         return {"snapshots": snapshots, "skipped": skipped, "failed": failed}
 
     def _take(
-        self, signals: dict[int, int], out_dir: str, failed: list[dict[str, object]]
+        self, signals: dict[int, int], req: SnapshotRequest, failed: list[dict[str, object]]
     ) -> list[dict[str, object]]:
-        rid = uuid.uuid4().hex[:12]
+        out_dir = req.output_dir or self.output_dir
+        rid = req.request_id or uuid.uuid4().hex[:12]
         os.makedirs(out_dir, exist_ok=True)
         waiting: dict[int, str] = {}  # pid -> its files' stem in its /tmp
         for pid, signum in signals.items():
@@ -167,6 +181,8 @@ class SnapshotManager:
                         elif procroot.exists(d, pickled):
                             path = self._collect(pid, d, pickled, out_dir, rid)
                             done.append({"pid": pid, "path": path})
+                            if req.upload and self.upload is not None:
+                                self._upload(pid, path, req)
                         else:
                             continue
                         procroot.remove(d, pickled, error, f"{stem}.request")
@@ -181,6 +197,19 @@ class SnapshotManager:
             why = f"no snapshot within {TIMEOUT_S:.0f} s (its main thread may be blocked)"
             failed.append({"pid": pid, "why": why})
         return done
+
+    def _upload(self, pid: int, path: str, req: SnapshotRequest) -> None:
+        assert self.upload is not None
+        with open(path, "rb") as f:
+            data = f.read()
+        meta: dict[str, object] = {
+            "kind": "trace",  # the server takes snapshots where it takes traces
+            "ext": "memory-snapshot.pickle.gz",
+            "labels": self.identities.labels(pid),
+        }
+        if req.request_id:
+            meta["request_id"] = req.request_id
+        self.upload(data, meta)
 
     def _collect(self, pid: int, dir_fd: int, name: str, out_dir: str, rid: str) -> str:
         host = self.identities.labels(pid).get("host", "host")

@@ -39,7 +39,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("-o", "--output", metavar="DIR", help="write the traces into DIR")
     p.add_argument(
-        "--server", action="store_true", help="also upload them to the agent's aiflame server"
+        "--server",
+        action="store_true",
+        help="also upload them (traces or snapshots) to the agent's aiflame server",
     )
     p.add_argument(
         "--agent",
@@ -59,14 +61,10 @@ def run(args: argparse.Namespace) -> int:
     from aiflame.errors import AiflameError
 
     snapshot = args.memory_snapshot
-    if snapshot and (
-        args.server or args.duration_ms or args.iterations or args.start_time is not None
-    ):
-        raise AiflameError(
-            "--memory-snapshot takes no --duration-ms, --iterations, --start-time or --server"
-        )
+    if snapshot and (args.duration_ms or args.iterations or args.start_time is not None):
+        raise AiflameError("--memory-snapshot takes no --duration-ms, --iterations or --start-time")
     endpoint = "/v1/snapshot" if snapshot else "/v1/trace"
-    body: dict[str, object] = {} if snapshot else {"upload": bool(args.server)}
+    body: dict[str, object] = {"upload": bool(args.server)}
     if args.pid:
         body["pids"] = args.pid
     elif args.job_id:

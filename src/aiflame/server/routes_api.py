@@ -22,6 +22,7 @@ from aiflame.server.bodies import read_body
 from aiflame.server.errors import BadRequest, NotFound
 from aiflame.server.labels import check_labels, matchers_sql, parse_selector
 from aiflame.server.query import attribution, findings, flame, labels
+from aiflame.server.query.requests import REQUEST_KINDS
 from aiflame.server.query.select import Selection
 from aiflame.server.routes_ingest import tenant_of
 from aiflame.server.state import ServerState, run_blocking
@@ -401,9 +402,18 @@ async def post_trace_request(request: Request) -> Response:
     ):
         raise BadRequest('a trace request needs a selector, e.g. {"selector": {"job_id": "8812"}}')
     selector = check_labels([(str(k), str(v)) for k, v in doc["selector"].items()])
+    kind = doc.get("kind", "trace")
+    if kind not in REQUEST_KINDS:
+        raise BadRequest(f"kind must be one of {', '.join(REQUEST_KINDS)}")
     duration = doc.get("duration_ms")
     iterations = doc.get("iterations")
-    if (duration is None) == (iterations is None):
+    if kind == "memory-snapshot":
+        # A snapshot is of one instant: the allocator's state and its recent history.
+        if duration is not None or iterations is not None or doc.get("start_time") is not None:
+            raise BadRequest(
+                "a memory-snapshot request takes no duration_ms, iterations or start_time"
+            )
+    elif (duration is None) == (iterations is None):
         raise BadRequest("give exactly one of duration_ms or iterations")
     if duration is not None and not (isinstance(duration, int) and 100 <= duration <= 60_000):
         raise BadRequest("duration_ms must be an integer from 100 to 60000")
@@ -427,13 +437,16 @@ async def post_trace_request(request: Request) -> Response:
             "duration_ms": pa.array([duration], pa.uint32()),
             "iterations": pa.array([iterations], pa.uint32()),
             "start_time": pa.array([start_time], pa.float64()),
+            "kind": [kind],
         }
     }
     await state.store_works([Work(tables=tables, rows=1)])
     from aiflame.server.query.requests import request_created
 
     request_created(tenant)
-    return JSONResponse({"request_id": request_id, "expires": now + int(expires_s * 1000)})
+    return JSONResponse(
+        {"request_id": request_id, "kind": kind, "expires": now + int(expires_s * 1000)}
+    )
 
 
 async def list_trace_requests(request: Request) -> Response:
@@ -443,7 +456,7 @@ async def list_trace_requests(request: Request) -> Response:
     rows = await run_blocking(
         state.store.rows,
         "SELECT r.request_id, toUnixTimestamp64Milli(r.created), "
-        "toUnixTimestamp64Milli(r.expires), r.selector, r.duration_ms, r.iterations, "
+        "toUnixTimestamp64Milli(r.expires), r.selector, r.kind, r.duration_ms, r.iterations, "
         f"(SELECT groupUniqArray(host) FROM {db}.trace_deliveries d WHERE d.tenant = {{t:String}} "
         "AND d.request_id = r.request_id), "
         f"(SELECT groupUniqArray(trace_id) FROM {db}.traces t WHERE t.tenant = {{t:String}} "
@@ -452,7 +465,7 @@ async def list_trace_requests(request: Request) -> Response:
         "ORDER BY r.created DESC LIMIT 200",
         {"t": tenant},
     )
-    keys = ("request_id", "created", "expires", "selector", "duration_ms", "iterations",
+    keys = ("request_id", "created", "expires", "selector", "kind", "duration_ms", "iterations",
             "delivered_to", "traces")  # fmt: skip
     out = []
     for r in rows:

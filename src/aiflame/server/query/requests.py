@@ -1,4 +1,5 @@
-"""Fleet-wide on-demand trace requests, handed to agents with their heartbeats."""
+"""Fleet-wide on-demand requests (Kineto traces, GPU memory snapshots), handed to agents
+with their heartbeats."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pyarrow as pa
 _MS = pa.timestamp("ms", tz="UTC")
 _RECENT_S = 900  # a host ran a workload if its telemetry said so in the last 15 minutes
 MAX_PIDS = 256  # the agent's bound on the PIDs of one trace request
+REQUEST_KINDS = ("trace", "memory-snapshot")
 
 
 _ACTIVE_CHECK_S = 5.0
@@ -65,7 +67,7 @@ def deliveries_for(
     if not _any_active(store, tenant):
         return [], None
     rows = store.rows(
-        f"SELECT request_id, selector, duration_ms, iterations, start_time "
+        f"SELECT request_id, selector, kind, duration_ms, iterations, start_time "
         f"FROM {store.db}.trace_requests FINAL WHERE tenant = {{t:String}} "
         "AND expires > now64(3) AND request_id NOT IN (SELECT request_id FROM "
         f"{store.db}.trace_deliveries WHERE tenant = {{t:String}} AND host = {{h:String}})",
@@ -84,7 +86,7 @@ def deliveries_for(
         )
     ]
     out = []
-    for request_id, selector, duration_ms, iterations, start_time in rows:
+    for request_id, selector, kind, duration_ms, iterations, start_time in rows:
         sel = dict(selector)
         if "host" in sel and sel["host"] != host:
             continue
@@ -94,6 +96,7 @@ def deliveries_for(
         out.append(
             {
                 "request_id": request_id,
+                "kind": kind,
                 "selector": target,
                 "labels": sel,
                 "duration_ms": duration_ms,

@@ -42,9 +42,14 @@ def _gpm_fields(db: str, retention_s: dict[str, int], cluster: str | None) -> li
     )
 
 
+def _request_kind(db: str, retention_s: dict[str, int], cluster: str | None) -> list[str]:
+    return schema.add_columns("trace_requests", "start_time", ["kind"], db, cluster)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", schema.schema_statements),
     Migration(2, "GPU telemetry: graphics engine and tensor pipes by precision", _gpm_fields),
+    Migration(3, "fleet requests: memory snapshots beside traces", _request_kind),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 

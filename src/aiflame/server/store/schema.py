@@ -389,6 +389,8 @@ TABLES: tuple[Table, ...] = (
             ("duration_ms", "Nullable(UInt32)"),
             ("iterations", "Nullable(UInt32)"),
             ("start_time", "Nullable(Float64)"),
+            # what is asked of the selected processes: a Kineto trace or a GPU memory snapshot
+            ("kind", "LowCardinality(String) DEFAULT 'trace'"),
         ),
         "ReplacingMergeTree",
         "(tenant, request_id)",

@@ -21,6 +21,7 @@
   const frame = el("iframe", { class: "flame", id: "flame", title: "flame graph" });
   const tabs = el("div", { class: "tabs", id: "flame-tabs" });
   const traceBtn = el("button", { class: "primary", id: "trace-now", type: "button", text: "trace now (2 s)" });
+  const snapshotBtn = el("button", { id: "snapshot-now", type: "button", text: "GPU memory snapshot" });
   const traceMsg = el("span", { class: "muted", id: "trace-msg" });
   main.append(
     el("h1", {}, `Workload ${label} = `, el("span", { id: "workload-value", text: value })),
@@ -28,7 +29,7 @@
     el("div", { class: "chart small", id: "hours-by-host" }),
     el("h2", { text: "Hosts" }), el("div", { id: "hosts" }),
     el("h2", { text: "Continuous profiles" }), tabs, frame,
-    el("h2", {}, "Traces ", traceBtn, " ", traceMsg), el("div", { id: "traces" }));
+    el("h2", {}, "Traces ", traceBtn, " ", snapshotBtn, " ", traceMsg), el("div", { id: "traces" }));
 
   function card(k, v) {
     return el("div", { class: "card" }, el("div", { class: "v", text: v }), el("div", { class: "k", text: k }));
@@ -94,15 +95,19 @@
     ], w.traces) : el("div", { class: "empty", text: "no traces of this workload in the range" }));
   }
 
-  traceBtn.addEventListener("click", async () => {
+  // A request is handed to the agents of the workload's hosts with their next heartbeat.
+  async function request(body, what) {
     try {
       const sel = {}; sel[label] = value;
       const r = await api("/api/v1/trace-requests", {}, {
         method: "POST", headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ selector: sel, duration_ms: 2000 }) });
-      traceMsg.textContent = `requested ${r.request_id}: the agents of its hosts trace it at their next heartbeat`;
+        body: JSON.stringify({ selector: sel, ...body }) });
+      traceMsg.textContent = `requested ${r.request_id}: the agents of its hosts ${what} at their next heartbeat`;
     } catch (e) { traceMsg.textContent = String(e.message || e); }
-  });
+  }
+  traceBtn.addEventListener("click", () => request({ duration_ms: 2000 }, "trace it"));
+  snapshotBtn.addEventListener("click", () => request({ kind: "memory-snapshot" },
+    "take a GPU memory snapshot of its processes (those run with the aiflame bootstrap)"));
 
   UI.state.ready = (async () => {
     try {
