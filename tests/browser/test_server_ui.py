@@ -184,6 +184,27 @@ def test_workload_page_flame_graph_and_traces(driver, site):
     assert trace_cells and any(cell.text == "done" for cell in trace_cells)
 
 
+def test_workload_page_requests_a_trace_and_a_memory_snapshot(driver, site):
+    srv, c = site
+    _open(driver, srv.url + "/ui/workload?label=job_id&value=j-1&from=now-1h")
+    msg = driver.find_element("id", "trace-msg")
+    made = []
+    for button, kind in (("trace-now", "trace"), ("snapshot-now", "memory-snapshot")):
+        before = msg.text
+        driver.find_element("id", button).click()
+        deadline = time.monotonic() + 20
+        while msg.text == before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert msg.text.startswith("requested r-"), msg.text
+        made.append((msg.text.split()[1].rstrip(":"), kind))
+    listed = {r["request_id"]: r for r in c.get_json("/api/v1/trace-requests")["requests"]}
+    for request_id, kind in made:
+        assert listed[request_id]["kind"] == kind
+        assert listed[request_id]["selector"] == {"job_id": "j-1"}
+    assert listed[made[0][0]]["duration_ms"] == 2000
+    assert listed[made[1][0]]["duration_ms"] is None
+
+
 def test_explore_selection_and_diff(driver, site):
     srv, _ = site
     _open(driver, srv.url + "/ui/explore?from=now-1h&selector=" + '{job_id="j-1"}')
