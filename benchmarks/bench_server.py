@@ -53,8 +53,25 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK
 
 
+def cpu_by_thread(pid: int) -> dict[str, float]:
+    """CPU seconds of a process's live threads, by thread name with digits dropped (the
+    request pool, the writer and its inserts, the store engine's pipelines and merges)."""
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip().rstrip("0123456789_-")
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / CLK
+    return out
+
+
+SERVER_SRC = ROOT / "src"  # --src: another checkout's server (the version before a change)
+
+
 def start_server(store: Path, port: int) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    env = dict(os.environ, PYTHONPATH=str(SERVER_SRC))
     log = open(store.parent / "server.log", "ab")  # noqa: SIM115
     proc = subprocess.Popen(
         [
@@ -190,6 +207,7 @@ def ingest(args: argparse.Namespace) -> dict:
             await asyncio.gather(*(agent(h, t_start) for h in fleet))
 
         cpu0, wall0, self0 = cpu_seconds(proc.pid), time.time(), time.process_time()
+        threads0 = cpu_by_thread(proc.pid)
         spy = None
         if args.profile:  # where the server's time goes: aiflame's own eBPF recorder (root)
             spy = subprocess.Popen(
@@ -218,6 +236,12 @@ def ingest(args: argparse.Namespace) -> dict:
         schedule = [None] * (2 * periods * len(fleet))
         wall = time.time() - wall0
         server_cpu = cpu_seconds(proc.pid) - cpu0
+        threads1 = cpu_by_thread(proc.pid)
+        by_thread = {
+            k: round(v - threads0.get(k, 0.0), 2)
+            for k, v in sorted(threads1.items(), key=lambda kv: -kv[1])
+            if v - threads0.get(k, 0.0) >= 0.05
+        }
         # Then everything accepted is committed (pushes are answered once logged).
         t_flush = time.time()
         urllib.request.urlopen(
@@ -271,6 +295,8 @@ def ingest(args: argparse.Namespace) -> dict:
             for k, v in lat.items()
         },
         "server_cpu_cores": round(server_cpu / wall, 2),
+        # during the run (threads that ended meanwhile are not counted)
+        "server_cpu_s_by_thread": by_thread,
         "backlog_commit_s": round(backlog_s, 1),
         "server_cpu_ms_per_request": round(
             1000 * server_cpu_total / max(sum(acked.values()), 1), 2
@@ -491,6 +517,7 @@ def main() -> None:
         metavar="FOLDED",
         help="record the server (aiflame record --ebpf) into this file, e.g. srv.folded",
     )
+    a.add_argument("--src", help="run the server of these sources (default: this checkout's)")
     b = sub.add_parser("query")
     b.add_argument("--hosts", type=int, default=100)
     c = sub.add_parser("attribution")
@@ -498,6 +525,9 @@ def main() -> None:
     c.add_argument("--days", type=int, default=7)
     c.add_argument("--hourly-only", action="store_true", help="only the hourly roll-up")
     args = p.parse_args()
+    if getattr(args, "src", None):
+        global SERVER_SRC
+        SERVER_SRC = Path(args.src).resolve()
     result = {"ingest": ingest, "query": query, "attribution": attribution}[args.phase](args)
     print(json.dumps(result, indent=1))
 

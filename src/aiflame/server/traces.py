@@ -26,6 +26,7 @@ import pyarrow as pa
 from aiflame.server import analysis_adapter
 from aiflame.server.bodies import GZIP_MAGIC
 from aiflame.server.errors import BadRequest, PayloadTooLarge
+from aiflame.server.priority import BACKGROUND_NICE
 from aiflame.server.store.writer import Work, Writer
 
 log = logging.getLogger("aiflame.server")
@@ -80,6 +81,9 @@ def write_temp(blob: bytes, tmpdir: str) -> str:
 
 
 def _limit_memory() -> None:
+    """A worker's setup: bounded memory, and below the requests in CPU priority."""
+    with contextlib.suppress(OSError):
+        os.nice(BACKGROUND_NICE)
     try:
         import resource
 

@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from aiflame.server.errors import Overloaded
+from aiflame.server.priority import lower_this_thread
 from aiflame.server.store.connection import Store
 
 log = logging.getLogger("aiflame.server")
@@ -143,7 +144,9 @@ class Writer:
         self.committed_rows = 0
         self.commit_seconds = 0.0
         self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=insert_threads, thread_name_prefix="aiflame-insert"
+            max_workers=insert_threads,
+            thread_name_prefix="aiflame-insert",
+            initializer=lower_this_thread,  # requests first: pushes are answered from the log
         )
         self._thread = threading.Thread(target=self._run, name="aiflame-writer", daemon=True)
         self._thread.start()
@@ -189,6 +192,7 @@ class Writer:
 
     # -- the batch loop ---------------------------------------------------------------------
     def _run(self) -> None:
+        lower_this_thread()
         while True:
             with self._cond:
                 while not self._pending and not self._stop:
