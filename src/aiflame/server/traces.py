@@ -26,7 +26,6 @@ import pyarrow as pa
 from aiflame.server import analysis_adapter
 from aiflame.server.bodies import GZIP_MAGIC
 from aiflame.server.errors import BadRequest, PayloadTooLarge
-from aiflame.server.priority import BACKGROUND_NICE
 from aiflame.server.store.writer import Work, Writer
 
 log = logging.getLogger("aiflame.server")
@@ -80,10 +79,14 @@ def write_temp(blob: bytes, tmpdir: str) -> str:
     return path
 
 
+_WORKER_NICE = 10  # analysis can wait; ingest and queries cannot
+
+
 def _limit_memory() -> None:
-    """A worker's setup: bounded memory, and below the requests in CPU priority."""
+    """A worker's setup: bounded memory, and below the server's requests in CPU priority
+    (a process of its own: its nice value slows nothing the server's threads wait on)."""
     with contextlib.suppress(OSError):
-        os.nice(BACKGROUND_NICE)
+        os.nice(_WORKER_NICE)
     try:
         import resource
 

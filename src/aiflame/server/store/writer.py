@@ -31,7 +31,6 @@ import numpy as np
 import pyarrow as pa
 
 from aiflame.server.errors import Overloaded
-from aiflame.server.priority import lower_this_thread
 from aiflame.server.store.connection import Store
 
 log = logging.getLogger("aiflame.server")
@@ -144,9 +143,7 @@ class Writer:
         self.committed_rows = 0
         self.commit_seconds = 0.0
         self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=insert_threads,
-            thread_name_prefix="aiflame-insert",
-            initializer=lower_this_thread,  # requests first: pushes are answered from the log
+            max_workers=insert_threads, thread_name_prefix="aiflame-insert"
         )
         self._thread = threading.Thread(target=self._run, name="aiflame-writer", daemon=True)
         self._thread.start()
@@ -192,7 +189,6 @@ class Writer:
 
     # -- the batch loop ---------------------------------------------------------------------
     def _run(self) -> None:
-        lower_this_thread()
         while True:
             with self._cond:
                 while not self._pending and not self._stop:
