@@ -70,6 +70,9 @@ def cpu_by_thread(pid: int) -> dict[str, float]:
 SERVER_SRC = ROOT / "src"  # --src: another checkout's server (the version before a change)
 
 
+SERVER_ARGS: list[str] = []  # --batch-seconds
+
+
 def start_server(store: Path, port: int) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(SERVER_SRC))
     log = open(store.parent / "server.log", "ab")  # noqa: SIM115
@@ -85,6 +88,7 @@ def start_server(store: Path, port: int) -> subprocess.Popen:
             f"127.0.0.1:{port}",
             "--log-level",
             "warning",
+            *SERVER_ARGS,
         ],
         env=env,
         stdout=log,
@@ -518,6 +522,7 @@ def main() -> None:
         help="record the server (aiflame record --ebpf) into this file, e.g. srv.folded",
     )
     a.add_argument("--src", help="run the server of these sources (default: this checkout's)")
+    a.add_argument("--batch-seconds", type=float, help="the server's --batch-seconds")
     b = sub.add_parser("query")
     b.add_argument("--hosts", type=int, default=100)
     c = sub.add_parser("attribution")
@@ -528,6 +533,8 @@ def main() -> None:
     if getattr(args, "src", None):
         global SERVER_SRC
         SERVER_SRC = Path(args.src).resolve()
+    if getattr(args, "batch_seconds", None):
+        SERVER_ARGS.extend(["--batch-seconds", str(args.batch_seconds)])
     result = {"ingest": ingest, "query": query, "attribution": attribution}[args.phase](args)
     print(json.dumps(result, indent=1))
 

@@ -7,7 +7,13 @@ import http.client
 import json
 from urllib.parse import urlencode, urlsplit
 
-_INGEST = ("/push.v1.", "/ingest", "/api/v1/telemetry", "/api/v1/traces")
+_INGEST = (
+    "/push.v1.",
+    "/ingest",
+    "/api/v1/telemetry",
+    "/api/v1/traces",
+    "/api/v1/agents/heartbeat",
+)
 _dirty: set[tuple[str, int]] = set()  # servers that accepted pushes not yet settled
 
 

@@ -286,7 +286,10 @@ async def heartbeat(request: Request) -> Response:
 
     pending, delivery = await run_blocking(deliveries_for, state, tenant, host, now_ms)
     if delivery:
+        # Handed out once: the delivery is stored before the agent hears of it.
         tables["trace_deliveries"] = delivery
-    # Patient: every agent heartbeats, and each would otherwise bring the batch forward.
-    await state.store_works([Work(tables=tables, rows=1)], patient=True)
+        await state.store_works([Work(tables=tables, rows=1)])
+    else:
+        # The agent's last sighting goes with the pushes' batch; nothing waits for it.
+        state.writer.submit([Work(tables=tables, rows=1)], patient=True)
     return JSONResponse({"requests": pending})

@@ -50,10 +50,12 @@ class ServerState:
         self.store: Store = open_store(self.url, config.store_connections)
         migrations.migrate(self.store, config.retention_s)
         recover(self.store)  # batches a killed process left half-written
+        _warm_up()
         self.writer = Writer(
             self.store,
             flush_interval_s=config.flush_interval_s,
             logged_interval_s=config.logged_flush_interval_s,
+            batch_rows=config.batch_rows,
         )
         self.strings = StringHashes()
         self.dictionaries = DictionaryCache()  # of the profiles that agents push every period
@@ -166,6 +168,16 @@ class ServerState:
         self.writer.close()
         self.wal.close()
         self.store.close()
+
+
+def _warm_up() -> None:
+    """What the first batch would otherwise pay for: pyarrow imports pandas (about a second
+    of CPU) the first time it builds a dictionary column."""
+    import numpy as np
+
+    from aiflame.server.ingest.profile_rows import dictionary_column
+
+    dictionary_column(np.zeros(1, dtype=np.int64), [""])
 
 
 def run_blocking(fn, *args):  # type: ignore[no-untyped-def]

@@ -18,7 +18,7 @@ _MS = pa.timestamp("ms", tz="UTC")
 _S = pa.timestamp("s", tz="UTC")
 
 
-def _dict(indices: np.ndarray, values: list[str]) -> pa.DictionaryArray:
+def dictionary_column(indices: np.ndarray, values: list[str]) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(pa.array(indices.astype(np.int32)), pa.array(values))
 
 
@@ -65,8 +65,8 @@ def profile_tables(
     if any(v.size for v in value):
         cols.setdefault("samples", {}).update(
             {
-                "tenant": [_dict(np.concatenate(t_idx), tenant_names)],
-                "profile_type": [_dict(np.concatenate(p_idx), type_names)],
+                "tenant": [dictionary_column(np.concatenate(t_idx), tenant_names)],
+                "profile_type": [dictionary_column(np.concatenate(p_idx), type_names)],
                 "series_id": [pa.array(np.concatenate(sid))],
                 "time": [pa.array(np.concatenate(tms), _MS)],
                 "stack_id": [pa.array(np.concatenate(stack))],

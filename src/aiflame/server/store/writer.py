@@ -115,17 +115,21 @@ class Writer:
         commit_timeout_s: float = 60.0,
         insert_threads: int = 4,
         logged_interval_s: float | None = None,
+        batch_rows: int | None = None,
     ) -> None:
         """``flush_interval_s``: how long a request that waits for its commit may wait for
         others to join its batch; ``logged_interval_s`` (default: the same): how long works
         already in the write-ahead log (answered pushes) may wait. Every batch has a fixed
-        cost in the store (a part per table, and its merges later), so pushes batch longer."""
+        cost in the store (a part per table, and its merges later), so pushes batch longer.
+        A batch of ``batch_rows`` rows (default a quarter of ``max_pending_rows``) goes at
+        once: at a high push rate batches are bounded by size, not time, so that building
+        one (Python, under the interpreter lock the request threads share) stays short."""
         self.store = store
         self.flush_interval_s = flush_interval_s
         self.logged_interval_s = (
             flush_interval_s if logged_interval_s is None else logged_interval_s
         )
-        self._batch_rows = max(max_pending_rows // 4, 1)  # a batch this large goes at once
+        self._batch_rows = max(batch_rows or max_pending_rows // 4, 1)  # goes at once
         self._next_due = float("inf")
         self.max_pending_rows = max_pending_rows
         self.commit_timeout_s = commit_timeout_s
