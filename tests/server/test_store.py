@@ -203,3 +203,27 @@ def test_logged_pushes_batch_longer_and_a_waiting_request_brings_them_forward(st
         assert time.monotonic() - t0 >= 1.9  # a push alone waits for its batch to fill
     finally:
         w.close()
+
+
+def test_a_batch_goes_once_it_holds_batch_rows_not_later(store):
+    """At a high push rate a batch is bounded by its size: it is committed as soon as it
+    holds ``batch_rows`` rows, long before its pushes' interval is over."""
+    migrations.migrate(store, schema.DEFAULT_RETENTION_S)
+    strings = hashing.StringHashes()
+    w = Writer(store, flush_interval_s=0.05, logged_interval_s=30.0, batch_rows=100)
+    try:
+        items = [_item(i, f"b{i}", strings) for i in range(3)]
+        works = [
+            Work(tables={}, key=("profiles", "t", f"b{i}"), profile_items=[it], rows=40)
+            for i, it in enumerate(items)
+        ]
+        t0 = time.monotonic()
+        first = [w.submit([works[0]], True), w.submit([works[1]], True)]
+        time.sleep(0.5)
+        assert not any(f.done() for f in first)  # 80 rows: the batch waits for more
+        w.submit([works[2]], True).result(30)  # 120 rows: it goes now
+        assert time.monotonic() - t0 < 10 and all(f.done() for f in first)
+        assert w.committed_batches == 1
+        assert store.rows("SELECT count() FROM aiflame.profiles")[0][0] == 3
+    finally:
+        w.close()
