@@ -29,6 +29,9 @@ FRAME_BYTES = 72  # pystack.h PY_FRAME_BYTES: the bytes of each frame the walk r
 DEBUG_COOKIE = b"xdebugpy"
 # libpython3.12.so.1.0, python3.11, python3.13d, libpython3.13t.so ...
 _PYTHON_FILE = re.compile(r"(?:^|/)(?:lib)?python(\d)\.(\d+)[a-z]*(?:\.so[.\d]*)?$")
+# in the name of every file _PYTHON_FILE takes: a process whose maps lack it has no
+# interpreter, found without parsing its maps (most processes a host starts are no Python)
+_MAYBE_PYTHON = re.compile(r"python\d\.\d")
 _WANTED = (b"_PyRuntime", b"Py_Version", b"PyCode_Type")
 SHT_DYNSYM, SHT_SYMTAB = 11, 2
 NO_RUNTIME = " has no _PyRuntime symbol"
@@ -198,6 +201,8 @@ def find_python(pid: int, maps_text: str | None = None) -> PythonProcess:
                 maps_text = f.read()
         except OSError as e:
             raise UnsupportedPython(f"cannot read the mappings of process {pid}: {e}") from e
+    if not _MAYBE_PYTHON.search(maps_text):
+        raise UnsupportedPython(NO_INTERPRETER)
     maps = Maps.parse(maps_text)
     candidates = candidate_files(maps)
     if not candidates:
