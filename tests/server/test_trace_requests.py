@@ -10,6 +10,16 @@ import payloads
 from srvclient import Client
 
 
+def upload(c: Client, path, trace_id: str, request_id: str, labels: dict) -> tuple[int, bytes]:
+    """What an agent sends to answer a request: the file, its id, the request's, labels."""
+    headers = {
+        "X-Aiflame-Trace-Id": trace_id,
+        "X-Aiflame-Request-Id": request_id,
+        "X-Aiflame-Labels": json.dumps(labels),
+    }
+    return c.post("/api/v1/traces", path.read_bytes(), "application/octet-stream", headers=headers)
+
+
 def test_trace_request_reaches_the_hosts_of_the_workload(server, tenant):
     c = Client(server.url, tenant=tenant)
     now = time.time()
@@ -90,16 +100,7 @@ def test_trace_request_reaches_the_hosts_of_the_workload(server, tenant):
         / "h100"
         / "gaunernst_bert-small-uncased__1016001.json.gz"
     )
-    status, _ = c.post(
-        "/api/v1/traces",
-        trace.read_bytes(),
-        "application/octet-stream",
-        headers={
-            "X-Aiflame-Trace-Id": "answer-1",
-            "X-Aiflame-Request-Id": request_id,
-            "X-Aiflame-Labels": json.dumps({"host": "h1", "job_id": "77"}),
-        },
-    )
+    status, _ = upload(c, trace, "answer-1", request_id, {"host": "h1", "job_id": "77"})
     assert status == 200
     listed = c.get_json("/api/v1/trace-requests")["requests"]
     mine = next(r for r in listed if r["request_id"] == request_id)
@@ -142,16 +143,8 @@ def test_memory_snapshot_request_is_handed_out_with_its_kind_and_answered(server
     assert got["selector"] == {"job_id": "91"} and got["duration_ms"] is None
 
     snapshot = payloads.DATA / "memory" / "cs336_forward_memory_snapshot.pickle.gz"
-    status, data = c.post(
-        "/api/v1/traces",
-        snapshot.read_bytes(),
-        "application/octet-stream",
-        headers={
-            "X-Aiflame-Trace-Id": "snap-1",
-            "X-Aiflame-Request-Id": request_id,
-            "X-Aiflame-Labels": json.dumps({"host": "m1", "job_id": "91", "pid": "5101"}),
-        },
-    )
+    labels = {"host": "m1", "job_id": "91", "pid": "5101"}
+    status, data = upload(c, snapshot, "snap-1", request_id, labels)
     assert status == 200, data
     c.settle()
     listed = c.get_json("/api/v1/trace-requests")["requests"]
