@@ -33,7 +33,10 @@ MiB = 1 << 20
 
 
 def nvml_conf(path: Path, a: int, b: int, c: int, acct_ms: int) -> None:
-    path.write_text(
+    """The stand-in's values, replaced whole (it re-reads the file while the agent polls:
+    a poll between a truncate and the write would see no devices)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(
         "\n".join(
             [
                 "devices=2",
@@ -72,6 +75,7 @@ def nvml_conf(path: Path, a: int, b: int, c: int, acct_ms: int) -> None:
         )
         + "\n"
     )
+    os.replace(tmp, path)
 
 
 def sleeper(**env: str) -> subprocess.Popen:
