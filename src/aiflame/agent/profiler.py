@@ -29,6 +29,7 @@ torch`` loads libcudart late), then every minute.
 
 from __future__ import annotations
 
+import ctypes
 import heapq
 import os
 import time
@@ -258,6 +259,7 @@ class ContinuousProfiler:
         # The symbol tables stay cached, the file pages they were read from need not stay
         # resident until the next period (they are clean: the page cache has them).
         release_mapped_pages()
+        release_free_heap()
         return out
 
     def _labels(self, pid: int) -> dict[str, str]:
@@ -383,6 +385,28 @@ class ContinuousProfiler:
             self.live_memory.forget(pid)
             self.identities.forget(pid)
         self._gone = {p for p in self._seen if not os.path.exists(f"/proc/{p}")}
+
+
+def _libc_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        fn = ctypes.CDLL(None).malloc_trim  # glibc's; other C libraries may lack it
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
+    return fn
+
+
+_MALLOC_TRIM = _libc_malloc_trim()
+
+
+def release_free_heap() -> None:
+    """Hand the heap memory freed since the last period back to the kernel.
+
+    Each period builds and drops its profiles; the C allocator keeps what was freed for
+    later use, so a daemon's resident set would stay at its largest period. glibc's
+    ``malloc_trim`` returns whole free pages of every arena (a few milliseconds a period)."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 
 def _without_labels(p: Profile) -> Profile:
