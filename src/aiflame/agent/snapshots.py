@@ -16,12 +16,11 @@ import os
 import shutil
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 
 from aiflame.agent import procroot
 from aiflame.agent.identity import Identities
-from aiflame.agent.tracing import TraceBusy, TraceError, Upload
+from aiflame.agent.tracing import TraceBusy, TraceError, Upload, request_id
 
 STEM = "aiflame-snapshot-"  # in the process's /tmp: <pid>.json, <pid>.request, <pid>-<id>.*
 POLL_S = 0.1
@@ -54,9 +53,8 @@ class SnapshotRequest:
         out = body.get("output_dir") or ""
         if not isinstance(out, str):
             raise TraceError("output_dir: a path")
-        request_id = str(body.get("request_id") or "")
-        request_id = "".join(c for c in request_id if c.isalnum() or c in "-_")[:64]
-        return cls(list(pids), job_id, every, out, bool(body.get("upload")), request_id)
+        given = str(body.get("request_id") or "")
+        return cls(list(pids), job_id, every, out, bool(body.get("upload")), given)
 
 
 def namespace_pid(pid: int, proc: str = "/proc") -> int | None:
@@ -153,7 +151,7 @@ class SnapshotManager:
         self, signals: dict[int, int], req: SnapshotRequest, failed: list[dict[str, object]]
     ) -> list[dict[str, object]]:
         out_dir = req.output_dir or self.output_dir
-        rid = req.request_id or uuid.uuid4().hex[:12]
+        rid = request_id(req.request_id)
         os.makedirs(out_dir, exist_ok=True)
         waiting: dict[int, str] = {}  # pid -> its files' stem in its /tmp
         for pid, signum in signals.items():
@@ -182,7 +180,7 @@ class SnapshotManager:
                             path = self._collect(pid, d, pickled, out_dir, rid)
                             done.append({"pid": pid, "path": path})
                             if req.upload and self.upload is not None:
-                                self._upload(pid, path, req)
+                                self._upload(pid, path, rid if req.request_id else "")
                         else:
                             continue
                         procroot.remove(d, pickled, error, f"{stem}.request")
@@ -198,7 +196,7 @@ class SnapshotManager:
             failed.append({"pid": pid, "why": why})
         return done
 
-    def _upload(self, pid: int, path: str, req: SnapshotRequest) -> None:
+    def _upload(self, pid: int, path: str, server_request: str) -> None:
         assert self.upload is not None
         with open(path, "rb") as f:
             data = f.read()
@@ -207,8 +205,8 @@ class SnapshotManager:
             "ext": "memory-snapshot.pickle.gz",
             "labels": self.identities.labels(pid),
         }
-        if req.request_id:
-            meta["request_id"] = req.request_id
+        if server_request:
+            meta["request_id"] = server_request
         self.upload(data, meta)
 
     def _collect(self, pid: int, dir_fd: int, name: str, out_dir: str, rid: str) -> str:

@@ -128,6 +128,12 @@ class Target:
 Upload = Callable[[bytes, dict[str, object]], None]  # (compressed trace, meta) -> spooled
 
 
+def request_id(given: str) -> str:
+    """The id of a request as files are named after it: the caller's (a server's request
+    id), kept to letters, digits, ``-`` and ``_``, or a new one."""
+    return "".join(c for c in given if c.isalnum() or c in "-_")[:64] or uuid.uuid4().hex[:12]
+
+
 class TraceManager:
     def __init__(
         self,
@@ -206,8 +212,7 @@ class TraceManager:
     def _run(
         self, req: TraceRequest, pids: list[int], skipped: list[dict[str, object]]
     ) -> dict[str, object]:
-        rid = req.request_id or uuid.uuid4().hex[:12]
-        rid = "".join(c for c in rid if c.isalnum() or c in "-_")[:64] or uuid.uuid4().hex[:12]
+        rid = request_id(req.request_id)
         log_file = f"/tmp/aiflame-trace-{rid}.json"
         polling = self.fabric.processes()
         targets = []

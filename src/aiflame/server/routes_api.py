@@ -22,7 +22,7 @@ from aiflame.server.bodies import read_body
 from aiflame.server.errors import BadRequest, NotFound
 from aiflame.server.labels import check_labels, matchers_sql, parse_selector
 from aiflame.server.query import attribution, findings, flame, labels
-from aiflame.server.query.requests import REQUEST_KINDS
+from aiflame.server.query.requests import REQUEST_KINDS, request_created
 from aiflame.server.query.select import Selection
 from aiflame.server.routes_ingest import tenant_of
 from aiflame.server.state import ServerState, run_blocking
@@ -441,8 +441,6 @@ async def post_trace_request(request: Request) -> Response:
         }
     }
     await state.store_works([Work(tables=tables, rows=1)])
-    from aiflame.server.query.requests import request_created
-
     request_created(tenant)
     return JSONResponse(
         {"request_id": request_id, "kind": kind, "expires": now + int(expires_s * 1000)}
