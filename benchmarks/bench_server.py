@@ -226,7 +226,7 @@ def ingest(args: argparse.Namespace) -> dict:
                     "-d",
                     str(int(args.duration * 0.8)),
                     "-r",
-                    "49",
+                    str(args.profile_hz),
                     "-o",
                     args.profile,
                 ],
@@ -521,6 +521,7 @@ def main() -> None:
         metavar="FOLDED",
         help="record the server (aiflame record --ebpf) into this file, e.g. srv.folded",
     )
+    a.add_argument("--profile-hz", type=int, default=49, help="--profile's sampling rate")
     a.add_argument("--src", help="run the server of these sources (default: this checkout's)")
     a.add_argument("--batch-seconds", type=float, help="the server's --batch-seconds")
     b = sub.add_parser("query")

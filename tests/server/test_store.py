@@ -4,6 +4,7 @@ a killed process left half-written."""
 
 from __future__ import annotations
 
+import socket
 import time
 
 import payloads
@@ -11,7 +12,8 @@ import pyarrow as pa
 import pytest
 
 from aiflame.server.ingest import hashing, pprof_columns, profiles, telemetry
-from aiflame.server.store import migrations, schema
+from aiflame.server.store import migrations, rollups, schema
+from aiflame.server.store import writer as writer_mod
 from aiflame.server.store.connection import open_store
 from aiflame.server.store.url import parse_store_url
 from aiflame.server.store.writer import Work, Writer, open_batches, recover
@@ -36,6 +38,13 @@ def _item(seed: int, pid: str, strings: hashing.StringHashes) -> profiles.Profil
         pprof_bytes=1,
         strings=strings,
     )
+
+
+def _wait(condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
 
 
 def test_schema_migrates_once_and_records_its_version(store):
@@ -93,7 +102,7 @@ def test_a_version_2_store_gets_request_kinds_and_its_requests_stay_traces(store
         "duration_ms) VALUES ('t', 'r-old', now64(3), now64(3) + 600, {'job_id': '1'}, 2000)"
     )
     assert migrations.migrate(store, schema.DEFAULT_RETENTION_S) == 2
-    assert migrations.applied_version(store) == migrations.CURRENT_VERSION == 3
+    assert migrations.applied_version(store) == migrations.CURRENT_VERSION
     cols = [r[0] for r in store.rows("DESCRIBE TABLE aiflame.trace_requests")]
     declared = next(t for t in schema.TABLES if t.name == "trace_requests")
     assert cols == [name for name, _ in declared.columns]
@@ -132,7 +141,8 @@ def test_cluster_ddl_is_valid_clickhouse(store):
         stmts += m.statements("aiflame", schema.DEFAULT_RETENTION_S, "prod")
     for sql in stmts:
         formatted = store.rows("SELECT formatQuery({q:String})", {"q": sql})[0][0]
-        assert "ON CLUSTER prod" in formatted
+        # DDL on every replica; rows (migration 4's) go through the distributed tables
+        assert "ON CLUSTER prod" in formatted or formatted.startswith("INSERT INTO aiflame.")
     assert "ALTER TABLE aiflame.gpu_telemetry_local ON CLUSTER 'prod' ADD COLUMN" in "\n".join(
         stmts
     )
@@ -144,13 +154,14 @@ def test_cluster_ddl_is_valid_clickhouse(store):
         "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/{table}', "
         "'{replica}', last_seen)" in text
     )
-    assert "TO aiflame.samples_1h_local AS SELECT" in text
+    assert "TO aiflame.workload_1h_local AS SELECT" in text
+    assert "DROP VIEW IF EXISTS aiflame.samples_1h_mv ON CLUSTER 'prod'" in text
 
 
 def test_writer_is_idempotent_and_recovers_an_interrupted_batch(store):
     migrations.migrate(store, schema.DEFAULT_RETENTION_S)
     strings = hashing.StringHashes()
-    w = Writer(store, flush_interval_s=0.01)
+    w = Writer(store, flush_interval_s=0.01, rollup_interval_s=0.2)
     try:
         a = _item(1, "p-a", strings)
         w.submit([Work(tables={}, key=("profiles", "t", "p-a"), profile_items=[a])]).result(60)
@@ -158,7 +169,8 @@ def test_writer_is_idempotent_and_recovers_an_interrupted_batch(store):
         w.submit([Work(tables={}, key=("profiles", "t", "p-a"), profile_items=[again])]).result(60)
         total = int(a.row_value[a.type_ids.index(payloads.CPU_TYPE) == a.row_type].sum())
         sums = "SELECT sum(value) FROM aiflame.{t} WHERE profile_type = {{pt:String}}"
-        for t in ("samples", "samples_1h"):
+        _wait(lambda: w.rolled_batches >= 1)  # the committed batch, rolled up
+        for t in ("samples", "samples_10m", "samples_1h"):
             assert store.rows(sums.format(t=t), {"pt": payloads.CPU_TYPE})[0][0] == total
         # A batch written but never closed: the process died between its inserts.
         b = _item(2, "p-b", strings)
@@ -171,7 +183,7 @@ def test_writer_is_idempotent_and_recovers_an_interrupted_batch(store):
         assert store.rows(sums.format(t="samples"), {"pt": payloads.CPU_TYPE})[0][0] > total
         assert open_batches(store, 0) == [4242]
         assert recover(store) == 1
-        for t in ("samples", "samples_1h"):
+        for t in ("samples", "samples_10m", "samples_1h"):
             assert store.rows(sums.format(t=t), {"pt": payloads.CPU_TYPE})[0][0] == total
         assert open_batches(store, 0) == []
         assert store.rows("SELECT count() FROM aiflame.profiles FINAL") == [(1,)]
@@ -227,3 +239,133 @@ def test_a_batch_goes_once_it_holds_batch_rows_not_later(store):
         assert store.rows("SELECT count() FROM aiflame.profiles")[0][0] == 3
     finally:
         w.close()
+
+
+def _totals(store, pt: str) -> dict[str, int]:
+    return {
+        t: store.rows(
+            f"SELECT sum(value) FROM aiflame.{t} WHERE profile_type = {{pt:String}}", {"pt": pt}
+        )[0][0]
+        for t in ("samples", "samples_10m", "samples_1h")
+    }
+
+
+def _merged_total(store, pt: str, start_ms: int, end_ms: int) -> int:
+    from aiflame.server.query.select import Selection, stack_values_sql
+
+    sel = Selection.make("t", pt, '{service_name="store-test"}', start_ms, end_ms)
+    params: dict[str, object] = {}
+    sql = stack_values_sql(sel, "aiflame", params, rollups.watermark_ms(store))
+    return int(sum(r[1] for r in store.rows(sql, params)))
+
+
+def test_roll_ups_hold_each_committed_batch_once_whatever_the_crash(store, monkeypatch):
+    """A batch committed but not rolled up (the process died within the interval) is read
+    from the samples until a restart rolls it up; a roll-up that died after its inserts is
+    done again with the same tokens, which the engine drops: never counted twice."""
+    migrations.migrate(store, schema.DEFAULT_RETENTION_S)
+    strings = hashing.StringHashes()
+    pt = payloads.CPU_TYPE
+    w = Writer(store, flush_interval_s=0.01, rollup_interval_s=3600)
+    try:
+        a = _item(1, "r-a", strings)
+        w.submit([Work(tables={}, key=("profiles", "t", "r-a"), profile_items=[a])]).result(60)
+        total = int(a.row_value[a.type_ids.index(pt) == a.row_type].sum())
+        w._unrolled.clear()  # what a killed process forgets
+    finally:
+        w.close()
+    assert _totals(store, pt) == {"samples": total, "samples_10m": 0, "samples_1h": 0}
+    mark = rollups.watermark_ms(store)
+    assert mark is not None and abs(mark - a.time_ms) < 1000
+    hour = 3_600_000
+    start, end = (a.time_ms // hour - 3) * hour, (a.time_ms // hour + 1) * hour
+    assert _merged_total(store, pt, start, end) == total  # the roll-ups are not read for it
+
+    # The restart rolls it up, but dies after the inserts, before marking the batch rolled.
+    def die(*args, **kwargs):
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(rollups, "mark_rolled", die)
+    with pytest.raises(RuntimeError):
+        recover(store, replica=socket.gethostname())
+    monkeypatch.undo()
+    assert _totals(store, pt) == dict.fromkeys(("samples", "samples_10m", "samples_1h"), total)
+    assert rollups.watermark_ms(store) is not None  # not marked: still read from the samples
+    assert _merged_total(store, pt, start, end) == total
+    # The next start finds the roll-up open and does it again: the engine drops the inserts.
+    recover(store, replica=socket.gethostname())
+    assert _totals(store, pt) == dict.fromkeys(("samples", "samples_10m", "samples_1h"), total)
+    assert rollups.watermark_ms(store) is None
+    assert recover(store, replica=socket.gethostname()) == 0
+    assert _merged_total(store, pt, start, end) == total  # now from the hourly roll-up
+    assert _totals(store, pt)["samples_1h"] == total
+
+
+_V3_VIEWS = {
+    "samples_10m": "toStartOfTenMinutes(time) AS bucket",
+    "samples_1h": "toStartOfHour(time) AS hour",
+}
+
+
+def test_a_version_3_store_keeps_its_roll_ups_and_counts_nothing_twice(store):
+    """Before version 4 the samples' roll-ups were materialized views: the batches those
+    views rolled up are marked, so neither the writer's roll-ups nor the undo of a batch a
+    crash left open count them twice."""
+    migrations.migrate(store, schema.DEFAULT_RETENTION_S)
+    # What a store of version 3 is: views, the old journal, no roll-up journal.
+    store.command("DROP TABLE aiflame.rollup_flushes")
+    store.command("DROP TABLE aiflame.ingest_batches")
+    store.command(
+        "CREATE TABLE aiflame.ingest_batches (batch_id UInt64, state Enum8('open' = 1, "
+        "'done' = 2, 'aborted' = 3), at DateTime64(3, 'UTC'), replica String) "
+        "ENGINE = MergeTree ORDER BY (batch_id, state)"
+    )
+    for target, bucket in _V3_VIEWS.items():
+        col = bucket.rsplit(" ", 1)[1]
+        store.command(
+            f"CREATE MATERIALIZED VIEW aiflame.{target}_mv TO aiflame.{target} AS SELECT "
+            f"tenant, profile_type, series_id, {bucket}, stack_id, sum(value) AS value "
+            f"FROM aiflame.samples GROUP BY tenant, profile_type, series_id, {col}, stack_id"
+        )
+    store.command("DELETE FROM aiflame.schema_migrations WHERE version >= 4")
+    strings = hashing.StringHashes()
+    pt = payloads.CPU_TYPE
+    w = Writer.__new__(Writer)  # only its table building, as version 3 wrote batches
+    w.stacks, w.frames, w._series_seen = writer_mod.KnownIds(), writer_mod.KnownIds(), {}
+    items = {"done": _item(1, "v3-a", strings), "open": _item(2, "v3-b", strings)}
+    for batch_id, (state, it) in enumerate(items.items(), start=1):
+        tables = w._tables([Work(tables={}, profile_items=[it])], batch_id=batch_id)
+        for name in ("stacks", "frames", "series", "samples", "profiles"):
+            if name in tables:
+                store.insert(name, tables[name])
+        store.command(
+            "INSERT INTO aiflame.ingest_batches VALUES ({b:UInt64}, 'open', now64(3), 'v3')",
+            {"b": batch_id},
+        )
+        if state == "done":
+            store.command(
+                "INSERT INTO aiflame.ingest_batches VALUES ({b:UInt64}, 'done', now64(3), 'v3')",
+                {"b": batch_id},
+            )
+    done = int(
+        items["done"].row_value[items["done"].type_ids.index(pt) == items["done"].row_type].sum()
+    )
+    assert _totals(store, pt)["samples_1h"] > done  # the views rolled up both batches
+
+    assert migrations.migrate(store, schema.DEFAULT_RETENTION_S) == 3
+    views = {r[0] for r in store.rows("SELECT name FROM system.tables WHERE database = 'aiflame'")}
+    assert "samples_10m_mv" not in views and "samples_1h_mv" not in views
+    assert recover(store, replica=socket.gethostname()) == 1  # the open batch, undone
+    assert _totals(store, pt) == dict.fromkeys(("samples", "samples_10m", "samples_1h"), done)
+    assert rollups.watermark_ms(store) is None
+
+    # A new batch: rolled up by the writer, once, beside the old ones.
+    w2 = Writer(store, flush_interval_s=0.01, rollup_interval_s=0.1)
+    try:
+        c = _item(3, "v4-c", strings)
+        w2.submit([Work(tables={}, key=("profiles", "t", "v4-c"), profile_items=[c])]).result(60)
+        _wait(lambda: w2.rolled_batches >= 1)
+    finally:
+        w2.close()
+    new = int(c.row_value[c.type_ids.index(pt) == c.row_type].sum())
+    assert _totals(store, pt) == dict.fromkeys(("samples", "samples_10m", "samples_1h"), done + new)

@@ -228,3 +228,14 @@ def test_time_ranges_read_the_coarsest_roll_up_that_fits():
     covered = sorted((a, b) for _, _, a, b in pieces)
     assert covered[0][0] == day - 5 * m and covered[-1][1] == day + 2 * h + 25 * m
     assert all(x[1] == y[0] for x, y in itertools.pairwise(covered))
+    # A batch of 10:25 not rolled up yet: from there on, the samples themselves.
+    assert _pieces(day, day + 2 * h, rolled_until=day + h + 25 * m) == [
+        ("samples_1h", "hour", day, day + h),
+        ("samples_10m", "bucket", day + h, day + h + 20 * m),
+        ("samples", "time", day + h + 20 * m, day + h + 25 * m),
+        ("samples", "time", day + h + 25 * m, day + 2 * h),
+    ]
+    # ... or a late batch older than the whole range: nothing from the roll-ups.
+    assert _pieces(day, day + 2 * h, rolled_until=day - h) == [
+        ("samples", "time", day, day + 2 * h)
+    ]

@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import logging
 import os
+import socket
 import tempfile
 import threading
 import time
@@ -49,13 +50,18 @@ class ServerState:
         self.url = parse_store_url(config.store)
         self.store: Store = open_store(self.url, config.store_connections)
         migrations.migrate(self.store, config.retention_s)
-        recover(self.store)  # batches a killed process left half-written
+        # What a killed process left: batches half-written, committed ones not rolled up
+        # (this replica's at once, another's once it has been gone a while).
+        self.replica = socket.gethostname()
+        recover(self.store, replica=self.replica)
+        recover(self.store, older_than_s=_GRACE_S, replica=self.replica, others=True)
         _warm_up()
         self.writer = Writer(
             self.store,
             flush_interval_s=config.flush_interval_s,
             logged_interval_s=config.logged_flush_interval_s,
             batch_rows=config.batch_rows,
+            rollup_interval_s=config.rollup_interval_s,
         )
         self.strings = StringHashes()
         self.dictionaries = DictionaryCache()  # of the profiles that agents push every period
@@ -121,7 +127,7 @@ class ServerState:
     def _janitor_loop(self) -> None:
         while not self._stop.wait(_JANITOR_S):
             try:
-                recover(self.store, older_than_s=_GRACE_S)
+                recover(self.store, _GRACE_S, replica=self.replica, others=True)
             except Exception as e:
                 log.warning("janitor: %s", e)
 

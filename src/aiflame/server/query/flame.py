@@ -16,6 +16,7 @@ from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
 from aiflame.proto.pyroscope.querier.v1 import querier_pb2
 from aiflame.server.labels import ProfileType
 from aiflame.server.query.select import Selection, stack_values_sql
+from aiflame.server.store import rollups
 from aiflame.server.store.connection import Store
 from aiflame.sources.stacktrie import intern_paths
 
@@ -130,7 +131,8 @@ class Merged:
 
 def merged_stacks(store: Store, symbols: Symbols, sel: Selection) -> Merged:
     params: dict[str, object] = {}
-    t = store.arrow(stack_values_sql(sel, store.db, params), params)
+    sql = stack_values_sql(sel, store.db, params, rollups.watermark_ms(store))
+    t = store.arrow(sql, params)
     ids = t.column("stack_id").to_numpy()
     values = t.column("value").to_numpy().astype(np.int64)
     seqs = symbols.stack_frames(ids)

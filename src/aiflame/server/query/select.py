@@ -63,9 +63,13 @@ class Selection:
 TEN_MIN_MS = 600_000
 
 
-def _pieces(start: int, end: int) -> list[tuple[str, str, int, int]]:
+def _pieces(
+    start: int, end: int, rolled_until: int | None = None
+) -> list[tuple[str, str, int, int]]:
     """[start, end) as whole hours (hourly roll-up), whole ten minutes (10-minute roll-up)
-    and the rest (the samples): (table, time column, from ms, to ms)."""
+    and the rest (the samples): (table, time column, from ms, to ms). The roll-ups hold
+    every sample before ``rolled_until`` (None: every one); the samples after it are read
+    as they are."""
     out: list[tuple[str, str, int, int]] = []
 
     def split(a: int, b: int, unit: int, table: str, col: str, finer) -> None:
@@ -84,14 +88,20 @@ def _pieces(start: int, end: int) -> list[tuple[str, str, int, int]]:
     def tens(a: int, b: int) -> None:
         split(a, b, TEN_MIN_MS, "samples_10m", "bucket", raw)
 
-    split(start, end, HOUR_MS, "samples_1h", "hour", tens)
+    limit = end if rolled_until is None else max(start, min(end, rolled_until))
+    split(start, limit, HOUR_MS, "samples_1h", "hour", tens)
+    if limit < end:
+        raw(limit, end)
     return out
 
 
-def stack_values_sql(sel: Selection, db: str, params: dict[str, object]) -> str:
+def stack_values_sql(
+    sel: Selection, db: str, params: dict[str, object], rolled_until: int | None = None
+) -> str:
     """``(stack_id, value)`` rows of the selection, summed per stack. Whole hours come from
     the hourly roll-up, whole ten minutes from the 10-minute one, the rest from the samples
-    themselves, so "the last hour" reads at most 20 minutes of raw samples."""
+    themselves, so "the last hour" reads about 20 minutes of raw samples (and what is newer
+    than ``rolled_until``, the roll-ups' watermark: a minute or two)."""
     params.update(sel.params())
     series = sel.series_sql(db, params)
     if sel.profile_ids:
@@ -111,7 +121,7 @@ def stack_values_sql(sel: Selection, db: str, params: dict[str, object]) -> str:
     )
     ms = "fromUnixTimestamp64Milli({%s:Int64}, 'UTC')"
     parts: list[str] = []
-    for table, col, a, b in _pieces(sel.start_ms, sel.end_ms):
+    for table, col, a, b in _pieces(sel.start_ms, sel.end_ms, rolled_until):
         ka, kb = f"p{len(parts)}a", f"p{len(parts)}b"
         params[ka], params[kb] = a, b
         parts.append(

@@ -77,9 +77,15 @@ class Store:
             self._clients.put(c)
 
     # -- statements -------------------------------------------------------------------------
-    def command(self, sql: str, params: dict[str, Any] | None = None) -> Any:
+    def command(
+        self, sql: str, params: dict[str, Any] | None = None, settings: dict[str, Any] | None = None
+    ) -> Any:
+        """Run a statement. ``settings`` are an insert's (``INSERT ... SELECT``): on a
+        cluster, it returns once every shard holds the rows, as :meth:`insert` does."""
+        if settings is not None and self.cluster:
+            settings = {**CLUSTER_INSERT_SETTINGS, **settings}
         with self.client() as c:
-            return c.command(sql, parameters=params or None)
+            return c.command(sql, parameters=params or None, settings=settings)
 
     def rows(self, sql: str, params: dict[str, Any] | None = None) -> list[tuple]:
         with self.client() as c:

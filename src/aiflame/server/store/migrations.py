@@ -46,10 +46,41 @@ def _request_kind(db: str, retention_s: dict[str, int], cluster: str | None) -> 
     return schema.add_columns("trace_requests", "start_time", ["kind"], db, cluster)
 
 
+def _writer_rollups(db: str, retention_s: dict[str, int], cluster: str | None) -> list[str]:
+    """The samples' roll-ups move from materialized views to the writer (store/rollups.py).
+    Every batch already stored went through the views: it is marked rolled up, so that no
+    later roll-up (or the undo of a batch a crash left open) counts it twice."""
+    on = f" ON CLUSTER '{cluster}'" if cluster else ""
+    local = "_local" if cluster else ""
+    out = [
+        f"ALTER TABLE {db}.ingest_batches{local}{on} MODIFY COLUMN state {schema.BATCH_STATE}",
+    ]
+    if cluster:
+        out.append(f"ALTER TABLE {db}.ingest_batches{on} MODIFY COLUMN state {schema.BATCH_STATE}")
+    out += schema.add_columns("ingest_batches", "replica", ["min_time", "max_time"], db, cluster)
+    flushes = schema.TABLE_BY_NAME["rollup_flushes"]
+    out.append(schema.create_table(flushes, db, retention_s, cluster))
+    if cluster:
+        out.append(schema.create_distributed(flushes, db, cluster))
+    for name in ("samples_10m", "samples_1h"):
+        out.append(
+            f"ALTER TABLE {db}.{name}{local}{on} MODIFY SETTING "
+            "non_replicated_deduplication_window = 10000"
+        )
+    for view in ("samples_10m_mv", "samples_1h_mv"):
+        out.append(f"DROP VIEW IF EXISTS {db}.{view}{on}")
+    out.append(
+        f"INSERT INTO {db}.ingest_batches (batch_id, state, at, replica) "
+        f"SELECT DISTINCT batch_id, 'rolled', now64(3), 'migration 4' FROM {db}.ingest_batches"
+    )
+    return out
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", schema.schema_statements),
     Migration(2, "GPU telemetry: graphics engine and tensor pipes by precision", _gpm_fields),
     Migration(3, "fleet requests: memory snapshots beside traces", _request_kind),
+    Migration(4, "the samples' roll-ups made by the writer, not by views", _writer_rollups),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 

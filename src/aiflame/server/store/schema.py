@@ -24,6 +24,10 @@ DEFAULT_RETENTION_S = {
 }
 # How long the ingest journal keeps a batch's id on its rows (crash recovery, writer.py).
 JOURNAL_S = 2 * 86400
+BATCH_STATE = "Enum8('open' = 1, 'done' = 2, 'aborted' = 3, 'rolled' = 4)"
+# The roll-ups are written with deduplication tokens (an insert done again after a crash is
+# dropped); a replicated table keeps such ids anyway, a plain one keeps this many.
+_DEDUP = {"non_replicated_deduplication_window": "10000"}
 
 # The GPU-second sums of a workload's roll-up rows (each with the seconds it is measured
 # over, ``*_basis``), which the attribution queries add up.
@@ -110,6 +114,7 @@ TABLES: tuple[Table, ...] = (
         "cityHash64(series_id)",
         partition_by="toYYYYMM(hour)",
         ttl="hour + {profiles}",
+        settings=_DEDUP,
     ),
     Table(
         "samples_10m",
@@ -126,6 +131,7 @@ TABLES: tuple[Table, ...] = (
         "cityHash64(series_id)",
         partition_by="toYYYYMMDD(bucket)",
         ttl="bucket + {profiles}",
+        settings=_DEDUP,
     ),
     Table(
         "profiles",
@@ -414,13 +420,32 @@ TABLES: tuple[Table, ...] = (
         "ingest_batches",
         _cols(
             ("batch_id", "UInt64"),
-            ("state", "Enum8('open' = 1, 'done' = 2, 'aborted' = 3)"),
+            ("state", BATCH_STATE),
             ("at", _T),
             ("replica", "String"),
+            # schema version 4: on "done", the time span of the batch's samples (none: NULL)
+            ("min_time", f"Nullable({_T})"),
+            ("max_time", f"Nullable({_T})"),
         ),
         "MergeTree",
         "(batch_id, state)",
         "batch_id",
+        ttl=f"toDateTime(at) + INTERVAL {JOURNAL_S} SECOND",
+    ),
+    Table(  # the roll-ups of committed batches into samples_10m and samples_1h (rollups.py)
+        "rollup_flushes",
+        _cols(
+            ("flush_id", "UInt64"),
+            ("batch_ids", "Array(UInt64)"),
+            ("min_time", _T),
+            ("max_time", _T),
+            ("state", "Enum8('open' = 1, 'done' = 2)"),
+            ("at", _T),
+            ("replica", "String"),
+        ),
+        "MergeTree",
+        "(flush_id, state)",
+        "flush_id",
         ttl=f"toDateTime(at) + INTERVAL {JOURNAL_S} SECOND",
     ),
     Table(
@@ -447,23 +472,8 @@ _WORKLOAD_ROLLUP = """SELECT tenant, {bucket}(start) AS bucket, workload_id, any
     toFloat64(count()) AS periods
 FROM {source} GROUP BY tenant, bucket, workload_id"""
 
+# The samples are rolled up by the writer, not by views: store/rollups.py says why.
 VIEWS: tuple[View, ...] = (
-    View(
-        "samples_10m_mv",
-        "samples",
-        "samples_10m",
-        "SELECT tenant, profile_type, series_id, toStartOfTenMinutes(time) AS bucket, "
-        "stack_id, sum(value) AS value FROM {source} GROUP BY tenant, profile_type, series_id, "
-        "bucket, stack_id",
-    ),
-    View(
-        "samples_1h_mv",
-        "samples",
-        "samples_1h",
-        "SELECT tenant, profile_type, series_id, toStartOfHour(time) AS hour, stack_id, "
-        "sum(value) AS value FROM {source} GROUP BY tenant, profile_type, series_id, hour, "
-        "stack_id",
-    ),
     View(
         "workload_1m_mv",
         "workload_telemetry",

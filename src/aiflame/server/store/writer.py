@@ -12,6 +12,10 @@ batch id. A batch left open (the process was killed mid-way) is rolled back by
 :func:`recover` at the next start (and by any replica's janitor after a grace period): its
 rows are deleted and its contribution to the roll-ups subtracted, so the client's retry
 stores it exactly once.
+
+Committed batches with samples are rolled up into the 10-minute and hourly roll-ups every
+``rollup_interval_s`` by this same thread (store/rollups.py), so a roll-up never runs beside
+a batch of this writer.
 """
 
 from __future__ import annotations
@@ -29,8 +33,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from aiflame.server.errors import Overloaded
+from aiflame.server.store import rollups
 from aiflame.server.store.connection import Store
 
 log = logging.getLogger("aiflame.server")
@@ -116,6 +122,7 @@ class Writer:
         insert_threads: int = 4,
         logged_interval_s: float | None = None,
         batch_rows: int | None = None,
+        rollup_interval_s: float = 60.0,
     ) -> None:
         """``flush_interval_s``: how long a request that waits for its commit may wait for
         others to join its batch; ``logged_interval_s`` (default: the same): how long works
@@ -146,6 +153,12 @@ class Writer:
         self.committed_batches = 0
         self.committed_rows = 0
         self.commit_seconds = 0.0
+        self.rolled_batches = 0  # roll-ups done
+        # Committed batches not rolled up yet, and a roll-up that failed (retried as it was).
+        self.rollup_interval_s = rollup_interval_s
+        self._unrolled: list[rollups.Flush] = []
+        self._flush: rollups.Flush | None = None
+        self._rollup_due = float("inf")  # time.monotonic()
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=insert_threads, thread_name_prefix="aiflame-insert"
         )
@@ -194,39 +207,79 @@ class Writer:
     # -- the batch loop ---------------------------------------------------------------------
     def _run(self) -> None:
         while True:
-            with self._cond:
-                while not self._pending and not self._stop:
-                    self._cond.wait()
-                if not self._pending and self._stop:
-                    return
-                # Let a batch gather (group commit) until the first of its requests is due,
-                # unless shutting down or it is large already.
-                while not self._stop and self._pending_rows < self._batch_rows:
-                    remaining = self._next_due - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    self._cond.wait(remaining)
-                batch, self._pending = self._pending, []
-                self._pending_rows = 0
-                self._next_due = float("inf")
-            t0 = time.perf_counter()
-            try:
-                self._commit(batch)
-                self._failures = 0
-                self.commit_seconds += time.perf_counter() - t0
-            except Exception as e:  # the store failed: the clients retry, the log is kept
-                log.error("store: a batch of %d requests failed: %s", len(batch), e)
-                again = [p for p in batch if p.durable]
-                for p in batch:
-                    if not p.durable and not p.future.done():
-                        p.future.set_exception(Overloaded(f"the store failed: {e}", 5))
-                if again:
-                    with self._cond:
-                        self._pending[:0] = again
-                        self._pending_rows += sum(w.rows for p in again for w in p.works)
-                        self._next_due = time.monotonic()  # retried after the pause below
-                    self._failures = min(self._failures + 1, 6)
-                    time.sleep(0.5 * 2**self._failures)
+            batch = self._next_batch()
+            if batch is None:  # stopping, and nothing is pending
+                self._roll_up()
+                return
+            if batch:
+                self._commit_or_requeue(batch)
+            if (self._unrolled or self._flush) and time.monotonic() >= self._rollup_due:
+                self._roll_up()
+
+    def _next_batch(self) -> list[_Pending] | None:
+        """The next batch; [] when only a roll-up is due; None once stopping and drained."""
+        with self._cond:
+            while not self._pending and not self._stop:
+                left = self._rollup_due - time.monotonic()
+                if left <= 0:
+                    return []
+                self._cond.wait(None if left == float("inf") else left)
+            if not self._pending:
+                return None
+            # Let a batch gather (group commit) until the first of its requests is due,
+            # unless shutting down or it is large already.
+            while not self._stop and self._pending_rows < self._batch_rows:
+                remaining = self._next_due - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+            batch, self._pending = self._pending, []
+            self._pending_rows = 0
+            self._next_due = float("inf")
+        return batch
+
+    def _commit_or_requeue(self, batch: list[_Pending]) -> None:
+        t0 = time.perf_counter()
+        try:
+            self._commit(batch)
+            self._failures = 0
+            self.commit_seconds += time.perf_counter() - t0
+        except Exception as e:  # the store failed: the clients retry, the log is kept
+            log.error("store: a batch of %d requests failed: %s", len(batch), e)
+            again = [p for p in batch if p.durable]
+            for p in batch:
+                if not p.durable and not p.future.done():
+                    p.future.set_exception(Overloaded(f"the store failed: {e}", 5))
+            if again:
+                with self._cond:
+                    self._pending[:0] = again
+                    self._pending_rows += sum(w.rows for p in again for w in p.works)
+                    self._next_due = time.monotonic()  # retried after the pause below
+                self._failures = min(self._failures + 1, 6)
+                time.sleep(0.5 * 2**self._failures)
+
+    def _roll_up(self) -> None:
+        """Roll the committed batches up (or the roll-up that failed before, as it was)."""
+        if self._flush is None and self._unrolled:
+            parts, self._unrolled = self._unrolled, []
+            self._flush = rollups.Flush(
+                secrets.randbits(63),
+                [b for p in parts for b in p.batch_ids],
+                min(p.min_ms for p in parts),
+                max(p.max_ms for p in parts),
+                [s for p in parts for s in p.series],
+            )
+        self._rollup_due = float("inf")
+        if self._flush is None:
+            return
+        try:
+            rollups.run(self.store, self._flush, self.replica)
+            self._flush = None
+            self.rolled_batches += 1
+        except Exception as e:  # tried again later; a crash leaves it to rollups.recover
+            log.error("store: rolling up %d batch(es) failed: %s", len(self._flush.batch_ids), e)
+        if self._flush or self._unrolled:
+            self._rollup_due = time.monotonic() + self.rollup_interval_s
 
     def _commit(self, batch: list[_Pending]) -> None:
         works = [w for p in batch for w in p.works]
@@ -254,8 +307,13 @@ class Writer:
                     except Exception as e:  # recovery at the next start will do it
                         log.error("store: rollback of batch %x failed: %s", batch_id, e)
                 raise
+            span = _time_span(tables.get("samples"))
             if journalled:
-                self._journal(batch_id, "done")
+                self._journal(batch_id, "done", span)
+            if span is not None:
+                self._unrolled.append(rollups.Flush(batch_id, [batch_id], *span, _series(chosen)))
+                if self._rollup_due == float("inf"):
+                    self._rollup_due = time.monotonic() + self.rollup_interval_s
             self._remember(chosen, time.time())
             self.committed_batches += 1
             self.committed_rows += sum(t.num_rows for t in tables.values())
@@ -269,16 +327,18 @@ class Writer:
             if not p.future.done():
                 p.future.set_result(None)
 
-    def _journal(self, batch_id: int, state: str) -> None:
-        now = np.array([time.time_ns() // 1_000_000], dtype=np.int64)
+    def _journal(self, batch_id: int, state: str, span: tuple[int, int] | None = None) -> None:
+        ms = pa.timestamp("ms", tz="UTC")
         self.store.insert(
             "ingest_batches",
             pa.table(
                 {
                     "batch_id": pa.array([batch_id], pa.uint64()),
                     "state": pa.array([state]),
-                    "at": pa.array(now, pa.timestamp("ms", tz="UTC")),
+                    "at": pa.array([time.time_ns() // 1_000_000], ms),
                     "replica": pa.array([self.replica]),
+                    "min_time": pa.array([span[0] if span else None], ms),
+                    "max_time": pa.array([span[1] if span else None], ms),
                 }
             ),
         )
@@ -357,6 +417,18 @@ class Writer:
         return t is None or now - t > _STALE_S
 
 
+def _time_span(samples: pa.Table | None) -> tuple[int, int] | None:
+    """First and last sample time (ms) of a batch; None without samples."""
+    if samples is None or samples.num_rows == 0:
+        return None
+    span = pc.min_max(samples.column("time").cast(pa.int64()))
+    return int(span["min"].as_py()), int(span["max"].as_py())
+
+
+def _series(works: list[Work]) -> list[int]:
+    return [s for w in works for it in w.profile_items for s in it.series_ids]
+
+
 def _concat(parts: list) -> pa.Array | pa.ChunkedArray:
     if len(parts) == 1:
         p = parts[0]
@@ -369,44 +441,31 @@ def _concat(parts: list) -> pa.Array | pa.ChunkedArray:
 
 
 # -- crash recovery -----------------------------------------------------------------------------
+# The workload roll-ups are materialized views: a batch's share is in them as soon as its rows.
 _ROLLUP_UNDO = {
-    "samples_10m": (
-        "samples",
-        "SELECT tenant, profile_type, series_id, toStartOfTenMinutes(time) AS bucket, stack_id, "
-        "-sum(value) AS value FROM {db}.samples WHERE batch_id IN {{ids:Array(UInt64)}} "
-        "GROUP BY tenant, profile_type, series_id, bucket, stack_id",
-    ),
-    "samples_1h": (
-        "samples",
-        "SELECT tenant, profile_type, series_id, toStartOfHour(time) AS hour, stack_id, "
-        "-sum(value) AS value FROM {db}.samples WHERE batch_id IN {{ids:Array(UInt64)}} "
-        "GROUP BY tenant, profile_type, series_id, hour, stack_id",
-    ),
-    **{
-        name: (
-            "workload_telemetry",
-            f"SELECT tenant, {fn}(start) AS bucket, workload_id, any(labels) AS labels, "
-            "-sum(allocated_gpu_seconds), -sum(ifNull(busy_gpu_seconds, 0)), "
-            "-sumIf(allocated_gpu_seconds, busy_gpu_seconds IS NOT NULL), "
-            "-sum(ifNull(useful_gpu_seconds, 0)), "
-            "-sumIf(allocated_gpu_seconds, useful_gpu_seconds IS NOT NULL), "
-            "-sum(ifNull(est_flop, 0)), -sumIf(allocated_gpu_seconds, est_flop IS NOT NULL), "
-            "-sum(ifNull(energy_joules, 0)), "
-            "-sumIf(allocated_gpu_seconds, energy_joules IS NOT NULL), "
-            "-sum(toFloat64(ifNull(input_bytes, 0))), "
-            "-sumIf(allocated_gpu_seconds, input_bytes IS NOT NULL), -toFloat64(count()) "
-            "FROM {db}.workload_telemetry WHERE batch_id IN {{ids:Array(UInt64)}} "
-            "GROUP BY tenant, bucket, workload_id",
-        )
-        for name, fn in (("workload_1m", "toStartOfMinute"), ("workload_1h", "toStartOfHour"))
-    },
+    name: (
+        "workload_telemetry",
+        f"SELECT tenant, {fn}(start) AS bucket, workload_id, any(labels) AS labels, "
+        "-sum(allocated_gpu_seconds), -sum(ifNull(busy_gpu_seconds, 0)), "
+        "-sumIf(allocated_gpu_seconds, busy_gpu_seconds IS NOT NULL), "
+        "-sum(ifNull(useful_gpu_seconds, 0)), "
+        "-sumIf(allocated_gpu_seconds, useful_gpu_seconds IS NOT NULL), "
+        "-sum(ifNull(est_flop, 0)), -sumIf(allocated_gpu_seconds, est_flop IS NOT NULL), "
+        "-sum(ifNull(energy_joules, 0)), "
+        "-sumIf(allocated_gpu_seconds, energy_joules IS NOT NULL), "
+        "-sum(toFloat64(ifNull(input_bytes, 0))), "
+        "-sumIf(allocated_gpu_seconds, input_bytes IS NOT NULL), -toFloat64(count()) "
+        "FROM {db}.workload_telemetry WHERE batch_id IN {{ids:Array(UInt64)}} "
+        "GROUP BY tenant, bucket, workload_id",
+    )
+    for name, fn in (("workload_1m", "toStartOfMinute"), ("workload_1h", "toStartOfHour"))
 }
 
 
 def open_batches(store: Store, older_than_s: float) -> list[int]:
     rows = store.rows(
         f"SELECT batch_id FROM {store.db}.ingest_batches GROUP BY batch_id "
-        "HAVING countIf(state != 'open') = 0 AND "
+        "HAVING countIf(state IN ('done', 'aborted')) = 0 AND "
         "max(at) < now64(3) - toIntervalMillisecond({grace:UInt64})",
         {"grace": int(older_than_s * 1000)},
     )
@@ -417,22 +476,42 @@ def rollback(store: Store, batch_ids: list[int]) -> None:
     """Remove every row of these batches and their share of the roll-ups."""
     if not batch_ids:
         return
-    params = {"ids": batch_ids}
+    params: dict[str, Any] = {"ids": batch_ids}
     for target, (_source, select) in _ROLLUP_UNDO.items():
         store.command(f"INSERT INTO {store.db}.{target} " + select.format(db=store.db), params)
+    # An open batch is rolled up into the samples' roll-ups only if it was written before
+    # they were made by the writer (migration 4 marked those batches rolled).
+    rolled = store.rows(
+        f"SELECT DISTINCT batch_id FROM {store.db}.ingest_batches WHERE state = 'rolled' "
+        "AND batch_id IN {ids:Array(UInt64)}",
+        params,
+    )
+    if rolled:
+        undo = {"ids": [int(r[0]) for r in rolled]}
+        for target in rollups.TARGETS:
+            select = rollups.rollup_select(
+                store.db, target, "batch_id IN {ids:Array(UInt64)}", sign="-"
+            )
+            store.command(f"INSERT INTO {store.db}.{target} " + select, undo)
     for table in _JOURNALLED:
         store.delete_where(table, "batch_id IN {ids:Array(UInt64)}", params)
     store.command(
-        f"INSERT INTO {store.db}.ingest_batches SELECT arrayJoin({{ids:Array(UInt64)}}), "
-        "'aborted', now64(3), ''",
+        f"INSERT INTO {store.db}.ingest_batches (batch_id, state, at, replica) "
+        "SELECT arrayJoin({ids:Array(UInt64)}), 'aborted', now64(3), ''",
         params,
     )
 
 
-def recover(store: Store, older_than_s: float = 0.0) -> int:
-    """Roll back batches left open by a killed process; returns how many."""
+def recover(
+    store: Store, older_than_s: float = 0.0, replica: str | None = None, *, others: bool = False
+) -> int:
+    """Roll back batches left open by a killed process, then finish its roll-ups (those of
+    ``replica``, or with ``others`` of every other one; all when None); returns how many
+    batches were rolled back."""
     ids = open_batches(store, older_than_s)
     if ids:
         log.warning("store: rolling back %d batch(es) interrupted mid-write", len(ids))
         rollback(store, ids)
+    me = socket.gethostname()
+    rollups.recover(store, me, older_than_s, replica, others=others)
     return len(ids)
