@@ -275,7 +275,15 @@ def ingest(args: argparse.Namespace) -> dict:
         "push": tables.get("profiles", {}).get("rows", 0),
         "telemetry": tables.get("telemetry_batches", {}).get("rows", 0),
     }
-    profile_tables = ("samples", "samples_1h", "stacks", "frames", "series", "profiles")
+    profile_tables = (
+        "samples",
+        "samples_10m",
+        "samples_1h",
+        "stacks",
+        "frames",
+        "series",
+        "profiles",
+    )
     written = sum(tables.get(t, {}).get("compressed_bytes", 0) for t in profile_tables)
     merged = merged_sizes(work / "data", profile_tables)
     pprof_gz = statistics.mean(len(b) for b in unique_blobs)

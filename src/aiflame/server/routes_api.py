@@ -507,9 +507,10 @@ async def store_stats(request: Request) -> Response:
 
 async def flush(request: Request) -> Response:
     """Wait until everything accepted before this request is in the store (pushes are
-    answered once logged, and stored a moment later)."""
+    answered once logged, and stored a moment later) and in its roll-ups."""
     state = _state(request)
     await state.store_works([])
+    await state.roll_up_now()
     return JSONResponse({"flushed": True})
 
 

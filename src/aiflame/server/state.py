@@ -120,6 +120,14 @@ class ServerState:
         except TimeoutError:
             raise Overloaded("the store did not commit in time; retry", retry_after=5) from None
 
+    async def roll_up_now(self) -> None:
+        """Roll up every committed batch now (not at the writer's next interval)."""
+        fut = self.writer.roll_up_now()
+        try:
+            await asyncio.wait_for(asyncio.wrap_future(fut), self.writer.commit_timeout_s)
+        except TimeoutError:
+            raise Overloaded("the store did not roll up in time; retry", retry_after=5) from None
+
     def retention_floor_ms(self, group: str) -> int:
         return int((time.time() - self.config.retention_s[group]) * 1000)
 

@@ -159,6 +159,7 @@ class Writer:
         self._unrolled: list[rollups.Flush] = []
         self._flush: rollups.Flush | None = None
         self._rollup_due = float("inf")  # time.monotonic()
+        self._rollup_waiters: list[concurrent.futures.Future] = []
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=insert_threads, thread_name_prefix="aiflame-insert"
         )
@@ -192,6 +193,16 @@ class Writer:
                 self._cond.notify()
         return fut
 
+    def roll_up_now(self) -> concurrent.futures.Future:
+        """Roll up every batch committed so far without waiting for the interval; the future
+        resolves once that is done (an admin's flush, the benchmarks)."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        with self._cond:
+            self._rollup_waiters.append(fut)
+            self._rollup_due = 0.0
+            self._cond.notify()
+        return fut
+
     def behind(self, rows: int) -> bool:
         """Whether queueing ``rows`` more would exceed the writer's bound."""
         with self._cond:
@@ -213,7 +224,7 @@ class Writer:
                 return
             if batch:
                 self._commit_or_requeue(batch)
-            if (self._unrolled or self._flush) and time.monotonic() >= self._rollup_due:
+            if time.monotonic() >= self._rollup_due:
                 self._roll_up()
 
     def _next_batch(self) -> list[_Pending] | None:
@@ -269,17 +280,28 @@ class Writer:
                 max(p.max_ms for p in parts),
                 [s for p in parts for s in p.series],
             )
-        self._rollup_due = float("inf")
-        if self._flush is None:
-            return
-        try:
-            rollups.run(self.store, self._flush, self.replica)
-            self._flush = None
-            self.rolled_batches += 1
-        except Exception as e:  # tried again later; a crash leaves it to rollups.recover
-            log.error("store: rolling up %d batch(es) failed: %s", len(self._flush.batch_ids), e)
+        with self._cond:
+            waiters, self._rollup_waiters = self._rollup_waiters, []
+            self._rollup_due = float("inf")
+        error: Exception | None = None
+        if self._flush is not None:
+            try:
+                rollups.run(self.store, self._flush, self.replica)
+                self._flush = None
+                self.rolled_batches += 1
+            except Exception as e:  # tried again later; a crash leaves it to rollups.recover
+                log.error(
+                    "store: rolling up %d batch(es) failed: %s", len(self._flush.batch_ids), e
+                )
+                error = e
         if self._flush or self._unrolled:
-            self._rollup_due = time.monotonic() + self.rollup_interval_s
+            with self._cond:
+                self._rollup_due = min(self._rollup_due, time.monotonic() + self.rollup_interval_s)
+        for fut in waiters:
+            if error is None:
+                fut.set_result(None)
+            else:
+                fut.set_exception(Overloaded(f"the store failed: {error}", 5))
 
     def _commit(self, batch: list[_Pending]) -> None:
         works = [w for p in batch for w in p.works]
