@@ -61,9 +61,11 @@ class ServerConfig:
     # ... or sooner, once a batch holds this many rows (samples and telemetry): about 3 s of
     # 1,000 agents' pushes, whose batch takes ~0.3 s of Python to build.
     batch_rows: int = 200_000
-    # Committed batches are rolled up into the 10-minute and hourly roll-ups this often:
-    # queries read the samples themselves for what is newer (store/rollups.py).
-    rollup_interval_s: float = 60.0
+    # Committed batches are rolled up into the 10-minute and hourly roll-ups once a 10-minute
+    # bucket is over (30 s after the wall clock's multiple of this): each series' rows of the
+    # bucket are summed into one. Queries read the samples themselves for what is newer
+    # (store/rollups.py).
+    rollup_interval_s: float = 600.0
     store_connections: int = 8
     wal_dir: str = "./aiflame-wal"  # the write-ahead log when the store is a ClickHouse server
     wal_fsync: bool = False

@@ -122,7 +122,7 @@ class Writer:
         insert_threads: int = 4,
         logged_interval_s: float | None = None,
         batch_rows: int | None = None,
-        rollup_interval_s: float = 60.0,
+        rollup_interval_s: float = 600.0,
     ) -> None:
         """``flush_interval_s``: how long a request that waits for its commit may wait for
         others to join its batch; ``logged_interval_s`` (default: the same): how long works
@@ -269,6 +269,15 @@ class Writer:
                 self._failures = min(self._failures + 1, 6)
                 time.sleep(0.5 * 2**self._failures)
 
+    def _next_rollup(self) -> float:
+        """When to roll up next (time.monotonic()): just after the wall clock's next multiple
+        of the interval, so that a 10-minute bucket is rolled up once, when it is over (its
+        stragglers later, summed by the merges)."""
+        every = self.rollup_interval_s
+        now = time.time()
+        wait = every - now % every + min(30.0, every / 4)
+        return time.monotonic() + wait
+
     def _roll_up(self) -> None:
         """Roll the committed batches up (or the roll-up that failed before, as it was)."""
         if self._flush is None and self._unrolled:
@@ -296,7 +305,7 @@ class Writer:
                 error = e
         if self._flush or self._unrolled:
             with self._cond:
-                self._rollup_due = min(self._rollup_due, time.monotonic() + self.rollup_interval_s)
+                self._rollup_due = min(self._rollup_due, self._next_rollup())
         for fut in waiters:
             if error is None:
                 fut.set_result(None)
@@ -335,7 +344,7 @@ class Writer:
             if span is not None:
                 self._unrolled.append(rollups.Flush(batch_id, [batch_id], *span, _series(chosen)))
                 if self._rollup_due == float("inf"):
-                    self._rollup_due = time.monotonic() + self.rollup_interval_s
+                    self._rollup_due = self._next_rollup()
             self._remember(chosen, time.time())
             self.committed_batches += 1
             self.committed_rows += sum(t.num_rows for t in tables.values())
