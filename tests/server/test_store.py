@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import time
 
+import numpy as np
 import payloads
 import pyarrow as pa
 import pytest
@@ -369,3 +370,47 @@ def test_a_version_3_store_keeps_its_roll_ups_and_counts_nothing_twice(store):
         w2.close()
     new = int(c.row_value[c.type_ids.index(pt) == c.row_type].sum())
     assert _totals(store, pt) == dict.fromkeys(("samples", "samples_10m", "samples_1h"), done + new)
+
+
+def test_the_frames_of_a_dictionary_pushed_every_period_are_looked_up_once(store):
+    """An agent pushes the same dictionary every period: once its frames are stored, the
+    next batches neither look its frames up nor write them (until a day has passed)."""
+    import gzip
+
+    from aiflame.server.ingest.dictionaries import DictionaryCache
+
+    migrations.migrate(store, schema.DEFAULT_RETENTION_S)
+    strings, cache = hashing.StringHashes(), DictionaryCache()
+    raw = gzip.decompress(payloads.pprof_bytes(payloads.cpu_profile(3, time.time_ns())))
+
+    def pushed(pid: str) -> profiles.ProfileItem:
+        cols, known = cache.decode(raw, strings)
+        return profiles.profile_item(
+            cols,
+            {"__name__": "process_cpu", "service_name": "store-test"},
+            tenant="t",
+            profile_id=pid,
+            received_ms=int(time.time() * 1000),
+            pprof_bytes=1,
+            strings=strings,
+            known=known,
+        )
+
+    w = Writer(store, flush_interval_s=0.01, rollup_interval_s=3600)
+    try:
+        first = pushed("d-1")
+        assert first.dictionary is not None and first.dictionary.frames_stored_at < 0
+        w.submit([Work(tables={}, key=("profiles", "t", "d-1"), profile_items=[first])]).result(60)
+        assert time.time() - first.dictionary.frames_stored_at < 60
+        stored = store.rows("SELECT count() FROM aiflame.frames")[0][0]
+        assert stored == np.unique(first.frame_ids).size > 0
+        second = pushed("d-2")
+        assert second.dictionary is first.dictionary  # the cache's
+        tables = w._tables([Work(tables={}, profile_items=[second])], batch_id=1)
+        assert "frames" not in tables and "samples" in tables
+        first.dictionary.frames_stored_at -= 2 * 86400  # a day later: looked up again
+        w.frames = writer_mod.KnownIds()  # (and as if the writer had never seen them)
+        tables = w._tables([Work(tables={}, profile_items=[second])], batch_id=2)
+        assert tables["frames"].num_rows == stored
+    finally:
+        w.close()

@@ -11,9 +11,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from aiflame.server.ingest.profiles import ProfileItem, _ragged_take
+from aiflame.server.ingest.profiles import Dictionary, ProfileItem, _ragged_take
 
 _MAP = pa.map_(pa.string(), pa.string())
+FRAMES_FRESH_S = 86400.0  # as the writer's own cache of frame ids (KnownIds)
 _MS = pa.timestamp("ms", tz="UTC")
 _S = pa.timestamp("s", tz="UTC")
 
@@ -31,6 +32,7 @@ def profile_tables(
     series_rows: list[tuple[str, str, int, int, dict[str, str]]] = []
     new_stacks: dict[int, ProfileItem] = {}
     new_frames: dict[int, ProfileItem] = {}
+    checked: dict[int, Dictionary] = {}  # dictionaries whose frames are all stored after this
     for it in items:
         n = it.row_value.size
         ti = tenants.setdefault(it.tenant, len(tenants))
@@ -58,8 +60,12 @@ def profile_tables(
         it._series_keys = keys  # type: ignore[attr-defined]
         for s_id in writer.stacks.new(it.stack_ids, now).tolist():
             new_stacks.setdefault(s_id, it)
-        for f_id in writer.frames.new(np.unique(it.frame_ids), now).tolist():
-            new_frames.setdefault(f_id, it)
+        d = it.dictionary
+        if d is None or now - d.frames_stored_at > FRAMES_FRESH_S:
+            for f_id in writer.frames.new(np.unique(it.frame_ids), now).tolist():
+                new_frames.setdefault(f_id, it)
+            if d is not None:
+                checked[id(d)] = d
     tenant_names = list(tenants)
     type_names = list(types)
     if any(v.size for v in value):
@@ -87,7 +93,7 @@ def profile_tables(
         _stack_rows(new_stacks, cols, int(now))
     if new_frames:
         _frame_rows(new_frames, cols, int(now))
-    writer._written = (list(new_stacks), list(new_frames))
+    writer._written = (list(new_stacks), list(new_frames), list(checked.values()))
     cols.setdefault("profiles", {}).update(
         {
             "tenant": [pa.array([it.tenant for it in items])],

@@ -57,6 +57,7 @@ class ProfileItem:
     strings: list[str]
     samples: int = 0
     totals: list[int] = field(default_factory=list)
+    dictionary: Dictionary | None = None  # where its frames come from
 
     def frame_rows(self, wanted: np.ndarray) -> list[tuple[int, str, int, str, int, str]]:
         """(frame_id, name, kind, file, line, module) of the frames in ``wanted``."""
@@ -127,6 +128,9 @@ class Dictionary:
     per_loc: np.ndarray
     frame_ids: np.ndarray  # sorted (for the frames table)
     frame_src: np.ndarray  # (n, 5) string indices and line, as ProfileItem.frame_src
+    # When the writer last found every frame of it stored (time.time()): the frames of a
+    # dictionary pushed every period are looked up once a day, not every period.
+    frames_stored_at: float = float("-inf")
 
     def location_positions(self, wanted: np.ndarray) -> np.ndarray:
         """Index of each location id in ``wanted`` (BadRequest if one is missing)."""
@@ -274,6 +278,7 @@ def profile_item(
         strings=d.strings,
         samples=n,
         totals=[int(x) for x in cols.values.sum(axis=0).tolist()] if n else [0] * ntypes,
+        dictionary=d,
     )
 
 

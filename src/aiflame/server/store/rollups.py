@@ -3,8 +3,9 @@
 Roll-ups summed at every insert (materialized views) cost as much as the samples themselves:
 a batch of pushes holds one profile per series, so the views summed nothing, wrote every
 row twice more and merged it again later. Instead the writer rolls its committed batches up
-every minute or so: one ``INSERT ... SELECT`` per roll-up reads those batches' rows back
-(the newest parts, found by time and series) and writes them summed per bucket.
+once a 10-minute bucket is over: one ``INSERT ... SELECT`` per roll-up reads those batches'
+rows back (the newest parts, found by time and series) and writes them summed per bucket,
+one row per series, stack and bucket where there were sixty.
 
 Exactly once: a roll-up ("flush") is journalled in ``rollup_flushes`` with its batch ids
 before its inserts, each insert carries a deduplication token made of the flush id, and the
@@ -13,7 +14,7 @@ process is done again with the same ids and tokens (the engine drops an insert i
 holds); a batch committed but in no flush is rolled up on its own, with a token of its id.
 
 Queries read the roll-ups only below the watermark: the oldest sample of a committed batch
-not yet rolled up (normally a minute or two ago; a late batch of old samples moves it back
+not yet rolled up (at most about ten minutes ago; a late batch of old samples moves it back
 until its roll-up). From there on they read the samples.
 """
 

@@ -13,9 +13,9 @@ batch id. A batch left open (the process was killed mid-way) is rolled back by
 rows are deleted and its contribution to the roll-ups subtracted, so the client's retry
 stores it exactly once.
 
-Committed batches with samples are rolled up into the 10-minute and hourly roll-ups every
-``rollup_interval_s`` by this same thread (store/rollups.py), so a roll-up never runs beside
-a batch of this writer.
+Committed batches with samples are rolled up into the 10-minute and hourly roll-ups when each
+``rollup_interval_s`` of the wall clock is over, by this same thread (store/rollups.py), so a
+roll-up never runs beside a batch of this writer.
 """
 
 from __future__ import annotations
@@ -148,7 +148,8 @@ class Writer:
         self.stacks = KnownIds()
         self.frames = KnownIds()
         self._series_seen: dict[tuple, float] = {}
-        self._written: tuple[list[int], list[int]] = ([], [])  # of the batch being committed
+        # of the batch being committed: stacks, frames, dictionaries whose frames are stored
+        self._written: tuple[list[int], list[int], list[Any]] = ([], [], [])
         self._failures = 0
         self.committed_batches = 0
         self.committed_rows = 0
@@ -403,7 +404,7 @@ class Writer:
     # -- rows -> Arrow tables ---------------------------------------------------------------
     def _tables(self, works: list[Work], batch_id: int) -> dict[str, pa.Table]:
         now = time.time()
-        self._written = ([], [])  # not those of a batch that failed
+        self._written = ([], [], [])  # not those of a batch that failed
         cols: dict[str, dict[str, list]] = {}
         for w in works:
             for table, columns in w.tables.items():
@@ -432,10 +433,12 @@ class Writer:
     def _remember(self, works: list[Work], now: float) -> None:
         # The stacks and frames this batch wrote (set by profile_tables): those seen before
         # keep the time they were written, so they are written again a day later.
-        stacks, frames = self._written
+        stacks, frames, dictionaries = self._written
         self.stacks.add(stacks, now)
         self.frames.add(frames, now)
-        self._written = ([], [])
+        for d in dictionaries:
+            d.frames_stored_at = now
+        self._written = ([], [], [])
         for w in works:
             for it in w.profile_items:
                 for key in getattr(it, "_series_keys", ()):
