@@ -78,4 +78,5 @@ def _size(strings: list[str], d: Dictionary) -> int:
     arrays = (d.loc_ids, d.loc_order, d.loc_frames, d.loc_off, d.per_loc, d.frame_ids)
     # Strings: their characters and about 50 bytes of object each.
     text = sum(map(len, d.strings)) + 50 * len(d.strings)
-    return sum(a.nbytes for a in arrays) + d.frame_src.nbytes + text + 8 * len(strings)
+    dense = d.loc_dense.nbytes if d.loc_dense is not None else 0
+    return sum(a.nbytes for a in arrays) + d.frame_src.nbytes + dense + text + 8 * len(strings)

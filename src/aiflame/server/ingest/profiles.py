@@ -57,7 +57,8 @@ class ProfileItem:
     strings: list[str]
     samples: int = 0
     totals: list[int] = field(default_factory=list)
-    dictionary: Dictionary | None = None  # where its frames come from
+    # where its frames come from (the same object for every push of one dictionary)
+    dictionary: Dictionary | None = field(default=None, compare=False, repr=False)
 
     def frame_rows(self, wanted: np.ndarray) -> list[tuple[int, str, int, str, int, str]]:
         """(frame_id, name, kind, file, line, module) of the frames in ``wanted``."""
@@ -128,12 +129,20 @@ class Dictionary:
     per_loc: np.ndarray
     frame_ids: np.ndarray  # sorted (for the frames table)
     frame_src: np.ndarray  # (n, 5) string indices and line, as ProfileItem.frame_src
+    # Index by location id, where the ids are small numbers (as pprof writers number them):
+    # one array lookup per sample location instead of a binary search; -1 for no location.
+    loc_dense: np.ndarray | None = None
     # When the writer last found every frame of it stored (time.time()): the frames of a
     # dictionary pushed every period are looked up once a day, not every period.
     frames_stored_at: float = float("-inf")
 
     def location_positions(self, wanted: np.ndarray) -> np.ndarray:
         """Index of each location id in ``wanted`` (BadRequest if one is missing)."""
+        dense = self.loc_dense
+        if dense is not None and wanted.size and int(wanted.max()) < dense.size:
+            pos = dense[wanted]
+            if int(pos.min()) >= 0:
+                return pos
         return _sorted_positions(self.loc_ids, self.loc_order, wanted, "location")
 
 
@@ -187,6 +196,10 @@ def dictionary(cols: PprofColumns, strings: hashing.StringHashes) -> Dictionary:
         line_frames = np.concatenate((line_frames, loc_frames[loc_off[bare]]))
     loc_order = np.argsort(cols.loc_id, kind="stable")
     frame_order = np.argsort(line_frames, kind="stable")
+    loc_dense = None
+    if nl and int(cols.loc_id.max()) < 4 * nl + 1024:
+        loc_dense = np.full(int(cols.loc_id.max()) + 1, -1, dtype=np.int64)
+        loc_dense[cols.loc_id[::-1]] = np.arange(nl - 1, -1, -1)  # the first of equal ids
     return Dictionary(
         strings=S,
         loc_ids=cols.loc_id[loc_order],
@@ -196,6 +209,7 @@ def dictionary(cols: PprofColumns, strings: hashing.StringHashes) -> Dictionary:
         per_loc=per_loc,
         frame_ids=line_frames[frame_order],
         frame_src=src[frame_order],
+        loc_dense=loc_dense,
     )
 
 
