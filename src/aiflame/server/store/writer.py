@@ -344,8 +344,8 @@ class Writer:
                 self._journal(batch_id, "done", span)
             if span is not None:
                 self._unrolled.append(rollups.Flush(batch_id, [batch_id], *span, _series(chosen)))
-                if self._rollup_due == float("inf"):
-                    self._rollup_due = self._next_rollup()
+                with self._cond:  # (an admin's roll_up_now may have made it due already)
+                    self._rollup_due = min(self._rollup_due, self._next_rollup())
             self._remember(chosen, time.time())
             self.committed_batches += 1
             self.committed_rows += sum(t.num_rows for t in tables.values())
