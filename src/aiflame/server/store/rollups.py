@@ -38,6 +38,7 @@ TARGETS = {
     "samples_1h": ("toStartOfHour(time)", "hour"),
 }
 _MS = "fromUnixTimestamp64Milli({%s:Int64}, 'UTC')"
+_ONE_BLOCK = 1 << 40
 
 
 def rollup_select(db: str, target: str, where: str, sign: str = "") -> str:
@@ -79,6 +80,11 @@ def run(store: Store, flush: Flush, replica: str) -> None:
             settings={
                 "insert_deduplicate": 1,
                 "insert_deduplication_token": f"rollup-{flush.flush_id}-{target}",
+                # One block, whatever the order of the rows: a token names each block of an
+                # insert, so a roll-up done again must not split its rows otherwise.
+                "min_insert_block_size_rows": _ONE_BLOCK,
+                "min_insert_block_size_bytes": _ONE_BLOCK,
+                "max_insert_block_size": _ONE_BLOCK,
             },
         )
     mark_rolled(store, flush.batch_ids, replica)
