@@ -45,16 +45,16 @@ class DictionaryCache:
     def decode(self, data: bytes, strings: StringHashes) -> tuple[PprofColumns, Dictionary | None]:
         """The columns of an (uncompressed) pprof, and its dictionary when it was known
         (then the columns hold the samples only). BadRequest for invalid data."""
-        top = pprof_columns.parse(data)
-        key = pprof_columns.dictionary_key(data)
+        parsed = pprof_columns.parse_samples(data)
+        key = parsed.dictionary_key
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None:
                 self._entries.move_to_end(key)
                 self.hits += 1
         if entry is not None:
-            return pprof_columns.columns(top, data, entry.strings), entry.frames
-        cols = pprof_columns.columns(top, data)
+            return pprof_columns.columns(parsed, data, entry.strings), entry.frames
+        cols = pprof_columns.decode(data)
         frames = dictionary(cols, strings)
         with self._lock:
             self.misses += 1

@@ -8,7 +8,7 @@ concatenation of each kind is decoded in one vectorised pass and walked field by
 all messages at once. A profile's dictionary (its functions, locations, mappings and string
 table) can be decoded apart from its samples: an agent that pushes the same program every
 period may send the same dictionary again, and then the server decodes only the samples of
-the push (see ``dictionary_key`` and dictionaries.py). Anything that does not fit (unknown
+the push (see ``parse_samples`` and dictionaries.py). Anything that does not fit (unknown
 wire types, a corrupt varint) goes through the protobuf runtime's full decoder instead,
 which gives the same columns or a clear error. Both paths are compared in
 tests/server/test_units.py.
@@ -17,7 +17,7 @@ tests/server/test_units.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import blake3
 import numpy as np
@@ -111,6 +111,40 @@ def _lean_profile_class() -> Any:
 _LeanProfile = _lean_profile_class()
 
 
+def _samples_profile_class() -> Any:
+    """The top level with the samples and the scalars declared, the dictionary not."""
+    F = descriptor_pb2.FieldDescriptorProto
+    fd = descriptor_pb2.FileDescriptorProto(
+        name="aiflame_server_samples_pprof.proto", package="aiflame.samples", syntax="proto3"
+    )
+    vt = fd.message_type.add(name="ValueType")
+    vt.field.add(name="type", number=1, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
+    vt.field.add(name="unit", number=2, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
+    p = fd.message_type.add(name="Profile")
+    rep, opt = F.LABEL_REPEATED, F.LABEL_OPTIONAL
+    for number, name, typ, label in (
+        (1, "sample_type", F.TYPE_MESSAGE, rep),
+        (2, "sample", F.TYPE_BYTES, rep),
+        (7, "drop_frames", F.TYPE_INT64, opt),
+        (8, "keep_frames", F.TYPE_INT64, opt),
+        (9, "time_nanos", F.TYPE_INT64, opt),
+        (10, "duration_nanos", F.TYPE_INT64, opt),
+        (11, "period_type", F.TYPE_MESSAGE, opt),
+        (12, "period", F.TYPE_INT64, opt),
+        (13, "comment", F.TYPE_INT64, rep),
+        (14, "default_sample_type", F.TYPE_INT64, opt),
+    ):
+        f = p.field.add(name=name, number=number, type=typ, label=label)
+        if typ == F.TYPE_MESSAGE:
+            f.type_name = ".aiflame.samples.ValueType"
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fd)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("aiflame.samples.Profile"))
+
+
+_SamplesProfile = _samples_profile_class()
+
+
 def decode(data: bytes) -> PprofColumns:
     """The columns of an (uncompressed) pprof message; BadRequest if it is not one."""
     return columns(parse(data), data)
@@ -136,17 +170,74 @@ def columns(top: Any, data: bytes, strings: list[str] | None = None) -> PprofCol
     return cols
 
 
-def dictionary_key(data: bytes) -> bytes:
-    """A digest of what the frames of a profile depend on: its functions, locations,
-    mappings and string table, exactly as encoded. Two profiles with the same key have the
-    same locations and frames (ids included), whatever their samples and times."""
-    d = _LeanProfile.FromString(data)  # parsed apart: fast, and the caller's copy stays whole
-    for name in ("sample", "sample_type", "time_nanos", "duration_nanos", "period_type", "period"):
-        d.ClearField(name)
-    d.DiscardUnknownFields()  # comments, drop/keep_frames: not part of any frame
+class ValueType(NamedTuple):
+    type: int
+    unit: int
+
+
+@dataclass
+class SamplesOnly:
+    """A pprof message parsed for its samples alone, with the digest of its dictionary (its
+    functions, locations, mappings and string table, exactly as encoded: two profiles with
+    the same digest have the same locations and frames, ids included). It reads like the
+    parsed message where :func:`columns` reads it, with an empty dictionary."""
+
+    sample: list[bytes]
+    sample_type: list[ValueType]
+    period_type: ValueType
+    period: int
+    time_nanos: int
+    duration_nanos: int
+    dictionary_key: bytes
+    function: tuple = ()
+    location: tuple = ()
+    mapping: tuple = ()
+    string_table: tuple = ()
+
+
+_NOT_DICTIONARY = (
+    "sample",
+    "sample_type",
+    "time_nanos",
+    "duration_nanos",
+    "period_type",
+    "period",
+    "drop_frames",
+    "keep_frames",
+    "comment",
+    "default_sample_type",
+)
+
+
+def parse_samples(data: bytes) -> SamplesOnly:
+    """The samples of a pprof message and the digest of its dictionary, in one parse: the
+    dictionary's fields are not declared, so the protobuf runtime keeps them as they are
+    encoded (unknown fields) and writes them out again for the digest."""
+    try:
+        m = _SamplesProfile.FromString(data)
+    except DecodeError as e:
+        raise BadRequest(f"corrupt or truncated pprof data ({e})") from None
+    pt = m.period_type
+    out = SamplesOnly(
+        sample=list(m.sample),
+        sample_type=[ValueType(t.type, t.unit) for t in m.sample_type],
+        period_type=ValueType(pt.type, pt.unit),
+        period=m.period,
+        time_nanos=m.time_nanos,
+        duration_nanos=m.duration_nanos,
+        dictionary_key=b"",
+    )
+    for name in _NOT_DICTIONARY:
+        m.ClearField(name)
     # BLAKE3: a cryptographic digest (no crafted collision passes one dictionary off as
     # another) at 3x the speed of SHA-256 with the CPU's SHA extensions.
-    return blake3.blake3(d.SerializeToString()).digest()
+    out.dictionary_key = blake3.blake3(m.SerializeToString()).digest()
+    return out
+
+
+def dictionary_key(data: bytes) -> bytes:
+    """The digest of a profile's dictionary (see :class:`SamplesOnly`)."""
+    return parse_samples(data).dictionary_key
 
 
 def _text(table: Any) -> list[str]:
