@@ -212,6 +212,11 @@ def ingest(args: argparse.Namespace) -> dict:
             t_start = time.time() + 2.0
             await asyncio.gather(*(agent(h, t_start) for h in fleet))
 
+        # What the idle server spends (the engine's housekeeping threads), for the CPU of
+        # ingest net of it.
+        idle0, t_idle = cpu_seconds(proc.pid), time.time()
+        time.sleep(20)
+        idle_cores = (cpu_seconds(proc.pid) - idle0) / (time.time() - t_idle)
         cpu0, wall0, self0 = cpu_seconds(proc.pid), time.time(), time.process_time()
         threads0 = cpu_by_thread(proc.pid)
         spy = None
@@ -258,6 +263,7 @@ def ingest(args: argparse.Namespace) -> dict:
         ).read()
         backlog_s = time.time() - t_flush
         server_cpu_total = cpu_seconds(proc.pid) - cpu0
+        time_total = time.time()
         client_cpu = time.process_time() - self0
         stats = json.loads(
             urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/admin/store").read()
@@ -321,6 +327,13 @@ def ingest(args: argparse.Namespace) -> dict:
         "decode_ms": {k: round(1000 * v, 2) for k, v in costs.items()},
         "ratio_to_floor": round(
             server_cpu_total / max(sum(acked.values()), 1) / costs["gunzip_parse_read"], 2
+        ),
+        "server_idle_cores": round(idle_cores, 4),
+        "ratio_to_floor_net_of_idle": round(
+            (server_cpu_total - idle_cores * (time_total - wall0))
+            / max(sum(acked.values()), 1)
+            / costs["gunzip_parse_read"],
+            2,
         ),
         "decode_ms_before_after": [
             round(1000 * floor_before["gunzip_parse_read"], 2),
