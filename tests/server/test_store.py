@@ -4,6 +4,7 @@ a killed process left half-written."""
 
 from __future__ import annotations
 
+import gzip
 import socket
 import time
 
@@ -13,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 from aiflame.server.ingest import hashing, pprof_columns, profiles, telemetry
+from aiflame.server.ingest.dictionaries import DictionaryCache
 from aiflame.server.store import migrations, rollups, schema
 from aiflame.server.store import writer as writer_mod
 from aiflame.server.store.connection import open_store
@@ -28,8 +30,15 @@ def store(tmp_path):
 
 
 def _item(seed: int, pid: str, strings: hashing.StringHashes) -> profiles.ProfileItem:
-    p = payloads.cpu_profile(seed, time.time_ns())
-    cols = pprof_columns.decode(__import__("gzip").decompress(payloads.pprof_bytes(p)))
+    raw = gzip.decompress(payloads.pprof_bytes(payloads.cpu_profile(seed, time.time_ns())))
+    return _pushed(raw, pid, strings)
+
+
+def _pushed(
+    raw: bytes, pid: str, strings: hashing.StringHashes, cache: DictionaryCache | None = None
+) -> profiles.ProfileItem:
+    """The item of a push of ``raw`` (through ``cache``, as the server decodes pushes)."""
+    cols, known = cache.decode(raw, strings) if cache else (pprof_columns.decode(raw), None)
     return profiles.profile_item(
         cols,
         {"__name__": "process_cpu", "service_name": "store-test"},
@@ -38,6 +47,7 @@ def _item(seed: int, pid: str, strings: hashing.StringHashes) -> profiles.Profil
         received_ms=int(time.time() * 1000),
         pprof_bytes=1,
         strings=strings,
+        known=known,
     )
 
 
@@ -375,36 +385,19 @@ def test_a_version_3_store_keeps_its_roll_ups_and_counts_nothing_twice(store):
 def test_the_frames_of_a_dictionary_pushed_every_period_are_looked_up_once(store):
     """An agent pushes the same dictionary every period: once its frames are stored, the
     next batches neither look its frames up nor write them (until a day has passed)."""
-    import gzip
-
-    from aiflame.server.ingest.dictionaries import DictionaryCache
-
     migrations.migrate(store, schema.DEFAULT_RETENTION_S)
     strings, cache = hashing.StringHashes(), DictionaryCache()
     raw = gzip.decompress(payloads.pprof_bytes(payloads.cpu_profile(3, time.time_ns())))
 
-    def pushed(pid: str) -> profiles.ProfileItem:
-        cols, known = cache.decode(raw, strings)
-        return profiles.profile_item(
-            cols,
-            {"__name__": "process_cpu", "service_name": "store-test"},
-            tenant="t",
-            profile_id=pid,
-            received_ms=int(time.time() * 1000),
-            pprof_bytes=1,
-            strings=strings,
-            known=known,
-        )
-
     w = Writer(store, flush_interval_s=0.01, rollup_interval_s=3600)
     try:
-        first = pushed("d-1")
+        first = _pushed(raw, "d-1", strings, cache)
         assert first.dictionary is not None and first.dictionary.frames_stored_at < 0
         w.submit([Work(tables={}, key=("profiles", "t", "d-1"), profile_items=[first])]).result(60)
         assert time.time() - first.dictionary.frames_stored_at < 60
         stored = store.rows("SELECT count() FROM aiflame.frames")[0][0]
         assert stored == np.unique(first.frame_ids).size > 0
-        second = pushed("d-2")
+        second = _pushed(raw, "d-2", strings, cache)
         assert second.dictionary is first.dictionary  # the cache's
         tables = w._tables([Work(tables={}, profile_items=[second])], batch_id=1)
         assert "frames" not in tables and "samples" in tables

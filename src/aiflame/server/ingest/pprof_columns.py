@@ -71,78 +71,66 @@ class PprofColumns:
 
 
 # -- the top level, with sub-messages left as bytes ----------------------------------------
-def _lean_profile_class() -> Any:
-    F = descriptor_pb2.FieldDescriptorProto
+_F = descriptor_pb2.FieldDescriptorProto
+_REP, _OPT = _F.LABEL_REPEATED, _F.LABEL_OPTIONAL
+_HEADER = (
+    (1, "sample_type", _F.TYPE_MESSAGE, _REP),
+    (2, "sample", _F.TYPE_BYTES, _REP),
+    (9, "time_nanos", _F.TYPE_INT64, _OPT),
+    (10, "duration_nanos", _F.TYPE_INT64, _OPT),
+    (11, "period_type", _F.TYPE_MESSAGE, _OPT),
+    (12, "period", _F.TYPE_INT64, _OPT),
+)
+
+
+def _profile_class(package: str, fields: tuple[tuple[int, str, int, int], ...]) -> Any:
+    """A pprof ``Profile`` class that declares only ``fields`` (number, name, type, label):
+    sub-messages declared as bytes stay opaque byte strings, and fields not declared are
+    kept as they are encoded (unknown fields)."""
     fd = descriptor_pb2.FileDescriptorProto(
-        name="aiflame_server_lean_pprof.proto", package="aiflame.lean", syntax="proto3"
+        name=f"aiflame_server_{package}_pprof.proto", package=f"aiflame.{package}", syntax="proto3"
     )
     vt = fd.message_type.add(name="ValueType")
-    vt.field.add(name="type", number=1, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
-    vt.field.add(name="unit", number=2, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
+    vt.field.add(name="type", number=1, type=_F.TYPE_INT64, label=_OPT)
+    vt.field.add(name="unit", number=2, type=_F.TYPE_INT64, label=_OPT)
     # Mappings are few and have many fields: parsed as messages, not walked.
     mp = fd.message_type.add(name="Mapping")
-    mp.field.add(name="id", number=1, type=F.TYPE_UINT64, label=F.LABEL_OPTIONAL)
-    mp.field.add(name="filename", number=5, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
+    mp.field.add(name="id", number=1, type=_F.TYPE_UINT64, label=_OPT)
+    mp.field.add(name="filename", number=5, type=_F.TYPE_INT64, label=_OPT)
     p = fd.message_type.add(name="Profile")
-    rep, opt = F.LABEL_REPEATED, F.LABEL_OPTIONAL
-    for number, name, typ, label in (
-        (1, "sample_type", F.TYPE_MESSAGE, rep),
-        (2, "sample", F.TYPE_BYTES, rep),
-        (3, "mapping", F.TYPE_MESSAGE, rep),
-        (4, "location", F.TYPE_BYTES, rep),
-        (5, "function", F.TYPE_BYTES, rep),
+    for number, name, typ, label in fields:
+        f = p.field.add(name=name, number=number, type=typ, label=label)
+        if typ == _F.TYPE_MESSAGE:
+            kind = "Mapping" if name == "mapping" else "ValueType"
+            f.type_name = f".aiflame.{package}.{kind}"
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fd)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"aiflame.{package}.Profile"))
+
+
+# Everything a profile's columns come from.
+_LeanProfile = _profile_class(
+    "lean",
+    (
+        *_HEADER,
+        (3, "mapping", _F.TYPE_MESSAGE, _REP),
+        (4, "location", _F.TYPE_BYTES, _REP),
+        (5, "function", _F.TYPE_BYTES, _REP),
         # bytes, not string: a dictionary already seen is never decoded to text again
-        (6, "string_table", F.TYPE_BYTES, rep),
-        (9, "time_nanos", F.TYPE_INT64, opt),
-        (10, "duration_nanos", F.TYPE_INT64, opt),
-        (11, "period_type", F.TYPE_MESSAGE, opt),
-        (12, "period", F.TYPE_INT64, opt),
-    ):
-        f = p.field.add(name=name, number=number, type=typ, label=label)
-        if typ == F.TYPE_MESSAGE:
-            f.type_name = (
-                ".aiflame.lean.Mapping" if name == "mapping" else ".aiflame.lean.ValueType"
-            )
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(fd)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("aiflame.lean.Profile"))
-
-
-_LeanProfile = _lean_profile_class()
-
-
-def _samples_profile_class() -> Any:
-    """The top level with the samples and the scalars declared, the dictionary not."""
-    F = descriptor_pb2.FieldDescriptorProto
-    fd = descriptor_pb2.FileDescriptorProto(
-        name="aiflame_server_samples_pprof.proto", package="aiflame.samples", syntax="proto3"
-    )
-    vt = fd.message_type.add(name="ValueType")
-    vt.field.add(name="type", number=1, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
-    vt.field.add(name="unit", number=2, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
-    p = fd.message_type.add(name="Profile")
-    rep, opt = F.LABEL_REPEATED, F.LABEL_OPTIONAL
-    for number, name, typ, label in (
-        (1, "sample_type", F.TYPE_MESSAGE, rep),
-        (2, "sample", F.TYPE_BYTES, rep),
-        (7, "drop_frames", F.TYPE_INT64, opt),
-        (8, "keep_frames", F.TYPE_INT64, opt),
-        (9, "time_nanos", F.TYPE_INT64, opt),
-        (10, "duration_nanos", F.TYPE_INT64, opt),
-        (11, "period_type", F.TYPE_MESSAGE, opt),
-        (12, "period", F.TYPE_INT64, opt),
-        (13, "comment", F.TYPE_INT64, rep),
-        (14, "default_sample_type", F.TYPE_INT64, opt),
-    ):
-        f = p.field.add(name=name, number=number, type=typ, label=label)
-        if typ == F.TYPE_MESSAGE:
-            f.type_name = ".aiflame.samples.ValueType"
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(fd)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("aiflame.samples.Profile"))
-
-
-_SamplesProfile = _samples_profile_class()
+        (6, "string_table", _F.TYPE_BYTES, _REP),
+    ),
+)
+# The samples and the scalars; the dictionary (fields 3-6) is not declared.
+_SamplesProfile = _profile_class(
+    "samples",
+    (
+        *_HEADER,
+        (7, "drop_frames", _F.TYPE_INT64, _OPT),
+        (8, "keep_frames", _F.TYPE_INT64, _OPT),
+        (13, "comment", _F.TYPE_INT64, _REP),
+        (14, "default_sample_type", _F.TYPE_INT64, _OPT),
+    ),
+)
 
 
 def decode(data: bytes) -> PprofColumns:

@@ -294,15 +294,14 @@ class Writer:
             waiters, self._rollup_waiters = self._rollup_waiters, []
             self._rollup_due = float("inf")
         error: Exception | None = None
-        if self._flush is not None:
+        flush = self._flush
+        if flush is not None:
             try:
-                rollups.run(self.store, self._flush, self.replica)
+                rollups.run(self.store, flush, self.replica)
                 self._flush = None
                 self.rolled_batches += 1
             except Exception as e:  # tried again later; a crash leaves it to rollups.recover
-                log.error(
-                    "store: rolling up %d batch(es) failed: %s", len(self._flush.batch_ids), e
-                )
+                log.error("store: rolling up %d batch(es) failed: %s", len(flush.batch_ids), e)
                 error = e
         if self._flush or self._unrolled:
             with self._cond:
