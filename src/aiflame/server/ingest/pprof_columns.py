@@ -223,11 +223,6 @@ def parse_samples(data: bytes) -> SamplesOnly:
     return out
 
 
-def dictionary_key(data: bytes) -> bytes:
-    """The digest of a profile's dictionary (see :class:`SamplesOnly`)."""
-    return parse_samples(data).dictionary_key
-
-
 def _text(table: Any) -> list[str]:
     try:
         return [b.decode("utf-8") for b in table]

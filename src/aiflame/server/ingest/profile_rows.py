@@ -14,7 +14,6 @@ import pyarrow as pa
 from aiflame.server.ingest.profiles import Dictionary, ProfileItem, _ragged_take
 
 _MAP = pa.map_(pa.string(), pa.string())
-FRAMES_FRESH_S = 86400.0  # as the writer's own cache of frame ids (KnownIds)
 _MS = pa.timestamp("ms", tz="UTC")
 _S = pa.timestamp("s", tz="UTC")
 
@@ -61,7 +60,7 @@ def profile_tables(
         for s_id in writer.stacks.new(it.stack_ids, now).tolist():
             new_stacks.setdefault(s_id, it)
         d = it.dictionary
-        if d is None or now - d.frames_stored_at > FRAMES_FRESH_S:
+        if d is None or now - d.frames_stored_at > writer.frames.stale_s:
             for f_id in writer.frames.new(np.unique(it.frame_ids), now).tolist():
                 new_frames.setdefault(f_id, it)
             if d is not None:

@@ -131,7 +131,9 @@ class Merged:
 
 def merged_stacks(store: Store, symbols: Symbols, sel: Selection) -> Merged:
     params: dict[str, object] = {}
-    sql = stack_values_sql(sel, store.db, params, rollups.watermark_ms(store))
+    # (a selection of profile ids reads their samples, never the roll-ups)
+    mark = None if sel.profile_ids else rollups.watermark_ms(store)
+    sql = stack_values_sql(sel, store.db, params, mark)
     t = store.arrow(sql, params)
     ids = t.column("stack_id").to_numpy()
     values = t.column("value").to_numpy().astype(np.int64)

@@ -101,7 +101,7 @@ def stack_values_sql(
     """``(stack_id, value)`` rows of the selection, summed per stack. Whole hours come from
     the hourly roll-up, whole ten minutes from the 10-minute one, the rest from the samples
     themselves, so "the last hour" reads about 20 minutes of raw samples (and what is newer
-    than ``rolled_until``, the roll-ups' watermark: a minute or two)."""
+    than ``rolled_until``, the roll-ups' watermark: up to about ten minutes)."""
     params.update(sel.params())
     series = sel.series_sql(db, params)
     if sel.profile_ids:

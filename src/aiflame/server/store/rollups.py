@@ -25,9 +25,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
+from aiflame.server.store import journal
 from aiflame.server.store.connection import Store
 
 log = logging.getLogger("aiflame.server")
@@ -39,6 +39,8 @@ TARGETS = {
 }
 _MS = "fromUnixTimestamp64Milli({%s:Int64}, 'UTC')"
 _ONE_BLOCK = 1 << 40
+# Of ingest_batches grouped by batch: committed, and neither rolled up nor rolled back.
+UNROLLED = "countIf(state = 'done') > 0 AND countIf(state IN ('rolled', 'aborted')) = 0"
 
 
 def rollup_select(db: str, target: str, where: str, sign: str = "") -> str:
@@ -87,24 +89,8 @@ def run(store: Store, flush: Flush, replica: str) -> None:
                 "max_insert_block_size": _ONE_BLOCK,
             },
         )
-    mark_rolled(store, flush.batch_ids, replica)
+    journal.write(store, flush.batch_ids, "rolled", replica)
     _journal_flush(store, flush, "done", replica)
-
-
-def mark_rolled(store: Store, batch_ids: list[int], replica: str, state: str = "rolled") -> None:
-    n = len(batch_ids)
-    now = np.full(n, time.time_ns() // 1_000_000, dtype=np.int64)
-    store.insert(
-        "ingest_batches",
-        pa.table(
-            {
-                "batch_id": pa.array(batch_ids, pa.uint64()),
-                "state": pa.array([state] * n),
-                "at": pa.array(now, pa.timestamp("ms", tz="UTC")),
-                "replica": pa.array([replica] * n),
-            }
-        ),
-    )
 
 
 def _journal_flush(store: Store, flush: Flush, state: str, replica: str) -> None:
@@ -154,8 +140,7 @@ def recover(
     unrolled = store.rows(
         f"SELECT batch_id, toUnixTimestamp64Milli(min(min_time)), "
         f"toUnixTimestamp64Milli(max(max_time)) FROM {db}.ingest_batches GROUP BY batch_id "
-        "HAVING countIf(state = 'done') > 0 AND countIf(state IN ('rolled', 'aborted')) = 0 "
-        f"AND min(min_time) IS NOT NULL AND {cond}",
+        f"HAVING {UNROLLED} AND min(min_time) IS NOT NULL AND {cond}",
         params,
     )
     done: set[int] = set()
@@ -177,8 +162,7 @@ def watermark_ms(store: Store) -> int | None:
     batch not rolled up yet (None: every committed batch is)."""
     rows = store.rows(
         "SELECT toUnixTimestamp64Milli(min(lo)) FROM (SELECT min(min_time) AS lo FROM "
-        f"{store.db}.ingest_batches GROUP BY batch_id HAVING countIf(state = 'done') > 0 "
-        "AND countIf(state IN ('rolled', 'aborted')) = 0)"
+        f"{store.db}.ingest_batches GROUP BY batch_id HAVING {UNROLLED})"
     )
     value = rows[0][0] if rows else None
     return None if value is None else int(value)

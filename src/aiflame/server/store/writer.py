@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from aiflame.server.errors import Overloaded
-from aiflame.server.store import rollups
+from aiflame.server.store import journal, rollups
 from aiflame.server.store.connection import Store
 
 log = logging.getLogger("aiflame.server")
@@ -92,6 +92,8 @@ class KnownIds:
     """Ids already written (with when), so a stack seen every 10 s is written once a day:
     its row is written again after a day, which keeps it from the table's TTL while samples
     still refer to it."""
+
+    stale_s = _STALE_S
 
     def __init__(self) -> None:
         self._seen: dict[int, float] = {}
@@ -359,20 +361,7 @@ class Writer:
                 p.future.set_result(None)
 
     def _journal(self, batch_id: int, state: str, span: tuple[int, int] | None = None) -> None:
-        ms = pa.timestamp("ms", tz="UTC")
-        self.store.insert(
-            "ingest_batches",
-            pa.table(
-                {
-                    "batch_id": pa.array([batch_id], pa.uint64()),
-                    "state": pa.array([state]),
-                    "at": pa.array([time.time_ns() // 1_000_000], ms),
-                    "replica": pa.array([self.replica]),
-                    "min_time": pa.array([span[0] if span else None], ms),
-                    "max_time": pa.array([span[1] if span else None], ms),
-                }
-            ),
-        )
+        journal.write(self.store, [batch_id], state, self.replica, span)
 
     def _not_stored(self, works: list[Work]) -> set[int]:
         """ids (Python object ids) of the works whose key is not stored yet."""
@@ -528,11 +517,7 @@ def rollback(store: Store, batch_ids: list[int]) -> None:
             store.command(f"INSERT INTO {store.db}.{target} " + select, undo)
     for table in _JOURNALLED:
         store.delete_where(table, "batch_id IN {ids:Array(UInt64)}", params)
-    store.command(
-        f"INSERT INTO {store.db}.ingest_batches (batch_id, state, at, replica) "
-        "SELECT arrayJoin({ids:Array(UInt64)}), 'aborted', now64(3), ''",
-        params,
-    )
+    journal.write(store, batch_ids, "aborted", "")
 
 
 def recover(
