@@ -55,28 +55,66 @@ def parse_line(line: str) -> Mapping | None:
 
 
 class Maps:
-    """The mappings of one process, sorted by address, for vectorised lookups."""
+    """The mappings of one process, sorted by address, for vectorised lookups.
+
+    Parsed as columns: a :class:`Mapping` is made only for the lines asked for (a
+    continuous profiler parses the maps of every new process, and looks up the few
+    mappings its samples fall in)."""
 
     def __init__(self, mappings: Sequence[Mapping]) -> None:
-        self.mappings = sorted(mappings, key=lambda m: m.start)
-        self._starts = np.array([m.start for m in self.mappings], dtype=np.uint64)
-        self._ends = np.array([m.end for m in self.mappings], dtype=np.uint64)
+        self._mappings: list[Mapping] | None = sorted(mappings, key=lambda m: m.start)
+        self._lines: list[str] = []
+        self._starts = np.array([m.start for m in self._mappings], dtype=np.uint64)
+        self._ends = np.array([m.end for m in self._mappings], dtype=np.uint64)
+        self._made: dict[int, Mapping] = {}
 
     @classmethod
     def parse(cls, text: str) -> Maps:
-        return cls([m for m in map(parse_line, text.splitlines()) if m is not None])
+        lines, starts, ends = [], [], []
+        for line in text.splitlines():
+            try:  # only the address range now: the rest of a line when it is looked up
+                dash = line.index("-")
+                start, end = int(line[:dash], 16), int(line[dash + 1 : line.index(" ")], 16)
+            except ValueError:
+                continue
+            if end > start:
+                lines.append(line)
+                starts.append(start)
+                ends.append(end)
+        maps = cls.__new__(cls)
+        order = np.argsort(np.array(starts, dtype=np.uint64), kind="stable")
+        maps._mappings = None
+        maps._lines = [lines[i] for i in order.tolist()]
+        maps._starts = np.array(starts, dtype=np.uint64)[order]
+        maps._ends = np.array(ends, dtype=np.uint64)[order]
+        maps._made = {}
+        return maps
+
+    @property
+    def mappings(self) -> list[Mapping]:
+        if self._mappings is None:
+            self._mappings = [self[i] for i in range(len(self._lines))]
+        return self._mappings
 
     def find(self, addrs: np.ndarray) -> np.ndarray:
         """Index of the mapping holding each address, -1 where none does."""
         addrs = np.asarray(addrs, dtype=np.uint64)
-        if not self.mappings:
+        if not len(self._starts):
             return np.full(addrs.shape, -1, dtype=np.int64)
         i = np.searchsorted(self._starts, addrs, side="right").astype(np.int64) - 1
         j = np.maximum(i, 0)
         return np.where((i >= 0) & (addrs < self._ends[j]), j, -1)
 
     def __len__(self) -> int:
-        return len(self.mappings)
+        return len(self._starts)
 
     def __getitem__(self, i: int) -> Mapping:
-        return self.mappings[i]
+        if self._mappings is not None:
+            return self._mappings[i]
+        found = self._made.get(i)
+        if found is None:
+            found = parse_line(self._lines[i]) or Mapping(
+                int(self._starts[i]), int(self._ends[i]), "---p", 0, "00:00", 0, ""
+            )  # (a line whose range parsed and whose rest did not: anonymous)
+            self._made[i] = found
+        return found

@@ -174,6 +174,9 @@ class SymbolResolver:
         self.kind_of = KindGuesser()
         self._by_file: dict[tuple[int, int, int, int], ModuleSymbols | None] = {}
         self._by_build_id: dict[bytes, ModuleSymbols] = {}
+        # a mapped file as processes see it (their root, its path, device and inode in their
+        # maps) -> its symbols: a file mapped by a thousand processes is looked for once
+        self._by_mapping: dict[tuple[object, ...], ModuleSymbols | None] = {}
         self._vdso: dict[bytes, ModuleSymbols | None] = {}
         self._kernel: KernelSymbols | None = None
         # (pid, maps text) -> its symbols: a continuous profiler asks again every period
@@ -244,6 +247,20 @@ class SymbolResolver:
         if mod is not None:
             for bid in [b for b, m in self._by_build_id.items() if m is mod]:
                 del self._by_build_id[bid]
+            self._by_mapping = {k: m for k, m in self._by_mapping.items() if m is not mod}
+
+    def mapped_module(self, key: tuple[object, ...], find) -> ModuleSymbols | None:  # type: ignore[no-untyped-def]
+        """The symbols of a mapped file by what the maps say of it (``key``), found with
+        ``find()`` the first time."""
+        if key in self._by_mapping:
+            return self._by_mapping[key]
+        mod = find()
+        if mod is None:
+            return None  # (maybe the process was gone: the next one may do better)
+        if len(self._by_mapping) >= 8 * self.max_files:
+            self._by_mapping.clear()  # a bound, whatever the host maps
+        self._by_mapping[key] = mod
+        return mod
 
     def _load(self, path: str, target_path: str, roots: Sequence[str]) -> ModuleSymbols | None:
         try:
@@ -325,6 +342,7 @@ class ProcessSymbols:
         self.pid = pid
         self.maps = maps
         self.root = f"{resolver.proc}/{pid}/root"
+        self._root_id: tuple[int, int] | None = None
         self._modules: dict[int, ModuleSymbols | None] = {}
         self._perf_map: PerfMap | None = None
         self._perf_map_state: tuple[str, int, int] | None = None
@@ -409,10 +427,24 @@ class ProcessSymbols:
         mod = None
         if mapping.path == VDSO:
             mod = self.resolver.vdso(self.pid, mapping)
+        elif mapping.is_file and not mapping.deleted and self._root() is not None:
+            key = (self._root(), mapping.path, mapping.dev, mapping.inode)
+            mod = self.resolver.mapped_module(key, lambda: self._file_module(mapping))
         elif mapping.is_file:
             mod = self._file_module(mapping)
         self._modules[m] = mod
         return mod
+
+    def _root(self) -> tuple[int, int] | None:
+        """The identity of the process's root directory (containers differ), None when
+        it cannot be seen (gone, or not ours to look into)."""
+        if self._root_id is None:
+            try:
+                st = os.stat(self.root)
+            except OSError:
+                return None
+            self._root_id = (st.st_dev, st.st_ino)
+        return self._root_id
 
     def _file_module(self, mapping: Mapping) -> ModuleSymbols | None:
         """Open the mapped file as the process sees it.

@@ -53,6 +53,17 @@ def cpu_clock_attr(freq_hz: int) -> bytes:
     return head.ljust(_ATTR_SIZE, b"\0")
 
 
+_PERF_EVENT_IOC_PERIOD = 0x40082404  # _IOW('$', 4, __u64)
+
+
+def set_period(fd: int, period_ns: int) -> None:
+    """A CPU-clock timer's next period (and every one after it), in nanoseconds; its
+    current period restarts from now."""
+    import fcntl
+
+    fcntl.ioctl(fd, _PERF_EVENT_IOC_PERIOD, struct.pack("<Q", period_ns))
+
+
 def perf_event_open(attr: bytes, pid: int = -1, cpu: int = -1, group_fd: int = -1) -> int:
     number = _SYSCALL.get(platform.machine())
     if number is None:

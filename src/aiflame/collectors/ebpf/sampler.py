@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from aiflame.collectors.ebpf import object_bytes
 from aiflame.collectors.ebpf.libbpf import BpfError, BpfObject, RingBuffer
-from aiflame.collectors.ebpf.perf import cpu_clock_attr, online_cpus, perf_event_open
+from aiflame.collectors.ebpf.perf import cpu_clock_attr, online_cpus, perf_event_open, set_period
 from aiflame.collectors.ebpf.pycode import PyFunction, PythonProcesses
 
 MAX_STACK_DEPTH = 127  # profile.bpf.c MAX_STACK_DEPTH
@@ -170,6 +170,7 @@ class CpuSampler:
         self.commands: dict[int, str] = {}  # pid -> its command line, shortened
         self.cpus: list[int] = []
         self._perf_links: list[int] = []
+        self._perf_fds: list[int] = []  # owned by the links
         self._recheck: dict[int, float] = {}  # pid -> when to read its maps again
         self._started: dict[int, int] = {}  # pid -> its start time (pids are reused)
         self._rb: RingBuffer | None = None
@@ -239,6 +240,7 @@ class CpuSampler:
         for link in self._perf_links:
             self.obj.detach(link)
         self._perf_links.clear()
+        self._perf_fds.clear()
 
     def resume(self) -> None:
         """Start the timers on every CPU (again, after :meth:`pause`)."""
@@ -247,9 +249,15 @@ class CpuSampler:
             return
         attr = cpu_clock_attr(self.options.freq)
         for cpu in self.cpus:
-            self._perf_links.append(
-                self.obj.attach_perf_event(self._program, perf_event_open(attr, -1, cpu))
-            )
+            fd = perf_event_open(attr, -1, cpu)
+            self._perf_links.append(self.obj.attach_perf_event(self._program, fd))
+            self._perf_fds.append(fd)
+
+    def set_period_ns(self, period_ns: int) -> None:
+        """Time samples ``period_ns`` apart from now on (around ``1e9 / freq``: a rate
+        jittered between periods, so that periodic work is not sampled in step)."""
+        for fd in self._perf_fds:
+            set_period(fd, max(period_ns, 100_000))
 
     def add_target(self, pid: int) -> None:
         """Sample ``pid`` too (with ``pids`` given); its maps are snapshotted now."""
@@ -312,6 +320,7 @@ class CpuSampler:
             reader.close()
         self._rb = None
         self._perf_links.clear()
+        self._perf_fds.clear()
 
     def __del__(self) -> None:
         self.close()
@@ -337,7 +346,8 @@ class CpuSampler:
         if self.options.code_maps_only:
             text = code_mappings(text)
         texts = self.maps.setdefault(pid, [])
-        if not texts or texts[-1] != text:
+        changed = not texts or texts[-1] != text
+        if changed:
             exe_changed = not texts or texts[-1].split("\n", 1)[0] != text.split("\n", 1)[0]
             texts.append(text)
             keep = self.options.max_snapshots
@@ -346,6 +356,8 @@ class CpuSampler:
             # a described interpreter stays described until an exec replaces the program
             if exe_changed or pid not in self._pythons.readers:
                 self._describe_python(pid, text)
+        if not changed and pid in self.process_names and pid in self.commands:
+            return  # the same program as at the last look (an exec changes its maps)
         comm = _read(f"/proc/{pid}/comm")
         if comm:
             self.process_names[pid] = comm.strip()
