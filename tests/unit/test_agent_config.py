@@ -132,20 +132,3 @@ def test_aiflame_trace_without_an_agent_is_one_line(tmp_path):
         run.stderr.strip()
         == f"aiflame: error: no aiflame agent at {tmp_path / 'none.sock'} (is it running?)"
     )
-
-
-def test_the_budget_lowers_and_raises_the_rate():
-    from aiflame.agent.budget import CpuBudget, PeriodCost
-
-    b = CpuBudget(budget=0.01, max_hz=19, min_hz=2)
-    try:
-        assert b.next_rate(PeriodCost(10.0, 0.4, 0.0)) == 4  # 4% of a core: a quarter of the rate
-        assert b.next_rate(PeriodCost(10.0, 0.11, 0.0)) == 3  # 1.1%: over, at least a step down
-        assert b.next_rate(PeriodCost(10.0, 5.0, 5.0)) == 2  # never under min_hz
-        assert b.next_rate(PeriodCost(10.0, 0.07, 0.0)) == 2  # 0.7%: within the budget, stays
-        assert b.next_rate(PeriodCost(10.0, 0.01, 0.01)) == 3  # 0.2%: up again
-        for _ in range(10):
-            rate = b.next_rate(PeriodCost(10.0, 0.01, 0.0))
-        assert rate == 19  # and back to the configured rate, never above
-    finally:
-        b.close()

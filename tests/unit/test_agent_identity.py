@@ -141,14 +141,18 @@ def test_labels_of_a_process_of_this_machine():
         rules = LabelRules()
         rules.env["cost_center"] = "COST_CENTER"
         rules.static["cluster"] = "lab"
-        labels = Identities(host="node-1", rules=rules).labels(proc.pid)
+        info = Identities(host="node-1", rules=rules).of(proc.pid)
     finally:
         proc.kill()
         proc.wait()
+    assert info is not None
+    labels = info.labels
     assert labels["host"] == "node-1"
     assert labels["pid"] == str(proc.pid)
     assert labels["comm"].startswith("python")
-    assert labels["command"].endswith("import time; time.sleep(30)")
+    # the command line stays on the host: never a label by default, nor in the series
+    assert info.command.endswith("import time; time.sleep(30)") and "command" not in labels
+    assert info.series == {k: v for k, v in labels.items() if k != "pid"}
     assert labels["user"] == __import__("pwd").getpwuid(os.getuid()).pw_name
     assert (labels["job_id"], labels["job_user"], labels["job_name"]) == (
         "8812",
@@ -307,9 +311,10 @@ def test_an_exec_in_the_same_process_is_read_again():
                 break
             time.sleep(0.01)
         then = ids.labels(proc.pid)
+        command = ids.of(proc.pid).command  # type: ignore[union-attr]
     finally:
         proc.kill()
         proc.wait()
     assert then["comm"].startswith("python")
-    assert then["command"].endswith("import time; time.sleep(30)")
+    assert command.endswith("import time; time.sleep(30)")
     assert then["team"] == "search"

@@ -7,11 +7,19 @@ agent exits, and ``kernel.bpf_stats_enabled`` set by someone else is left alone)
 ``run_time_ns`` in ``/proc/self/fdinfo/<program fd>``. What neither shows is the trap of
 a uprobe (a few microseconds per probed call, in the probed process).
 
-The rate controller: once per period the cost of the period is compared with the budget
-(default 1% of one core for the whole agent); over it, the CPU sampling rate is lowered in
-proportion (never below ``min_hz``); under half of it, raised back towards the configured
-rate. The rate is only changed between periods, and each profile records the rate it was
-taken at, so values stay comparable.
+The rate controller: the rate is met by being cheap, not by sampling less, so it only
+steps in when the agent is over its budget (default 1% of one core for the whole agent) for
+long enough to be more than a burst: it compares the mean cost of the last periods at
+the current rate (three to six, the costliest of them left out; the first three periods
+after the start, which read the symbols of every program already running, are not
+counted) with the budget. Over it, the rate goes down the ladder of
+rates (the configured one, then the primes below it down to ``min_hz``: 19, 17, 13, 11, 7,
+5, 3, 2) in proportion to the excess; under 80% of it, it tries the next rate up, and a
+rate that proved too dear is tried again only after a pause that doubles each time (1, 2,
+4... periods, at most an hour): a host whose cost is mostly per new process, which the rate
+does not change, gets its rate back as soon as the churn is over. The rate only changes
+between periods, and each profile records the rate it was taken at and why it is lowered
+(:attr:`CpuBudget.note`), so values stay comparable.
 """
 
 from __future__ import annotations
@@ -86,13 +94,28 @@ class PeriodCost:
         return self.total_s / self.wall_s if self.wall_s > 0 else 0.0
 
 
+def rate_ladder(max_hz: int, min_hz: int) -> list[int]:
+    """``max_hz``, then the primes below it down to ``min_hz`` (2 at least): rates that no
+    periodic work of a round period shares a divisor with."""
+    primes = [n for n in range(max(2, min_hz), max_hz) if all(n % d for d in range(2, n))]
+    return [max_hz, *sorted(primes, reverse=True)]
+
+
+SETTLE_PERIODS = 3  # periods at a rate before its mean cost is trusted
+WINDOW_PERIODS = 6  # the mean is of the last ones at the rate (a minute at 10 s)
+WARMUP_PERIODS = 3  # the first after the start read every running program's symbols
+RAISE_BELOW = 0.8  # of the budget: room to try the next rate up
+MAX_BACKOFF_PERIODS = 360
+
+
 class CpuBudget:
     """Measures each period's cost and picks the next period's sampling rate."""
 
-    def __init__(self, budget: float = 0.01, max_hz: int = 19, min_hz: int = 1) -> None:
+    def __init__(self, budget: float = 0.01, max_hz: int = 19, min_hz: int = 2) -> None:
         self.budget = budget
         self.max_hz = max_hz
-        self.min_hz = max(1, min(min_hz, max_hz))
+        self.ladder = rate_ladder(max_hz, min(min_hz, max_hz))
+        self.min_hz = self.ladder[-1]
         self.rate_hz = max_hz
         self.stats_fd = None if stats_already_on() else enable_bpf_stats()
         self.bpf_measured = self.stats_fd is not None or stats_already_on()
@@ -100,7 +123,12 @@ class CpuBudget:
         self._last_bpf_ns = 0
         self.total_agent_cpu_s = 0.0
         self.total_bpf_cpu_s = 0.0
+        self.lowered_s = 0.0  # wall time spent below the configured rate
         self.last: PeriodCost | None = None
+        self._at_rate: list[PeriodCost] = []  # the periods since the rate last changed
+        self._warmup = WARMUP_PERIODS
+        self._backoff: dict[int, tuple[int, int]] = {}  # rate -> (periods to wait, next wait)
+        self.note = ""  # why the rate is lowered ("" at the configured rate)
 
     def measure(self, wall_s: float, program_fds: Iterable[int]) -> PeriodCost:
         cpu = agent_cpu_seconds()
@@ -111,6 +139,8 @@ class CpuBudget:
         self._last_cpu, self._last_bpf_ns = cpu, bpf_ns
         self.total_agent_cpu_s += cost.agent_cpu_s
         self.total_bpf_cpu_s += cost.bpf_cpu_s
+        if self.rate_hz < self.max_hz:
+            self.lowered_s += wall_s
         self.last = cost
         return cost
 
@@ -118,13 +148,45 @@ class CpuBudget:
         """The sampling rate for the next period."""
         if self.budget <= 0 or cost.wall_s <= 0:
             return self.rate_hz
-        share = cost.share
-        if share > self.budget:
-            wanted = int(self.rate_hz * self.budget / share)
-            self.rate_hz = max(self.min_hz, min(self.rate_hz - 1, wanted))
-        elif share < self.budget / 2 and self.rate_hz < self.max_hz:
-            self.rate_hz = min(self.max_hz, max(self.rate_hz + 1, int(self.rate_hz * 1.5)))
+        if self._warmup > 0:  # a start's one-time cost says nothing of the next periods
+            self._warmup -= 1
+            return self.rate_hz
+        for rate, (wait, later) in list(self._backoff.items()):
+            self._backoff[rate] = (max(wait - 1, 0), later)
+        self._at_rate = [*self._at_rate[-(WINDOW_PERIODS - 1) :], cost]
+        if len(self._at_rate) < SETTLE_PERIODS:
+            return self.rate_hz
+        # the costliest period left out: a one-off (a large program's symbols read for the
+        # first time) is not a reason to sample less for minutes
+        kept = sorted(self._at_rate, key=lambda c: c.share)[:-1]
+        share = sum(c.total_s for c in kept) / sum(c.wall_s for c in kept)
+        over = share > self.budget
+        i = self.ladder.index(self.rate_hz)
+        if over and i < len(self.ladder) - 1:
+            wanted = self.rate_hz * self.budget / share
+            lower = [r for r in self.ladder[i + 1 :] if r <= wanted] or self.ladder[-1:]
+            self._penalize(self.rate_hz)
+            self._change(lower[0], share)
+        elif share < RAISE_BELOW * self.budget and i > 0:
+            up = self.ladder[i - 1]
+            if self._backoff.get(up, (0, 0))[0] == 0:
+                self._change(up, share)
         return self.rate_hz
+
+    def _penalize(self, rate: int) -> None:
+        """``rate`` was too dear: try it again only after a while (longer each time)."""
+        _, later = self._backoff.get(rate, (0, 1))
+        self._backoff[rate] = (later, min(2 * later, MAX_BACKOFF_PERIODS))
+
+    def _change(self, rate: int, share: float) -> None:
+        self.rate_hz = rate
+        self._at_rate = []
+        self.note = (
+            f"lowered from {self.max_hz} Hz by the CPU budget: the agent cost "
+            f"{share * 100:.2f}% of a core, its budget is {self.budget * 100:g}%"
+            if rate < self.max_hz
+            else ""
+        )
 
     def close(self) -> None:
         if self.stats_fd is not None:

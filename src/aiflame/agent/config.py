@@ -6,7 +6,9 @@
     period = 10                       # seconds per profile / telemetry document
     spool = "/var/lib/aiflame/spool"
     spool_max_mb = 512
-    metrics_listen = "127.0.0.1:9464" # "" turns /metrics off
+    metrics_listen = "127.0.0.1:9464" # "" turns /metrics off (and the health probes)
+    dcgm_metrics = "keep"             # DCGM_FI_* GPU series: "keep", "prefix" (aiflame_DCGM_FI_*)
+                                      # or "drop" (beside dcgm-exporter)
 
     [server]                          # aiflame server (profiles, telemetry, traces)
     url = "https://aiflame.example.com"
@@ -20,9 +22,9 @@
     tenant = ""                       # X-Scope-OrgID
 
     [profiling]
-    cpu_hz = 19
+    cpu_hz = 19                       # a prime, jittered: never in step with periodic work
     cpu_budget_percent = 1.0          # of one core, for all of the agent
-    min_cpu_hz = 1
+    min_cpu_hz = 2                    # the budget never lowers it further
     cuda = true                       # CUDA/HIP API and GPU memory probes
 
     [telemetry]
@@ -38,6 +40,17 @@
     kube_log_dir = "/var/log/containers"
     # which GPU (UUID) each container holds; "" turns it off
     pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    pid = false                       # pid a series label (a series per process)
+    command = false                   # the command line a label (credentials redacted)
+
+    [[relabel]]                       # Prometheus-style rules, in order (agent/relabel.py)
+    action = "drop"                   # keep, drop, replace, labelkeep, labeldrop, labelmap
+    source_labels = ["comm"]
+    regex = "sh|bash"
+
+    [processes]                       # which processes are profiled at all
+    include = []                      # tables of label = regex (all must match)
+    exclude = [{ comm = "sshd" }]
 
     [api]
     socket = "/run/aiflame/agent.sock"
@@ -62,8 +75,11 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiflame.agent.identity import DEFAULT_ENV_LABELS, valid_label_name
+from aiflame.agent.identity import DEFAULT_ENV_LABELS, LabelRules, valid_label_name
+from aiflame.agent.relabel import ProcessMatcher, RelabelRule, RuleError
 from aiflame.errors import AiflameError
+
+DCGM_MODES = ("keep", "prefix", "drop")
 
 
 class ConfigError(AiflameError):
@@ -88,11 +104,12 @@ class AgentConfig:
     spool: str = "/var/lib/aiflame/spool"
     spool_max_bytes: int = 512 << 20
     metrics_listen: str = "127.0.0.1:9464"
+    dcgm_metrics: str = "keep"  # DCGM_MODES
     server: Remote = field(default_factory=Remote)
     pyroscope: Remote = field(default_factory=Remote)
     cpu_hz: int = 19
     cpu_budget: float = 0.01  # of one core
-    min_cpu_hz: int = 1
+    min_cpu_hz: int = 2
     cuda: bool = True
     telemetry_interval: float = 1.0
     nvml: bool = True
@@ -104,6 +121,11 @@ class AgentConfig:
     kubelet_ca_file: str = ""
     kube_log_dir: str = "/var/log/containers"
     pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    pid_label: bool = False
+    command_label: bool = False
+    relabel: list[RelabelRule] = field(default_factory=list)
+    include: list[ProcessMatcher] = field(default_factory=list)
+    exclude: list[ProcessMatcher] = field(default_factory=list)
     api_socket: str = "/run/aiflame/agent.sock"
     api_listen: str = ""
     api_token: str = ""
@@ -113,6 +135,13 @@ class AgentConfig:
     trace_max_duration_ms: int = 60_000
     trace_timeout: float = 180.0
 
+    def label_rules(self) -> LabelRules:
+        return LabelRules(
+            env=dict(self.env_labels), pod_labels=dict(self.pod_labels),
+            static=dict(self.static_labels), pid=self.pid_label, command=self.command_label,
+            relabel=list(self.relabel), include=list(self.include), exclude=list(self.exclude),
+        )  # fmt: skip
+
 
 # TOML section.key -> (attribute, type)
 _TOP = {
@@ -121,6 +150,7 @@ _TOP = {
     "spool": ("spool", str),
     "spool_max_mb": ("spool_max_bytes", "mb"),
     "metrics_listen": ("metrics_listen", str),
+    "dcgm_metrics": ("dcgm_metrics", str),
 }
 _SECTIONS: dict[str, dict[str, tuple[str, Any]]] = {
     "profiling": {
@@ -139,7 +169,10 @@ _SECTIONS: dict[str, dict[str, tuple[str, Any]]] = {
         "kubelet_ca_file": ("kubelet_ca_file", str),
         "kube_log_dir": ("kube_log_dir", str),
         "pod_resources_socket": ("pod_resources_socket", str),
+        "pid": ("pid_label", bool),
+        "command": ("command_label", bool),
     },
+    "processes": {"include": ("include", "matchers"), "exclude": ("exclude", "matchers")},
     "api": {
         "socket": ("api_socket", str),
         "listen": ("api_listen", str),
@@ -177,6 +210,13 @@ def read_secret(path: str, what: str) -> str:
 
 
 def _convert(value: Any, kind: Any, where: str) -> Any:
+    if kind == "matchers":
+        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+            raise ConfigError(f"{where}: expected a list of tables (label = regex)")
+        try:
+            return [ProcessMatcher.from_config(v) for v in value]
+        except RuleError as e:
+            raise ConfigError(f"{where}: {e}") from None
     if kind == "file":
         if not isinstance(value, str):
             raise ConfigError(f"{where}: expected a file name")
@@ -209,6 +249,8 @@ def load_file(path: str, config: AgentConfig | None = None) -> AgentConfig:
         if key in _TOP:
             attr, kind = _TOP[key]
             setattr(config, attr, _convert(value, kind, key))
+        elif key == "relabel":
+            config.relabel = _relabel_rules(value, path)
         elif key in ("server", "pyroscope"):
             if not isinstance(value, dict):
                 raise ConfigError(f"{path}: [{key}] must be a table")
@@ -229,6 +271,18 @@ def load_file(path: str, config: AgentConfig | None = None) -> AgentConfig:
         else:
             raise ConfigError(f"{path}: unknown key {key}")
     return config
+
+
+def _relabel_rules(value: Any, path: str) -> list[RelabelRule]:
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ConfigError(f"{path}: relabel must be an array of tables ([[relabel]])")
+    rules = []
+    for i, table in enumerate(value):
+        try:
+            rules.append(RelabelRule.from_config(table))
+        except RuleError as e:
+            raise ConfigError(f"{path}: relabel rule {i + 1}: {e}") from None
+    return rules
 
 
 def validate(c: AgentConfig) -> AgentConfig:
@@ -263,6 +317,12 @@ def validate(c: AgentConfig) -> AgentConfig:
             raise ConfigError(
                 f"{what}: {bad[0]!r} is not a valid label name ([a-zA-Z_][a-zA-Z0-9_]*)"
             )
+    if c.dcgm_metrics not in DCGM_MODES:
+        raise ConfigError(f"dcgm_metrics {c.dcgm_metrics!r}: expected {', '.join(DCGM_MODES)}")
+    for rule in c.relabel:
+        target = rule.target_label
+        if target and "$" not in target and not valid_label_name(target):
+            raise ConfigError(f"relabel target_label {target!r} is not a valid label name")
     if c.spool_max_bytes < 1 << 20:
         raise ConfigError("spool_max_mb: at least 1")
     return c

@@ -29,7 +29,7 @@ from aiflame import __version__
 from aiflame.agent.api import Api
 from aiflame.agent.budget import CpuBudget
 from aiflame.agent.config import AgentConfig, spool_queues
-from aiflame.agent.identity import Identities, KubeletPods, KubeLogIndex, LabelRules
+from aiflame.agent.identity import Identities, KubeletPods, KubeLogIndex
 from aiflame.agent.kineto_ipc import KinetoFabric
 from aiflame.agent.metrics import AgentCollector, AgentCounters, serve_metrics
 from aiflame.agent.nvml import Nvml
@@ -55,8 +55,7 @@ class Agent:
         self.log = log
         self.started = time.time()
         self.stop_event = threading.Event()
-        rules = LabelRules(env=dict(config.env_labels), pod_labels=dict(config.pod_labels),
-                           static=dict(config.static_labels))  # fmt: skip
+        rules = config.label_rules()
         pods = (
             KubeletPods(config.kubelet_url, config.kubelet_token, config.kubelet_ca_file)
             if config.kubelet_url and config.pod_labels
@@ -80,8 +79,10 @@ class Agent:
         self.metrics_port = 0
         self._stop_metrics: Callable[[], None] | None = None
         self._period_start = time.monotonic()
+        self._turned = time.monotonic()  # when the main loop last turned (liveness)
         self._closed = False
         self.failed_periods = 0
+        self.stopped_line = "stopped"  # what close() could do, said at exit
 
     def say(self, line: str) -> None:
         print(f"aiflame agent: {line}", file=self.log, flush=True)
@@ -94,9 +95,10 @@ class Agent:
             self._start_nvml()
             self._start_tracing()
             if c.metrics_listen:
+                collector = AgentCollector(self, list(c.env_labels) + list(c.static_labels),
+                                           dcgm=c.dcgm_metrics, pid_label=c.pid_label)  # fmt: skip
                 self._stop_metrics, self.metrics_port = serve_metrics(
-                    c.metrics_listen,
-                    AgentCollector(self, list(c.env_labels) + list(c.static_labels)),
+                    c.metrics_listen, collector, live=self.live, ready=self.ready
                 )
             self._start_senders()
         except BaseException:
@@ -153,7 +155,7 @@ class Agent:
             self.pod_resources = PodResources(socket_path)
             holders = self.pod_resources.holders
         self.telemetry = Telemetry(
-            nvml, self.identities.labels, self.identities.host, holders=holders
+            nvml, self.identities.workload_labels, self.identities.host, holders=holders
         )
         names = ", ".join(f"{s['name']}" for s in nvml.static)
         self.say(
@@ -225,7 +227,7 @@ class Agent:
         next_poll = t0 if self.telemetry is not None else float("inf")
         try:
             while not self.stop_event.is_set():
-                now = time.monotonic()
+                now = self._turned = time.monotonic()
                 if duration is not None and now - t0 >= duration:
                     break
                 if self.telemetry is not None and now >= next_poll:
@@ -258,7 +260,7 @@ class Agent:
                 self._spool_profile(cp)
             self.spool.sync()  # the period's profiles: synced and recorded at once
             for what, n in self.profiler.stats.lost.items():
-                self.counters.drop(f"ebpf {what}", n)
+                self.counters.drop(what, n)
             self.profiler.stats.lost = {}
         if self.telemetry is not None and self.config.server.url:
             with contextlib.suppress(Exception):
@@ -270,8 +272,28 @@ class Agent:
                 self.telemetry.cut()
         cost = self.budget.measure(wall, self.profiler.program_fds() if self.profiler else [])
         rate = self.budget.next_rate(cost)
-        if self.profiler is not None and rate != self.profiler.rate_hz:
-            self.profiler.set_rate(rate)
+        if self.profiler is not None:
+            if rate != self.profiler.rate_hz:
+                self.say(
+                    f"CPU sampling at {rate} Hz: {self.budget.note}"
+                    if self.budget.note
+                    else f"CPU sampling at {rate} Hz again"
+                )
+            self.profiler.set_rate(rate, self.budget.note)
+
+    def _last_cut(self) -> str:
+        """Cut and spool the period in progress (it is not lost); says how that went."""
+        dropped = self.spool.stats.dropped_entries
+        try:
+            self.cut_period()
+        except Exception as e:
+            return f"the last period lost ({type(e).__name__}: {e})"
+        lost = self.spool.stats.dropped_entries - dropped
+        if self.spool.stats.write_error:
+            return f"the last period not all spooled ({self.spool.stats.write_error})"
+        if lost:
+            return f"the last period spooled, {lost} older entries dropped to make room"
+        return "the last period spooled"
 
     def _failed_period(self, e: Exception) -> None:
         self.failed_periods += 1
@@ -400,6 +422,17 @@ class Agent:
             },
         }
 
+    def live(self) -> str:
+        """ "" while the main loop turns (it waits at most a tick, a cut at most a period)."""
+        stuck = time.monotonic() - self._turned
+        limit = max(60.0, 3 * self.config.period)
+        return f"the main loop has not turned for {stuck:.0f} s" if stuck > limit else ""
+
+    def ready(self) -> str:
+        """ "" while what the agent cuts can be spooled."""
+        error = self.spool.stats.write_error
+        return f"the spool cannot be written: {error}" if error else ""
+
     def dropped_events(self) -> dict[str, int]:
         out = dict(self.counters.dropped_events or {})
         for kind, n in self.spool.stats.dropped_by_kind.items():
@@ -416,9 +449,9 @@ class Agent:
             return
         self._closed = True
         if self.profiler is not None:
-            with contextlib.suppress(Exception):
-                self.cut_period()  # the period in progress is not lost
+            self.stopped_line = self._last_cut()
             self.profiler.close()
+            self.stopped_line = f"stopped: every BPF program detached, {self.stopped_line}"
         self.stop_event.set()
         for sender in self.senders:
             sender.join(timeout=2)
@@ -453,5 +486,5 @@ def run_agent(config: AgentConfig, duration: float | None = None) -> int:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-    agent.say("stopped: every BPF program detached, the last period spooled")
+    agent.say(agent.stopped_line)
     return 0

@@ -8,9 +8,11 @@ between fork and exec, with no command line yet, is read again next time):
 label         source
 ============  ==============================================================================
 host          the agent's host name (``--host`` / config ``host`` overrides it)
-pid           the process id, as the host sees it
+pid           the process id, as the host sees it (not a series label unless
+              ``[labels] pid = true``: a series per process would not be bounded)
 comm          ``/proc/PID/comm`` (the thread-group leader's name)
-command       ``/proc/PID/cmdline``, arguments joined by spaces, cut at 1,024 bytes
+command       only with ``[labels] command = true``: ``/proc/PID/cmdline``, arguments
+              joined by spaces, credentials redacted (:mod:`.redact`), cut at 1,024 bytes
 user          the real uid of ``/proc/PID/status``, named by the host's ``/etc/passwd``
               (the container's ``/etc/passwd``, through ``/proc/PID/root``, where the host
               has no such uid), else the number
@@ -30,13 +32,21 @@ world_size    ``OMPI_COMM_WORLD_RANK``/``_LOCAL_RANK``/``_SIZE``
 team, model,  configurable (``[labels.env]``): by default ``team`` from ``AIFLAME_TEAM``
 ...           and ``model`` from ``AIFLAME_MODEL``; any other label from any variable;
               ``[labels.static]`` for labels of the whole host
-service_name  the workload's name: ``namespace/pod``'s owner where the pod name has a
+service_name  the workload's name: the process's ``OTEL_SERVICE_NAME`` (OpenTelemetry's
+              variable), else ``namespace/pod``'s owner where the pod name has a
               ReplicaSet/Job suffix stripped, else the pod, else the Slurm job name, else
-              the command's name
+              the command's name (``comm``)
 ============  ==============================================================================
 
 The environment is read from ``/proc/PID/environ``: the variables the process started
-with (a program that changes its own environment later is not seen).
+with (a program that changes its own environment later is not seen). Every value is one
+line (control characters become spaces).
+
+Then the configuration decides what leaves the host (:mod:`.relabel`): the process filters
+(``[processes]``), then the relabel rules, which also see ``__meta_process_commandline``
+(the redacted command line) and ``__meta_process_exe`` (the executable's path) and drop
+every ``__`` label after them. A process's *series* labels, what keys its continuous
+profiles, are those labels without ``pid`` (unless ``[labels] pid = true``).
 """
 
 from __future__ import annotations
@@ -50,6 +60,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from aiflame.agent.cgroup_ids import CgroupIdentity, cgroup_path, parse_cgroup_path
+from aiflame.agent.redact import redact_command, single_line
+from aiflame.agent.relabel import ProcessMatcher, RelabelRule, relabel, selected
 
 MAX_LABEL_BYTES = 1024  # docs/fleet-protocol.md: label values are at most 1,024 bytes
 DEFAULT_ENV_LABELS = {"team": "AIFLAME_TEAM", "model": "AIFLAME_MODEL"}
@@ -86,12 +98,17 @@ def clip(value: str, limit: int = MAX_LABEL_BYTES) -> str:
 
 @dataclass
 class LabelRules:
-    """What the configuration adds: labels from environment variables, pod labels and
-    fixed labels of the host."""
+    """What the configuration adds (labels from environment variables, pod labels and fixed
+    labels of the host) and decides (what leaves the host: :mod:`.relabel`)."""
 
     env: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_ENV_LABELS))
     pod_labels: dict[str, str] = field(default_factory=dict)  # label -> pod label key
     static: dict[str, str] = field(default_factory=dict)
+    pid: bool = False  # ``pid`` a series label: one series per process
+    command: bool = False  # the (redacted) command line a label
+    relabel: list[RelabelRule] = field(default_factory=list)
+    include: list[ProcessMatcher] = field(default_factory=list)
+    exclude: list[ProcessMatcher] = field(default_factory=list)
 
 
 def read_text(path: str, limit: int = 1 << 16) -> str | None:
@@ -137,13 +154,20 @@ def stat_identity(pid: int, proc: str = "/proc") -> tuple[int, str] | None:
         return None
 
 
-def command_line(pid: int, proc: str = "/proc") -> str:
+def command_args(pid: int, proc: str = "/proc") -> list[str]:
+    """The process's arguments (the first 8 KiB of them); [] for a kernel thread, a zombie
+    or a process between fork and exec that has none yet."""
     try:
         with open(f"{proc}/{pid}/cmdline", "rb") as f:
             args = f.read(8192).split(b"\0")
     except OSError:
-        return ""
-    return clip(" ".join(a.decode("utf-8", "replace") for a in args if a))
+        return []
+    return [a.decode("utf-8", "replace") for a in args if a]
+
+
+def command_line(pid: int, proc: str = "/proc") -> str:
+    """The command line as it is, for this host only (it may carry credentials)."""
+    return clip(" ".join(command_args(pid, proc)))
 
 
 def real_uid(pid: int, proc: str = "/proc") -> int | None:
@@ -157,13 +181,20 @@ def real_uid(pid: int, proc: str = "/proc") -> int | None:
     return None
 
 
+_HOST_USERS: dict[int, str | None] = {}  # uid -> the host's name of it (None: unknown)
+
+
 def user_name(uid: int, root: str) -> str:
     """The host's name for ``uid``, else the one in ``root``'s ``/etc/passwd``, else the
     number."""
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        pass
+    if uid not in _HOST_USERS:  # once per uid: a lookup reads the host's passwd file
+        try:
+            _HOST_USERS[uid] = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            _HOST_USERS[uid] = None
+    name = _HOST_USERS[uid]
+    if name is not None:
+        return name
     text = read_text(os.path.join(root, "etc/passwd"), 1 << 20) or ""
     for line in text.splitlines():
         parts = line.split(":")
@@ -172,8 +203,10 @@ def user_name(uid: int, root: str) -> str:
     return str(uid)
 
 
-def service_name(labels: Mapping[str, str]) -> str:
+def service_name(labels: Mapping[str, str], env: Mapping[str, str] | None = None) -> str:
     """The workload's name (see the module docstring)."""
+    if env and env.get("OTEL_SERVICE_NAME"):
+        return env["OTEL_SERVICE_NAME"]
     pod = labels.get("pod", "")
     if pod:
         owner = _POD_SUFFIX.sub("", pod) or pod
@@ -243,13 +276,17 @@ class ProcessInfo:
 
     pid: int
     started: int
-    labels: dict[str, str]
+    labels: dict[str, str]  # after the relabel rules: what may leave the host
     cgroup: CgroupIdentity
     environ: dict[str, str]
     name: str = ""  # comm when read: an exec since changes it
     # read while the process was between fork and exec (or exiting): no command line or
     # environment yet, so it is read again next time
     provisional: bool = False
+    command: str = ""  # as it is: for this host only, never a label
+    # what keys its continuous profiles: ``labels`` without ``pid`` (unless configured);
+    # None when the filters or a keep/drop rule leave the process out
+    series: dict[str, str] | None = None
 
     @property
     def service(self) -> str:
@@ -297,10 +334,32 @@ class Identities:
         return info
 
     def labels(self, pid: int) -> dict[str, str]:
+        """What this process's traces and GPU time carry (after the relabel rules)."""
         info = self.of(pid)
         if info is None:
             return {"host": self.host, "pid": str(pid), "service_name": "unknown"}
         return info.labels
+
+    def workload_labels(self, pid: int) -> dict[str, str]:
+        """:meth:`labels` of a process whose data may leave the host, {} for one the
+        filters or a keep/drop rule leave out."""
+        info = self.of(pid)
+        if info is None:
+            return self.labels(pid)
+        return info.labels if info.series is not None else {}
+
+    def gone_series(self, comm: str, kernel: bool = False) -> dict[str, str] | None:
+        """The series of a process that exited before it could be read: its name (from
+        its samples) is all there is, relabeled like the others. ``kernel``: the series of
+        the kernel's threads (``service_name=kernel``)."""
+        labels = {"host": self.host, **self.rules.static, "service_name": comm or "unknown"}
+        if comm and not kernel:
+            labels["comm"] = single_line(comm)
+        values = {**labels, "__meta_process_commandline": "", "__meta_process_exe": ""}
+        if not selected(values, self.rules.include, self.rules.exclude):
+            return None
+        labels, kept = relabel(values, self.rules.relabel)
+        return labels if kept else None
 
     def forget_exited(self) -> None:
         for pid in [p for p in self._cache if start_time(p, self.proc) is None]:
@@ -316,9 +375,11 @@ class Identities:
         comm = (read_text(f"{base}/comm", 256) or "").strip()
         if comm:
             labels["comm"] = comm
-        command = command_line(pid, self.proc)
-        if command:
-            labels["command"] = command
+        argv = command_args(pid, self.proc)
+        command = clip(" ".join(argv))
+        redacted = clip(redact_command(argv))
+        if self.rules.command and redacted:
+            labels["command"] = redacted
         uid = real_uid(pid, self.proc)
         if uid is not None:
             labels["user"] = user_name(uid, f"{base}/root")
@@ -341,9 +402,29 @@ class Identities:
         for label, var in self.rules.env.items():
             if env.get(var):
                 labels[label] = env[var]
-        labels["service_name"] = service_name(labels)
-        clean = {k: clip(v) for k, v in labels.items() if v and valid_label_name(k)}
-        return ProcessInfo(pid, started, clean, cg, env, provisional=not command)
+        labels["service_name"] = service_name(labels, env)
+        clean = {k: clip(single_line(v)) for k, v in labels.items() if valid_label_name(k)}
+        clean = {k: v for k, v in clean.items() if v}
+        info = ProcessInfo(pid, started, clean, cg, env, provisional=not command, command=command)
+        self._decide(info, redacted, base)
+        return info
+
+    def _decide(self, info: ProcessInfo, redacted: str, base: str) -> None:
+        """Apply the process filters and the relabel rules (:mod:`.relabel`)."""
+        rules = self.rules
+        if not (rules.include or rules.exclude or rules.relabel):
+            info.series = _series(info.labels, rules.pid)
+            return
+        try:
+            exe = os.readlink(f"{base}/exe")
+        except OSError:
+            exe = ""
+        values = {**info.labels, "__meta_process_commandline": redacted,
+                  "__meta_process_exe": exe}  # fmt: skip
+        chosen = selected(values, rules.include, rules.exclude)
+        labels, kept = relabel(values, rules.relabel)
+        info.labels = {k: clip(single_line(v)) for k, v in labels.items() if valid_label_name(k)}
+        info.series = _series(info.labels, rules.pid) if chosen and kept else None
 
     def _kubernetes(self, pid: int, cg: CgroupIdentity, env: dict[str, str]) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -363,6 +444,10 @@ class Identities:
                 if kube.get(key):
                     out[label] = kube[key]
         return out
+
+
+def _series(labels: Mapping[str, str], with_pid: bool) -> dict[str, str]:
+    return {k: v for k, v in labels.items() if with_pid or k != "pid"}
 
 
 class KubeletPods:

@@ -9,6 +9,14 @@ processes and their GPU memory, their SM utilization samples
 1``), the driver's own busy time per process (``nvmlDeviceGetAccountingStats``: time the
 context lived x its GPU utilization).
 
+What operators alert on is read once a period (:meth:`Nvml.health`: NVML calls that are
+not free on a driver, and counters that change rarely): ECC error counts (volatile and
+aggregate, corrected and not), retired pages and row remapping, the clock event (throttle)
+reasons, the energy counter, PCIe throughput and replays, NVLink traffic and error counters
+(``nvmlDeviceGetFieldValues``), and the MIG instances of a GPU in MIG mode (their GPU
+instance id, profile and memory). XID errors are events: registered once, drained at each
+poll (:attr:`Nvml.xids`). Whatever a GPU does not support is left out, never zero.
+
 A host without NVIDIA GPUs (no ``libnvidia-ml.so.1``, no driver, no device) gets
 ``Nvml.open()`` -> None and one line saying why.
 """
@@ -37,6 +45,36 @@ GPM_METRICS = {
     13: "fp16_active",
 }
 HOPPER = 9  # NVML_DEVICE_ARCH_HOPPER
+XID_CRITICAL = 0x8  # nvmlEventTypeXidCriticalError
+NVML_ERROR_TIMEOUT = 10
+# nvmlDeviceGetFieldValues ids (nvml.h) -> health key; NVLink's are totals over all links
+FIELDS = {
+    138: "nvlink_tx_kib",  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, KiB since the driver loaded
+    139: "nvlink_rx_kib",
+    38: "nvlink_crc_flit_errors",  # NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL
+    45: "nvlink_crc_data_errors",
+    52: "nvlink_replay_errors",
+    59: "nvlink_recovery_errors",
+}
+# ECC counters: (error type, counter type) of nvmlDeviceGetTotalEccErrors -> health key
+ECC = {
+    (0, 0): "ecc_sbe_volatile",  # corrected, since the driver loaded
+    (1, 0): "ecc_dbe_volatile",  # uncorrected
+    (0, 1): "ecc_sbe_aggregate",  # over the GPU's life
+    (1, 1): "ecc_dbe_aggregate",
+}
+# clock event (throttle) reason bits (nvml.h nvmlClocksEventReason*)
+CLOCK_EVENT_REASONS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
 
 
 @dataclass
@@ -45,6 +83,29 @@ class ProcessOnGpu:
     memory_bytes: int | None = None
     sm_util: float | None = None  # mean of the period's samples, 0..1
     accounting_busy_ms: float | None = None  # cumulative, from accounting mode
+    gpu_instance: int | None = None  # the MIG GPU instance it runs in
+
+
+@dataclass
+class MigInstance:
+    """One MIG instance of a GPU (a device of its own for CUDA and the kubelet)."""
+
+    uuid: str
+    profile: str  # "1g.10gb", from the instance's name
+    gpu_instance: int
+    compute_instance: int
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+
+
+@dataclass
+class GpuHealth:
+    """What a GPU says about its health, read once a period; keys absent where the GPU
+    does not report them."""
+
+    values: dict[str, float] = field(default_factory=dict)
+    clock_event_reasons: int | None = None  # a CLOCK_EVENT_REASONS bit mask
+    mig: list[MigInstance] = field(default_factory=list)
 
 
 @dataclass
@@ -81,6 +142,9 @@ class Nvml:
         self._gpm_prev: dict[int, Any] = {}
         self._gpm_ok = [self._gpm_supported(h) for h in self.handles]
         self._util_ts: dict[int, int] = {}
+        self.xids: dict[tuple[int, int], int] = {}  # (GPU index, XID) -> events seen
+        self.last_xid: dict[int, int] = {}  # GPU index -> the last XID (dcgm-exporter's gauge)
+        self._events = self._register_xid_events()
 
     @classmethod
     def open(cls) -> tuple[Nvml | None, str]:
@@ -107,6 +171,10 @@ class Nvml:
         return nv, ""
 
     def close(self) -> None:
+        if self._events is not None:
+            with contextlib.suppress(Exception):
+                self.nv.nvmlEventSetFree(self._events)
+            self._events = None
         for sample in self._gpm_prev.values():
             with contextlib.suppress(Exception):
                 self.nv.nvmlGpmSampleFree(sample)
@@ -134,10 +202,119 @@ class Nvml:
         except (nv.NVMLError, AttributeError):
             return False
 
+    # -- XID errors (events) -----------------------------------------------------------------
+    def _register_xid_events(self) -> Any:
+        nv = self.nv
+        try:
+            events = nv.nvmlEventSetCreate()
+        except (nv.NVMLError, AttributeError):
+            return None
+        registered = 0
+        for h in self.handles:
+            with contextlib.suppress(nv.NVMLError):
+                if nv.nvmlDeviceGetSupportedEventTypes(h) & XID_CRITICAL:
+                    nv.nvmlDeviceRegisterEvents(h, XID_CRITICAL, events)
+                    registered += 1
+        if not registered:
+            with contextlib.suppress(nv.NVMLError):
+                nv.nvmlEventSetFree(events)
+            return None
+        return events
+
+    def _drain_xids(self) -> None:
+        """Count the XID errors that occurred since the last poll (never waits)."""
+        nv = self.nv
+        for _ in range(256):  # bounded: a GPU in an error storm cannot hold the poll
+            try:
+                data = nv.nvmlEventSetWait_v2(self._events, 0)
+            except nv.NVMLError:
+                return  # NVML_ERROR_TIMEOUT: none left (or the set broke: next poll)
+            index = self._index_of(data.device)
+            if index is None or not data.eventType & XID_CRITICAL:
+                continue
+            xid = int(data.eventData)
+            self.xids[(index, xid)] = self.xids.get((index, xid), 0) + 1
+            self.last_xid[index] = xid
+
+    def _index_of(self, handle: Any) -> int | None:
+        address = ctypes.cast(handle, ctypes.c_void_p).value
+        for i, h in enumerate(self.handles):
+            if ctypes.cast(h, ctypes.c_void_p).value == address:
+                return i
+        return None
+
     # -- one poll ---------------------------------------------------------------------------
     def poll(self) -> list[GpuSample]:
         now = time.time()
+        if self._events is not None:
+            self._drain_xids()
         return [self._poll_one(i, h, now) for i, h in enumerate(self.handles)]
+
+    # -- health, once a period ------------------------------------------------------------
+    def health(self) -> dict[int, GpuHealth]:
+        return {i: self._health_one(h) for i, h in enumerate(self.handles)}
+
+    def _health_one(self, h: Any) -> GpuHealth:
+        nv = self.nv
+        out = GpuHealth()
+        v = out.values
+        for (error, counter), key in ECC.items():
+            with contextlib.suppress(nv.NVMLError):
+                v[key] = float(nv.nvmlDeviceGetTotalEccErrors(h, error, counter))
+        for cause, key in ((0, "retired_pages_sbe"), (1, "retired_pages_dbe")):
+            with contextlib.suppress(nv.NVMLError):
+                v[key] = float(len(nv.nvmlDeviceGetRetiredPages(h, cause)))
+        with contextlib.suppress(nv.NVMLError):
+            v["retired_pages_pending"] = float(nv.nvmlDeviceGetRetiredPagesPendingStatus(h))
+        with contextlib.suppress(nv.NVMLError):
+            corr, unc, pending, failure = nv.nvmlDeviceGetRemappedRows(h)
+            v["remapped_rows_correctable"] = float(corr)
+            v["remapped_rows_uncorrectable"] = float(unc)
+            v["row_remap_pending"], v["row_remap_failure"] = float(pending), float(failure)
+        reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        reasons = reasons or nv.nvmlDeviceGetCurrentClocksThrottleReasons  # older bindings
+        with contextlib.suppress(nv.NVMLError):
+            out.clock_event_reasons = int(reasons(h))
+        with contextlib.suppress(nv.NVMLError):
+            v["energy_mj"] = float(nv.nvmlDeviceGetTotalEnergyConsumption(h))
+        for counter, key in ((0, "pcie_tx_bytes_per_s"), (1, "pcie_rx_bytes_per_s")):
+            with contextlib.suppress(nv.NVMLError):
+                v[key] = float(nv.nvmlDeviceGetPcieThroughput(h, counter)) * 1024
+        with contextlib.suppress(nv.NVMLError):
+            v["pcie_replays"] = float(nv.nvmlDeviceGetPcieReplayCounter(h))
+        with contextlib.suppress(nv.NVMLError, AttributeError):
+            for f in nv.nvmlDeviceGetFieldValues(h, list(FIELDS)):
+                if f.nvmlReturn == 0 and f.fieldId in FIELDS:
+                    v[FIELDS[f.fieldId]] = float(f.value.ullVal)
+        out.mig = self._mig_instances(h)
+        return out
+
+    def _mig_instances(self, h: Any) -> list[MigInstance]:
+        nv = self.nv
+        try:
+            if nv.nvmlDeviceGetMigMode(h)[0] != 1:
+                return []
+            count = nv.nvmlDeviceGetMaxMigDeviceCount(h)
+        except (nv.NVMLError, AttributeError):
+            return []
+        out = []
+        for k in range(count):
+            try:
+                mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(h, k)
+                name = _text(nv.nvmlDeviceGetName(mig))
+                inst = MigInstance(
+                    uuid=_text(nv.nvmlDeviceGetUUID(mig)),
+                    profile=name.rsplit(" MIG ", 1)[-1] if " MIG " in name else name,
+                    gpu_instance=int(nv.nvmlDeviceGetGpuInstanceId(mig)),
+                    compute_instance=int(nv.nvmlDeviceGetComputeInstanceId(mig)),
+                )
+            except nv.NVMLError:
+                continue  # no instance at this index
+            with contextlib.suppress(nv.NVMLError):
+                mem = nv.nvmlDeviceGetMemoryInfo(mig)
+                inst.memory_used_bytes, inst.memory_total_bytes = int(mem.used), int(mem.total)
+            out.append(inst)
+        return out
 
     def _poll_one(self, i: int, h: Any, now: float) -> GpuSample:
         nv, st = self.nv, self.static[i]
@@ -196,6 +373,9 @@ class Nvml:
             for p in nv.nvmlDeviceGetComputeRunningProcesses(h):
                 mem = p.usedGpuMemory
                 procs[int(p.pid)] = ProcessOnGpu(int(p.pid), int(mem) if mem is not None else None)
+                gi = getattr(p, "gpuInstanceId", 0xFFFFFFFF)
+                if gi is not None and gi != 0xFFFFFFFF:
+                    procs[int(p.pid)].gpu_instance = int(gi)
         since = self._util_ts.get(i, 0)
         sums: dict[int, list[float]] = {}
         with contextlib.suppress(nv.NVMLError):

@@ -22,6 +22,12 @@ end of it (allocations carried from earlier periods included), by allocation sta
 Kernel threads have no process of their own to speak of: their samples make one profile
 (``service_name=kernel``), each stack under its thread's name.
 
+One profile per *series* and type, not per process: the processes whose series labels
+(:mod:`.identity`: the workload's labels, without ``pid`` by default) are the same make one
+profile (the ranks of a job differ by ``rank``; a service's workers, or a hundred short
+shell commands, do not). A process left out by the configuration's filters or relabel
+rules is not symbolized at all.
+
 Which processes to probe is decided here, since reading ``/proc/PID/maps`` is what costs:
 a process is looked at when first seen, again 0.5, 2, 5, 15 and 30 s later (``import
 torch`` loads libcudart late), then every minute.
@@ -32,6 +38,7 @@ from __future__ import annotations
 import ctypes
 import heapq
 import os
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -43,6 +50,7 @@ from aiflame.collectors.ebpf.cpu_profile import NO_USER_STACK, StackCache, build
 from aiflame.collectors.ebpf.cuda import CudaOptions, CudaProbes
 from aiflame.collectors.ebpf.cuda_apis import APIS, COPY, GRAPH, LAUNCH, SYNC
 from aiflame.collectors.ebpf.cuda_events import CallKey, CallSum
+from aiflame.collectors.ebpf.cuda_libs import gpu_libraries
 from aiflame.collectors.ebpf.cuda_memory import LiveMemory
 from aiflame.collectors.ebpf.cuda_profile import (
     calls_profile,
@@ -56,6 +64,7 @@ from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
 from aiflame.symbolize.elf import release_mapped_pages
 from aiflame.symbolize.process import SymbolResolver
 from aiflame.symbolize.pyframes import PythonNaming
+from aiflame.transforms.merge import merge
 
 PROCESS_CPU, MEMORY, GPU_API = "process_cpu", "memory", "gpu_api"
 CPU_TYPES = [SampleType("samples", "count"), SampleType("cpu", "nanoseconds")]
@@ -76,18 +85,39 @@ SCAN_STEPS_S = (0.5, 2.0, 5.0, 15.0, 30.0, 60.0)
 PROC_LIST_S = 1.0  # how often /proc is listed for new processes
 MAX_CACHED_STACKS = 200_000
 MAX_SYMBOL_FILES = 256
+# Each period samples at a period drawn within this fraction of 1 / rate (its profiles say
+# which): with a prime mean rate, no periodic work of the host is sampled in step with it.
+JITTER = 0.2
+SeriesKey = tuple[tuple[str, str], ...]
+
+
+# The sampler's counters that are losses (what the metric aiflame_dropped_events_total
+# counts), and those that say a sample is incomplete (its stack cut or partly unreadable).
+# The others (samples, idle, samples with a Python stack) are no loss of anything.
+LOSSES = {
+    "counts_full": "ebpf samples",  # the count map was full: samples not counted
+    "stacks_full": "ebpf stacks",  # the stack map was full: a sample without its stack
+    "events_lost": "ebpf announcements",  # ring buffer full: a new process not announced
+}
+INCOMPLETE = {
+    "user_stack_empty": "user stack unreadable",
+    "kernel_stack_failed": "kernel stack unreadable",
+    "python_failed": "python frames unreadable",
+    "python_depth": "python stack cut",
+}
 
 
 @dataclass
 class CutProfile:
-    """One process's profile of one type for one period."""
+    """One series' profile of one type for one period."""
 
-    pid: int  # KERNEL_PID for kernel threads
+    pid: int  # its first process; KERNEL_PID for kernel threads
     kind: str  # PROCESS_CPU, MEMORY, GPU_API
     profile: Profile  # in the sample types above, pprof meta set
     samples: int  # CPU samples, or probed calls and allocations
     rate_hz: int = 0
-    labels: dict[str, str] = field(default_factory=dict)  # whose work: see identity.py
+    labels: dict[str, str] = field(default_factory=dict)  # the series: see identity.py
+    pids: tuple[int, ...] = ()  # the processes in it
 
 
 @dataclass
@@ -96,7 +126,9 @@ class CutStats:
     cuda_events: int = 0
     processes_seen: int = 0  # first sights (the agent's cost grows with them)
     profiles: int = 0
-    lost: dict[str, int] = field(default_factory=dict)  # losses counted by the kernel
+    left_out: int = 0  # samples of processes the configuration leaves out
+    lost: dict[str, int] = field(default_factory=dict)  # LOSSES of the last cut
+    incomplete: dict[str, int] = field(default_factory=dict)  # INCOMPLETE, since the start
 
 
 def gpu_api_values(role: str, key: CallKey, s: CallSum) -> list[float]:
@@ -114,13 +146,26 @@ def pprof_meta(start_ns: int, duration_ns: int, **extra: object) -> dict[str, ob
     return {"time_nanos": start_ns, "duration_nanos": duration_ns, **extra}
 
 
-def cpu_profile(profile: Profile, rate_hz: int, start_ns: int, duration_ns: int) -> Profile:
+def cpu_profile(
+    profile: Profile,
+    rate_hz: int,
+    start_ns: int,
+    duration_ns: int,
+    rate_note: str = "",
+    period_ns: int = 0,
+) -> Profile:
     """``cpu-samples`` of the sampler as ``samples/count`` + ``cpu/nanoseconds``, the period
-    the one actually used. Labels are dropped: the process's labels go with the series."""
-    period = round(1e9 / max(rate_hz, 1))
+    the one actually used (``period_ns``, the rate's jittered; default ``1e9 / rate_hz``).
+    Labels are dropped: the process's labels go with the series. ``rate_note`` says why the
+    rate is not the configured one (the CPU budget)."""
+    period = period_ns or round(1e9 / max(rate_hz, 1))
     counts = profile.values[:, 0] if len(profile) else np.zeros(0)
     values = np.column_stack([counts, counts * period]) if len(profile) else np.zeros((0, 2))
-    comments = [*profile.meta.get("comments", ()), f"aiflame agent: sampled at {rate_hz} Hz"]  # type: ignore[misc]
+    said = f"aiflame agent: sampled at {rate_hz} Hz"
+    if period_ns:
+        said += f", jittered: {1e9 / period_ns:.2f} Hz in this period"
+    said += f" ({rate_note})" if rate_note else ""
+    comments = [*profile.meta.get("comments", ()), said]  # type: ignore[misc]
     meta = pprof_meta(
         start_ns,
         duration_ns,
@@ -155,6 +200,8 @@ class ContinuousProfiler:
     ) -> None:
         self.identities = identities
         self.rate_hz = rate_hz
+        self.rate_note = ""  # why the rate is lowered, said in each CPU profile
+        self.period_ns = 0  # the sampling period of the period in progress (0: 1e9 / rate)
         self.want_cuda = cuda
         self.exclude = exclude_pids if exclude_pids is not None else {os.getpid()}
         self.clock = clock
@@ -191,6 +238,7 @@ class ContinuousProfiler:
             except BpfError as e:
                 self.notes.append(f"CUDA/HIP API probes not used: {e}")
         self._period_start = self.clock()
+        self._retime()
 
     def close(self) -> None:
         self.sampler.close()
@@ -204,9 +252,24 @@ class ContinuousProfiler:
             fds += self.probes.program_fds()
         return fds
 
-    def set_rate(self, hz: int) -> None:
-        self.rate_hz = hz
-        self.sampler.set_rate(hz)
+    def set_rate(self, hz: int, note: str = "") -> None:
+        self.rate_note = note
+        if hz != self.rate_hz:
+            self.rate_hz = hz
+            self.sampler.set_rate(hz)  # new timers, at 1 / hz
+            self._retime()
+
+    def _retime(self) -> None:
+        """Draw the sampling period of the next period (see JITTER)."""
+        period = round(1e9 / self.rate_hz * random.uniform(1 - JITTER, 1 + JITTER))
+        try:
+            self.sampler.set_period_ns(period)
+        except OSError as e:  # the kernel refused: the timers keep 1 / rate
+            if self.period_ns >= 0:
+                self.notes.append(f"sampling without jitter: {e.strerror or e}")
+            self.period_ns = -1
+            return
+        self.period_ns = period
 
     # -- between cuts -----------------------------------------------------------------------
     def tick(self, timeout_s: float = 0.1) -> None:
@@ -215,29 +278,41 @@ class ContinuousProfiler:
         self.sampler.poll(max(1, int(timeout_s * 1000)))
         now = time.monotonic()
         for pid in self.sampler.maps.keys() - self._seen:
-            self._first_sight(pid, now)
-        if now >= self._next_list:
+            self._first_sight(pid, now, sampled=True)
+        if self.probes is not None and now >= self._next_list:
+            # a CUDA process may not have been sampled yet: look at its maps all the same
             self._next_list = now + PROC_LIST_S
             for pid in _pids() - self._seen:
-                self._first_sight(pid, now)
+                self._first_sight(pid, now, sampled=False)
         if self.probes is not None:
             due = []
             while self._scan_queue and self._scan_queue[0][0] <= now:
                 _, pid, step = heapq.heappop(self._scan_queue)
                 if pid in self._seen:
-                    due.append(pid)
+                    if step > 0 or self._may_map_gpu_libraries(pid):
+                        due.append(pid)
                     later = now + SCAN_STEPS_S[min(step, len(SCAN_STEPS_S) - 1)]
                     heapq.heappush(self._scan_queue, (later, pid, step + 1))
             if due:
                 self.probes.scan_pids(due)
             self.probes.poll(0)
 
-    def _first_sight(self, pid: int, now: float) -> None:
+    def _may_map_gpu_libraries(self, pid: int) -> bool:
+        """At first sight of a sampled process, the sampler has just read its maps: no
+        CUDA/HIP library in them, no need to read them again now (later looks do)."""
+        texts = self.sampler.maps.get(pid)
+        return not texts or bool(gpu_libraries(pid, texts[-1]))
+
+    def _first_sight(self, pid: int, now: float, sampled: bool) -> None:
         self._seen.add(pid)
         self.stats.processes_seen += 1
         if pid in self.exclude:
             return
-        self.identities.of(pid)  # while it runs: a short-lived process is gone by the cut
+        if sampled:  # read while it runs: a short-lived process is gone by the cut
+            info = self.identities.of(pid)
+            if info is not None and info.series is None:
+                return  # left out by the configuration: not probed either
+        # (one never sampled is read when it has something to say: CUDA calls)
         heapq.heappush(self._scan_queue, (now, pid, 0))
 
     # -- the cut ----------------------------------------------------------------------------
@@ -248,13 +323,16 @@ class ContinuousProfiler:
         self._period_start = end
         out: list[CutProfile] = []
         raw = self.sampler.cut()
-        self.stats.lost = {k: v for k, v in raw.stats.items() if k not in ("samples", "idle")}
-        out.extend(self._cpu_profiles(raw, start_ns, duration_ns))
+        period_ns = max(self.period_ns, 0)  # what this period was sampled at
+        if self.period_ns >= 0:
+            self._retime()
+        self.stats.lost = {LOSSES[k]: v for k, v in raw.stats.items() if k in LOSSES and v}
+        for k, what in INCOMPLETE.items():
+            self.stats.incomplete[what] = self.stats.incomplete.get(what, 0) + raw.stats.get(k, 0)
+        out.extend(self._cpu_profiles(raw, start_ns, duration_ns, period_ns))
         if self.probes is not None:
             out.extend(self._cuda_profiles(start_ns, duration_ns))
         self.stats.profiles += len(out)
-        for cp in out:
-            cp.labels = self._labels(cp.pid)
         self._forget_exited()
         # The symbol tables stay cached, the file pages they were read from need not stay
         # resident until the next period (they are clean: the page cache has them).
@@ -262,42 +340,63 @@ class ContinuousProfiler:
         release_free_heap()
         return out
 
-    def _labels(self, pid: int) -> dict[str, str]:
+    def _series(self, pid: int, comm: str = "") -> dict[str, str] | None:
+        """The series of process ``pid`` (None: the configuration leaves it out)."""
         if pid == KERNEL_PID:
-            return {"host": self.identities.host, "service_name": "kernel"}
+            return self.identities.gone_series("kernel", kernel=True)
         info = self.identities.of(pid)
         if info is not None:
-            return dict(info.labels)
-        comm = self.sampler.process_names.get(pid, "")  # gone before it could be read
-        labels = {"host": self.identities.host, "pid": str(pid), "service_name": comm or "unknown"}
-        if comm:
-            labels["comm"] = comm
-        return labels
+            return info.series
+        # gone before it could be read: its name is all there is
+        return self.identities.gone_series(self.sampler.process_names.get(pid) or comm)
 
-    def _cpu_profiles(self, raw: RawProfile, start_ns: int, duration_ns: int) -> list[CutProfile]:
+    def _group(self, pids: dict[int, str]) -> dict[SeriesKey, tuple[dict[str, str], list[int]]]:
+        """The processes (pid -> a name of it) by series; those left out are not in it.
+        Kernel threads are a group of their own whatever their labels."""
+        out: dict[SeriesKey, tuple[dict[str, str], list[int]]] = {}
+        for pid in sorted(pids):
+            series = self._series(pid, pids[pid])
+            if series is not None:
+                key = tuple(sorted(series.items())) + ((("", "kernel"),) if not pid else ())
+                out.setdefault(key, (series, []))[1].append(pid)
+        return out
+
+    def _cpu_profiles(
+        self, raw: RawProfile, start_ns: int, duration_ns: int, period_ns: int = 0
+    ) -> list[CutProfile]:
         by_pid: dict[int, list] = {}
+        names: dict[int, str] = {}
         for key, count in raw.counts:
             if key.pid in self.exclude:
                 continue
             group = KERNEL_PID if key.user_stack == NO_USER_STACK or not key.pid else key.pid
             by_pid.setdefault(group, []).append((key, count))
+            names.setdefault(group, key.comm)
         out = []
-        for pid, counts in sorted(by_pid.items()):
-            pids = {k.pid for k, _ in counts}
+        groups = self._group(names)
+        kept = {p for _, ps in groups.values() for p in ps}
+        self.stats.left_out += sum(c for p in by_pid.keys() - kept for _, c in by_pid[p])
+        for series, pids in groups.values():
+            counts = [kc for pid in pids for kc in by_pid[pid]]
+            in_it = {k.pid for k, _ in counts}
             sub = replace(
                 raw,
                 counts=counts,
-                python_modules={p: m for p, m in raw.python_modules.items() if p in pids},
-                python_unsupported={p: m for p, m in raw.python_unsupported.items() if p in pids},
+                python_modules={p: m for p, m in raw.python_modules.items() if p in in_it},
+                python_unsupported={p: m for p, m in raw.python_unsupported.items() if p in in_it},
             )
-            naming = self._naming(pid) if pid != KERNEL_PID else None
-            profile, _ = build_profile(
-                sub, self.resolver, pid == KERNEL_PID, naming, self.stack_cache
-            )
+            kernel = pids[0] == KERNEL_PID
+            # Python frames are named relative to one program's directories: a series' processes
+            # run the same program (those of Python first, where there are several kinds)
+            python = [p for p in pids if p in raw.python_modules]
+            naming = None if kernel else self._naming((python or pids)[0])
+            profile, _ = build_profile(sub, self.resolver, kernel, naming, self.stack_cache)
             samples = sum(c for _, c in counts)
             self.stats.cpu_samples += samples
-            cpu = cpu_profile(profile, raw.freq, start_ns, duration_ns)
-            out.append(CutProfile(pid, PROCESS_CPU, cpu, samples, raw.freq))
+            cpu = cpu_profile(profile, raw.freq, start_ns, duration_ns, self.rate_note, period_ns)
+            out.append(
+                CutProfile(pids[0], PROCESS_CPU, cpu, samples, raw.freq, series, tuple(pids))
+            )
         return out
 
     def _cuda_profiles(self, start_ns: int, duration_ns: int) -> list[CutProfile]:
@@ -316,7 +415,7 @@ class ContinuousProfiler:
             sites_by_pid.setdefault(pid, {})[(stack, api)] = site
         out = []
         for pid in sorted(calls_by_pid.keys() | sites_by_pid.keys()):
-            if pid in self.exclude:
+            if pid in self.exclude or self._series(pid) is None:
                 continue
             symbolize = self._cuda_symbolizer(pid)
             calls = {
@@ -340,6 +439,27 @@ class ContinuousProfiler:
                 p.meta = pprof_meta(start_ns, duration_ns, default_type=3)
                 n = sum(s.alloc_count for s in sites_by_pid[pid].values())
                 out.append(CutProfile(pid, MEMORY, p, n))
+        return self._by_series(out)
+
+    def _by_series(self, per_process: list[CutProfile]) -> list[CutProfile]:
+        """Per-process profiles as one per series and type (summed: merged)."""
+        groups = self._group({cp.pid: "" for cp in per_process})
+        series_of = {p: (key, series) for key, (series, ps) in groups.items() for p in ps}
+        merged: dict[tuple[str, SeriesKey], list[CutProfile]] = {}
+        for cp in per_process:
+            if cp.pid in series_of:
+                key, cp.labels = series_of[cp.pid]
+                merged.setdefault((cp.kind, key), []).append(cp)
+        out = []
+        for cps in merged.values():
+            first = cps[0]
+            if len(cps) > 1:
+                profile = merge([cp.profile for cp in cps])
+                profile.meta = dict(first.profile.meta)
+                first = replace(first, profile=_without_labels(profile),
+                                samples=sum(cp.samples for cp in cps))  # fmt: skip
+            first.pids = tuple(cp.pid for cp in cps)
+            out.append(first)
         return out
 
     def _memory_profile(self, pid: int, sites: dict, symbolize) -> Profile:

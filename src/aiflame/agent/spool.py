@@ -19,14 +19,20 @@ Writes go to a temporary name, are synced and renamed: the metadata first, then 
 payload, so a payload on disk always has its metadata (a metadata file without payload is
 the trace of a crash in between and is removed at start).
 
-The spool is bounded (``max_bytes``): the oldest entries are dropped first, each drop
-counted (and written to the ledger with its samples), so ``samples pushed == samples
-spooled - samples dropped`` can be checked from the ledger and the destination alone.
+The spool is bounded (``max_bytes``) by what its files take on disk (their blocks: a
+small profile and its metadata take two blocks each, 8 KiB on most file systems, whatever
+their length): the oldest entries are dropped first, each drop counted (and written to the
+ledger with its samples), so ``samples pushed == samples spooled - samples dropped`` can be
+checked from the ledger and the destination alone. A disk that fills before that bound
+(others write to it too) is met the same way: an entry that cannot be written makes the
+oldest entries go first, one at a time, until it can; only an entry that cannot be written
+even into an empty spool is lost itself, and counted as such (``reason: "disk full"``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import threading
@@ -37,6 +43,7 @@ from dataclasses import dataclass, field
 
 LEDGER = "ledger.jsonl"
 LEDGER_MAX_BYTES = 8 << 20  # then compacted into totals
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
 
 
 @dataclass(eq=False, slots=True)
@@ -49,9 +56,10 @@ class Entry:
     id: str
     ext: str  # "pb.gz", "trace.json.gz", "telemetry.json.gz"
     meta: dict[str, object] | None
-    size: int = 0
+    size: int = 0  # the payload's blocks, in bytes (shared by the queues it is linked into)
     kind: str = "profile"
     samples: int = 0
+    meta_size: int = 0  # the metadata file's blocks, in bytes (one per queue)
 
     def __post_init__(self) -> None:
         if self.meta is not None:
@@ -69,6 +77,19 @@ class SpoolStats:
     dropped_entries: int = 0
     dropped_samples: int = 0
     dropped_by_kind: dict[str, int] = field(default_factory=dict)
+    write_error: str = ""  # why the last write failed ("" once one succeeds)
+
+
+def disk_bytes(path: str) -> int:
+    """What a file takes on disk (its blocks), 0 if it is gone."""
+    try:
+        return os.stat(path).st_blocks * 512
+    except OSError:
+        return 0
+
+
+class SpoolFull(OSError):
+    """An entry that cannot be written even with every older entry dropped."""
 
 
 def _fsync_write(path: str, data: bytes, sync: bool = True) -> None:
@@ -137,14 +158,16 @@ class Spool:
                     with contextlib.suppress(OSError):
                         os.unlink(path)  # a crash between metadata and payload
                     continue
-                entry = Entry(q, int(seq_text), entry_id, ext, meta, st.st_size)
+                entry = Entry(q, int(seq_text), entry_id, ext, meta, st.st_blocks * 512)
                 entry.meta = None  # read again when it is sent
+                entry.meta_size = disk_bytes(path)
                 self._entries[q].append(entry)
-                sizes[(st.st_dev, st.st_ino)] = st.st_size
+                sizes[(st.st_dev, st.st_ino)] = entry.size
                 self._seq = max(self._seq, entry.seq)
+                self._bytes += entry.meta_size
         for q in self.queues:
             self._entries[q].sort(key=lambda e: e.seq)
-        self._bytes = sum(sizes.values())
+        self._bytes += sum(sizes.values())
         self._reconcile_ledger()
 
     def _reconcile_ledger(self) -> None:
@@ -167,37 +190,25 @@ class Spool:
         meta: dict[str, object],
         queues: list[str] | None = None,
         sync: bool = True,
-    ) -> Entry:
+    ) -> Entry | None:
         """Spool ``payload`` for ``queues`` (default: every queue); returns the entry of the
-        first queue. Durable when this returns; with ``sync=False`` it is staged: written,
-        but synced, recorded in the ledger and handed to the senders at :meth:`sync` (a
-        period's profiles at once)."""
+        first queue, None when it could not be written even after every older entry was
+        dropped (it is then counted as dropped: ``reason`` "disk full", or the error).
+        Durable when this returns; with ``sync=False`` it is staged: written, but synced,
+        recorded in the ledger and handed to the senders at :meth:`sync` (a period's
+        profiles at once)."""
         targets = [q for q in (queues or self.queues) if q in self._entries] or self.queues[:1]
         entry_id = str(meta.get("id") or uuid.uuid4())
         meta = {**meta, "id": entry_id, "ext": ext, "spooled": time.time()}
         with self._lock:
             self._seq += 1
             seq = self._seq
-        first: Entry | None = None
-        staged: list[Entry] = []
-        payload_path = ""
-        encoded = json.dumps(meta, separators=(",", ":")).encode()
-        for q in targets:
-            entry = Entry(q, seq, entry_id, ext, meta, len(payload))
-            entry.meta = None  # on disk; read again when it is sent
-            base = os.path.join(self.root, q, entry.stem)
-            _fsync_write(f"{base}.json", encoded, sync)
-            if not payload_path:
-                payload_path = f"{base}.{ext}"
-                _fsync_write(payload_path, payload, sync)
-            else:
-                tmp = f"{base}.{ext}.tmp-{os.getpid()}"
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-                os.link(payload_path, tmp)
-                os.replace(tmp, f"{base}.{ext}")
-            first = first or entry
-            staged.append(entry)
+        try:
+            staged = self._make_room_for(lambda: self._write(targets, seq, entry_id, ext, payload,
+                                                             meta, sync))  # fmt: skip
+        except OSError as e:
+            self._lost(Entry(targets[0], seq, entry_id, ext, meta), e)
+            return None
         record = {
             "op": "spool",
             "id": entry_id,
@@ -205,12 +216,83 @@ class Spool:
             "samples": meta.get("samples", 0),
         }
         with self._lock:
-            self._bytes += len(payload)
+            self._bytes += staged[0].size + sum(e.meta_size for e in staged)
             self._staged.append((staged, record))
         if sync:
             self.sync()
-        assert first is not None
-        return first
+        return staged[0]
+
+    def _write(
+        self,
+        targets: list[str],
+        seq: int,
+        entry_id: str,
+        ext: str,
+        payload: bytes,
+        meta: dict[str, object],
+        sync: bool,
+    ) -> list[Entry]:
+        """Write one entry's files into each queue (metadata first); on any error, remove
+        what was written of it and raise."""
+        staged: list[Entry] = []
+        written: list[str] = []
+        payload_path = ""
+        encoded = json.dumps(meta, separators=(",", ":")).encode()
+        try:
+            for q in targets:
+                entry = Entry(q, seq, entry_id, ext, meta)
+                entry.meta = None  # on disk; read again when it is sent
+                base = os.path.join(self.root, q, entry.stem)
+                _fsync_write(f"{base}.json", encoded, sync)
+                written.append(f"{base}.json")
+                if not payload_path:
+                    payload_path = f"{base}.{ext}"
+                    _fsync_write(payload_path, payload, sync)
+                else:
+                    tmp = f"{base}.{ext}.tmp-{os.getpid()}"
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(tmp)
+                    os.link(payload_path, tmp)
+                    os.replace(tmp, f"{base}.{ext}")
+                written.append(f"{base}.{ext}")
+                entry.meta_size = disk_bytes(f"{base}.json")
+                staged.append(entry)
+        except OSError:
+            for path in [*written, *(f"{w}.tmp-{os.getpid()}" for w in written)]:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            for q in targets:  # a temporary file of the one being written
+                base = os.path.join(self.root, q, f"{seq:012d}-{entry_id}")
+                for tmp in (f"{base}.json.tmp-{os.getpid()}", f"{base}.{ext}.tmp-{os.getpid()}"):
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp)
+            raise
+        size = disk_bytes(payload_path)
+        for entry in staged:
+            entry.size = size
+        return staged
+
+    def _make_room_for(self, write):  # type: ignore[no-untyped-def]
+        """``write()``, dropping the oldest entry after each failure for want of room, as
+        long as there is one; the last error is raised."""
+        while True:
+            try:
+                result = write()
+            except OSError as e:
+                if e.errno not in NO_ROOM or not self._drop_oldest("disk full"):
+                    with self._lock:
+                        self.stats.write_error = f"{self.root}: {e.strerror or e}"
+                    raise
+                continue
+            if self.stats.write_error:
+                with self._lock:
+                    self.stats.write_error = ""
+            return result
+
+    def _lost(self, entry: Entry, e: OSError) -> None:
+        """An entry that could not be written at all: counted as dropped."""
+        reason = "disk full" if e.errno in NO_ROOM else f"write failed: {e.strerror or e}"
+        self._count_drop(entry, reason)
 
     def sync(self) -> None:
         """Make what was staged durable, record it in the ledger, give it to the senders
@@ -220,7 +302,9 @@ class Spool:
         if not staged:
             return
         _syncfs(self.root)
-        self._ledger_many([record for _, record in staged])
+        records = [record for _, record in staged]
+        with contextlib.suppress(OSError):  # (counted in write_error; the files are there)
+            self._make_room_for(lambda: self._ledger_many(records))
         with self._lock:
             for entries, _ in staged:
                 for e in entries:
@@ -233,14 +317,21 @@ class Spool:
             with self._lock:
                 if self._bytes <= self.max_bytes:
                     return
-                oldest = min(
-                    (es[0] for es in self._entries.values() if es),
-                    key=lambda e: e.seq,
-                    default=None,
-                )
-            if oldest is None:
+            if not self._drop_oldest("spool full"):
                 return
-            self.drop(oldest, reason="spool full")
+
+    def _drop_oldest(self, reason: str) -> bool:
+        """Drop the oldest entry of any queue; False when there is none."""
+        with self._lock:
+            oldest = min(
+                (es[0] for es in self._entries.values() if es),
+                key=lambda e: e.seq,
+                default=None,
+            )
+        if oldest is None:
+            return False
+        self.drop(oldest, reason=reason)
+        return True
 
     # -- reading ----------------------------------------------------------------------------
     def pending(self, queue: str) -> list[Entry]:
@@ -290,22 +381,22 @@ class Spool:
         self._remove(entry)
 
     def drop(self, entry: Entry, reason: str) -> None:
-        """Give ``entry`` up (rejected by the destination, or the spool is full)."""
+        """Give ``entry`` up (rejected by the destination, or the spool or disk is full)."""
         if self._remove(entry):
+            self._count_drop(entry, reason)
+
+    def _count_drop(self, entry: Entry, reason: str) -> None:
+        with self._lock:
             self.stats.dropped_entries += 1
             self.stats.dropped_samples += entry.samples
             kind = entry.kind
             self.stats.dropped_by_kind[kind] = self.stats.dropped_by_kind.get(kind, 0) + 1
-            self._ledger(
-                {
-                    "op": "drop",
-                    "id": entry.id,
-                    "queue": entry.queue,
-                    "kind": kind,
-                    "samples": entry.samples,
-                    "reason": reason,
-                }
-            )
+        record = {"op": "drop", "id": entry.id, "queue": entry.queue, "kind": kind,
+                  "samples": entry.samples, "reason": reason}  # fmt: skip
+        # (its entry's files were just removed: room for the line, unless the disk is full
+        # of others' files, where the count above is what is left of it)
+        with contextlib.suppress(OSError):
+            self._ledger(record)
 
     def _remove(self, entry: Entry) -> bool:
         with self._lock:
@@ -319,6 +410,7 @@ class Spool:
                 if q != entry.queue
                 for e in es
             )
+            self._bytes -= entry.meta_size
             if not linked:
                 self._bytes -= entry.size
         base = os.path.join(self.root, entry.queue, entry.stem)

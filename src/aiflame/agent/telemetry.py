@@ -20,6 +20,7 @@ period is taken at its end, so the polls tile the period exactly.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import uuid
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from aiflame import __version__
 from aiflame.agent.gpu_peaks import estimate_flops, peaks_for
 from aiflame.agent.identity import service_name
-from aiflame.agent.nvml import GpuSample, Nvml
+from aiflame.agent.nvml import GpuHealth, GpuSample, Nvml
 from aiflame.agent.pod_resources import GpuHolder
 
 # labels of one process that do not make a workload (they differ between its processes)
@@ -85,6 +86,7 @@ class Telemetry:
         self.holders_of = holders
         self.holders: Mapping[str, GpuHolder] = {}  # as of the last poll
         self.last: list[GpuSample] = []
+        self.health: dict[int, GpuHealth] = {}  # as of the last cut (read once a period)
         self._last_time: float | None = None
         self._acct_ms: dict[tuple[int, int], float] = {}  # (gpu, pid) -> accounted busy ms
         self.gpus: dict[int, GpuPeriod] = {}
@@ -147,9 +149,12 @@ class Telemetry:
             return
         by_workload: dict[WorkloadKey, list[int]] = {}
         for pid in s.processes:
+            # {} for a process the configuration leaves out: its share is no one's
             by_workload.setdefault(workload_key(self.labels_of(pid)), []).append(pid)
         weights = _weights(s)
         for key, pids in by_workload.items():
+            if not key:
+                continue
             use = self.workloads.setdefault(key, WorkloadUse())
             use.pids.update(pids)
             use.gpu_uuids.add(s.uuid)
@@ -217,6 +222,8 @@ class Telemetry:
         """The period's telemetry document (docs/fleet-protocol.md), then a new period.
         A poll is taken first so that the period ends now."""
         self.poll()
+        with contextlib.suppress(Exception):  # a driver in trouble: the rest still counts
+            self.health = self.nvml.health()
         start = self.period_start if self.period_start is not None else end or 0.0
         end = self._last_time if self._last_time is not None else start
         doc = {

@@ -40,6 +40,12 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="/metrics on HOST:PORT (default 127.0.0.1:9464; '' off)",
     )
     p.add_argument(
+        "--dcgm-metrics",
+        choices=("keep", "prefix", "drop"),
+        help="GPU series under dcgm-exporter's names (keep, the default), prefixed with "
+        "aiflame_, or not at all (beside a dcgm-exporter)",
+    )
+    p.add_argument(
         "--api-socket", metavar="PATH", help="API socket (default /run/aiflame/agent.sock)"
     )
     p.add_argument(
@@ -92,7 +98,7 @@ def build_config(args: argparse.Namespace):
     simple = {
         "spool": "spool", "period": "period", "metrics_listen": "metrics_listen",
         "api_socket": "api_socket", "api_listen": "api_listen", "host": "host",
-        "cpu_hz": "cpu_hz", "trace_dir": "trace_dir",
+        "cpu_hz": "cpu_hz", "trace_dir": "trace_dir", "dcgm_metrics": "dcgm_metrics",
     }  # fmt: skip
     for flag, attr in simple.items():
         value = getattr(args, flag)

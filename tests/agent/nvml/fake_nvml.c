@@ -17,6 +17,19 @@
  *   D.proc_util=PID:SM,...         one SM utilization sample per process per call
  *   D.accounting=0|1
  *   D.acct=PID:UTIL:TIME_MS:RUNNING,...   accounting stats
+ *   D.ecc.sbe_vol= D.ecc.dbe_vol= D.ecc.sbe_agg= D.ecc.dbe_agg=   ECC error counts
+ *   D.retired_sbe=N D.retired_dbe=N D.retired_pending=0|1          retired pages
+ *   D.remap=CORR:UNC:PENDING:FAILURE                               row remapping
+ *   D.throttle=MASK                clock event (throttle) reasons, a bit mask
+ *   D.energy_mj=N                  total energy since the driver loaded, mJ
+ *   D.pcie_tx= D.pcie_rx=          PCIe throughput, KB/s; D.pcie_replay=N
+ *   D.field.ID=VALUE               nvmlDeviceGetFieldValues' field ID (NVLink counters)
+ *   D.xids=XID,...                 XID errors that occurred since the file last changed:
+ *                                  queued for nvmlEventSetWait_v2 when it is read
+ *   D.mig=0|1                      MIG mode; its instances:
+ *   D.mig.I.name= D.mig.I.uuid= D.mig.I.gi= D.mig.I.ci= D.mig.I.mem_used= D.mig.I.mem_total=
+ *   D.proc_gi=PID:GI,...           the GPU instance a compute process runs in
+ * Unset counters answer NVML_ERROR_NOT_SUPPORTED, as on a GPU that lacks them.
  */
 #include <ctype.h>
 #include <stdint.h>
@@ -34,11 +47,15 @@ enum {
 	NVML_ERROR_NOT_SUPPORTED = 3,
 	NVML_ERROR_NOT_FOUND = 6,
 	NVML_ERROR_INSUFFICIENT_SIZE = 7,
+	NVML_ERROR_TIMEOUT = 10,
 };
 
 #define MAX_DEV 8
 #define MAX_PROC 32
 #define MAX_METRIC 512
+#define MAX_FIELD 256
+#define MAX_MIG 7
+#define MAX_EVENTS 64
 
 struct proc {
 	unsigned pid;
@@ -49,6 +66,8 @@ struct proc {
 	unsigned long long acct_ms;
 	unsigned running;
 	int has_acct;
+	unsigned gi;
+	int has_gi;
 };
 
 struct device {
@@ -60,10 +79,32 @@ struct device {
 	unsigned char has_metric[MAX_METRIC];
 	struct proc procs[MAX_PROC];
 	int nprocs;
+	/* health counters: has_* says the GPU reports them */
+	unsigned long long ecc[4]; /* sbe_vol, dbe_vol, sbe_agg, dbe_agg */
+	int has_ecc;
+	unsigned retired[2], retired_pending;
+	int has_retired;
+	unsigned remap[4];
+	int has_remap;
+	unsigned long long throttle, energy_mj;
+	int has_throttle, has_energy;
+	unsigned pcie[2], pcie_replay;
+	int has_pcie;
+	unsigned long long field[MAX_FIELD];
+	unsigned char has_field[MAX_FIELD];
+	/* MIG: the instances of a GPU are devices of their own (handles), with a parent */
+	unsigned mig_mode;
+	int is_mig, nmig;
+	unsigned gi, ci;
+	struct device *parent;
 };
 
 static struct device devs[MAX_DEV];
+static struct device migs[MAX_DEV][MAX_MIG];
 static int ndev, initialised, acct_buffer = 16;
+/* XID events waiting for nvmlEventSetWait_v2 (a ring) */
+static struct { int dev; unsigned long long xid; } events[MAX_EVENTS];
+static int ev_head, ev_tail;
 static time_t loaded_mtime;
 static long loaded_mtime_ns;
 static off_t loaded_size;
@@ -99,6 +140,61 @@ static void set_value(const char *key, const char *value)
 		return;
 	field++;
 	struct device *d = &devs[i];
+	if (!strncmp(field, "mig.", 4) && isdigit((unsigned char)field[4])) {
+		int m = atoi(field + 4);
+		const char *sub = strchr(field + 4, '.');
+		if (m < 0 || m >= MAX_MIG || !sub)
+			return;
+		struct device *g = &migs[i][m];
+		g->is_mig = 1;
+		g->parent = d;
+		if (m + 1 > d->nmig)
+			d->nmig = m + 1;
+		sub++;
+		if (!strcmp(sub, "name"))
+			snprintf(g->name, sizeof(g->name), "%s", value);
+		else if (!strcmp(sub, "uuid"))
+			snprintf(g->uuid, sizeof(g->uuid), "%s", value);
+		else if (!strcmp(sub, "gi"))
+			g->gi = atoi(value);
+		else if (!strcmp(sub, "ci"))
+			g->ci = atoi(value);
+		else if (!strcmp(sub, "mem_used"))
+			g->mem_used = strtoull(value, NULL, 10);
+		else if (!strcmp(sub, "mem_total"))
+			g->mem_total = strtoull(value, NULL, 10);
+		return;
+	}
+	if (!strncmp(field, "ecc.", 4)) {
+		static const char *names[4] = {"sbe_vol", "dbe_vol", "sbe_agg", "dbe_agg"};
+		for (int k = 0; k < 4; k++)
+			if (!strcmp(field + 4, names[k]))
+				d->ecc[k] = strtoull(value, NULL, 10), d->has_ecc = 1;
+		return;
+	}
+	if (!strncmp(field, "field.", 6)) {
+		int id = atoi(field + 6);
+		if (id > 0 && id < MAX_FIELD)
+			d->field[id] = strtoull(value, NULL, 10), d->has_field[id] = 1;
+		return;
+	}
+	if (!strcmp(field, "xids")) {
+		char buf[512];
+		snprintf(buf, sizeof(buf), "%s", value);
+		for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+			if ((ev_tail + 1) % MAX_EVENTS == ev_head)
+				break;
+			events[ev_tail].dev = i;
+			events[ev_tail].xid = strtoull(tok, NULL, 10);
+			ev_tail = (ev_tail + 1) % MAX_EVENTS;
+		}
+		return;
+	}
+	if (!strcmp(field, "remap")) {
+		sscanf(value, "%u:%u:%u:%u", &d->remap[0], &d->remap[1], &d->remap[2], &d->remap[3]);
+		d->has_remap = 1;
+		return;
+	}
 	if (!strcmp(field, "name"))
 		snprintf(d->name, sizeof(d->name), "%s", value);
 	else if (!strcmp(field, "uuid"))
@@ -125,12 +221,30 @@ static void set_value(const char *key, const char *value)
 		d->gpm = atoi(value);
 	else if (!strcmp(field, "accounting"))
 		d->accounting = atoi(value);
+	else if (!strcmp(field, "retired_sbe"))
+		d->retired[0] = atoi(value), d->has_retired = 1;
+	else if (!strcmp(field, "retired_dbe"))
+		d->retired[1] = atoi(value), d->has_retired = 1;
+	else if (!strcmp(field, "retired_pending"))
+		d->retired_pending = atoi(value), d->has_retired = 1;
+	else if (!strcmp(field, "throttle"))
+		d->throttle = strtoull(value, NULL, 0), d->has_throttle = 1;
+	else if (!strcmp(field, "energy_mj"))
+		d->energy_mj = strtoull(value, NULL, 10), d->has_energy = 1;
+	else if (!strcmp(field, "pcie_tx"))
+		d->pcie[0] = atoi(value), d->has_pcie = 1;
+	else if (!strcmp(field, "pcie_rx"))
+		d->pcie[1] = atoi(value), d->has_pcie = 1;
+	else if (!strcmp(field, "pcie_replay"))
+		d->pcie_replay = atoi(value), d->has_pcie = 1;
+	else if (!strcmp(field, "mig"))
+		d->mig_mode = atoi(value);
 	else if (!strncmp(field, "gpm.", 4)) {
 		int id = atoi(field + 4);
 		if (id > 0 && id < MAX_METRIC)
 			d->metric[id] = strtod(value, NULL), d->has_metric[id] = 1;
 	} else if (!strcmp(field, "procs") || !strcmp(field, "proc_util") ||
-		   !strcmp(field, "acct")) {
+		   !strcmp(field, "acct") || !strcmp(field, "proc_gi")) {
 		char buf[2048];
 		snprintf(buf, sizeof(buf), "%s", value);
 		for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
@@ -143,6 +257,9 @@ static void set_value(const char *key, const char *value)
 			} else if (!strcmp(field, "proc_util")) {
 				p->sm = strtoul(tok + 1, NULL, 10);
 				p->has_sm = 1;
+			} else if (!strcmp(field, "proc_gi")) {
+				p->gi = strtoul(tok + 1, NULL, 10);
+				p->has_gi = 1;
 			} else {
 				char *rest = tok + 1;
 				p->acct_util = strtoul(rest, &rest, 10);
@@ -170,6 +287,7 @@ static void load(void)
 	if (!f)
 		return;
 	memset(devs, 0, sizeof(devs));
+	memset(migs, 0, sizeof(migs));
 	ndev = 0;
 	char line[4096];
 	while (fgets(line, sizeof(line), f)) {
@@ -193,6 +311,8 @@ static nvmlReturn_t dev_ok(nvmlDevice_t d)
 	if (!initialised)
 		return NVML_ERROR_UNINITIALIZED;
 	load();
+	if (d >= &migs[0][0] && d < &migs[0][0] + MAX_DEV * MAX_MIG && d->is_mig)
+		return NVML_SUCCESS; /* a MIG instance's handle */
 	if (!d || d < devs || d >= devs + ndev)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	return NVML_SUCCESS;
@@ -221,6 +341,7 @@ const char *nvmlErrorString(nvmlReturn_t r)
 	case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
 	case NVML_ERROR_NOT_FOUND: return "Not Found";
 	case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+	case NVML_ERROR_TIMEOUT: return "Timeout";
 	default: return "Unknown Error";
 	}
 }
@@ -381,6 +502,8 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned *c
 		infos[k].pid = d->procs[i].pid;
 		infos[k].usedGpuMemory = d->procs[i].mem;
 		infos[k].gpuInstanceId = infos[k].computeInstanceId = 0xFFFFFFFF;
+		if (d->procs[i].has_gi)
+			infos[k].gpuInstanceId = d->procs[i].gi, infos[k].computeInstanceId = 0;
 		k++;
 	}
 	*count = k;
@@ -554,5 +677,274 @@ nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *req)
 			m->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
 		}
 	}
+	return NVML_SUCCESS;
+}
+
+/* Health: ECC, retired pages, row remapping, clock event reasons, energy, PCIe, fields. */
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t d, int errorType, int counterType,
+					 unsigned long long *count)
+{
+	nvmlReturn_t r = dev_ok(d);
+	if (r)
+		return r;
+	if (!d->has_ecc || errorType < 0 || errorType > 1 || counterType < 0 || counterType > 1)
+		return NVML_ERROR_NOT_SUPPORTED;
+	*count = d->ecc[counterType * 2 + errorType];
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t d, int cause, unsigned *count,
+				       unsigned long long *addresses)
+{
+	nvmlReturn_t r = dev_ok(d);
+	if (r)
+		return r;
+	if (!d->has_retired || cause < 0 || cause > 1)
+		return NVML_ERROR_NOT_SUPPORTED;
+	unsigned n = d->retired[cause];
+	if (!addresses || *count < n) {
+		*count = n;
+		return n ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+	}
+	for (unsigned k = 0; k < n; k++)
+		addresses[k] = 0x1000ULL * (k + 1) + cause;
+	*count = n;
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t d, int *pending)
+{
+	nvmlReturn_t r = dev_ok(d);
+	if (r)
+		return r;
+	if (!d->has_retired)
+		return NVML_ERROR_NOT_SUPPORTED;
+	*pending = d->retired_pending;
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t d, unsigned *corr, unsigned *unc,
+				       unsigned *pending, unsigned *failure)
+{
+	nvmlReturn_t r = dev_ok(d);
+	if (r)
+		return r;
+	if (!d->has_remap)
+		return NVML_ERROR_NOT_SUPPORTED;
+	*corr = d->remap[0], *unc = d->remap[1], *pending = d->remap[2], *failure = d->remap[3];
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t d, unsigned long long *reasons)
+{
+	nvmlReturn_t r = dev_ok(d);
+	if (r)
+		return r;
+	if (!d->has_throttle)
+		return NVML_ERROR_NOT_SUPPORTED;
+	*reasons = d->throttle;
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t d,
+						       unsigned long long *reasons)
+{
+	return nvmlDeviceGetCurrentClocksEventReasons(d, reasons);
+}
+
+nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t d, unsigned long long *mj)
+{
+	nvmlReturn_t r = dev_ok(d);
+	if (r)
+		return r;
+	if (!d->has_energy)
+		return NVML_ERROR_NOT_SUPPORTED;
+	*mj = d->energy_mj;
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t d, int counter, unsigned *kbs)
+{
+	nvmlReturn_t r = dev_ok(d);
+	if (r)
+		return r;
+	if (!d->has_pcie || counter < 0 || counter > 1)
+		return NVML_ERROR_NOT_SUPPORTED;
+	*kbs = d->pcie[counter];
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t d, unsigned *value)
+{
+	nvmlReturn_t r = dev_ok(d);
+	if (r)
+		return r;
+	if (!d->has_pcie)
+		return NVML_ERROR_NOT_SUPPORTED;
+	*value = d->pcie_replay;
+	return NVML_SUCCESS;
+}
+
+/* nvmlFieldValue_t: fieldId, scopeId, timestamp, latencyUsec, valueType, nvmlReturn, value */
+typedef struct {
+	unsigned fieldId, scopeId;
+	long long timestamp, latencyUsec;
+	int valueType;
+	nvmlReturn_t nvmlReturn;
+	union { double d; unsigned long long ull; } value;
+} nvmlFieldValue_t;
+
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int count, nvmlFieldValue_t *values)
+{
+	nvmlReturn_t r = dev_ok(d);
+	if (r)
+		return r;
+	struct timeval tv;
+	gettimeofday(&tv, NULL);
+	for (int i = 0; i < count; i++) {
+		unsigned id = values[i].fieldId;
+		values[i].timestamp = (long long)tv.tv_sec * 1000000LL + tv.tv_usec;
+		values[i].latencyUsec = 0;
+		values[i].valueType = 3; /* NVML_VALUE_TYPE_UNSIGNED_LONG_LONG */
+		if (id < MAX_FIELD && d->has_field[id]) {
+			values[i].value.ull = d->field[id];
+			values[i].nvmlReturn = NVML_SUCCESS;
+		} else {
+			values[i].value.ull = 0;
+			values[i].nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+		}
+	}
+	return NVML_SUCCESS;
+}
+
+/* XID events: one event set, the devices registered with it, the queue read at load(). */
+#define XID_CRITICAL 0x8ULL
+struct event_set { unsigned long long registered[MAX_DEV]; };
+typedef struct event_set *nvmlEventSet_t;
+/* nvmlEventData_t: device, eventType, eventData, gpuInstanceId, computeInstanceId */
+typedef struct {
+	nvmlDevice_t device;
+	unsigned long long eventType, eventData;
+	unsigned gpuInstanceId, computeInstanceId;
+} nvmlEventData_t;
+
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
+{
+	if (!initialised)
+		return NVML_ERROR_UNINITIALIZED;
+	*set = calloc(1, sizeof(struct event_set));
+	return *set ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
+}
+
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
+{
+	free(set);
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t d, unsigned long long *types)
+{
+	nvmlReturn_t r = dev_ok(d);
+	if (!r)
+		*types = XID_CRITICAL;
+	return r;
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types,
+				      nvmlEventSet_t set)
+{
+	nvmlReturn_t r = dev_ok(d);
+	if (r)
+		return r;
+	if (!set || d < devs || d >= devs + MAX_DEV)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	set->registered[d - devs] |= types;
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned timeout_ms)
+{
+	(void)timeout_ms; /* never blocks: events are queued when the file is read */
+	if (!initialised)
+		return NVML_ERROR_UNINITIALIZED;
+	load();
+	while (ev_head != ev_tail) {
+		int dev = events[ev_head].dev;
+		unsigned long long xid = events[ev_head].xid;
+		ev_head = (ev_head + 1) % MAX_EVENTS;
+		if (!(set->registered[dev] & XID_CRITICAL))
+			continue;
+		memset(data, 0, sizeof(*data));
+		data->device = &devs[dev];
+		data->eventType = XID_CRITICAL;
+		data->eventData = xid;
+		data->gpuInstanceId = data->computeInstanceId = 0xFFFFFFFF;
+		return NVML_SUCCESS;
+	}
+	return NVML_ERROR_TIMEOUT;
+}
+
+/* MIG */
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned *current, unsigned *pending)
+{
+	nvmlReturn_t r = dev_ok(d);
+	if (r)
+		return r;
+	if (d->is_mig)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*current = *pending = d->mig_mode;
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t d, unsigned *count)
+{
+	nvmlReturn_t r = dev_ok(d);
+	if (!r)
+		*count = d->mig_mode ? MAX_MIG : 0;
+	return r;
+}
+
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t d, unsigned index,
+						 nvmlDevice_t *mig)
+{
+	nvmlReturn_t r = dev_ok(d);
+	if (r)
+		return r;
+	if (!d->mig_mode || d->is_mig || index >= MAX_MIG)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	struct device *g = &migs[d - devs][index];
+	if (!g->is_mig)
+		return NVML_ERROR_NOT_FOUND;
+	*mig = g;
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t d, unsigned *is_mig)
+{
+	nvmlReturn_t r = dev_ok(d);
+	if (!r)
+		*is_mig = d->is_mig;
+	return r;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t d, unsigned *id)
+{
+	nvmlReturn_t r = dev_ok(d);
+	if (r)
+		return r;
+	if (!d->is_mig)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*id = d->gi;
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t d, unsigned *id)
+{
+	nvmlReturn_t r = dev_ok(d);
+	if (r)
+		return r;
+	if (!d->is_mig)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*id = d->ci;
 	return NVML_SUCCESS;
 }

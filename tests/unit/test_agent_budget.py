@@ -1,0 +1,87 @@
+"""The CPU budget's rate controller (agent/budget.py): a prime ladder of rates, lowered
+only for a cost that lasts, in proportion to it, and raised back as soon as the agent is
+cheap again, a rate that proved too dear retried after a pause that doubles."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from aiflame.agent.budget import WARMUP_PERIODS, CpuBudget, PeriodCost, rate_ladder
+
+
+@pytest.fixture
+def budget():
+    b = CpuBudget(budget=0.01, max_hz=19, min_hz=2)
+    for _ in range(WARMUP_PERIODS):  # the start's one-time cost is not counted
+        assert b.next_rate(PeriodCost(10.0, 1.5, 0.0)) == 19
+    yield b
+    b.close()
+
+
+def at(share: float) -> PeriodCost:
+    """A 10 s period that cost ``share`` of a core (a tenth of it in BPF programs)."""
+    return PeriodCost(10.0, 9 * share, share)
+
+
+def test_the_ladder_is_the_configured_rate_then_primes():
+    assert rate_ladder(19, 1) == [19, 17, 13, 11, 7, 5, 3, 2]
+    assert rate_ladder(100, 80) == [100, 97, 89, 83]
+    assert rate_ladder(97, 97) == [97]
+
+
+def test_a_lasting_cost_lowers_the_rate_in_proportion(budget):
+    assert budget.next_rate(at(0.04)) == 19  # one period: not yet
+    assert budget.next_rate(at(0.04)) == 19
+    assert budget.next_rate(at(0.04)) == 3  # 4% of a core: a quarter of 19 Hz, a prime below
+    assert budget.note.startswith("lowered from 19 Hz by the CPU budget: the agent cost 4.00%")
+
+
+def test_a_one_off_burst_changes_nothing(budget):
+    for share in (0.003, 0.10, 0.003, 0.004, 0.003, 0.003):  # 10 s at 10% of a core, once
+        assert budget.next_rate(at(share)) == 19
+    assert budget.note == ""
+
+
+def test_a_rate_is_raised_back_once_the_cost_is_low(budget):
+    for _ in range(3):
+        budget.next_rate(at(0.03))
+    assert budget.rate_hz == 5
+    seen = []
+    for _ in range(40):  # cheap again (a churn of new processes is over)
+        seen.append(budget.next_rate(at(0.004)))
+    assert seen[-1] == 19 and sorted(set(seen)) == [5, 7, 11, 13, 17, 19]
+    assert budget.note == ""
+
+
+def test_cost_that_does_not_follow_the_rate_keeps_it_as_high_as_fits(budget):
+    """Mostly a per-process cost (0.7% whatever the rate), 0.02% per Hz: the rate is
+    lowered as far as the cost fits, not to the floor (the old controller went to 1 Hz)."""
+    rates = [budget.next_rate(at(0.007 + 0.0002 * budget.rate_hz)) for _ in range(100)]
+    assert min(rates) == rates[-1] == 13  # 13 Hz: 0.96% of a core
+
+
+def test_a_rate_too_dear_is_retried_less_and_less_often(budget):
+    rates = [budget.next_rate(at(0.012 if budget.rate_hz == 19 else 0.006)) for _ in range(400)]
+    assert set(rates) >= {19, 17} and min(rates) >= 13
+    tries = [i for i in range(1, len(rates)) if rates[i] == 19 and rates[i - 1] != 19]
+    gaps = [b - a for a, b in itertools.pairwise(tries)]
+    assert len(gaps) >= 3 and gaps == sorted(gaps) and gaps[-1] >= 4 * gaps[0], gaps
+
+
+def test_never_under_the_floor_nor_over_the_configured_rate(budget):
+    for _ in range(30):
+        budget.next_rate(at(0.5))
+    assert budget.rate_hz == 2
+    for _ in range(60):
+        budget.next_rate(at(0.0))
+    assert budget.rate_hz == 19
+
+
+def test_a_budget_of_zero_never_changes_the_rate():
+    b = CpuBudget(budget=0.0, max_hz=19)
+    try:
+        assert all(b.next_rate(at(0.5)) == 19 for _ in range(20))
+    finally:
+        b.close()
