@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -167,3 +168,110 @@ def test_a_fleet_wide_request_from_the_server_is_traced_and_uploaded(agents, tmp
 
     events = json.loads(gzip.decompress(trace["bytes"]))["traceEvents"]
     assert any(e.get("name", "").startswith("aten::") for e in events)
+
+
+def test_a_pod_without_mounts_is_traced_in_its_own_network_namespace(agents, tmp_path, short_tmp):
+    """A PyTorch program in a network namespace of its own (``unshare --net``, as a pod
+    without hostNetwork), started with KINETO_USE_DAEMON=1 and nothing else (no socket
+    directory, nothing mounted): the agent serves @dynolog inside that namespace, the
+    program polls it there, and ``aiflame trace --pid`` traces it."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        need(False, "PyTorch is not installed")
+    unshare = shutil.which("unshare")
+    need(unshare is not None and os.geteuid() == 0, "needs root and unshare (util-linux)")
+    sock = short_tmp / "agent.sock"
+    ready = tmp_path / "ready"
+    env = {**os.environ, "KINETO_USE_DAEMON": "1"}  # abstract @dynolog, as a pod has it
+    env.pop("KINETO_IPC_SOCKET_DIR", None)
+    loop = subprocess.Popen(
+        [unshare, "--net", sys.executable, str(PROGRAMS / "train_loop.py"), "150", str(ready)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    # not the agent's (the host's) network namespace: unreachable by its own @dynolog
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{loop.pid}/ns/net") != os.readlink("/proc/self/ns/net"):
+                break
+        time.sleep(0.05)
+    assert os.readlink(f"/proc/{loop.pid}/ns/net") != os.readlink("/proc/self/ns/net")
+    run_env = {**os.environ, "PYTHONPATH": str(SRC)}
+    try:
+        agent = agents(
+            ["--period", "5", "--metrics-listen", "", "--no-cuda", "--no-nvml",
+             "--api-socket", str(sock), "--trace-dir", str(tmp_path / "traces")],
+            tmp_path / "spool",
+        )  # fmt: skip
+        polling: list[int] = []
+        status: dict = {}
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline and not (polling and ready.exists()):
+            code, status = unix_request(str(sock), "GET", "/v1/status", None, 10)
+            assert code == 200
+            polling = status["kineto_processes"]
+            time.sleep(0.5)
+        assert polling == [loop.pid], (status, agent.output())
+        assert status["kineto_namespaces"] >= 1
+        out = tmp_path / "out"
+        run = subprocess.run(
+            trace_cmd(sock, "--pid", str(loop.pid), "--duration-ms", "800", "-o", str(out)),
+            capture_output=True, text=True, env=run_env, timeout=300,
+        )  # fmt: skip
+    finally:
+        loop.kill()
+        loop.wait()
+    assert run.returncode == 0, run.stderr + agent.output()
+    paths = run.stdout.split()
+    assert len(paths) == 1 and Path(paths[0]).parent == out
+
+    from aiflame.sources import load
+
+    profile = load(paths[0])
+    names = {n for sid, _ in profile.iter_stack_values(0) for n in profile.stack_names(sid)}
+    assert any(n.startswith("aten::addmm") for n in names), sorted(names)[:20]
+    assert agent.stop() == 0
+
+
+def test_only_real_libkineto_clients_count(agents, tmp_path, short_tmp):
+    """Anything may send to the world-writable endpoint: a Python program without PyTorch
+    that polls from an endpoint named as libkineto's is not a PyTorch process."""
+    sock = short_tmp / "agent.sock"
+    kineto_dir = short_tmp / "k"
+    agent = agents(
+        ["--period", "5", "--metrics-listen", "", "--no-cuda", "--no-nvml",
+         "--no-kineto-abstract", "--no-kineto-netns", "--kineto-socket-dir", str(kineto_dir),
+         "--api-socket", str(sock), "--trace-dir", str(tmp_path / "traces")],
+        tmp_path / "spool",
+    )  # fmt: skip
+    poser = subprocess.Popen(
+        [sys.executable, "-c", POSER, str(kineto_dir)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        answered, _ = poser.communicate(timeout=60)
+        code, status = unix_request(str(sock), "GET", "/v1/status", None, 10)
+    finally:
+        poser.kill()
+    assert answered.strip() == "answered", answered
+    assert code == 200 and status["kineto_processes"] == [], status
+    assert agent.stop() == 0
+
+
+# A poser: polls the agent's directory endpoint as libkineto does, from a Python process
+# that never loaded PyTorch; prints "answered" once the agent has answered its polls.
+POSER = """
+import os, socket, struct, sys, uuid
+d = sys.argv[1]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(os.path.join(d, "dynoconfigclient" + str(uuid.uuid4())))
+s.settimeout(5)
+me = os.getpid()
+for kind, payload in (("ctxt", struct.pack("=iiq", 0, me, 0)),
+                      ("req", struct.pack("=iiq", 2, 1, 0) + struct.pack("=i", me))):
+    s.sendto(struct.pack("=Q32s", len(payload), kind.encode()) + payload,
+             os.path.join(d, "dynolog"))
+    s.recv(4096)
+print("answered")
+"""

@@ -81,8 +81,12 @@ def test_config_text():
 @pytest.mark.parametrize("where", ["directory", "abstract"])
 def test_register_poll_and_hand_out_a_config(short_dir, where):
     directory = short_dir if where == "directory" else None
+    # the protocol alone: this test's process is no real libkineto client (that the agent
+    # checks is tested with one, tests/agent/test_agent_trace.py)
     fabric = KinetoFabric(
-        abstract=where == "abstract", directories=[directory] if directory else []
+        abstract=where == "abstract",
+        directories=[directory] if directory else [],
+        verify_clients=False,
     )
     fabric.start()
     if where == "abstract" and fabric.errors:
@@ -143,3 +147,24 @@ def test_answers_come_within_libkinetos_wait(short_dir):
         client.close()
         fabric.close()
     assert worst < 0.09
+
+
+def test_a_libkineto_client_is_named_as_libkineto_names_it_and_maps_it(tmp_path):
+    from aiflame.agent.kineto_ipc import CLIENT_NAME, is_libkineto_client
+
+    proc = tmp_path / "proc" / "42"
+    proc.mkdir(parents=True)
+    name = "dynoconfigclient" + str(uuid.uuid4())
+    assert len(name) == len(CLIENT_NAME)
+    (proc / "maps").write_text(
+        "7f0000000000-7f0000100000 r-xp 00000000 08:01 1234 /opt/torch/lib/libtorch_cpu.so\n"
+    )
+    root = str(tmp_path / "proc")
+    assert is_libkineto_client(42, b"\0" + name.encode() + b"\0", root)
+    assert is_libkineto_client(42, f"/run/aiflame/kineto/{name}", root)
+    assert not is_libkineto_client(42, b"\0somethingelse\0", root)
+    assert not is_libkineto_client(43, b"\0" + name.encode() + b"\0", root)  # no such process
+    (proc / "maps").write_text(
+        "7f0000000000-7f0000100000 r-xp 00000000 08:01 1 /usr/lib/libc.so.6\n"
+    )
+    assert not is_libkineto_client(42, b"\0" + name.encode() + b"\0", root)

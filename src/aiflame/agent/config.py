@@ -59,6 +59,7 @@
 
     [tracing]
     kineto_abstract = true            # the abstract socket @dynolog
+    kineto_netns = true               # @dynolog in every pod's network namespace too
     kineto_socket_dirs = []           # directories for KINETO_IPC_SOCKET_DIR
     output_dir = "/var/lib/aiflame/traces"
     max_duration_ms = 60000
@@ -130,6 +131,7 @@ class AgentConfig:
     api_listen: str = ""
     api_token: str = ""
     kineto_abstract: bool = True
+    kineto_netns: bool = True
     kineto_socket_dirs: list[str] = field(default_factory=list)
     trace_dir: str = "/var/lib/aiflame/traces"
     trace_max_duration_ms: int = 60_000
@@ -180,6 +182,7 @@ _SECTIONS: dict[str, dict[str, tuple[str, Any]]] = {
     },
     "tracing": {
         "kineto_abstract": ("kineto_abstract", bool),
+        "kineto_netns": ("kineto_netns", bool),
         "kineto_socket_dirs": ("kineto_socket_dirs", list),
         "output_dir": ("trace_dir", str),
         "max_duration_ms": ("trace_max_duration_ms", int),

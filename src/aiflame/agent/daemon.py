@@ -172,7 +172,7 @@ class Agent:
 
     def _start_tracing(self) -> None:
         c = self.config
-        self.fabric = KinetoFabric(c.kineto_abstract, c.kineto_socket_dirs)
+        self.fabric = KinetoFabric(c.kineto_abstract, c.kineto_socket_dirs, netns=c.kineto_netns)
         self.fabric.start()
         for e in self.fabric.errors:
             self.say(e)
@@ -412,6 +412,7 @@ class Agent:
             "gpus": [dict(s) for s in self.nvml.static] if self.nvml else [],
             "processes_followed": len(self.profiler._seen) if self.profiler else 0,
             "kineto_processes": sorted(self.fabric.processes()) if self.fabric else [],
+            "kineto_namespaces": self.fabric.stats.namespaces if self.fabric else 0,
             "destinations": {
                 s.dest.name: {
                     "pushed": dict(s.stats.pushed),

@@ -22,9 +22,18 @@ and ``char type[32]`` (NUL-padded), then the payload, native-endian:
 
 ``SO_PASSCRED`` gives the sender's PID as this (host) PID namespace sees it, so a process in
 a container is matched to its host PID without trusting what it says. Abstract sockets
-belong to a network namespace: a pod without ``hostNetwork`` reaches the agent only through
-a directory socket, the same host path mounted in the pod and in the agent, named in the
-pod's ``KINETO_IPC_SOCKET_DIR`` (deploy/ does this).
+belong to a network namespace: with ``netns`` (the default of the agent) the fabric serves
+``@dynolog`` in every network namespace of the host that a process runs in (every pod's:
+:mod:`.netns`), found by a look at ``/proc`` every few seconds, so an unmodified pod is
+traced with nothing mounted; a namespace whose processes are all gone is let go. A
+directory socket (the same host path mounted in the pod and in the agent, named in the
+pod's ``KINETO_IPC_SOCKET_DIR``) still serves hosts that use one.
+
+The endpoint is world-writable, as Dynolog's is: anything may send to it. A process counts
+as a PyTorch process (``processes()``, what traces are offered to and what the agent's
+metric counts) only when it is one: the kernel names its PID (``SO_PASSCRED``), it sends
+from an endpoint named as libkineto names its own, and it maps libkineto (in
+``libtorch_cpu.so`` or a ``libkineto`` of its own).
 """
 
 from __future__ import annotations
@@ -38,6 +47,8 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+from aiflame.agent.netns import net_namespace, socket_in_namespace
 
 ENDPOINT = "dynolog"
 TYPE_SIZE = 32
@@ -53,6 +64,9 @@ CLIENT_NAME = "dynoconfigclient" + "0" * 36  # libkineto's endpoint: a prefix an
 _UCRED = struct.Struct("=iII")  # struct ucred { pid_t pid; uid_t uid; gid_t gid; }
 # A process that has not polled for this long is no longer counted as running libkineto.
 STALE_S = 60.0
+NETNS_SCAN_S = 5.0  # how often /proc is looked at for new network namespaces
+MAX_NAMESPACES = 1024  # endpoints in other namespaces at most (pods of one node: ~110)
+LIBKINETO = (b"libkineto", b"libtorch_cpu.so", b"libtorch.so")  # one of them maps it
 
 
 def encode(kind: str, payload: bytes) -> bytes:
@@ -88,6 +102,7 @@ class KinetoProcess:
     polls: int = 0
     pending: str = ""  # the config to hand out at its next poll
     handed_out: float = 0.0  # when the last config was handed out (monotonic)
+    libkineto: bool = False  # verified to be a real libkineto client (module docstring)
 
 
 @dataclass
@@ -97,6 +112,8 @@ class FabricStats:
     configs_sent: int = 0
     send_failures: int = 0
     contexts: dict[tuple[int, int], set[int]] = field(default_factory=dict)  # (job, gpu) -> pids
+    namespaces: int = 0  # network namespaces served besides the agent's own
+    namespace_failures: int = 0  # namespaces that could not be entered or bound in
 
 
 class KinetoFabric:
@@ -104,7 +121,7 @@ class KinetoFabric:
 
     ::
 
-        fabric = KinetoFabric(abstract=True, directories=["/run/aiflame/kineto"])
+        fabric = KinetoFabric(abstract=True, directories=["/run/aiflame/kineto"], netns=True)
         fabric.start()                  # binds, answers on a thread of its own
         fabric.processes()              # who polls
         fabric.offer(pid, config)       # handed out at the process's next poll
@@ -112,9 +129,22 @@ class KinetoFabric:
         fabric.close()
     """
 
-    def __init__(self, abstract: bool = True, directories: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        abstract: bool = True,
+        directories: Iterable[str] = (),
+        netns: bool = False,
+        verify_clients: bool = True,
+    ) -> None:
         self.abstract = abstract
         self.directories = [d for d in directories if d]
+        self.netns = netns  # @dynolog in every other network namespace too
+        self.verify_clients = verify_clients  # only real libkineto clients count
+        self._own_ns = net_namespace("self")
+        self._ns_sockets: dict[int, socket.socket] = {}  # namespace inode -> its endpoint
+        self._ns_of_pid: dict[int, int] = {}  # pid -> its namespace (as last looked at)
+        self._ns_failed: dict[int, str] = {}  # namespace -> why it is not served
+        self._next_ns_scan = 0.0
         self.sockets: list[socket.socket] = []
         self.paths: list[str] = []
         self.stats = FabricStats()
@@ -172,6 +202,7 @@ class KinetoFabric:
         for sock in self.sockets:
             sock.close()
         self.sockets.clear()
+        self._ns_sockets.clear()
         for path in self.paths:
             with contextlib.suppress(OSError):
                 os.unlink(path)
@@ -183,13 +214,17 @@ class KinetoFabric:
 
     # -- registry ---------------------------------------------------------------------------
     def processes(self, max_age_s: float = STALE_S) -> dict[int, KinetoProcess]:
-        """Processes that polled within ``max_age_s``, by host PID."""
+        """Real libkineto processes that polled within ``max_age_s``, by host PID."""
         now = time.monotonic()
         with self._lock:
             stale = [p for p, k in self._procs.items() if now - k.last_poll > 10 * max_age_s]
             for pid in stale:
                 del self._procs[pid]
-            return {p: k for p, k in self._procs.items() if now - k.last_poll <= max_age_s}
+            return {
+                p: k
+                for p, k in self._procs.items()
+                if now - k.last_poll <= max_age_s and (k.libkineto or not self.verify_clients)
+            }
 
     def offer(self, pid: int, config: str) -> bool:
         """Hand ``config`` to process ``pid`` at its next poll; False if one is pending."""
@@ -215,6 +250,9 @@ class KinetoFabric:
     # -- serving ----------------------------------------------------------------------------
     def _serve(self) -> None:
         while not self._stop.is_set():
+            if self.netns and time.monotonic() >= self._next_ns_scan:
+                self._next_ns_scan = time.monotonic() + NETNS_SCAN_S
+                self._serve_namespaces()
             try:
                 waits: list[socket.socket | int] = [*self.sockets, self._wake_r]
                 ready, _, _ = select.select(waits, [], [], 1.0)
@@ -223,6 +261,51 @@ class KinetoFabric:
             for sock in ready:
                 if isinstance(sock, socket.socket):
                     self._drain(sock)
+
+    def _serve_namespaces(self, proc: str = "/proc") -> None:
+        """An endpoint in each network namespace a process runs in (but the agent's own,
+        served or not by ``abstract``); those of namespaces left by every process closed."""
+        try:
+            pids = {int(n) for n in os.listdir(proc) if n.isdigit()}
+        except OSError:
+            return
+        for pid in self._ns_of_pid.keys() - pids:
+            del self._ns_of_pid[pid]
+        for pid in pids - self._ns_of_pid.keys():  # only new ones: a readlink each
+            ns = net_namespace(pid, proc)
+            if ns is not None:
+                self._ns_of_pid[pid] = ns
+        live: dict[int, int] = {}  # namespace -> a pid in it
+        for pid, ns in self._ns_of_pid.items():
+            live.setdefault(ns, pid)
+        for ns in [ns for ns in self._ns_sockets if ns not in live]:
+            sock = self._ns_sockets.pop(ns)
+            self.sockets.remove(sock)
+            sock.close()
+        self._ns_failed = {ns: why for ns, why in self._ns_failed.items() if ns in live}
+        for ns, pid in live.items():
+            if ns == self._own_ns or ns in self._ns_sockets or ns in self._ns_failed:
+                continue
+            if len(self._ns_sockets) >= MAX_NAMESPACES:
+                break
+            try:
+                sock = socket_in_namespace(pid)
+            except OSError as e:
+                self._ns_failed[ns] = str(e)
+                self.stats.namespace_failures += 1
+                continue
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+                sock.bind(b"\0" + ENDPOINT.encode() + b"\0")
+            except OSError as e:  # a Dynolog of the pod's own holds it: it serves the pod
+                sock.close()
+                self._ns_failed[ns] = e.strerror or str(e)
+                self.stats.namespace_failures += 1
+                continue
+            sock.setblocking(False)
+            self._ns_sockets[ns] = sock
+            self.sockets.append(sock)
+        self.stats.namespaces = len(self._ns_sockets)
 
     def _drain(self, sock: socket.socket) -> None:
         for _ in range(256):  # bounded: a flood cannot keep this thread here forever
@@ -258,7 +341,7 @@ class KinetoFabric:
             with self._lock:
                 proc = self._procs.get(pid)
                 if proc is None:
-                    proc = self._procs[pid] = KinetoProcess(pid, ns_pid, job, address)
+                    proc = self._procs[pid] = self._new_process(sender, pid, ns_pid, job, address)
                 proc.gpu, proc.address, proc.last_poll = gpu, address, now
                 group = self.stats.contexts.setdefault((job, gpu), set())
                 group.add(pid)
@@ -276,7 +359,7 @@ class KinetoFabric:
             with self._lock:
                 proc = self._procs.get(pid)
                 if proc is None or proc.ns_pid != pids[0]:
-                    proc = self._procs[pid] = KinetoProcess(pid, pids[0], job, address)
+                    proc = self._procs[pid] = self._new_process(sender, pid, pids[0], job, address)
                 proc.address, proc.ancestors, proc.job_id = address, tuple(pids), job
                 proc.last_poll, proc.polls = now, proc.polls + 1
                 if proc.pending and config_type & CONFIG_ACTIVITIES:
@@ -284,6 +367,28 @@ class KinetoFabric:
             return encode("req", config.encode())
         self.stats.malformed += 1
         return None
+
+    def _new_process(
+        self, sender: int, pid: int, ns_pid: int, job: int, address: bytes | str
+    ) -> KinetoProcess:
+        proc = KinetoProcess(pid, ns_pid, job, address)
+        proc.libkineto = bool(sender) and is_libkineto_client(sender, address)
+        return proc
+
+
+def is_libkineto_client(pid: int, address: bytes | str, proc: str = "/proc") -> bool:
+    """Whether process ``pid`` (as the kernel named the sender) is a libkineto client: its
+    endpoint is named as libkineto names its own, and it maps libkineto."""
+    raw = address if isinstance(address, bytes) else os.fsencode(address)
+    name = os.path.basename(raw.strip(b"\0"))
+    if not (name.startswith(b"dynoconfigclient") and len(name) == len(CLIENT_NAME)):
+        return False
+    try:
+        with open(f"{proc}/{pid}/maps", "rb") as f:
+            maps = f.read()
+    except OSError:
+        return False
+    return any(lib in maps for lib in LIBKINETO)
 
 
 def _sender_pid(ancillary: list[tuple[int, int, bytes]]) -> int:

@@ -443,6 +443,13 @@ class AgentCollector(Collector):
         )
         procs.add_metric(host, len(a.fabric.processes()) if a.fabric is not None else 0)
         yield procs
+        endpoints = GaugeMetricFamily(
+            "aiflame_kineto_namespaces",
+            "Network namespaces (pods) where the agent serves libkineto's @dynolog.",
+            labels=["host"],
+        )
+        endpoints.add_metric(host, a.fabric.stats.namespaces if a.fabric is not None else 0)
+        yield endpoints
 
 
 Probe = Callable[[], str]  # "" when fine, else why not

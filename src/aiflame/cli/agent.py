@@ -72,6 +72,11 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--no-kineto-abstract", action="store_true", help="not on the abstract socket @dynolog"
     )
     p.add_argument(
+        "--no-kineto-netns",
+        action="store_true",
+        help="not in the other network namespaces (pods) of the host",
+    )
+    p.add_argument(
         "--trace-dir", metavar="DIR", help="where traces go (default /var/lib/aiflame/traces)"
     )
     p.add_argument(
@@ -136,6 +141,8 @@ def build_config(args: argparse.Namespace):
         c.kineto_socket_dirs = list(args.kineto_socket_dir)
     if args.no_kineto_abstract:
         c.kineto_abstract = False
+    if args.no_kineto_netns:
+        c.kineto_netns = False
     for item in args.label or ():
         key, sep, value = item.partition("=")
         if not sep:
