@@ -7,6 +7,7 @@ counts. What a real driver does inside is not seen here (docs/record.md)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -19,6 +20,7 @@ from aiflame.sources import load
 
 pytestmark = pytest.mark.usefixtures("ebpf")
 CUDA = Path(__file__).parents[1] / "ebpf" / "cuda"
+SERVICE = f"memory-target-{os.getpid()}"
 CFLAGS = ["-O1", "-g", "-Wall", "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls"]
 MiB = 1 << 20
 
@@ -62,7 +64,7 @@ def test_gpu_api_and_memory_profiles_of_a_cuda_program(agents, tmp_path, short_t
     target = subprocess.Popen(
         [str(stand_in_cuda / "memory_target"), str(stand_in_cuda / "libcudart.so.12"),
          str(stand_in_cuda / "libcuda.so.1"), "8000"],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "OTEL_SERVICE_NAME": SERVICE},
     )  # fmt: skip
     out, _ = target.communicate(timeout=60)
     assert target.returncode == 0 and "done" in out
@@ -71,7 +73,8 @@ def test_gpu_api_and_memory_profiles_of_a_cuda_program(agents, tmp_path, short_t
     entries = []
     for meta_path in sorted((tmp_path / "spool" / "local").glob("*.json")):
         meta = json.loads(meta_path.read_text())
-        if meta["labels"].get("pid") == str(target.pid):
+        # one series: the program's (no pid in it), named by OTEL_SERVICE_NAME
+        if meta["labels"].get("service_name") == SERVICE:
             entries.append((meta, meta_path.parent / f"{meta_path.stem}.{meta['ext']}"))
     kinds = {m["profile_type"] for m, _ in entries}
     assert {"gpu_api", "memory"} <= kinds, agent.output()

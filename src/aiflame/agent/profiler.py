@@ -295,6 +295,9 @@ class ContinuousProfiler:
                     heapq.heappush(self._scan_queue, (later, pid, step + 1))
             if due:
                 self.probes.scan_pids(due)
+                for pid in due:  # probed (it maps CUDA/HIP): named while it runs
+                    if pid in self.probes.attached:
+                        self.identities.of(pid)
             self.probes.poll(0)
 
     def _may_map_gpu_libraries(self, pid: int) -> bool:
