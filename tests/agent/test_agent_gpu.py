@@ -345,3 +345,139 @@ def test_gpus_held_by_pods_from_the_kubelet(agents, tmp_path, short_tmp, nvml_li
         # GPU 0 is still accounted by its process (the pod-resources answer names no pid)
         search = next(x for x in doc["workloads"] if x["labels"].get("team") == "search")
         assert search["allocated_gpu_seconds"] == pytest.approx(T, rel=1e-9)
+
+
+HEALTH = [
+    "0.ecc.sbe_vol=12",
+    "0.ecc.dbe_vol=1",
+    "0.ecc.sbe_agg=340",
+    "0.ecc.dbe_agg=2",
+    "0.retired_sbe=3",
+    "0.retired_dbe=1",
+    "0.retired_pending=1",
+    "0.remap=5:1:0:0",
+    "0.throttle=0x24",  # sw_power_cap + sw_thermal_slowdown
+    "0.energy_mj=987654321",
+    "0.pcie_tx=2048",  # KB/s
+    "0.pcie_rx=1024",
+    "0.pcie_replay=7",
+    "0.field.138=1000",  # NVLink TX, KiB
+    "0.field.139=3000",
+    "0.field.38=4",  # NVLink CRC flit errors
+    # GPU 1 in MIG mode: two instances, one held by a pod
+    "1.mig=1",
+    "1.mig.0.name=NVIDIA A100-SXM4-80GB MIG 3g.40gb",
+    "1.mig.0.uuid=MIG-11111111-2222-3333-4444-555555555555",
+    "1.mig.0.gi=1",
+    f"1.mig.0.mem_used={8 * 1024 * MiB}",
+    f"1.mig.0.mem_total={40 * 1024 * MiB}",
+    "1.mig.1.name=NVIDIA A100-SXM4-80GB MIG 1g.10gb",
+    "1.mig.1.uuid=MIG-66666666-7777-8888-9999-000000000000",
+    "1.mig.1.gi=13",
+    f"1.mig.1.mem_used={1024 * MiB}",
+    f"1.mig.1.mem_total={10 * 1024 * MiB}",
+]
+
+
+def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """The agent's /metrics: name -> [(labels, value)]."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
+
+
+def test_what_operators_alert_on_and_beside_dcgm_exporter(agents, tmp_path, short_tmp, nvml_lib):
+    """XID errors (NVML events), ECC, retired pages, row remapping, clock event reasons,
+    energy, PCIe, NVLink and MIG instances under dcgm-exporter's names, prefixed here
+    (``dcgm_metrics = "prefix"``); then, beside a dcgm-exporter (``"drop"``), none of its
+    series at all while the agent's own stay."""
+    proc = sleeper(AIFLAME_TEAM="search")
+    conf = tmp_path / "nvml.conf"
+    nvml_conf(conf, proc.pid, proc.pid, proc.pid, acct_ms=0)
+    conf.write_text(conf.read_text() + "\n".join(HEALTH) + "\n")
+    args = ["--period", "1", "--metrics-listen", "127.0.0.1:0", "--no-cuda",
+            "--no-kineto-abstract", "--no-kineto-netns", "--api-socket",
+            str(short_tmp / "a.sock"), "--trace-dir", str(tmp_path / "t")]  # fmt: skip
+    env = {"LD_LIBRARY_PATH": str(nvml_lib), "AIFLAME_FAKE_NVML": str(conf)}
+    try:
+        agent = agents([*args, "--dcgm-metrics", "prefix"], tmp_path / "spool", env=env)
+        # two XID errors happen on GPU 0 (the stand-in queues them when its file changes)
+        conf.write_text(conf.read_text() + "0.xids=79,48\n")
+        deadline = time.monotonic() + 60
+        got: dict = {}
+        while time.monotonic() < deadline:
+            got = scrape(agent.metrics_port)
+            if got.get("aiflame_gpu_xid_errors_total") and got.get(
+                "aiflame_DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"
+            ):
+                break
+            time.sleep(0.5)
+        assert agent.stop() == 0
+        dropped = agents([*args, "--dcgm-metrics", "drop"], tmp_path / "spool2", env=env)
+        deadline = time.monotonic() + 30
+        beside: dict = {}
+        while time.monotonic() < deadline:
+            beside = scrape(dropped.metrics_port)
+            if beside.get("aiflame_gpu_clock_event_reason"):
+                break
+            time.sleep(0.5)
+        assert dropped.stop() == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+    def one(name: str, gpu: str = "0", **labels: str) -> float:
+        found = [v for lab, v in got[name] if lab["gpu"] == gpu
+                 and all(lab.get(k) == x for k, x in labels.items())]  # fmt: skip
+        assert len(found) == 1, (name, got.get(name))
+        return found[0]
+
+    assert not any(n.startswith("DCGM_FI_") for n in got)  # all prefixed
+    p = "aiflame_DCGM_FI_"
+    assert one(f"{p}DEV_ECC_SBE_VOL_TOTAL") == 12 and one(f"{p}DEV_ECC_DBE_VOL_TOTAL") == 1
+    assert one(f"{p}DEV_ECC_SBE_AGG_TOTAL") == 340 and one(f"{p}DEV_ECC_DBE_AGG_TOTAL") == 2
+    assert one(f"{p}DEV_RETIRED_SBE") == 3 and one(f"{p}DEV_RETIRED_DBE") == 1
+    assert one(f"{p}DEV_RETIRED_PENDING") == 1
+    assert one(f"{p}DEV_CORRECTABLE_REMAPPED_ROWS") == 5
+    assert one(f"{p}DEV_UNCORRECTABLE_REMAPPED_ROWS") == 1
+    assert one(f"{p}DEV_ROW_REMAP_FAILURE") == 0
+    assert one(f"{p}DEV_CLOCK_THROTTLE_REASONS") == 0x24
+    assert one("aiflame_gpu_clock_event_reason", reason="sw_power_cap") == 1
+    assert one("aiflame_gpu_clock_event_reason", reason="sw_thermal_slowdown") == 1
+    assert one("aiflame_gpu_clock_event_reason", reason="hw_slowdown") == 0
+    assert one(f"{p}DEV_TOTAL_ENERGY_CONSUMPTION") == 987654321
+    assert one(f"{p}PROF_PCIE_TX_BYTES") == 2048 * 1024
+    assert one(f"{p}PROF_PCIE_RX_BYTES") == 1024 * 1024
+    assert one(f"{p}DEV_PCIE_REPLAY_COUNTER") == 7
+    assert one(f"{p}DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL") == 4
+    assert one("aiflame_gpu_nvlink_bytes_total", direction="tx") == 1000 * 1024
+    assert one("aiflame_gpu_nvlink_bytes_total", direction="rx") == 3000 * 1024
+    assert one("aiflame_gpu_xid_errors_total", xid="79") == 1
+    assert one("aiflame_gpu_xid_errors_total", xid="48") == 1
+    assert one(f"{p}DEV_XID_ERRORS") == 48  # the last one, as dcgm-exporter's gauge
+    # what GPU 1 does not report is absent, not 0
+    assert not [lab for lab, _ in got[f"{p}DEV_ECC_SBE_VOL_TOTAL"] if lab["gpu"] == "1"]
+    # MIG instances: their own memory series, with dcgm-exporter's instance labels
+    mig = {lab["GPU_I_ID"]: (lab, v) for lab, v in got[f"{p}DEV_FB_USED"] if lab["GPU_I_ID"]}
+    assert set(mig) == {"1", "13"}
+    assert mig["1"][0]["GPU_I_PROFILE"] == "3g.40gb" and mig["1"][1] == 8 * 1024
+    assert mig["13"][0]["GPU_I_PROFILE"] == "1g.10gb" and mig["13"][1] == 1024
+    assert mig["1"][0]["UUID"] == "GPU-a100-0000-4000-8000-000000000002"
+    free = {lab["GPU_I_ID"]: v for lab, v in got[f"{p}DEV_FB_FREE"] if lab["GPU_I_ID"]}
+    assert free == {"1": 32 * 1024, "13": 9 * 1024}
+    # the whole GPUs' series carry empty instance labels
+    assert {lab["GPU_I_ID"] for lab, _ in got[f"{p}DEV_GPU_UTIL"]} == {""}
+
+    # beside dcgm-exporter: not one of its series, the agent's own all there
+    assert not any("DCGM_FI_" in n for n in beside), sorted(n for n in beside if "DCGM" in n)
+    assert beside["aiflame_gpu_clock_event_reason"] and beside["aiflame_sampling_rate_hz"]
+    assert beside["aiflame_gpu_nvlink_bytes_total"]
+    # the loss counter counts losses only: samples with a Python stack are none
+    for lab, _ in beside.get("aiflame_dropped_events_total", []):
+        assert "python" not in lab["what"], lab
