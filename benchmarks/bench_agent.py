@@ -3,6 +3,21 @@
     sudo python benchmarks/bench_agent.py cpu [--seconds 600] [--churn 100] [--tools agent,...]
     sudo python benchmarks/bench_agent.py rss [--seconds 3600]  # 100 processes a minute
     sudo python benchmarks/bench_agent.py trace-latency [--trials 5]
+    sudo python benchmarks/bench_agent.py host [--seconds 3600] [--churn 150]
+
+``host``: the agent at its defaults and bpftrace's profile at the same rate side by side,
+in one run, on a host that starts ``--churn`` processes a minute (``Spawner``) beside two
+busy Python services (``hot_model.py`` as ``svc-a`` and ``svc-b``, named by
+``OTEL_SERVICE_NAME``), the agent pushing to a real ``aiflame server`` on loopback:
+
+* cost of each tool (CPU + its BPF programs' run time) as a share of one core, and the
+  machine's whole CPU use beside it (the load of others' work on a shared machine);
+* samples per CPU-second of each service: the agent's, as the server has them
+  (``SelectSeries`` of ``process_cpu:samples:count``), and bpftrace's, from its printed maps
+  (by pid), over the services' CPU time in the window;
+* the agent's VmRSS every 30 s, its sampling rate, the processes it saw start;
+* series: distinct ``process_cpu`` label sets in the server over the window, beside the
+  workloads they belong to (distinct ``service_name``) and the processes seen.
 
 ``cpu``: both cores are kept busy by a Python program (``tests/agent/programs/
 hot_model.py``) and a native one (a C spin loop built here), for ``--seconds`` per tool,
@@ -370,6 +385,202 @@ def bench_trace_latency(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
+SERVICES = ("svc-a", "svc-b")
+CPU_TYPE = "process_cpu:samples:count:cpu:nanoseconds"
+BPFTRACE_19 = (
+    "profile:hz:19 { @[ustack, kstack, pid, comm] = count(); } "
+    "interval:s:10 { print(@); clear(@); }"
+)
+
+
+def machine_cpu_seconds() -> float:
+    """CPU time the whole machine spent busy (every core), from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / CLK_TCK
+
+
+def start_server(tmp: Path) -> tuple[subprocess.Popen, str]:
+    """A real aiflame server on loopback (embedded store in ``tmp``)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = open(tmp / "server.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aiflame", "server", "--listen", f"127.0.0.1:{port}",
+         "--store", f"chdb://{tmp / 'store'}"],
+        stdout=log, stderr=log, env=ENV,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url + "/ready", timeout=5) as r:
+                if r.status == 200:
+                    return proc, url
+        except OSError:
+            time.sleep(0.5)
+    raise SystemExit(f"the server did not start:\n{(tmp / 'server.log').read_text()}")
+
+
+def connect(url: str, method: str, body: dict[str, object]) -> dict:
+    """A Connect JSON call to the server's querier."""
+    req = urllib.request.Request(
+        f"{url}/querier.v1.QuerierService/{method}", json.dumps(body).encode(),
+        {"Content-Type": "application/json"},
+    )  # fmt: skip
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.load(r)
+
+
+def server_samples(url: str, service: str, t0: float, t1: float) -> float:
+    """CPU samples of ``service`` in profiles that started in [t0, t1)."""
+    answer = connect(url, "SelectSeries", {
+        "profileTypeID": CPU_TYPE, "labelSelector": f'{{service_name="{service}"}}',
+        "start": int(t0 * 1000), "end": int(t1 * 1000) - 1, "step": t1 - t0 + 1,
+    })  # fmt: skip
+    return sum(float(p.get("value", 0)) for s in answer.get("series", []) for p in s["points"])
+
+
+def server_series(url: str, t0: float, t1: float) -> list[dict[str, str]]:
+    answer = connect(url, "Series", {
+        "matchers": ['{__name__="process_cpu"}'],
+        "start": int(t0 * 1000), "end": int(t1 * 1000),
+    })  # fmt: skip
+    return [
+        {lp["name"]: lp["value"] for lp in s.get("labels", [])} for s in answer.get("labelsSet", [])
+    ]
+
+
+def bpftrace_samples(text: str, pids: dict[int, str]) -> dict[str, int]:
+    """Samples per service from bpftrace's printed maps (``..., PID, comm]: N``)."""
+    import re
+
+    out = dict.fromkeys(pids.values(), 0)
+    for m in re.finditer(r", (\d+), [^\]\n]*\]: (\d+)", text):
+        pid = int(m.group(1))
+        if pid in pids:
+            out[pids[pid]] += int(m.group(2))
+    return out
+
+
+def bench_host(args: argparse.Namespace) -> dict[str, object]:
+    stats_fd = enable_bpf_stats()
+    if stats_fd is None:
+        raise SystemExit("the kernel's BPF statistics cannot be enabled (root, Linux 5.8+)")
+    if not shutil.which("bpftrace"):
+        raise SystemExit("bpftrace is not installed (apt-get install bpftrace)")
+    tmp = Path(tempfile.mkdtemp(prefix="bench-host-"))
+    total = args.seconds + 120
+    procs: list[subprocess.Popen] = []
+    results: dict[str, object] = {"seconds": args.seconds, "churn_per_minute": args.churn}
+    server, url = start_server(tmp)
+    procs.append(server)
+    services = {}
+    for name in SERVICES:
+        p = subprocess.Popen(
+            [sys.executable, str(PROGRAMS / "hot_model.py"), str(total + 60)],
+            env={**os.environ, "OTEL_SERVICE_NAME": name},
+        )
+        procs.append(p)
+        services[p.pid] = name
+    spawner = Spawner(args.churn)
+    spawner.start()
+    agent, port = start_agent(tmp, ["--server", url])
+    bt_out = open(tmp / "bpftrace.txt", "w")  # noqa: SIM115
+    # room for every stack of a busy host in its map (4,096 keys by default: the keys of
+    # 10 s of a whole machine's stacks overflow it, and the samples of new keys are lost)
+    bt_env = {**os.environ, "BPFTRACE_MAP_KEYS_MAX": "1000000"}
+    bt = subprocess.Popen(["bpftrace", "-e", BPFTRACE_19], stdout=bt_out,
+                          stderr=subprocess.DEVNULL, env=bt_env)  # fmt: skip
+    tools = {"aiflame agent": agent.pid, "bpftrace": bt.pid}
+    try:
+        time.sleep(args.warmup)  # the agent's start reads every running program's symbols
+        bt_start = (tmp / "bpftrace.txt").stat().st_size
+        t0, m0 = time.time(), machine_cpu_seconds()
+        c0 = {k: (cpu_seconds(p), bpf_seconds(p)) for k, p in tools.items()}
+        s0 = {n: cpu_seconds(p) for p, n in services.items()}
+        seen0 = sum(metric(port, "aiflame_processes_seen_total").values())
+        spawned0 = spawner.spawned
+        points, rates, loads = [], [], []
+        end = time.monotonic() + args.seconds
+        while time.monotonic() < end:
+            points.append((round(time.time() - t0), round(rss_mb(agent.pid), 1)))
+            rates.append(sum(metric(port, "aiflame_sampling_rate_hz").values()))
+            loads.append(round(os.getloadavg()[0], 2))
+            time.sleep(max(0.0, min(30.0, end - time.monotonic())))
+        t1, m1 = time.time(), machine_cpu_seconds()
+        wall = t1 - t0
+        c1 = {k: (cpu_seconds(p), bpf_seconds(p)) for k, p in tools.items()}
+        s1 = {n: cpu_seconds(p) for p, n in services.items()}
+        points.append((round(t1 - t0), round(rss_mb(agent.pid), 1)))
+        lowered = sum(metric(port, "aiflame_sampling_lowered_seconds_total").values())
+        seen = sum(metric(port, "aiflame_processes_seen_total").values()) - seen0
+        for name, (c, b) in c0.items():
+            cpu, bpf = c1[name][0] - c, c1[name][1] - b
+            results[name] = {
+                "cpu_s": round(cpu, 2), "bpf_s": round(bpf, 3),
+                "share_percent": round((cpu + bpf) / wall * 100, 3),
+            }  # fmt: skip
+        ours = sum(c1[k][0] - c0[k][0] for k in tools) + sum(s1[n] - s0[n] for n in s0)
+        results["machine"] = {
+            "cores": os.cpu_count(),
+            "busy_cores": round((m1 - m0) / wall, 2),
+            "busy_cores_not_the_benchmarks": round((m1 - m0 - ours) / wall, 2),
+            "load_average": [min(loads), max(loads)],
+        }
+        time.sleep(25)  # the last periods reach the server and its store
+        stop(bt)
+        bt_out.close()
+        with open(tmp / "bpftrace.txt") as f:
+            f.seek(bt_start)
+            bt_counts = bpftrace_samples(f.read(), services)
+        per_service = {}
+        for name in SERVICES:
+            cpu = s1[name] - s0[name]
+            got = server_samples(url, name, t0, t1)
+            per_service[name] = {
+                "cpu_s": round(cpu, 1),
+                "agent_samples_per_cpu_s": round(got / cpu, 2) if cpu else None,
+                "bpftrace_samples_per_cpu_s": round(bt_counts[name] / cpu, 2) if cpu else None,
+            }
+        results["services"] = per_service
+        series = server_series(url, t0, t1)
+        results["series"] = {
+            "in_server": len(series),
+            "workloads (service_name)": len({s.get("service_name") for s in series}),
+            "programs (comm)": len({s.get("comm") for s in series}),
+            "processes_seen_by_agent": seen,
+            "spawned_by_benchmark": spawner.spawned - spawned0,
+            "with_pid_label": sum(1 for s in series if "pid" in s),
+        }
+        results["agent"] = {
+            "rate_hz_min_max": [min(rates), max(rates)],
+            "lowered_s": lowered,
+            "rss_mb": points,
+            "rss_first_mb": points[0][1],
+            "rss_max_mb": max(m for _, m in points),
+            "rss_second_half_spread_mb": round(
+                max(m for t, m in points if t >= wall / 2)
+                - min(m for t, m in points if t >= wall / 2), 1
+            ),
+        }  # fmt: skip
+    finally:
+        spawner.stop()
+        stop(agent, signal.SIGTERM)
+        if bt.poll() is None:
+            stop(bt)
+        for p in procs:
+            p.kill()
+            p.wait()
+        os.close(stats_fd)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return results
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="what", required=True)
@@ -389,8 +600,13 @@ def main() -> None:
     rss.add_argument("--src", help="run the agent of these sources (default: this checkout's)")
     lat = sub.add_parser("trace-latency")
     lat.add_argument("--trials", type=int, default=5)
+    host = sub.add_parser("host")
+    host.add_argument("--seconds", type=float, default=3600)
+    host.add_argument("--churn", type=float, default=150, help="processes started a minute")
+    host.add_argument("--warmup", type=float, default=60)
     args = p.parse_args()
-    run = {"cpu": bench_cpu, "rss": bench_rss, "trace-latency": bench_trace_latency}[args.what]
+    run = {"cpu": bench_cpu, "rss": bench_rss, "trace-latency": bench_trace_latency,
+           "host": bench_host}[args.what]  # fmt: skip
     print(json.dumps(run(args), indent=1))
 
 

@@ -37,6 +37,7 @@ from aiflame.symbolize.elf import (
     SHT_SYMTAB,
     ElfError,
     ElfImage,
+    PltEntries,
     SymbolTable,
     function_symbols,
     open_image,
@@ -106,10 +107,7 @@ class ModuleSymbols:
         self.image = image
         self.table = table
         self.source = source  # "symtab", "debug-file", "minidebuginfo", "dynsym" or "none"
-        try:  # PLT stubs, named func@plt as perf does; their indices follow the table's
-            self.plt = plt_entries(image)
-        except (ElfError, ValueError, IndexError):
-            self.plt = None
+        self._plt: PltEntries | bool | None = False  # False: not read yet
         self._plt_base = len(table) if table is not None else 0
         self._names: dict[int, str] = {}
         self._cpp: set[int] = set()  # symbols whose names were C++ manglings
@@ -117,16 +115,27 @@ class ModuleSymbols:
         # processes (a Symbol is immutable), so a later batch builds none.
         self.symbols: dict[str, dict[int, Symbol]] = {}
 
+    @property
+    def plt(self) -> PltEntries | None:
+        """PLT stubs, named func@plt as perf does (their indices follow the table's); read
+        the first time an address is not in the table (most files never need them)."""
+        if self._plt is False:
+            try:
+                self._plt = plt_entries(self.image)
+            except (ElfError, ValueError, IndexError):
+                self._plt = None
+        return self._plt if isinstance(self._plt, PltEntries) else None
+
     def lookup(self, offsets: np.ndarray) -> np.ndarray:
         """Symbol index for each file offset, -1 where no symbol covers it."""
-        if self.table is None and self.plt is None:
-            return np.full(offsets.shape, -1, dtype=np.int64)
         vaddrs, ok = self.image.offsets_to_vaddrs(offsets)
         found = (
             self.table.lookup(vaddrs)
             if self.table is not None
             else np.full(offsets.shape, -1, dtype=np.int64)
         )
+        if (found[ok] >= 0).all():
+            return np.where(ok, found, -1)
         if self.plt is not None:
             stub = self.plt.lookup(vaddrs)
             found = np.where((found < 0) & (stub >= 0), self._plt_base + stub, found)
@@ -138,14 +147,15 @@ class ModuleSymbols:
         if todo:
             raw = [self._raw_name(i) for i in todo]
             for i, r, name in zip(todo, raw, demangle.many(raw), strict=True):
-                self._names[i] = name + "@plt" if i >= self._plt_base and self.plt else name
+                from_plt = i >= self._plt_base and isinstance(self._plt, PltEntries)
+                self._names[i] = name + "@plt" if from_plt else name
                 if name != r:
                     self._cpp.add(i)
         return [self._names[i] for i in indices]
 
     def _raw_name(self, i: int) -> str:
-        if self.plt is not None and i >= self._plt_base:
-            return self.plt.names[i - self._plt_base].decode("utf-8", "replace")
+        if isinstance(self._plt, PltEntries) and i >= self._plt_base:
+            return self._plt.names[i - self._plt_base].decode("utf-8", "replace")
         assert self.table is not None
         return self.table.name(i)
 
