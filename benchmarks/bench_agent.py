@@ -166,13 +166,15 @@ def build_spin(tmp: Path) -> Path:
     return exe
 
 
-def start_agent(tmp: Path, extra: list[str] = ()) -> tuple[subprocess.Popen, int]:
+def start_agent(
+    tmp: Path, extra: list[str] = (), env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen, int]:
     log = open(tmp / "agent.log", "w")  # noqa: SIM115
     proc = subprocess.Popen(
         [sys.executable, "-m", "aiflame", "agent", "--spool", str(tmp / "spool"),
          "--metrics-listen", "127.0.0.1:0", "--api-socket", str(tmp / "a.sock"),
          "--trace-dir", str(tmp / "traces"), "--no-kineto-abstract", *extra],
-        stderr=log, stdout=subprocess.DEVNULL, env=ENV,
+        stderr=log, stdout=subprocess.DEVNULL, env=env or ENV,
     )  # fmt: skip
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -493,10 +495,17 @@ def bench_host(args: argparse.Namespace) -> dict[str, object]:
     bt_out = open(tmp / "bpftrace.txt", "w")  # noqa: SIM115
     # room for every stack of a busy host in its map (4,096 keys by default: the keys of
     # 10 s of a whole machine's stacks overflow it, and the samples of new keys are lost)
-    bt_env = {**os.environ, "BPFTRACE_MAP_KEYS_MAX": "1000000"}
+    bt_env = {**os.environ, "BPFTRACE_MAP_KEYS_MAX": "65536"}
     bt = subprocess.Popen(["bpftrace", "-e", BPFTRACE_19], stdout=bt_out,
                           stderr=subprocess.DEVNULL, env=bt_env)  # fmt: skip
     tools = {"aiflame agent": agent.pid, "bpftrace": bt.pid}
+    if args.compare_src:  # another version of the agent beside (spool only: not in the series)
+        other_tmp = tmp / "other"
+        other_tmp.mkdir()
+        other_env = {**ENV, "PYTHONPATH": str(Path(args.compare_src).resolve())}
+        other, _ = start_agent(other_tmp, env=other_env)
+        procs.append(other)
+        tools[f"aiflame agent of {args.compare_src}"] = other.pid
     try:
         time.sleep(args.warmup)  # the agent's start reads every running program's symbols
         bt_start = (tmp / "bpftrace.txt").stat().st_size
@@ -604,6 +613,9 @@ def main() -> None:
     host.add_argument("--seconds", type=float, default=3600)
     host.add_argument("--churn", type=float, default=150, help="processes started a minute")
     host.add_argument("--warmup", type=float, default=60)
+    host.add_argument(
+        "--compare-src", help="also run the agent of these sources beside it (spool only)"
+    )
     args = p.parse_args()
     run = {"cpu": bench_cpu, "rss": bench_rss, "trace-latency": bench_trace_latency,
            "host": bench_host}[args.what]  # fmt: skip

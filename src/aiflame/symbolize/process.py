@@ -191,7 +191,8 @@ class SymbolResolver:
         self._kernel: KernelSymbols | None = None
         # (pid, maps text) -> its symbols: a continuous profiler asks again every period
         self._processes: dict[tuple[int, int, int], ProcessSymbols] = {}
-        self.max_processes = 256
+        # a long-lived process's symbols outlive a churn of short-lived ones (LRU)
+        self.max_processes = 1024
 
     def process(self, pid: int, maps_text: str | None = None) -> ProcessSymbols:
         """Symbols of process ``pid``, with its mappings from ``maps_text`` (a snapshot of
@@ -205,12 +206,12 @@ class SymbolResolver:
             except OSError:
                 maps_text = ""
         key = (pid, len(maps_text), hash(maps_text))
-        found = self._processes.get(key)
+        found = self._processes.pop(key, None)
         if found is None:
             found = ProcessSymbols(self, pid, Maps.parse(maps_text))
             if len(self._processes) >= self.max_processes:
-                del self._processes[next(iter(self._processes))]
-            self._processes[key] = found
+                del self._processes[next(iter(self._processes))]  # the least recently used
+        self._processes[key] = found  # the most recently used last
         return found
 
     def forget_processes(self, pids: set[int]) -> None:

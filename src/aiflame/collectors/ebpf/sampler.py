@@ -173,6 +173,7 @@ class CpuSampler:
         self._perf_fds: list[int] = []  # owned by the links
         self._recheck: dict[int, float] = {}  # pid -> when to read its maps again
         self._started: dict[int, int] = {}  # pid -> its start time (pids are reused)
+        self._maps_hash: dict[int, int] = {}  # pid -> hash of its maps text at the last look
         self._rb: RingBuffer | None = None
         self._pythons = PythonProcesses()  # described to the BPF program, with readers
         self._python_search: dict[int, float] = {}  # pid -> until when to look for Python
@@ -343,6 +344,10 @@ class CpuSampler:
         text = _read(f"/proc/{pid}/maps")
         if text is None:
             return
+        seen = hash(text)
+        if self._maps_hash.get(pid) == seen and pid in self.commands:
+            return  # as at the last look (a continuous profiler looks again and again)
+        self._maps_hash[pid] = seen
         if self.options.code_maps_only:
             text = code_mappings(text)
         texts = self.maps.setdefault(pid, [])
@@ -539,7 +544,8 @@ class CpuSampler:
         were in this one or the one before)."""
         gone = self._exited - in_cut
         for pid in gone:
-            for table in (self.maps, self.process_names, self.commands, self._started):
+            for table in (self.maps, self.process_names, self.commands, self._started,
+                          self._maps_hash):  # fmt: skip
                 table.pop(pid, None)
             self._recheck.pop(pid, None)
             self._python_search.pop(pid, None)
