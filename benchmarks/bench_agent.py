@@ -447,6 +447,19 @@ def server_samples(url: str, service: str, t0: float, t1: float) -> float:
     return sum(float(p.get("value", 0)) for s in answer.get("series", []) for p in s["points"])
 
 
+def server_samples_by_service(url: str, t0: float, t1: float) -> dict[str, float]:
+    """CPU samples of every service_name in profiles that started in [t0, t1)."""
+    answer = connect(url, "SelectSeries", {
+        "profileTypeID": CPU_TYPE, "labelSelector": "{}", "groupBy": ["service_name"],
+        "start": int(t0 * 1000), "end": int(t1 * 1000) - 1, "step": t1 - t0 + 1,
+    })  # fmt: skip
+    out = {}
+    for s in answer.get("series", []):
+        name = next((lp["value"] for lp in s.get("labels", []) if lp["name"] == "service_name"), "")
+        out[name] = sum(float(p.get("value", 0)) for p in s["points"])
+    return out
+
+
 def server_series(url: str, t0: float, t1: float) -> list[dict[str, str]]:
     answer = connect(url, "Series", {
         "matchers": ['{__name__="process_cpu"}'],
@@ -491,19 +504,20 @@ def bench_host(args: argparse.Namespace) -> dict[str, object]:
         services[p.pid] = name
     spawner = Spawner(args.churn)
     spawner.start()
-    agent, port = start_agent(tmp, ["--server", url])
+    fixed = ["--cpu-budget-percent", "0"] if args.budget_off else []
+    agent, port = start_agent(tmp, ["--server", url, *fixed])
     bt_out = open(tmp / "bpftrace.txt", "w")  # noqa: SIM115
-    # room for every stack of a busy host in its map (4,096 keys by default: the keys of
-    # 10 s of a whole machine's stacks overflow it, and the samples of new keys are lost)
-    bt_env = {**os.environ, "BPFTRACE_MAP_KEYS_MAX": "65536"}
-    bt = subprocess.Popen(["bpftrace", "-e", BPFTRACE_19], stdout=bt_out,
-                          stderr=subprocess.DEVNULL, env=bt_env)  # fmt: skip
+    # as bpftrace's users run it (its maps of 4,096 keys: a busy host's stacks of 10 s may
+    # fill them, and samples of keys that find no room are lost: said on its stderr)
+    bt_err = open(tmp / "bpftrace.err", "w")  # noqa: SIM115
+    bt = subprocess.Popen(["bpftrace", "-B", "line", "-e", BPFTRACE_19], stdout=bt_out,
+                          stderr=bt_err)  # fmt: skip
     tools = {"aiflame agent": agent.pid, "bpftrace": bt.pid}
     if args.compare_src:  # another version of the agent beside (spool only: not in the series)
         other_tmp = tmp / "other"
         other_tmp.mkdir()
         other_env = {**ENV, "PYTHONPATH": str(Path(args.compare_src).resolve())}
-        other, _ = start_agent(other_tmp, env=other_env)
+        other, _ = start_agent(other_tmp, fixed, env=other_env)
         procs.append(other)
         tools[f"aiflame agent of {args.compare_src}"] = other.pid
     try:
@@ -547,6 +561,10 @@ def bench_host(args: argparse.Namespace) -> dict[str, object]:
         with open(tmp / "bpftrace.txt") as f:
             f.seek(bt_start)
             bt_counts = bpftrace_samples(f.read(), services)
+        bt_err.close()
+        errors = (tmp / "bpftrace.err").read_text().splitlines()
+        results["bpftrace"]["stderr_lines"] = len(errors)  # type: ignore[index]
+        results["bpftrace"]["stderr_first"] = errors[:3]  # type: ignore[index]
         per_service = {}
         for name in SERVICES:
             cpu = s1[name] - s0[name]
@@ -557,6 +575,20 @@ def bench_host(args: argparse.Namespace) -> dict[str, object]:
                 "bpftrace_samples_per_cpu_s": round(bt_counts[name] / cpu, 2) if cpu else None,
             }
         results["services"] = per_service
+        # whose samples the agent took: the services, the spawner's programs, the rest of
+        # the machine (others' work on a shared host is profiled too, and costs)
+        by_service = server_samples_by_service(url, t0, t1)
+        churn = {"python3", "sh", "seq", "sort", "tail"}
+        total = sum(by_service.values()) or 1.0
+        results["samples_share"] = {
+            "services": round(sum(by_service.get(n, 0) for n in SERVICES) / total, 3),
+            "spawned programs": round(sum(v for k, v in by_service.items() if k in churn) / total, 3),
+            "kernel": round(by_service.get("kernel", 0) / total, 3),
+            "the rest of the machine": round(
+                sum(v for k, v in by_service.items()
+                    if k not in churn and k not in SERVICES and k != "kernel") / total, 3),
+            "samples": int(total),
+        }  # fmt: skip
         series = server_series(url, t0, t1)
         results["series"] = {
             "in_server": len(series),
@@ -615,6 +647,9 @@ def main() -> None:
     host.add_argument("--warmup", type=float, default=60)
     host.add_argument(
         "--compare-src", help="also run the agent of these sources beside it (spool only)"
+    )
+    host.add_argument(
+        "--budget-off", action="store_true", help="the agents at the full rate throughout"
     )
     args = p.parse_args()
     run = {"cpu": bench_cpu, "rss": bench_rss, "trace-latency": bench_trace_latency,

@@ -27,6 +27,7 @@ callback caller, then counts as complete too.)
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import re
 from collections import defaultdict
@@ -94,6 +95,7 @@ class StackStats:
         return self.truncated / self.user_stacks if self.user_stacks else 0.0
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a symbol on a thousand stacks is one frame
 def _frame(sym: Symbol) -> Frame:
     module = sym.module.rsplit("/", 1)[-1] if sym.module else ""
     return Frame(sym.name, sym.kind, module=module)
