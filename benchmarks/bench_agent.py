@@ -582,7 +582,9 @@ def bench_host(args: argparse.Namespace) -> dict[str, object]:
         total = sum(by_service.values()) or 1.0
         results["samples_share"] = {
             "services": round(sum(by_service.get(n, 0) for n in SERVICES) / total, 3),
-            "spawned programs": round(sum(v for k, v in by_service.items() if k in churn) / total, 3),
+            "spawned programs": round(
+                sum(v for k, v in by_service.items() if k in churn) / total, 3
+            ),
             "kernel": round(by_service.get("kernel", 0) / total, 3),
             "the rest of the machine": round(
                 sum(v for k, v in by_service.items()
