@@ -185,7 +185,8 @@ def test_labels_are_the_same_in_the_page_the_svg_and_python(driver, tmp_path):
     driver.get(page.resolve().as_uri())
     in_page = driver.execute_async_script(
         """const [names, rooms, done] = arguments;
-        aiflame.ready.then(() => done(names.map((n) => rooms.map((r) => aiflame.fitLabel(n, r)))));""",
+        const fit = (n) => rooms.map((r) => aiflame.fitLabel(n, r));
+        aiflame.ready.then(() => done(names.map(fit)));""",
         LABEL_NAMES, rooms,
     )  # fmt: skip
     driver.get(svg.resolve().as_uri())

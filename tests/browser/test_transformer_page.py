@@ -229,14 +229,15 @@ def test_diff_table_folds_wrappers_into_the_function_that_changed(diff_page):
     names = [r[0] for r in rows]
     model = "Qwen2Model > forward (transformers/models/qwen2/modeling_qwen2.py)"
     assert model in names
-    for wrapper in ("<module> (<string>)", "spawn_main (multiprocessing/spawn.py)", "ProfilerStep#6"):
+    wrappers = ("<module> (<string>)", "spawn_main (multiprocessing/spawn.py)", "ProfilerStep#6")
+    for wrapper in wrappers:
         assert wrapper not in names
         assert wrapper in folded_callers(diff_page)[model].splitlines()
     assert len(folded_callers(diff_page)[model].splitlines()) == 1 + 13
     # A layer's change differs from the model's (the final norm and the embedding): a row.
     assert "Qwen2DecoderLayer > forward (transformers/models/qwen2/modeling_qwen2.py)" in names
     note = diff_page.text("top-note")
-    assert re.fullmatch(r"(\d+) functions; (\d+) callers whose .* folded into it \(show them\)", note)
+    assert re.fullmatch(r"\d+ functions; \d+ callers whose .* folded into it \(show them\)", note)
     folded = int(note.split("; ")[1].split()[0])
     assert len(rows) + folded == int(diff_page.js("return aiflame.app.topDiffRows().length;"))
     diff_page.driver.find_element("id", "top-unfold").click()
