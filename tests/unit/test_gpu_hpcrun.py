@@ -9,6 +9,7 @@ few lines of struct unpacking, from ``profile.db`` with the database reader, fro
 
 from __future__ import annotations
 
+import gzip
 import itertools
 import json
 import os
@@ -510,3 +511,24 @@ def test_a_volta_cubin_says_which_nvdisasm_reads_it(tmp_path, capsys):
         if f.kind == FrameKind.GPU_INSTRUCTION
     }
     assert instructions and all(n.startswith("+0x") for n in instructions)
+
+
+def test_hpcstruct_names_left_mangled_are_demangled(tmp_path):
+    """Inlined and procedure names that hpcstruct wrote mangled read as C++."""
+    m = partial_copy(tmp_path, [])
+    host = m / "structs" / "testmeas-loops-cuda.hpcstruct.gz"
+    text = gzip.decompress(host.read_bytes()).decode()
+    inlined = 'n="dim3::dim3(unsigned int, unsigned int, unsigned int)"'
+    assert inlined in text
+    host.write_bytes(gzip.compress(text.replace(inlined, 'n="_ZN4dim3C1Ejjj"').encode()))
+    from aiflame.sources import hpcstruct
+
+    names = {
+        sc.name
+        for s in hpcstruct.read_structure(str(host))
+        for chain in s._scopes
+        for sc in chain
+        if sc.kind == hpcstruct.INLINED
+    }
+    assert "dim3::dim3(unsigned int, unsigned int, unsigned int)" in names
+    assert not [n for n in names if n.startswith("_Z")]
