@@ -3,8 +3,11 @@
 All samples are merged into that one profile (labels, such as the ``profile`` label of a
 multi-profile speedscope input, are not kept).
 
-Frames are shared by (name, file, line); weights are the summed values of each stack in
-the metric's unit (nanoseconds, bytes, or "none" for counts and other units).
+Frames are shared by (name, file, line, kind); weights are the summed values of each stack
+in the metric's unit (nanoseconds, bytes, or "none" for counts and other units). A frame's
+kind, which the format has no field for, is kept in ``"aiflameKind"`` (``gpu-kernel``,
+``cpp``...): speedscope ignores it, aiflame's reader takes it back, so that a round trip
+keeps the colours (what kind a name alone suggests can be wrong: ``-``, GPU lines).
 """
 
 from __future__ import annotations
@@ -14,10 +17,11 @@ import json
 import numpy as np
 
 from aiflame import __version__
-from aiflame.model import Profile
+from aiflame.model import FrameKind, Profile
 from aiflame.render.stackpaths import root_first_paths
 
 SCHEMA_URL = "https://www.speedscope.app/file-format-schema.json"
+KIND_FIELD = "aiflameKind"  # a frame's kind, beside the format's name, file and line
 _UNITS = {
     "nanoseconds": "nanoseconds",
     "microseconds": "microseconds",
@@ -65,11 +69,11 @@ def _shared_frames(profile: Profile) -> tuple[list[dict], np.ndarray]:
     """speedscope frames for the profile's frames used by stacks, and frame id -> index."""
     frames, strings = profile.frames, profile.strings.strings
     used = np.flatnonzero(np.bincount(profile.stacks.frames_array(), minlength=len(frames)))
-    index: dict[tuple[int, int, int], int] = {}
+    index: dict[tuple[int, int, int, int], int] = {}
     out: list[dict] = []
     shared_of = np.zeros(len(frames), dtype=np.int64)
     for f in used.tolist():
-        key = (frames.name[f], frames.file[f], frames.line[f])
+        key = (frames.name[f], frames.file[f], frames.line[f], frames.kind[f])
         i = index.get(key)
         if i is None:
             i = index[key] = len(out)
@@ -78,6 +82,8 @@ def _shared_frames(profile: Profile) -> tuple[list[dict], np.ndarray]:
                 entry["file"] = strings[key[1]]
             if key[2]:
                 entry["line"] = key[2]
+            if key[3] != FrameKind.UNKNOWN:
+                entry[KIND_FIELD] = FrameKind(key[3]).slug
             out.append(entry)
         shared_of[f] = i
     return out, shared_of

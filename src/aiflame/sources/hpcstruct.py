@@ -18,6 +18,9 @@ import xml.etree.ElementTree as ET
 from bisect import bisect_right
 from dataclasses import dataclass
 
+from aiflame.symbolize.cxa import Demangler
+from aiflame.symbolize.demangle import is_mangled
+
 PROCEDURE, LOOP, CALL_SITE, INLINED, LINE = "procedure", "loop", "call site", "inlined", "line"
 
 _RANGE = re.compile(r"\[(0x[0-9a-fA-F]+|\d+)-(0x[0-9a-fA-F]+|\d+)\)")
@@ -84,6 +87,21 @@ def read_structure(path: str) -> list[Structure]:
         raise StructError(f"{path}: not a valid hpcstruct file ({e})") from None
 
 
+class _Readable:
+    """Function names as people read them: hpcstruct writes the mangled name where it
+    could not demangle one (GPU binaries' inlined functions, some compilers' symbols)."""
+
+    def __init__(self) -> None:
+        self._demangler: Demangler | None = None
+
+    def __call__(self, name: str) -> str:
+        if not is_mangled(name):
+            return name
+        if self._demangler is None:
+            self._demangler = Demangler()
+        return self._demangler.many([name])[0]
+
+
 def _parse(f, path: str) -> list[Structure]:  # type: ignore[no-untyped-def]
     out: list[Structure] = []
     leaves: list[tuple[int, int, tuple[Scope, ...]]] = []
@@ -93,6 +111,7 @@ def _parse(f, path: str) -> list[Structure]:  # type: ignore[no-untyped-def]
     # line of the call site when the element is the outer A of an inlined call).
     stack: list[tuple[str, str, tuple[Scope, ...], int]] = []
     seen_root = False
+    readable = _Readable()
     for event, el in ET.iterparse(f, events=("start", "end")):
         tag = el.tag
         if not seen_root:
@@ -122,7 +141,7 @@ def _parse(f, path: str) -> list[Structure]:  # type: ignore[no-untyped-def]
             stack.append(("F", a.get("n", ""), scopes, 0))
         elif tag == "P":
             line = int(a.get("l", "0") or 0)
-            name = a.get("n", "") or a.get("ln", "")
+            name = readable(a.get("n", "") or a.get("ln", ""))
             entry = _ranges(a.get("v"))
             procedures.append(
                 Procedure(name, a.get("ln", name), file, line, entry[0][0] if entry else 0)
@@ -138,7 +157,7 @@ def _parse(f, path: str) -> list[Structure]:  # type: ignore[no-untyped-def]
             else:  # the inner A: the inlined function, like a P
                 ifile = a.get("f") or file
                 call = Scope(CALL_SITE, "", file, top[3])
-                callee = Scope(INLINED, a.get("n", ""), ifile, int(a.get("l", "0") or 0))
+                callee = Scope(INLINED, readable(a.get("n", "")), ifile, int(a.get("l", "0") or 0))
                 stack.append(("A2", ifile, (*scopes, call, callee), 0))
         elif tag in ("S", "C") and scopes:
             chain = (*scopes, Scope(LINE, "", file, int(a.get("l", "0") or 0)))

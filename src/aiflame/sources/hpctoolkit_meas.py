@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import warnings
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -238,8 +239,9 @@ class GpuBinary:
         if cubins.is_cubin(data) and cubins.find_nvdisasm():
             try:
                 self.cubin = cubins.load_cubin(data, need_crc=False)
-            except cubins.CubinError:
+            except cubins.CubinError as e:
                 self.cubin = None
+                warnings.warn(f"{local}: {e}: no SASS, instructions named by offset", stacklevel=1)
 
     def _section(self, offset: int) -> tuple[int, str] | None:
         k = bisect_right(self._starts, offset) - 1

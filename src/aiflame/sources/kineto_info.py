@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from aiflame.model import devices
 from aiflame.sources.kineto_events import Cls, Columns
 from aiflame.sources.kineto_samples import GPU_TIME, UNLINKED_ROOT, WALL_TIME
 from aiflame.transforms import correlate
@@ -33,6 +34,21 @@ def short_device_name(name: str) -> str:
     left."""
     words = [w for w in re.split(r"[\s-]+", name.strip()) if w and not _DEVICE_NOISE.match(w)]
     return " ".join(words) or name.strip()
+
+
+def _device_name(props: dict[str, Any]) -> str:
+    name = str(props.get("name") or "").strip()
+    if name:
+        return name
+    model = devices.model_by_properties(props)
+    if model:
+        return f"{model} (unnamed in the trace, by its properties)"
+    return f"unnamed GPU ({devices.describe(props)})"
+
+
+def _device_model(props: dict[str, Any]) -> str | None:
+    name = str(props.get("name") or "").strip()
+    return short_device_name(name) if name else devices.model_by_properties(props)
 
 
 def _ns(v: float) -> str:
@@ -67,12 +83,14 @@ def describe(
         meta["info:rank"] = rank
     devices = trace_meta.get("deviceProperties")
     if isinstance(devices, list) and devices:
-        # vLLM's traces of ROCm devices leave the name empty: say so rather than "8 x "
-        names = Counter(
-            str(d.get("name") or "(no name in the trace)") for d in devices if isinstance(d, dict)
-        )
+        # vLLM's traces of ROCm devices leave the name empty: the model their properties
+        # identify, else what they are ("unnamed GPU (304 CUs, 206 GB, gfx94x)")
+        known = [d for d in devices if isinstance(d, dict)]
+        names = Counter(_device_name(d) for d in known)
         meta["info:devices"] = ", ".join(f"{n} x {name}" for name, n in names.items())
-        meta["device"] = "+".join(dict.fromkeys(short_device_name(n) for n in names))
+        models = [m for m in (_device_model(d) for d in known) if m]
+        if models:  # for titles: only what names a model
+            meta["device"] = "+".join(dict.fromkeys(models))
     counts = np.bincount(cols.cpu_cls, minlength=8)
     meta["info:cpu slices"] = (
         f"{counts[Cls.PYTHON]:,} Python functions, {counts[Cls.OP]:,} operators, "
