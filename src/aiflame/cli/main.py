@@ -20,12 +20,14 @@ SUBCOMMANDS = (
     "convert",
     "diff",
     "info",
+    "top",
     "memory",
     "record",
     "analyze",
     "server",
     "agent",
     "trace",
+    "mcp",
 )
 
 EXIT_ERROR = 1
