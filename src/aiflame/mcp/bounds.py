@@ -20,7 +20,7 @@ from aiflame.render.jsonsafe import dumps
 
 DEFAULT_ROWS = 15
 MAX_ROWS = 100
-MAX_NAME = 240
+MAX_NAME = 400
 MAX_TEXT = 600
 MAX_ANSWER_CHARS = 60_000
 

@@ -265,18 +265,22 @@ class LocalTools:
         st = profile.sample_types[col]
         if st.unit != "bytes":
             raise AiflameError(f"{path}: no memory data in bytes ({st.name} is in {st.unit})")
-        per_stack = sorted(
-            ((v, s) for s, v in profile.iter_stack_values(col) if s >= 0 and v > 0),
-            key=lambda vs: (-vs[0], vs[1]),
-        )
-        total = float(sum(v for v, _ in per_stack))
+        # by the names of their frames, as the flame graph and the folded output show them
+        by_names: dict[tuple[str, ...], float] = {}
+        for s, v in profile.iter_stack_values(col):
+            if s >= 0 and v > 0:
+                key = tuple(profile.stack_names(s))
+                by_names[key] = by_names.get(key, 0.0) + v
+        per_stack = sorted(by_names.items(), key=lambda kv: (-kv[1], kv[0]))
+        total = float(sum(by_names.values()))
         stacks = [
             {
                 "bytes": v,
                 "share": v / total if total else 0.0,
-                "stack_leaf_first": [bounds.name(x) for x in reversed(profile.stack_names(s))][:24],
+                "depth": len(names),
+                "stack_leaf_first": [bounds.name(x) for x in reversed(names)][:24],
             }
-            for v, s in per_stack[:n]
+            for names, v in per_stack[:n]
         ]
         sites = top_functions(profile, st.name, "self", n).to_json()["functions"]
         info = {k[5:]: v for k, v in profile.meta.items() if k.startswith("info:")}
