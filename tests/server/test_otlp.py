@@ -64,9 +64,9 @@ def client(server, tenant: str, token: str = TOKEN) -> Client:
     return Client(server.url, token=token, tenant=tenant, admin_token=ADMIN)
 
 
-def totals(c: Client, selector: str, now_ms: int) -> dict[str, int]:
+def totals(c: Client, selector: str, now_ms: int, token: str | None = ADMIN) -> dict[str, int]:
     """The querier's totals of both CPU types (read with a token of the read scope)."""
-    reader = Client(f"http://{c.host}:{c.port}", token=ADMIN, tenant=c.tenant)
+    reader = Client(f"http://{c.host}:{c.port}", token=token, tenant=c.tenant)
     out = {}
     for type_id in (SAMPLES, CPU_NS):
         req = q.SelectMergeStacktracesRequest(
@@ -307,3 +307,25 @@ def test_errors_as_otlp_says(otlp_server):
     status, body = post(c, old.SerializeToString())
     assert status == 400
     assert "retention" in status_pb2.Status.FromString(body).message
+
+
+def test_an_acknowledged_export_survives_sigkill(tmp_path):
+    """Answered once in the write-ahead log: a server killed before its batch is committed
+    stores the export at its next start (the log is decoded again), and once only."""
+    store = tmp_path / "data"
+    srv = ServerProcess(store, args=["--batch-seconds", "60"]).start()
+    t0 = now_ns()
+    req = op.export([op.Process(31), op.Process(32)], t0, profile_ids=False)
+    c = Client(srv.url, tenant="otlp-kill")
+    try:
+        assert post(c, req.SerializeToString())[0] == 200
+        assert post(c, op.otlp_json(req), "application/json")[0] == 200  # a retry, as JSON
+    finally:
+        srv.kill()  # before the 60 s batch was committed
+    srv = ServerProcess(store, port=srv.port).start()
+    try:
+        c.settle()
+        got = totals(Client(srv.url, tenant="otlp-kill"), "{}", t0 // 10**6, token=None)
+        assert got[SAMPLES] == op.total_events(req)
+    finally:
+        srv.stop()
