@@ -62,6 +62,7 @@ class _Dictionary:
         d.stack_table.add()
         self._strings: dict[str, int] = {"": 0}
         self._seen: dict[tuple, int] = {}
+        self.frame_types: dict[int, str] = {}  # function index -> its profile.frame.type
 
     def string(self, s: str) -> int:
         i = self._strings.get(s)
@@ -107,6 +108,7 @@ class _Dictionary:
                 filename_strindex=self.string(filename),
                 start_line=start_line,
             )
+            self.frame_types[i] = _frame_type(name, system_name)
         return i
 
     def location(
@@ -179,15 +181,11 @@ def _add_pprof(
     }
     locations: dict[int, int] = {}
     for loc in p.location:
-        lines = []
-        frame_type = "native"
-        for n, line in enumerate(loc.line):
-            name, system_name, filename, start = functions[line.function_id]
-            if n == 0:  # the innermost line: the code that ran
-                frame_type = _frame_type(name, system_name)
-            lines.append((dic.function(name, system_name, filename, start), line.line))
+        lines = tuple((dic.function(*functions[line.function_id]), line.line) for line in loc.line)
+        # the innermost line is the code that ran
+        frame_type = dic.frame_types[lines[0][0]] if lines else "native"
         locations[loc.id] = dic.location(
-            mappings.get(loc.mapping_id, 0), loc.address, tuple(lines), frame_type
+            mappings.get(loc.mapping_id, 0), loc.address, lines, frame_type
         )
     stacks = [dic.stack(tuple(locations[x] for x in s.location_id)) for s in p.sample]
     labels = [
