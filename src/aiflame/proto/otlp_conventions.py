@@ -136,8 +136,8 @@ def profile_name(sample_type: str, unit: str) -> str:
 
 def label_name(key: str) -> str | None:
     """The label an attribute becomes, or None when it names no series."""
-    if key in NOT_LABELS or key.startswith(NOT_LABEL_PREFIXES) or not key:
-        return None
+    if key in NOT_LABELS or key.startswith(NOT_LABEL_PREFIXES) or not key or key[:2] == "__":
+        return None  # (names starting with __ are reserved: __name__, __delta__)
     mapped = ATTRIBUTE_LABELS.get(key)
     if mapped:
         return mapped

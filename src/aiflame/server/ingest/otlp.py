@@ -175,7 +175,10 @@ class Tables:
         lengths = np.fromiter(map(len, lists), dtype=_I64, count=len(lists))
         flat = np.fromiter((i for s in lists for i in s), dtype=_I64, count=int(lengths.sum()))
         _check_range(flat, len(d.location_table), "stack_table", "location")
-        return np.cumsum(lengths) - lengths, lengths, flat + 1  # pprof ids: index + 1
+        real = flat != 0  # location 0 is the table's zero value: no frame
+        owner = np.repeat(np.arange(lengths.size), lengths)
+        lengths = np.bincount(owner[real], minlength=lengths.size).astype(_I64)
+        return np.cumsum(lengths) - lengths, lengths, flat[real]  # pprof ids: the index
 
     def _columns(self, d: otel.ProfilesDictionary) -> PprofColumns:
         ns = len(self.strings)
@@ -198,7 +201,7 @@ class Tables:
         loc_nlines: list[int] = []
         line_function: list[int] = []
         line_line: list[int] = []
-        for loc in d.location_table:
+        for loc in d.location_table[1:]:  # the first is the zero value, named by nothing
             m = loc.mapping_index
             if not 0 <= m < max(nm, 1):
                 raise BadRequest(f"invalid dictionary: a location names mapping {m} of {nm}")
@@ -241,7 +244,7 @@ class Tables:
             fn_filename=np.array(fn_file, dtype=_I64),
             map_id=np.arange(1, nm, dtype=np.uint64),
             map_filename=map_file[1:],
-            loc_id=np.arange(1, nl + 1, dtype=np.uint64),
+            loc_id=np.arange(1, nl + 1, dtype=np.uint64),  # location index i has id i
             loc_mapping=np.array(loc_mapping, dtype=np.uint64),
             loc_address=np.array(loc_address, dtype=np.uint64),
             loc_nlines=np.array(loc_nlines, dtype=_I64),
@@ -306,7 +309,9 @@ def decode(
                 try:
                     own = _attribute_labels((tables.attribute(i) for i in p.attribute_indices), out)
                     labels = _series_labels({**resource, **scope, **own}, limits, out)
-                    item, stamps = _profile(p, tables, labels, with_cpu_ns, tenant, received_ms)
+                    item, stamps = _profile(
+                        p, tables, labels, with_cpu_ns, tenant, received_ms, limits
+                    )
                     item.profile_id = _profile_id(p, item, stamps, who)
                     check_time(item, min_time_ms, received_ms)
                 except BadRequest as e:
@@ -378,6 +383,7 @@ def _profile(
     with_cpu_ns: set[int],
     tenant: str,
     received_ms: int,
+    limits: Limits,
 ) -> tuple[ProfileItem, list[int]]:
     """The item of one profile, and its samples' timestamps."""
     S = tables.strings
@@ -390,6 +396,10 @@ def _profile(
     if not stype:
         raise BadRequest("a profile whose sample type has no name")
     n = len(p.samples)
+    if n > limits.max_samples_per_profile:
+        raise BadRequest(
+            f"a profile has {n:,} samples; at most {limits.max_samples_per_profile:,} are accepted"
+        )
     stacks = np.empty(n, dtype=_I64)
     values = np.empty(n, dtype=_I64)
     label_sample: list[int] = []
