@@ -8,6 +8,9 @@ as aiflame's kinds; labels by the semantic conventions; errors as OTLP says."""
 from __future__ import annotations
 
 import gzip
+import shutil
+import ssl
+import subprocess
 import time
 
 import pytest
@@ -327,5 +330,36 @@ def test_an_acknowledged_export_survives_sigkill(tmp_path):
         c.settle()
         got = totals(Client(srv.url, tenant="otlp-kill"), "{}", t0 // 10**6, token=None)
         assert got[SAMPLES] == op.total_events(req)
+    finally:
+        srv.stop()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
+def test_grpc_over_tls_with_the_servers_certificate(tmp_path):
+    """--tls-cert/--tls-key serve the OTLP/gRPC port too."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    port = free_port()
+    srv = ServerProcess(
+        tmp_path / "data",
+        ["--tls-cert", str(cert), "--tls-key", str(key), "--otlp-grpc-listen", f"127.0.0.1:{port}"],
+    )
+    srv.url = srv.url.replace("http://", "https://")
+    ctx = ssl.create_default_context(cafile=str(cert))
+    try:
+        srv.start(ssl_context=ctx)
+        creds = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes())
+        req = op.export([op.Process(7)], now_ns())
+        with grpc.secure_channel(f"127.0.0.1:{port}", creds) as channel:
+            answer = svc_grpc.ProfilesServiceStub(channel).Export(req, timeout=60)
+        assert answer.partial_success.rejected_profiles == 0
+        plain = grpc.insecure_channel(f"127.0.0.1:{port}")  # no TLS: refused
+        with plain, pytest.raises(grpc.RpcError):
+            svc_grpc.ProfilesServiceStub(plain).Export(req, timeout=10)
     finally:
         srv.stop()
