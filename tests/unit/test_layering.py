@@ -118,8 +118,7 @@ def test_nothing_but_the_cli_imports_the_mcp_server():
     importers = [
         path.relative_to(SRC).as_posix()
         for path in SRC.rglob("*.py")
-        if path.relative_to(SRC).parts[0] not in ("mcp", "cli")
-        and "mcp" in imported_packages(path)
+        if path.relative_to(SRC).parts[0] not in ("mcp", "cli") and "mcp" in imported_packages(path)
     ]
     assert not importers, "aiflame.mcp is imported by " + ", ".join(importers)
 
