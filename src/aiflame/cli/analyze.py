@@ -59,7 +59,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aiflame.cli.analyze_gpu import split_inputs, stall_report
+    from aiflame.analysis.gpu_inputs import split_inputs, stall_report
     from aiflame.render.gpu_stalls_text import format_report
     from aiflame.sources.registry import expand_inputs, load_trace_input
 

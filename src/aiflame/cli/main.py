@@ -21,12 +21,14 @@ SUBCOMMANDS = (
     "convert",
     "diff",
     "info",
+    "top",
     "memory",
     "record",
     "analyze",
     "server",
     "agent",
     "trace",
+    "mcp",
 )
 
 EXIT_ERROR = 1

@@ -26,6 +26,13 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="address to serve (default 127.0.0.1:4040; other than loopback only "
         "with --token-file)",
     )
+    p.add_argument(
+        "--otlp-grpc-listen",
+        metavar="HOST:PORT",
+        default="",
+        help="also take OpenTelemetry profiles over OTLP/gRPC here (e.g. 127.0.0.1:4317; "
+        "OTLP/HTTP is always on the main address, /v1development/profiles)",
+    )
     p.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate")
     p.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
     p.add_argument(
@@ -108,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
     config = ServerConfig(
         store=args.store or DEFAULT_STORE,
         listen=args.listen,
+        otlp_grpc_listen=args.otlp_grpc_listen,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         token_file=args.token_file,

@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from aiflame.server import connect, routes_api, routes_ingest, routes_query, routes_ui
+from aiflame.server import connect, routes_api, routes_ingest, routes_otlp, routes_query, routes_ui
 from aiflame.server.errors import RequestError
 from aiflame.server.state import ServerState
 
@@ -28,6 +28,7 @@ INGEST_POSTS = (
     "/api/v1/telemetry",
     "/api/v1/traces",
     "/api/v1/agents/heartbeat",
+    routes_otlp.HTTP_PATH,
 )
 ADMIN_POSTS = ("/api/v1/trace-requests",)
 OPEN = ("/ready", "/healthz")
@@ -52,7 +53,9 @@ def _is_connect(path: str) -> bool:
     return path.startswith(("/push.v1.", "/querier.v1."))
 
 
-def error_response(request_path: str, e: RequestError) -> Response:
+def error_response(request_path: str, e: RequestError, content_type: str = "") -> Response:
+    if request_path == routes_otlp.HTTP_PATH:
+        return routes_otlp.error_response(e, routes_otlp.codec_of_content_type(content_type))
     if _is_connect(request_path):
         return connect.error_response(e)
     headers = {"Retry-After": str(max(1, int(e.retry_after)))} if e.retry_after else {}
@@ -93,7 +96,8 @@ class Guard:
             if started:
                 raise
             counters.count(counters.rejected, type(e).__name__)
-            await error_response(path, e)(scope, receive, tracking_send)
+            ctype = dict(scope["headers"]).get(b"content-type", b"").decode("latin-1")
+            await error_response(path, e, ctype)(scope, receive, tracking_send)
         except Exception:
             # A bug of the server (never a client's mistake): logged once, answered 500.
             log.error("%s %s failed:\n%s", method, path, traceback.format_exc())
@@ -120,6 +124,7 @@ def build_app(state: ServerState) -> ASGIApp:
         Route("/api/v1/telemetry", routes_ingest.post_telemetry, methods=["POST"]),
         Route("/api/v1/traces", routes_ingest.post_trace, methods=["POST"]),
         Route("/api/v1/agents/heartbeat", routes_ingest.heartbeat, methods=["POST"]),
+        Route(routes_otlp.HTTP_PATH, routes_otlp.export, methods=["POST"]),
         Route("/querier.v1.QuerierService/{method}", routes_query.querier, methods=["POST"]),
         *routes_api.ROUTES,
         *routes_ui.ROUTES,
@@ -128,7 +133,7 @@ def build_app(state: ServerState) -> ASGIApp:
     async def on_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestError)
         state.counters.count(state.counters.rejected, type(exc).__name__)
-        return error_response(request.url.path, exc)
+        return error_response(request.url.path, exc, request.headers.get("content-type", ""))
 
     app = Starlette(routes=routes, exception_handlers={RequestError: on_error})
     app.state.server = state

@@ -46,6 +46,7 @@ def parse_retention(values: list[str]) -> dict[str, int]:
 class ServerConfig:
     store: str = DEFAULT_STORE
     listen: str = "127.0.0.1:4040"
+    otlp_grpc_listen: str = ""  # OTLP/gRPC profiles (HOST:PORT, e.g. 127.0.0.1:4317); "" off
     tls_cert: str | None = None
     tls_key: str | None = None
     token_file: str | None = None
