@@ -16,7 +16,14 @@ from starlette.responses import JSONResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from aiflame.server import connect, routes_api, routes_ingest, routes_query, routes_ui
+from aiflame.server import (
+    connect,
+    routes_api,
+    routes_drilldown,
+    routes_ingest,
+    routes_query,
+    routes_ui,
+)
 from aiflame.server.errors import RequestError
 from aiflame.server.state import ServerState
 
@@ -49,7 +56,7 @@ def scope_of(method: str, path: str) -> str | None:
 
 
 def _is_connect(path: str) -> bool:
-    return path.startswith(("/push.v1.", "/querier.v1."))
+    return path.startswith(("/push.v1.", "/querier.v1.", "/settings.v1."))
 
 
 def error_response(request_path: str, e: RequestError) -> Response:
@@ -122,6 +129,7 @@ def build_app(state: ServerState) -> ASGIApp:
         Route("/api/v1/agents/heartbeat", routes_ingest.heartbeat, methods=["POST"]),
         Route("/querier.v1.QuerierService/{method}", routes_query.querier, methods=["POST"]),
         *routes_api.ROUTES,
+        *routes_drilldown.ROUTES,
         *routes_ui.ROUTES,
     ]
 

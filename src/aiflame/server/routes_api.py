@@ -93,6 +93,7 @@ def _attribution_query(request: Request) -> attribution.Query:
         group_by=request.query_params.get("group_by", "team"),
         selector=request.query_params.get("selector", ""),
         top=_int(request, "top", 10, 0, 1000),
+        sort=request.query_params.get("sort") or "allocated",
     )
 
 
@@ -113,7 +114,7 @@ async def get_attribution(request: Request) -> Response:
 async def get_findings(request: Request) -> Response:
     state = _state(request)
     start, end = _range(request, 7 * 86400)
-    key = request.query_params.get("workload_label", "job_id")
+    key = request.query_params.get("workload_label") or findings.WORKLOAD
     result = await run_blocking(
         findings.fleet_findings,
         state.store,
