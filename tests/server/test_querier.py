@@ -56,19 +56,20 @@ def pyroscope_truncated(tree: dict[tuple[str, ...], tuple[int, int]], max_nodes:
     """Pyroscope's truncation (pkg/model/tree.go minValue, flamegraph.go): the nodes whose
     total is at least the max_nodes-th largest (the root not counted, ties kept), the rest
     of each kept node's children folded into its "other" child."""
-    totals = [t for path, (t, _) in tree.items() if path]
+    totals = [total for path, (total, _) in tree.items() if path]
     if len(totals) <= max_nodes:
         return dict(tree)
     floor = heapq.nlargest(max_nodes, totals)[-1]
     out = {(): tree[()]}
-    for path, (t, s) in sorted(tree.items(), key=lambda kv: len(kv[0])):
-        if not path or path[:-1] not in out or path[:-1] + ("other",) == path:
+    for path, (total, self_v) in sorted(tree.items(), key=lambda kv: len(kv[0])):
+        if not path or path[:-1] not in out or path[-1] == "other":
             continue
-        if t >= floor:
-            out[path] = (t, s)
+        if total >= floor:
+            out[path] = (total, self_v)
         else:
-            other = path[:-1] + ("other",)
-            out[other] = (out.get(other, (0, 0))[0] + t, out.get(other, (0, 0))[1] + t)
+            other = (*path[:-1], "other")
+            was = out.get(other, (0, 0))
+            out[other] = (was[0] + total, was[1] + total)
     return out
 
 

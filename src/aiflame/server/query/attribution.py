@@ -231,7 +231,6 @@ def attribution(store: Store, q: Query) -> dict[str, Any]:
             series[k][c][index[when]] += sums[c] / 3600.0 if c != "flop" else sums[c]
     resolution = q.source()[2]
     fleet_out = {**_group("fleet", fleet, fleet, None), **cap.fleet()}
-    span_s = max(0.0, (q.end_ms - q.start_ms) / 1000)
     return {
         "from": q.start_ms,
         "to": q.end_ms,
@@ -244,7 +243,7 @@ def attribution(store: Store, q: Query) -> dict[str, Any]:
             _group(k, v, fleet, traced.get(k) if k != OTHER else None)
             for k, v in groups_out.items()
         ],
-        "hosts": host_rows(cap, q.step_s, span_s),
+        "hosts": host_rows(cap),
         "timestamps": timestamps,
         # per bucket: the hosts' GPU hours, and those nobody held
         "capacity_series": {

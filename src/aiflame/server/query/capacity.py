@@ -23,9 +23,13 @@ from aiflame.server.store.connection import Store
 
 HOST_LABELS = ("host", "gpu_model")
 _TABLES = {
-    "1h": ("gpu_capacity_1h", "bucket", "sum(gpu_seconds)"),
-    "1m": ("gpu_capacity_1m", "bucket", "sum(gpu_seconds)"),
-    "raw": ("gpu_telemetry", "start", "sum(dateDiff('millisecond', start, end) / 1000)"),
+    "1h": ("gpu_capacity_1h", "bucket", "sum(gpu_seconds), max(gpus)"),
+    "1m": ("gpu_capacity_1m", "bucket", "sum(gpu_seconds), max(gpus)"),
+    "raw": (
+        "gpu_telemetry",
+        "start",
+        "sum(dateDiff('millisecond', start, end) / 1000), max(gpu_index) + 1",
+    ),
 }
 
 
@@ -33,6 +37,7 @@ _TABLES = {
 class HostUse:
     host: str
     gpu_model: str = ""
+    gpus: int = 0  # the most GPUs it listed
     capacity_s: float = 0.0
     allocated_s: float = 0.0
     unallocated_s: float = 0.0
@@ -90,13 +95,14 @@ def capacity(store: Store, q: Any, buckets: Any) -> Capacity:
     )
     out = Capacity()
     cap: dict[tuple[int, str], float] = {}
-    for b, host, models, seconds in rows:
+    for b, host, models, seconds, gpus in rows:
         if wanted is not None and host not in wanted:
             continue
         when = q.start_ms + int(b) * q.step_s * 1000
         cap[(when, host)] = float(seconds)
         h = out.hosts.setdefault(host, HostUse(host))
         h.gpu_model = h.gpu_model or models
+        h.gpus = max(h.gpus, int(gpus))
     used: dict[tuple[int, str], float] = {}
     for when, host, s in held:
         if wanted is not None and host not in wanted:
@@ -122,7 +128,7 @@ def _esc(v: str) -> str:
     return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def host_rows(c: Capacity, step_s: int, span_s: float) -> list[dict[str, Any]]:
+def host_rows(c: Capacity) -> list[dict[str, Any]]:
     """The hosts, most unallocated first: capacity, allocated, unallocated, busy, idle."""
     out = []
     for h in sorted(c.hosts.values(), key=lambda h: (-h.unallocated_s, h.host)):
@@ -131,7 +137,7 @@ def host_rows(c: Capacity, step_s: int, span_s: float) -> list[dict[str, Any]]:
             {
                 "host": h.host,
                 "gpu_model": h.gpu_model,
-                "gpus": h.capacity_s / span_s if span_s > 0 else None,
+                "gpus": h.gpus,
                 "capacity_gpu_hours": h.capacity_s / 3600,
                 "allocated_gpu_hours": h.allocated_s / 3600,
                 "unallocated_gpu_hours": h.unallocated_s / 3600,

@@ -318,6 +318,7 @@ TABLES: tuple[Table, ...] = (
                 ("gpu_seconds", "SimpleAggregateFunction(sum, Float64)"),
                 ("busy_seconds", "SimpleAggregateFunction(sum, Float64)"),
                 ("busy_basis", "SimpleAggregateFunction(sum, Float64)"),
+                ("gpus", "SimpleAggregateFunction(max, UInt32)"),  # GPU indexes 0..gpus-1
             ),
             "AggregatingMergeTree",
             "(tenant, bucket, host, gpu_model)",
@@ -518,7 +519,8 @@ FROM {source} GROUP BY tenant, bucket, workload_id"""
 CAPACITY_ROLLUP = """SELECT tenant, {bucket}(start) AS bucket, host, name AS gpu_model,
     sum(dateDiff('millisecond', start, end) / 1000) AS gpu_seconds,
     sum(if(util IS NULL, 0, util * dateDiff('millisecond', start, end) / 1000)) AS busy_seconds,
-    sumIf(dateDiff('millisecond', start, end) / 1000, util IS NOT NULL) AS busy_basis
+    sumIf(dateDiff('millisecond', start, end) / 1000, util IS NOT NULL) AS busy_basis,
+    toUInt32(max(gpu_index) + 1) AS gpus
 FROM {source} GROUP BY tenant, bucket, host, gpu_model"""
 
 # The samples are rolled up by the writer, not by views: store/rollups.py says why.

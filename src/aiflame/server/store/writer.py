@@ -490,7 +490,8 @@ _ROLLUP_UNDO.update(
             f"SELECT tenant, {fn}(start) AS bucket, host, name, "
             "-sum(dateDiff('millisecond', start, end) / 1000), "
             "-sum(if(util IS NULL, 0, util * dateDiff('millisecond', start, end) / 1000)), "
-            "-sumIf(dateDiff('millisecond', start, end) / 1000, util IS NOT NULL) "
+            "-sumIf(dateDiff('millisecond', start, end) / 1000, util IS NOT NULL), "
+            "toUInt32(0) "  # the GPUs a host has: a maximum, left as it is
             "FROM {db}.gpu_telemetry WHERE batch_id IN {{ids:Array(UInt64)}} "
             "GROUP BY tenant, bucket, host, name",
         )
