@@ -104,7 +104,7 @@ def fleet_findings(
         if _SEVERITY.get(worst, 0) > _SEVERITY.get(r["severity"], 0):
             r["severity"] = worst
         group = who.key if key == WORKLOAD else (label_of[who].get(key) or attribution.NONE)
-        _add(r["workloads"], group, entry, key != WORKLOAD)
+        _add(r["workloads"], group, entry, None if key == WORKLOAD else key)
     ranked = sorted(out.values(), key=lambda r: (-r["gpu_hours"], r["rule"]))
     for r in ranked:
         r["workloads"] = sorted(r["workloads"].values(), key=lambda w: -w["gpu_hours"])
@@ -143,15 +143,19 @@ def _charged(who: Identity, c: _Charge, traces: int, allocated: float | None) ->
     }
 
 
-def _add(groups: dict[str, dict[str, Any]], group: str, entry: dict[str, Any], by_label: bool):
-    if not by_label:
+def _add(
+    groups: dict[str, dict[str, Any]], group: str, entry: dict[str, Any], label: str | None
+) -> None:
+    """The entry of a workload under its group: itself, or (grouped by ``label``) added to
+    the others with that label's value."""
+    if label is None:
         groups[group] = entry
         return
     g = groups.get(group)
     if g is None:
-        groups[group] = {**entry, "key": group, "workloads": 1}
-        if entry["label"] is None:
-            groups[group].update(label=None, value=None)
+        named = group != attribution.NONE  # the Workload page of that label's value
+        groups[group] = {**entry, "key": group, "workloads": 1, "label": label if named else None,
+                         "value": group if named else None}  # fmt: skip
         return
     # several workloads with this label value: their charges add up
     g["workloads"] += 1
