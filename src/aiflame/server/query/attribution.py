@@ -218,7 +218,7 @@ def attribution(store: Store, q: Query) -> dict[str, Any]:
     if rest:
         groups_out[OTHER] = {c: sum(totals[k][c] for k in rest) for c in WORKLOAD_SUMS}
     traced = trace_metrics(store, q)
-    cap = capacity(store, q, buckets)
+    cap = capacity(store, q, _RAW)
     timestamps = sorted({t for t, _, _ in rows} | cap.capacity.keys())
     index = {t: i for i, t in enumerate(timestamps)}
     series = {

@@ -15,20 +15,21 @@ range, so "team X's hosts" have their capacity beside team X's hours.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiflame.server.labels import Matcher, matchers_sql, parse_selector
 from aiflame.server.store.connection import Store
 
 HOST_LABELS = ("host", "gpu_model")
-_TABLES = {
-    "1h": ("gpu_capacity_1h", "bucket", "sum(gpu_seconds), max(gpus)"),
-    "1m": ("gpu_capacity_1m", "bucket", "sum(gpu_seconds), max(gpus)"),
+_TABLES = {  # capacity table, its time column, and (seconds, gpus) of a (bucket, host)
+    "1h": ("gpu_capacity_1h", "bucket", "sum(gpu_seconds) AS seconds, max(gpus) AS gpus"),
+    "1m": ("gpu_capacity_1m", "bucket", "sum(gpu_seconds) AS seconds, max(gpus) AS gpus"),
     "raw": (
         "gpu_telemetry",
         "start",
-        "sum(dateDiff('millisecond', start, end) / 1000), max(gpu_index) + 1",
+        "sum(dateDiff('millisecond', start, end) / 1000) AS seconds, "
+        "toUInt32(max(gpu_index) + 1) AS gpus",
     ),
 }
 
@@ -64,64 +65,77 @@ def host_matchers(selector: str) -> tuple[list[Matcher], bool]:
     return own, len(own) < len(matchers)
 
 
-def capacity(store: Store, q: Any, buckets: Any) -> Capacity:
+def capacity(store: Store, q: Any, raw: dict[str, str]) -> Capacity:
     """Capacity and unallocated GPU-seconds per host and per bucket, for an attribution
-    query ``q`` (``buckets`` is :func:`attribution.buckets`, passed to avoid a cycle)."""
+    query ``q`` (``raw``: the workload sums over raw telemetry rows, attribution's). One
+    statement: per (bucket, host) what the GPUs had and what every workload there held,
+    summed per host and per bucket (GROUPING SETS), so a week of 1,000 hosts is a thousand
+    rows and not the 168,000 (bucket, host) pairs."""
     own, others = host_matchers(q.selector)
-    hosts_only = "{" + ", ".join(f'{m.name}{m.op}"{_esc(m.value)}"' for m in own) + "}"
-    # every workload on those hosts, whoever it is: what is held there
-    held = buckets(store, replace(q, group_by="host", selector=hosts_only, top=0))
-    wanted: set[str] | None = None
-    if others:  # the hosts the selected workloads ran on
-        chosen = buckets(store, replace(q, group_by="host", top=0))
-        wanted = {host for _, host, _ in chosen}
-    table, col, expr = _TABLES[q.source()[2]]
+    wtable, wcol, res = q.source()
+    ctable, ccol, cexpr = _TABLES[res]
     params: dict[str, Any] = {
         "tenant": q.tenant,
         "t0": q.start_ms,
         "t1": q.end_ms,
         "step": q.step_s * 1000,
     }
-    model = "name" if table == "gpu_telemetry" else "gpu_model"
-    cond = matchers_sql(own, f"map('host', host, 'gpu_model', {model})", params)
-    rows = store.rows(
-        f"SELECT intDiv(toUnixTimestamp64Milli(toDateTime64({col}, 3, 'UTC')) - {{t0:Int64}}, "
-        f"{{step:Int64}}) AS b, host, arrayStringConcat(groupUniqArray({model}), ','), {expr} "
-        f"FROM {store.db}.{table} WHERE tenant = {{tenant:String}} "
-        f"AND {col} >= fromUnixTimestamp64Milli({{t0:Int64}}, 'UTC') "
-        f"AND {col} < fromUnixTimestamp64Milli({{t1:Int64}}, 'UTC') AND {cond} "
-        "GROUP BY b, host",
-        params,
+    model = "name" if ctable == "gpu_telemetry" else "gpu_model"
+    cap_cond = matchers_sql(own, f"map('host', host, 'gpu_model', {model})", params)
+    held_cond = matchers_sql(own, "labels", params)
+    if others:  # the hosts the selected workloads ran on
+        chosen = matchers_sql(parse_selector(q.selector), "labels", params)
+        hosts = (
+            f"SELECT DISTINCT labels['host'] FROM {store.db}.{wtable} "
+            f"WHERE tenant = {{tenant:String}} AND {_between(wcol)} AND {chosen}"
+        )
+        cap_cond += f" AND host IN ({hosts})"
+        held_cond += f" AND labels['host'] IN ({hosts})"
+    held_sums = ", ".join(
+        f"sum({c if res != 'raw' else raw[c]}) AS {c}" for c in ("allocated", "busy", "busy_basis")
+    )
+    sql = (
+        f"WITH cap AS (SELECT {_bucket(ccol)} AS b, host, {cexpr}, "
+        f"arrayStringConcat(groupUniqArray({model}), ',') AS models FROM {store.db}.{ctable} "
+        f"WHERE tenant = {{tenant:String}} AND {_between(ccol)} AND {cap_cond} GROUP BY b, host), "
+        f"held AS (SELECT {_bucket(wcol)} AS b, labels['host'] AS host, {held_sums} "
+        f"FROM {store.db}.{wtable} WHERE tenant = {{tenant:String}} AND {_between(wcol)} "
+        f"AND {held_cond} GROUP BY b, host) "
+        # a period whose document listed no GPUs: what was held there is its capacity
+        "SELECT grouping(host), b, host, sum(greatest(seconds, allocated)), "
+        "sum(greatest(seconds, allocated) - allocated), sum(allocated), sum(busy), "
+        "sum(busy_basis), max(gpus), any(models) "
+        "FROM cap FULL OUTER JOIN held USING (b, host) "
+        "GROUP BY GROUPING SETS ((b), (host))"
     )
     out = Capacity()
-    cap: dict[tuple[int, str], float] = {}
-    for b, host, models, seconds, gpus in rows:
-        if wanted is not None and host not in wanted:
-            continue
-        when = q.start_ms + int(b) * q.step_s * 1000
-        cap[(when, host)] = float(seconds)
-        h = out.hosts.setdefault(host, HostUse(host))
-        h.gpu_model = h.gpu_model or models
-        h.gpus = max(h.gpus, int(gpus))
-    used: dict[tuple[int, str], float] = {}
-    for when, host, s in held:
-        if wanted is not None and host not in wanted:
-            continue
-        used[(when, host)] = s["allocated"]
-        h = out.hosts.setdefault(host, HostUse(host))
-        h.allocated_s += s["allocated"]
-        h.busy_s += s["busy"]
-        h.busy_basis_s += s["busy_basis"]
-    for key in cap.keys() | used.keys():
-        when, host = key
-        total = max(cap.get(key, 0.0), used.get(key, 0.0))  # no GPU list: fully held
-        free = total - used.get(key, 0.0)
-        h = out.hosts[host]
-        h.capacity_s += total
-        h.unallocated_s += free
-        out.capacity[when] = out.capacity.get(when, 0.0) + total
-        out.unallocated[when] = out.unallocated.get(when, 0.0) + free
+    for grouping, b, host, total, free, allocated, busy, basis, gpus, models in store.rows(
+        sql, params
+    ):
+        if grouping == 0:  # a host's row (grouped by host; 1: a bucket's)
+            out.hosts[host] = HostUse(
+                host, models, int(gpus), float(total), float(allocated), float(free),
+                float(busy), float(basis),
+            )  # fmt: skip
+        else:
+            when = q.start_ms + int(b) * q.step_s * 1000
+            out.capacity[when] = float(total)
+            out.unallocated[when] = float(free)
     return out
+
+
+def _bucket(col: str) -> str:
+    return (
+        f"intDiv(toUnixTimestamp64Milli(toDateTime64({col}, 3, 'UTC')) - {{t0:Int64}}, "
+        "{step:Int64})"
+    )
+
+
+def _between(col: str) -> str:
+    return (
+        f"{col} >= fromUnixTimestamp64Milli({{t0:Int64}}, 'UTC') "
+        f"AND {col} < fromUnixTimestamp64Milli({{t1:Int64}}, 'UTC')"
+    )
 
 
 def _esc(v: str) -> str:
