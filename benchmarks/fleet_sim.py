@@ -7,6 +7,11 @@ written by aiflame's pprof renderer, as an agent writes them: 8 ranks sampled at
 copy of the training script's Python frames (its own files), so the fleet holds 50x the
 distinct stacks of one job. Labels: 100 jobs, 20 teams, 50 models; telemetry: 8 GPUs per
 host, one or two workloads (docs/fleet-protocol.md).
+
+``mixed_fleet()`` is a small fleet as platform teams run them, for checking the numbers:
+a Slurm job on two hosts, Kubernetes pods without job ids (the agent's pod labels), an idle
+notebook, GPUs nobody holds; ``fleet_telemetry()`` its documents, ``fleet_truth()`` the
+GPU hours it holds (capacity and unallocated per host, allocated per workload).
 """
 
 from __future__ import annotations

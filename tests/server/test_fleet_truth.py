@@ -74,6 +74,14 @@ def test_capacity_and_unallocated_hours_equal_the_simulation(fleet, step):
         assert by_host[name]["gpus"] == 8
     # most unallocated first: the spare host, then the workstation of the notebook
     assert [h["host"] for h in r["hosts"][:2]] == ["spare-1", "ws-1"]
+    # grouped by host, each host is a group with its capacity, the unused one included
+    by = c.get_json("/api/v1/attribution", group_by="host", step=step, top=0, **span)
+    groups = {g["key"]: g for g in by["groups"]}
+    assert set(groups) == set(truth["capacity"])
+    for name, cap in truth["capacity"].items():
+        assert groups[name]["capacity_gpu_hours"] == pytest.approx(cap)
+        assert groups[name]["unallocated_gpu_hours"] == pytest.approx(truth["unallocated"][name])
+    assert groups["spare-1"]["allocated_gpu_hours"] == 0
     # over time, the capacity and the unallocated hours add up to the same totals
     assert sum(r["capacity_series"]["capacity"]) == pytest.approx(f["capacity_gpu_hours"])
     assert sum(r["capacity_series"]["unallocated"]) == pytest.approx(f["unallocated_gpu_hours"])

@@ -45,6 +45,7 @@ _RAW = {
 MAX_BUCKETS = 20_000
 OTHER = "other"
 NONE = "(none)"
+HOST = "host"
 # what the groups are ranked by (top N, and the order of the table)
 SORTS = {
     "allocated": lambda t: t["allocated"],
@@ -205,6 +206,10 @@ def attribution(store: Store, q: Query) -> dict[str, Any]:
         t = totals.setdefault(key, dict.fromkeys(WORKLOAD_SUMS, 0.0))
         for c in WORKLOAD_SUMS:
             t[c] += s[c]
+    cap = capacity(store, q, _RAW)
+    if q.group_by == HOST:  # a host nobody used is a group too: all of it unallocated
+        for host in cap.hosts:
+            totals.setdefault(host, dict.fromkeys(WORKLOAD_SUMS, 0.0))
     by = SORTS[q.sort]
     ranked = sorted(totals, key=lambda k: (-by(totals[k]), -totals[k]["allocated"], k))
     top = ranked[: max(q.top, 1)] if q.top else ranked
@@ -218,7 +223,6 @@ def attribution(store: Store, q: Query) -> dict[str, Any]:
     if rest:
         groups_out[OTHER] = {c: sum(totals[k][c] for k in rest) for c in WORKLOAD_SUMS}
     traced = trace_metrics(store, q)
-    cap = capacity(store, q, _RAW)
     timestamps = sorted({t for t, _, _ in rows} | cap.capacity.keys())
     index = {t: i for i, t in enumerate(timestamps)}
     series = {
@@ -231,6 +235,15 @@ def attribution(store: Store, q: Query) -> dict[str, Any]:
             series[k][c][index[when]] += sums[c] / 3600.0 if c != "flop" else sums[c]
     resolution = q.source()[2]
     fleet_out = {**_group("fleet", fleet, fleet, None), **cap.fleet()}
+    groups = [
+        _group(k, v, fleet, traced.get(k) if k != OTHER else None) for k, v in groups_out.items()
+    ]
+    if q.group_by == HOST:  # each host's capacity and unallocated hours beside its use
+        for g in groups:
+            members = rest if g["key"] == OTHER else [g["key"]]
+            held = [cap.hosts[h] for h in members if h in cap.hosts]
+            g["capacity_gpu_hours"] = sum(h.capacity_s for h in held) / 3600
+            g["unallocated_gpu_hours"] = sum(h.unallocated_s for h in held) / 3600
     return {
         "from": q.start_ms,
         "to": q.end_ms,
@@ -239,10 +252,7 @@ def attribution(store: Store, q: Query) -> dict[str, Any]:
         "sort": q.sort,
         "resolution": resolution,
         "fleet": fleet_out,
-        "groups": [
-            _group(k, v, fleet, traced.get(k) if k != OTHER else None)
-            for k, v in groups_out.items()
-        ],
+        "groups": groups,
         "hosts": host_rows(cap),
         "timestamps": timestamps,
         # per bucket: the hosts' GPU hours, and those nobody held

@@ -83,7 +83,7 @@ def profile_points(store: Store, sel: Selection, start_ms: int, kind: str) -> li
             f"more than {MAX_POINTS:,} profiles in the range: narrow the range or the selector"
         )
     labels = series_labels(store, sel)
-    ids = profile_ids(store, sel.tenant, start_ms, sel.end_ms) if kind == INDIVIDUAL else {}
+    ids = profile_ids(store, sel, start_ms) if kind == INDIVIDUAL else {}
     out = []
     for sid, t, span_id, v in rows:
         pid = ids.get((int(sid), int(t)), "")
@@ -93,16 +93,19 @@ def profile_points(store: Store, sel: Selection, start_ms: int, kind: str) -> li
     return out
 
 
-def profile_ids(
-    store: Store, tenant: str, start_ms: int, end_ms: int
-) -> dict[tuple[int, int], str]:
-    """(series id, time ms) -> the id of the profile pushed for that series at that time."""
+def profile_ids(store: Store, sel: Selection, start_ms: int) -> dict[tuple[int, int], str]:
+    """(series id, time ms) -> the id of the profile pushed for that series at that time,
+    for the selection's series from ``start_ms``."""
+    params: dict[str, object] = {**sel.params(), "t0": start_ms}
+    series = sel.series_sql(store.db, params)
     rows = store.rows(
         f"SELECT arrayJoin(series_ids) AS sid, toUnixTimestamp64Milli(time), any(profile_id) "
         f"FROM {store.db}.profiles WHERE tenant = {{tenant:String}} "
         "AND time >= fromUnixTimestamp64Milli({t0:Int64}, 'UTC') "
-        "AND time < fromUnixTimestamp64Milli({t1:Int64}, 'UTC') GROUP BY sid, time",
-        {"tenant": tenant, "t0": start_ms, "t1": end_ms},
+        "AND time < fromUnixTimestamp64Milli({t1:Int64}, 'UTC') "
+        f"AND hasAny(series_ids, (SELECT groupArray(series_id) FROM ({series}))) "
+        "GROUP BY sid, time",
+        params,
     )
     return {(int(s), int(t)): p for s, t, p in rows}
 

@@ -88,10 +88,15 @@ def add_exemplars(
     store: Store, sel: Selection, step_s: float, group_by: list[str], result: list[Series]
 ) -> None:
     """Each point's exemplar: the profile of the highest value in its step (Pyroscope keeps
-    one per point), with the labels of its series other than those grouped by."""
+    one per point), with the labels of its series other than those grouped by. A range of
+    more profiles than a heatmap takes has its series without exemplars."""
     step_ms = step_ms_of(sel, step_s)
     by_key = {tuple(s.labels.get(g, "") for g in group_by): s for s in result}
-    for p in profile_points(store, sel, sel.start_ms, INDIVIDUAL):
+    try:
+        points = profile_points(store, sel, sel.start_ms, INDIVIDUAL)
+    except BadRequest:
+        return
+    for p in points:
         s = by_key.get(tuple(p.labels.get(g, "") for g in group_by))
         if s is None:
             continue
