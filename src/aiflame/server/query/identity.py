@@ -34,7 +34,13 @@ class Identity:
     match: tuple[tuple[str, str], ...]  # the labels a telemetry workload of it carries
 
     def matches(self, labels: dict[str, str]) -> bool:
-        return all(labels.get(k) == v for k, v in self.match)
+        """Whether a telemetry workload with these labels is of this identity (a pod's
+        namespace is compared where the workload has one)."""
+        return all(
+            labels.get(k) == v
+            for k, v in self.match
+            if not (self.basis == "pod" and k == "namespace" and k not in labels)
+        )
 
     @property
     def link(self) -> tuple[str, str] | None:
