@@ -125,10 +125,22 @@ def site(tmp_path_factory):
         },
     )
     assert status == 200
+    # a trace of the notebook's process (SGLang decoding: a synchronisation stall)
+    sglang = payloads.DATA / "kineto" / "tracelens" / "sglang" / "sglang_Qwen3-8B_decode.json.gz"
+    notebook = {"host": "ws-1", "user": "alice", "service_name": "jupyter-lab", "pid": "9100",
+                "comm": "python3"}  # fmt: skip
+    status, _ = c.post(
+        "/api/v1/traces",
+        sglang.read_bytes(),
+        "application/octet-stream",
+        headers={"X-Aiflame-Trace-Id": "ui-sglang", "X-Aiflame-Labels": json.dumps(notebook)},
+    )
+    assert status == 200
     deadline = time.monotonic() + 240
-    while c.get_json("/api/v1/traces/ui-bert")["status"] == "queued":
-        assert time.monotonic() < deadline
-        time.sleep(0.5)
+    for trace_id in ("ui-bert", "ui-sglang"):
+        while c.get_json(f"/api/v1/traces/{trace_id}")["status"] == "queued":
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
     yield srv, c
     srv.stop()
 
@@ -360,5 +372,14 @@ def test_findings_ranked_by_gpu_hours(driver, site):
     assert [first[0].text, first[1].text] == ["j-1", "job_id"] == [w["key"], w["identity"]]
     assert first[2].text == f"{w['gpu_hours']:.2f}"
     assert first[4].text == f"{w['allocated_gpu_hours']:.2f}" == "1.00"  # j-1: 6 GPUs, 10 min
+    # the notebook's stall is charged to its own workload: its one GPU for 10 minutes
+    stall = next(r for r in api["rules"] if r["rule"] == "sync_stalls")
+    [w] = stall["workloads"]
+    assert (w["key"], w["identity"]) == ("jupyter-lab", "service_name")
+    assert w["allocated_gpu_hours"] == pytest.approx(600 / 3600)
+    section = driver.find_element("css selector", "section[data-rule=sync_stalls]")
+    cells = [td.text for td in section.find_elements("css selector", "tbody td")]
+    assert cells[:5] == ["jupyter-lab", "service_name", f"{w['gpu_hours']:.2f}",
+                         f"{100 * w['share']:.1f}%", "0.17"]  # fmt: skip
     _screenshot(driver, "findings")
     _local_only(driver, srv.url)
