@@ -253,7 +253,8 @@ def attribution(store: Store, q: Query) -> dict[str, Any]:
         "resolution": resolution,
         "fleet": fleet_out,
         "groups": groups,
-        "hosts": host_rows(cap),
+        "hosts": host_rows(cap),  # the 500 most unallocated
+        "hosts_total": len(cap.hosts),
         "timestamps": timestamps,
         # per bucket: the hosts' GPU hours, and those nobody held
         "capacity_series": {

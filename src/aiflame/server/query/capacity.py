@@ -3,8 +3,8 @@
 Every telemetry document lists all of its host's GPUs, held or not; their seconds per host
 are rolled up per minute and per hour (``gpu_capacity_1m``/``_1h``, materialized views of
 ``gpu_telemetry``). A host's unallocated GPU hours are its capacity minus what the
-workloads on it were allocated, per bucket (never below zero: a period whose document
-listed no GPUs is counted as fully held). Idle capacity comes in two kinds, which the
+workloads on it were allocated (never below zero: GPUs its documents did not list but its
+workloads held count as fully held). Idle capacity comes in two kinds, which the
 Fleet page shows side by side: GPUs nobody held (unallocated), and GPUs held but not busy
 (idle: allocated minus busy, over the time busy was measured).
 
@@ -22,14 +22,13 @@ from aiflame.server.labels import Matcher, matchers_sql, parse_selector
 from aiflame.server.store.connection import Store
 
 HOST_LABELS = ("host", "gpu_model")
-_TABLES = {  # capacity table, its time column, and (seconds, gpus) of a (bucket, host)
-    "1h": ("gpu_capacity_1h", "bucket", "sum(gpu_seconds) AS seconds, max(gpus) AS gpus"),
-    "1m": ("gpu_capacity_1m", "bucket", "sum(gpu_seconds) AS seconds, max(gpus) AS gpus"),
+_TABLES = {  # capacity table, its time column, and (seconds, GPUs) summed over its rows
+    "1h": ("gpu_capacity_1h", "bucket", "sum(gpu_seconds), max(gpus)"),
+    "1m": ("gpu_capacity_1m", "bucket", "sum(gpu_seconds), max(gpus)"),
     "raw": (
         "gpu_telemetry",
         "start",
-        "sum(dateDiff('millisecond', start, end) / 1000) AS seconds, "
-        "toUInt32(max(gpu_index) + 1) AS gpus",
+        "sum(dateDiff('millisecond', start, end) / 1000), toUInt32(max(gpu_index) + 1)",
     ),
 }
 
@@ -67,10 +66,9 @@ def host_matchers(selector: str) -> tuple[list[Matcher], bool]:
 
 def capacity(store: Store, q: Any, raw: dict[str, str]) -> Capacity:
     """Capacity and unallocated GPU-seconds per host and per bucket, for an attribution
-    query ``q`` (``raw``: the workload sums over raw telemetry rows, attribution's). One
-    statement: per (bucket, host) what the GPUs had and what every workload there held,
-    summed per host and per bucket (GROUPING SETS), so a week of 1,000 hosts is a thousand
-    rows and not the 168,000 (bucket, host) pairs."""
+    query ``q`` (``raw``: the workload sums over raw telemetry rows, attribution's). Two
+    statements, each summing its roll-up per bucket and per host at once (GROUPING SETS):
+    a week of 10,000 hosts is ten thousand rows, not the 1.7 million (bucket, host) pairs."""
     own, others = host_matchers(q.selector)
     wtable, wcol, res = q.source()
     ctable, ccol, cexpr = _TABLES[res]
@@ -91,36 +89,44 @@ def capacity(store: Store, q: Any, raw: dict[str, str]) -> Capacity:
         )
         cap_cond += f" AND host IN ({hosts})"
         held_cond += f" AND labels['host'] IN ({hosts})"
-    held_sums = ", ".join(
-        f"sum({c if res != 'raw' else raw[c]}) AS {c}" for c in ("allocated", "busy", "busy_basis")
+    sums = ", ".join(
+        f"sum({c if res != 'raw' else raw[c]})" for c in ("allocated", "busy", "busy_basis")
     )
-    sql = (
-        f"WITH cap AS (SELECT {_bucket(ccol)} AS b, host, {cexpr}, "
-        f"arrayStringConcat(groupUniqArray({model}), ',') AS models FROM {store.db}.{ctable} "
-        f"WHERE tenant = {{tenant:String}} AND {_between(ccol)} AND {cap_cond} GROUP BY b, host), "
-        f"held AS (SELECT {_bucket(wcol)} AS b, labels['host'] AS host, {held_sums} "
+    held = store.rows(
+        f"SELECT grouping(host), {_bucket(wcol)} AS b, labels['host'] AS host, {sums} "
         f"FROM {store.db}.{wtable} WHERE tenant = {{tenant:String}} AND {_between(wcol)} "
-        f"AND {held_cond} GROUP BY b, host) "
-        # a period whose document listed no GPUs: what was held there is its capacity
-        "SELECT grouping(host), b, host, sum(greatest(seconds, allocated)), "
-        "sum(greatest(seconds, allocated) - allocated), sum(allocated), sum(busy), "
-        "sum(busy_basis), max(gpus), any(models) "
-        "FROM cap FULL OUTER JOIN held USING (b, host) "
-        "GROUP BY GROUPING SETS ((b), (host))"
+        f"AND {held_cond} GROUP BY GROUPING SETS ((b), (host))",
+        params,
+    )
+    gpus = store.rows(
+        f"SELECT grouping(host), {_bucket(ccol)} AS b, host, {cexpr}, "
+        f"arrayStringConcat(groupUniqArray({model}), ',') FROM {store.db}.{ctable} "
+        f"WHERE tenant = {{tenant:String}} AND {_between(ccol)} AND {cap_cond} "
+        "GROUP BY GROUPING SETS ((b), (host))",
+        params,
     )
     out = Capacity()
-    for grouping, b, host, total, free, allocated, busy, basis, gpus, models in store.rows(
-        sql, params
-    ):
-        if grouping == 0:  # a host's row (grouped by host; 1: a bucket's)
-            out.hosts[host] = HostUse(
-                host, models, int(gpus), float(total), float(allocated), float(free),
-                float(busy), float(basis),
-            )  # fmt: skip
+    allocated: dict[int, float] = {}
+    for by_bucket, b, host, alloc, busy, basis in held:  # grouping(host): 1 per bucket
+        if by_bucket:
+            allocated[q.start_ms + int(b) * q.step_s * 1000] = float(alloc)
         else:
-            when = q.start_ms + int(b) * q.step_s * 1000
-            out.capacity[when] = float(total)
-            out.unallocated[when] = float(free)
+            out.hosts[host] = HostUse(host, allocated_s=float(alloc), busy_s=float(busy),
+                                      busy_basis_s=float(basis))  # fmt: skip
+    for by_bucket, b, host, seconds, n, models in gpus:
+        if by_bucket:
+            out.capacity[q.start_ms + int(b) * q.step_s * 1000] = float(seconds)
+        else:
+            h = out.hosts.setdefault(host, HostUse(host))
+            h.capacity_s, h.gpus, h.gpu_model = float(seconds), int(n), models
+    # GPUs that documents did not list but their workloads held: counted as fully held
+    for h in out.hosts.values():
+        h.capacity_s = max(h.capacity_s, h.allocated_s)
+        h.unallocated_s = h.capacity_s - h.allocated_s
+    for when in out.capacity.keys() | allocated.keys():
+        used = allocated.get(when, 0.0)
+        out.capacity[when] = max(out.capacity.get(when, 0.0), used)
+        out.unallocated[when] = out.capacity[when] - used
     return out
 
 
@@ -142,10 +148,14 @@ def _esc(v: str) -> str:
     return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+MAX_HOSTS = 500  # hosts listed (the most unallocated); the fleet's sums count them all
+
+
 def host_rows(c: Capacity) -> list[dict[str, Any]]:
     """The hosts, most unallocated first: capacity, allocated, unallocated, busy, idle."""
     out = []
-    for h in sorted(c.hosts.values(), key=lambda h: (-h.unallocated_s, h.host)):
+    ranked = sorted(c.hosts.values(), key=lambda h: (-h.unallocated_s, h.host))
+    for h in ranked[:MAX_HOSTS]:
         idle = max(0.0, h.busy_basis_s - h.busy_s)
         out.append(
             {
