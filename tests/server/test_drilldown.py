@@ -283,6 +283,58 @@ def test_pprof_download_and_function_details(pushed):
     assert "other" in small.string_table and len(small.location) <= 8 + 8
 
 
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field, as protobufjs' Writer writes it."""
+    out, n = bytearray([number << 3 | 2]), len(payload)
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out) + payload
+
+
+def test_stack_frame_filter(pushed):
+    """The app's frame filter (encodeFrameFilter.ts: StackTraceSelector field 3, names and
+    regexes to include or exclude), appended to its binary PprofRequest and in the JSON of
+    the function details: the stacks with every included function and no excluded one."""
+    c, profiles, now = pushed
+    p = profiles["worker-0"]
+    stacks = [
+        (tuple(p.stack_names(int(p.sample_stack[i]))), int(p.values[i, 1])) for i in range(len(p))
+    ]
+    name = "train_step (train.py:22)"
+    with_it = sum(v for names, v in stacks if name in names)
+    assert 0 < with_it < sum(v for _, v in stacks)
+    base = q.SelectMergeProfileRequest(
+        profile_typeID=CPU, label_selector='{service_name="shop/worker"}', start=now - 3600_000,
+        end=now, max_nodes=16384,
+    ).SerializeToString()  # fmt: skip
+    for number, want in ((1, with_it), (2, sum(v for _, v in stacks) - with_it)):
+        body = base + _field(6, _field(3, _field(number, name.encode())))
+        status, data = c.post("/querier.v1.QuerierService/SelectMergeProfile", body)
+        assert status == 200
+        assert sum(s.value[0] for s in gp.Profile.FromString(data).sample) == want
+    regex = "train_step.*"
+    r = app_post(
+        c,
+        "/querier.v1.QuerierService/SelectMergeProfile",
+        {"profile_typeID": CPU, "label_selector": '{service_name="shop/worker"}',
+         "start": now - 3600_000, "end": now, "maxNodes": 16384,
+         "stackTraceSelector": {"call_site": [], "frameFilter": {
+             "includeFunctionNames": [], "excludeFunctionNames": [],
+             "includeFunctionNameRegexes": [regex], "excludeFunctionNameRegexes": []}}},
+    )  # fmt: skip
+    assert sum(int(s["value"][0]) for s in r["sample"]) == with_it
+    status, _ = c.post(
+        "/querier.v1.QuerierService/SelectMergeProfile",
+        json.dumps({"profile_typeID": CPU, "start": now - 1000, "end": now,
+                    "stackTraceSelector": {"frameFilter": {"includeFunctionNameRegexes": ["("]}}}
+                   ).encode(),
+        "application/json",
+    )  # fmt: skip
+    assert status == 400
+
+
 def test_settings_recording_rules_stats_and_query_analysis(pushed):
     c, _, now = pushed
     base = "/settings.v1.SettingsService/"

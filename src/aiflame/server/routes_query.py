@@ -24,7 +24,7 @@ from aiflame.server import connect
 from aiflame.server.bodies import content_decoded, read_body
 from aiflame.server.errors import BadRequest, NotFound
 from aiflame.server.ingest.profiles import span_id_text, span_id_value
-from aiflame.server.query import flame, heatmap, labels, series
+from aiflame.server.query import flame, frame_filter, heatmap, labels, series
 from aiflame.server.query.diff import flame_graph_diff
 from aiflame.server.query.dot import call_graph
 from aiflame.server.query.select import Selection
@@ -57,6 +57,20 @@ def _call_site(m) -> list[str]:  # type: ignore[no-untyped-def]
     if m.HasField("stack_trace_selector"):
         return [loc.name for loc in m.stack_trace_selector.call_site]
     return []
+
+
+def _stacks(state: ServerState, request: Request, m, sel: Selection) -> flame.Merged:  # type: ignore[no-untyped-def]
+    """The selection's merged stacks, narrowed by the request's stack trace selector (its
+    call site and its frame filter)."""
+    sym = _symbols(state)
+    merged = flame.select_call_site(flame.merged_stacks(state.store, sym, sel), sym, _call_site(m))
+    if request.state.codec == "json":
+        ff = frame_filter.from_json(request.state.body)
+    elif m.HasField("stack_trace_selector"):
+        ff = frame_filter.from_proto(m.stack_trace_selector)
+    else:
+        return merged
+    return frame_filter.select(merged, sym, ff)
 
 
 def _symbols(state: ServerState) -> flame.Symbols:
@@ -117,7 +131,7 @@ def _merge_stacktraces(
         raise BadRequest("trace_id_selector: this server keeps span ids, not trace ids")
     sel = _selection(request, m)
     sym = _symbols(state)
-    merged = flame.select_call_site(flame.merged_stacks(state.store, sym, sel), sym, _call_site(m))
+    merged = _stacks(state, request, m, sel)
     max_nodes = m.max_nodes if m.HasField("max_nodes") else None
     if m.format == q.PROFILE_FORMAT_DOT:
         unit = sel.profile_type.split(":")[2]
@@ -162,9 +176,8 @@ def _merge_profile(
     if m.trace_id_selector:
         raise BadRequest("trace_id_selector: this server keeps span ids, not trace ids")
     sel = _selection(request, m)
-    sym = _symbols(state)
-    merged = flame.select_call_site(flame.merged_stacks(state.store, sym, sel), sym, _call_site(m))
-    return _pprof(merged, sym, sel, m.max_nodes if m.HasField("max_nodes") else None)
+    merged = _stacks(state, request, m, sel)
+    return _pprof(merged, _symbols(state), sel, m.max_nodes if m.HasField("max_nodes") else None)
 
 
 def _select_series(
@@ -298,6 +311,7 @@ async def querier(request: Request) -> Response:
     body = content_decoded(request, await read_body(request, _MAX_QUERY_BODY), _MAX_QUERY_BODY)
     message_type, handler = METHODS[method]
     msg = connect.parse(message_type, body, codec)
+    request.state.codec, request.state.body = codec, body  # fields newer than the protos
     result = await run_blocking(handler, state, request, msg)
     return connect.respond(result, codec)
 
