@@ -123,23 +123,41 @@ def from_json(body: bytes) -> FrameFilter:
     return f
 
 
+def _regex_matches(symbols: Symbols, patterns: list[str], names: list[str]) -> list[set[int]]:
+    """For each pattern, the indexes of the names it finds (unanchored): matched by the
+    store's RE2 engine, in linear time whatever the pattern (as Go's regexp does for
+    Pyroscope), so a pathological pattern costs no more than a plain one."""
+    for p in patterns:
+        try:
+            re.compile(p)
+        except re.error as e:
+            raise BadRequest(f"invalid function name regex {p[:80]!r}: {e}") from None
+    if not patterns:
+        return []
+    try:
+        rows = symbols.store.rows(
+            "SELECT arrayMap(p -> arrayFilter(i -> match({names:Array(String)}[i], p), "
+            "range(1, length({names:Array(String)}) + 1)), {patterns:Array(String)})",
+            {"names": names, "patterns": patterns},
+        )
+    except Exception as e:  # a pattern RE2 does not take (a back-reference...)
+        raise BadRequest(f"invalid function name regex (RE2 syntax): {str(e)[:200]}") from None
+    return [{int(i) - 1 for i in found} for found in rows[0][0]]
+
+
 def select(merged: Merged, symbols: Symbols, f: FrameFilter) -> Merged:
     """Only the stacks that the filter keeps."""
     if not f or merged.ids is None:
         return merged
-    try:
-        include_re = [re.compile(p) for p in f.include_re]
-        exclude_re = [re.compile(p) for p in f.exclude_re]
-    except re.error as e:
-        raise BadRequest(f"invalid function name regex: {e}") from None
     flat, lengths = symbols.name_paths(merged.ids, merged.seqs or [])
-    names = np.unique(flat)
-    text = {int(i): symbols.names[int(i)] for i in names.tolist()}
-    excluded = {
-        i for i, n in text.items() if n in f.exclude or any(r.search(n) for r in exclude_re)
-    }
-    wanted = [{i for i, n in text.items() if n == name} for name in f.include]
-    wanted += [{i for i, n in text.items() if r.search(n)} for r in include_re]
+    ids = np.unique(flat).tolist()
+    text = [symbols.names[i] for i in ids]
+    by_regex = _regex_matches(symbols, [*f.include_re, *f.exclude_re], text)
+    include_re, exclude_re = by_regex[: len(f.include_re)], by_regex[len(f.include_re) :]
+    excluded = {ids[k] for k, n in enumerate(text) if n in f.exclude}
+    excluded |= {ids[k] for found in exclude_re for k in found}
+    wanted = [{ids[k] for k, n in enumerate(text) if n == name} for name in f.include]
+    wanted += [{ids[k] for k in found} for found in include_re]
     keep = np.zeros(lengths.size, dtype=bool)
     starts = np.cumsum(lengths) - lengths
     for k, (a, n) in enumerate(zip(starts.tolist(), lengths.tolist(), strict=True)):
