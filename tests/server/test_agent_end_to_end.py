@@ -148,6 +148,7 @@ def _node_values(fg, name: str) -> tuple[int, int]:
     return total, self_v
 
 
+@pytest.mark.slow
 def test_agent_gpu_memory_profiles_in_grafana_profile_types(server, tmp_path):
     """The agent's live GPU memory of a Python program (allocations through the CUDA
     runtime in methods of two classes) reaches the server as the memory profile types
