@@ -13,10 +13,10 @@ import pytest
 from rich.console import Console
 
 from aiflame.analysis.busy_timeline import busy_timeline
+from aiflame.analysis.links import StackFinder, fragment
 from aiflame.analysis.report import analyze
 from aiflame.analysis.schema import to_builtins
 from aiflame.analysis.timeline import time_breakdown
-from aiflame.cli.analyze_links import StackFinder, fragment
 from aiflame.cli.main import main
 from aiflame.render.analyze_html import roofline_data
 from aiflame.render.analyze_terminal import render_terminal, render_text

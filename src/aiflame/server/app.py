@@ -16,7 +16,15 @@ from starlette.responses import JSONResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from aiflame.server import connect, routes_api, routes_ingest, routes_otlp, routes_query, routes_ui
+from aiflame.server import (
+    connect,
+    routes_api,
+    routes_drilldown,
+    routes_ingest,
+    routes_otlp,
+    routes_query,
+    routes_ui,
+)
 from aiflame.server.errors import RequestError
 from aiflame.server.state import ServerState
 
@@ -50,7 +58,7 @@ def scope_of(method: str, path: str) -> str | None:
 
 
 def _is_connect(path: str) -> bool:
-    return path.startswith(("/push.v1.", "/querier.v1."))
+    return path.startswith(("/push.v1.", "/querier.v1.", "/settings.v1."))
 
 
 def error_response(request_path: str, e: RequestError, content_type: str = "") -> Response:
@@ -127,6 +135,7 @@ def build_app(state: ServerState) -> ASGIApp:
         Route(routes_otlp.HTTP_PATH, routes_otlp.export, methods=["POST"]),
         Route("/querier.v1.QuerierService/{method}", routes_query.querier, methods=["POST"]),
         *routes_api.ROUTES,
+        *routes_drilldown.ROUTES,
         *routes_ui.ROUTES,
     ]
 

@@ -36,6 +36,13 @@ class NotFound(RequestError):
     connect_code = "not_found"
 
 
+class Conflict(RequestError):
+    """A write older than what is stored (a setting changed by someone else since)."""
+
+    status = 409
+    connect_code = "already_exists"
+
+
 class PayloadTooLarge(RequestError):
     status = 413
     connect_code = "resource_exhausted"

@@ -93,6 +93,7 @@ def _attribution_query(request: Request) -> attribution.Query:
         group_by=request.query_params.get("group_by", "team"),
         selector=request.query_params.get("selector", ""),
         top=_int(request, "top", 10, 0, 1000),
+        sort=request.query_params.get("sort") or "allocated",
     )
 
 
@@ -113,7 +114,7 @@ async def get_attribution(request: Request) -> Response:
 async def get_findings(request: Request) -> Response:
     state = _state(request)
     start, end = _range(request, 7 * 86400)
-    key = request.query_params.get("workload_label", "job_id")
+    key = request.query_params.get("workload_label") or findings.WORKLOAD
     result = await run_blocking(
         findings.fleet_findings,
         state.store,
@@ -153,6 +154,20 @@ def _workload(
         params,
     )
     traces = _trace_list(state, tenant, start, end, f'{{{label}="{_esc(value)}"}}', 100)
+    # Ranks are labels of processes, not of workloads: the profiles and traces carry them.
+    ranks: dict[str, set[str]] = {}
+    for host, found in state.store.rows(
+        f"SELECT labels['host'], groupUniqArray(labels['rank']) FROM {db}.series "
+        "WHERE tenant = {t:String} AND labels[{k:String}] = {v:String} "
+        "AND mapContains(labels, 'rank') "
+        "AND hour >= toStartOfHour(fromUnixTimestamp64Milli({t0:Int64}, 'UTC')) "
+        "AND hour < fromUnixTimestamp64Milli({t1:Int64}, 'UTC') GROUP BY labels['host']",
+        params,
+    ):
+        ranks.setdefault(host, set()).update(found)
+    for t in traces:
+        if t["labels"].get("rank"):
+            ranks.setdefault(t["labels"].get("host", ""), set()).add(t["labels"]["rank"])
     return {
         "label": label,
         "value": value,
@@ -162,17 +177,21 @@ def _workload(
         "hosts": [
             {
                 "host": h,
-                "ranks": sorted(r for r in ranks if r),
+                "ranks": sorted((r for r in ranks.get(h, ()) if r), key=_rank_order),
                 "gpu_models": sorted(g for g in gpus if g),
                 "allocated_gpu_hours": alloc,
                 "busy_gpu_hours": busy,
                 "gpus": n,
             }
-            for h, ranks, gpus, alloc, busy, n in hosts
+            for h, _, gpus, alloc, busy, n in hosts
         ],
         "profile_types": [r[0] for r in types],
         "traces": traces,
     }
+
+
+def _rank_order(rank: str) -> tuple[int, str]:
+    return (int(rank), "") if rank.isdigit() else (1 << 62, rank)
 
 
 def _esc(v: str) -> str:
@@ -299,6 +318,33 @@ async def trace_flamegraph(request: Request) -> Response:
             page = await asyncio.wrap_future(fut)
         except Exception as e:
             raise BadRequest(f"this trace has no flame graph: {e}") from None
+        if len(state.page_cache) > 32:
+            state.page_cache.clear()
+        state.page_cache[key] = str(page)
+    return HTMLResponse(page)
+
+
+async def trace_report(request: Request) -> Response:
+    """The trace's HTML report, as ``aiflame analyze -o`` writes it, linking into the
+    trace's flame graph page."""
+    state = _state(request)
+    tenant, trace_id = tenant_of(request), request.path_params["trace_id"]
+    key = f"{tenant}/{trace_id}/report"
+    page = state.page_cache.get(key)
+    if page is None:
+        blob = await run_blocking(state.trace_blob, tenant, trace_id)
+        if blob is None:
+            raise NotFound(f"no trace {trace_id}")
+        query = request.url.query
+        fut = state.analyzer.report(
+            blob, f"trace {trace_id}", "flamegraph" + (f"?{query}" if query else "")
+        )
+        import asyncio
+
+        try:
+            page = await asyncio.wrap_future(fut)
+        except Exception as e:
+            raise BadRequest(f"this trace has no report: {e}") from None
         if len(state.page_cache) > 32:
             state.page_cache.clear()
         state.page_cache[key] = str(page)
@@ -562,6 +608,7 @@ ROUTES = [
     Route("/api/v1/traces", list_traces, methods=["GET"]),
     Route("/api/v1/traces/{trace_id}", get_trace),
     Route("/api/v1/traces/{trace_id}/flamegraph", trace_flamegraph),
+    Route("/api/v1/traces/{trace_id}/report", trace_report),
     Route("/api/v1/flamegraph", flamegraph),
     Route("/api/v1/labels", get_labels),
     Route("/api/v1/telemetry/labels", telemetry_labels),

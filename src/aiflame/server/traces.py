@@ -95,13 +95,13 @@ def _limit_memory() -> None:
         pass
 
 
-def _analyze_job(path: str) -> dict[str, Any]:
+def _analyze_job(path: str, name: str = "") -> dict[str, Any]:
     """In a worker process: the format and report of a trace file, or the error."""
     try:
         fmt = analysis_adapter.trace_format(path)
         if fmt not in analysis_adapter.ANALYZABLE:
             return {"format": fmt, "report": None}
-        return {"format": fmt, "report": analysis_adapter.analyze_file(path)}
+        return {"format": fmt, "report": analysis_adapter.analyze_file(path, name)}
     except MemoryError:
         return {"error": "the analysis ran out of memory"}
     except Exception as e:
@@ -121,6 +121,16 @@ def _flame_job(path: str, title: str) -> str:
             os.unlink(path)
 
 
+def _report_job(path: str, name: str, flame_href: str) -> str:
+    try:
+        if analysis_adapter.trace_format(path) not in analysis_adapter.ANALYZABLE:
+            raise ValueError("a memory snapshot has no analysis report: open its flame graph")
+        return analysis_adapter.report_pages(path, name, flame_href)[0]
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
 class TraceAnalyzer:
     def __init__(self, writer: Writer, tmpdir: str, workers: int = 1) -> None:
         self.writer = writer
@@ -134,12 +144,16 @@ class TraceAnalyzer:
 
     def enqueue(self, tenant: str, trace_id: str, row: dict[str, Any], blob: bytes) -> None:
         path = write_temp(blob, self.tmpdir)
-        fut = self.pool.submit(_analyze_job, path)
+        fut = self.pool.submit(_analyze_job, path, f"trace {trace_id}")
         self.pending[(tenant, trace_id)] = fut
         fut.add_done_callback(lambda f: self._done(tenant, trace_id, row, f))
 
     def flame(self, blob: bytes, title: str) -> concurrent.futures.Future:
         return self.pool.submit(_flame_job, write_temp(blob, self.tmpdir), title)
+
+    def report(self, blob: bytes, name: str, flame_href: str) -> concurrent.futures.Future:
+        """The HTML report of ``aiflame analyze -o`` for the trace."""
+        return self.pool.submit(_report_job, write_temp(blob, self.tmpdir), name, flame_href)
 
     def _done(
         self, tenant: str, trace_id: str, row: dict[str, Any], fut: concurrent.futures.Future

@@ -360,7 +360,7 @@
         }
         card.append(ul);
       }
-      // Stacks in the order the links were made for them (cli/analyze_links.py).
+      // Stacks in the order the links were made for them (analysis/links.py).
       const link = (this.data.links[rank] || [])[k] || {};
       (f.top_stacks || []).forEach((st, n) => {
         if (n < 3) card.append(this.stackLine(st, (link.stacks || [])[n]));

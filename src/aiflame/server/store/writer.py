@@ -79,6 +79,7 @@ _ID_COLUMN = {"profiles": "profile_id", "telemetry_batches": "id", "traces": "tr
 # Tables whose rows carry the batch id (rolled back with it).
 _JOURNALLED = (
     "samples",
+    "span_samples",
     "gpu_telemetry",
     "workload_telemetry",
     "trace_blobs",
@@ -482,6 +483,24 @@ _ROLLUP_UNDO = {
     )
     for name, fn in (("workload_1m", "toStartOfMinute"), ("workload_1h", "toStartOfHour"))
 }
+_ROLLUP_UNDO.update(
+    {
+        name: (
+            "gpu_telemetry",
+            f"SELECT tenant, {fn}(start) AS bucket, host, name, "
+            "-sum(dateDiff('millisecond', start, end) / 1000), "
+            "-sum(if(util IS NULL, 0, util * dateDiff('millisecond', start, end) / 1000)), "
+            "-sumIf(dateDiff('millisecond', start, end) / 1000, util IS NOT NULL), "
+            "toUInt32(0) "  # the GPUs a host has: a maximum, left as it is
+            "FROM {db}.gpu_telemetry WHERE batch_id IN {{ids:Array(UInt64)}} "
+            "GROUP BY tenant, bucket, host, name",
+        )
+        for name, fn in (
+            ("gpu_capacity_1m", "toStartOfMinute"),
+            ("gpu_capacity_1h", "toStartOfHour"),
+        )
+    }
+)
 
 
 def open_batches(store: Store, older_than_s: float) -> list[int]:
