@@ -187,6 +187,7 @@ def analyze_rank(
     idle = idle_analysis(ctx) if has_gpu else None
     outside = _outside(t, b.busy)
     graphs = _graphs(t, capture)
+    hta_t, left_out = hta_compat.hta_view(t)
     return RankReport(
         path=t.path,
         rank=t.rank,
@@ -197,9 +198,9 @@ def analyze_rank(
         time_breakdown=b.to_record(),
         time_breakdown_by_device=by_device,
         launch_not_in_trace=outside,
-        hta_temporal_breakdown=hta_compat.temporal_breakdown(t),
+        hta_temporal_breakdown=hta_compat.temporal_breakdown(hta_t, left_out),
         idle=idle,
-        idle_by_stream_hta=hta_compat.idle_by_stream(t),
+        idle_by_stream_hta=hta_compat.idle_by_stream(hta_t),
         op_categories=categories.summary(t, ctx.category),
         top_kernels=kernels.top_kernels(t, o.top),
         top_ops=kernels.top_ops(t, o.top),

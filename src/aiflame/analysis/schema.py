@@ -37,16 +37,18 @@ class Breakdown(Record):
 
 
 class HtaTemporal(Record):
-    """HTA's ``get_temporal_breakdown``."""
+    """HTA's ``get_temporal_breakdown``, over the GPU activity HTA keeps: with two or more
+    ``ProfilerStep`` annotations, what was launched before the last step began."""
 
     idle_us: float
     compute_us: float
     non_compute_us: float
     total_us: float
+    left_out_activities: int = 0  # by HTA's last-step filter (also left out of idle_by_stream_hta)
 
 
 class HtaStreamIdle(Record):
-    """HTA's ``get_idle_time_breakdown`` of one stream."""
+    """HTA's ``get_idle_time_breakdown`` of one stream (after HTA's last-step filter)."""
 
     stream: str | None
     host_wait_us: float
