@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 import numpy as np
 
-from aiflame.analysis import categories, devices, gemm, hta_compat, insights, kernels, throughput
+from aiflame.analysis import (
+    categories,
+    comm,
+    devices,
+    gemm,
+    hta_compat,
+    insights,
+    kernels,
+    throughput,
+)
 from aiflame.analysis.causes import cause_rows, stacks_by_category
 from aiflame.analysis.hta_compat import KERNEL_WAIT_US
 from aiflame.analysis.idle import classify
@@ -35,6 +44,8 @@ class Options:
     peak_tflops: dict[str, float] | None = None  # --peak-tflops, by precision ("*": all)
     peak_tb_per_s: float | None = None  # --peak-bandwidth
     batch_size: int | None = None  # --batch-size
+    # --comm-kernels: patterns (any case) of kernels that are communication
+    comm_kernels: list[str] = field(default_factory=list)
 
 
 # What an nsys export lacks, in its own words rather than a Kineto trace's.
@@ -164,6 +175,7 @@ def analyze_rank(
 ) -> RankReport:
     """The report of one trace (one rank): per GPU and, over all its GPUs, the same."""
     o = options or Options(top=top)
+    comm.apply(t, comm.compile_patterns(o.comm_kernels))
     spec, spec_why = devices.resolve(t.device_info, o.device, o.peak_tflops, o.peak_tb_per_s)
     ctx = insights.Context(t, spec)
     b = ctx.breakdown
