@@ -69,10 +69,35 @@ class Trace:
         return self._cpu("user_annotation", name, ts, dur, tid)
 
     def runtime(
-        self, name: str, ts: float, dur: float, tid: int | None = None, cat: str = "cuda_runtime"
+        self,
+        name: str,
+        ts: float,
+        dur: float,
+        tid: int | None = None,
+        cat: str = "cuda_runtime",
+        **args: Any,
     ) -> dict[str, Any]:
-        """A runtime (or ``cuda_driver``) call that launches nothing."""
-        return self._cpu(cat, name, ts, dur, tid, correlation=self._next())
+        """A runtime (or ``cuda_driver``) call that launches nothing (a launch while a graph
+        is captured; ``kernel=`` names its kernel as ROCm's profiler does)."""
+        return self._cpu(cat, name, ts, dur, tid, correlation=self._next(), **args)
+
+    def graph_launch(
+        self,
+        ts: float,
+        dur: float,
+        kernels: list[tuple[str, float, float]],
+        stream: int = 7,
+        call: str = "cudaGraphLaunch",
+    ) -> None:
+        """A graph launch and the kernels its replay runs (all with its correlation id)."""
+        corr = self._next()
+        self._cpu("cuda_runtime", call, ts, dur, None, correlation=corr)
+        for name, gpu_ts, gpu_dur in kernels:
+            self.events.append({
+                "ph": "X", "cat": "kernel", "name": name, "pid": self.device["id"],
+                "tid": stream, "ts": gpu_ts, "dur": gpu_dur,
+                "args": {"device": self.device["id"], "stream": stream, "correlation": corr},
+            })  # fmt: skip
 
     def _next(self) -> int:
         self._corr += 1

@@ -64,3 +64,20 @@ def sync_calls(t: TraceData) -> np.ndarray:
     runtime = t.cpu_name[t.cpu_is_runtime]
     calls = np.nonzero(t.cpu_is_runtime & name_mask(t, is_sync_call, runtime)[t.cpu_name])[0]
     return calls[calls < t.own_slices()]
+
+
+def op_calls(t: TraceData, op: np.ndarray) -> np.ndarray:
+    """Per GPU activity, an id of the operator *call* it belongs to (``op``: its operator
+    slice, -1: none, which stays -1).
+
+    An operator slice is one call. A captured operator that graph replays run (its
+    activities' ``gpu_origin`` points into the capture) is one call per replay: N launches
+    of the graph run it N times, each with its FLOPs, so the activity is keyed by (operator,
+    the replay's graph launch)."""
+    ids = op.astype(np.int64).copy()
+    if t.gpu_origin is None:
+        return ids
+    replayed = (t.gpu_origin >= 0) & (op >= 0) & (t.gpu_launch >= 0)
+    base = np.int64(t.cpu_ts.size + 1)
+    ids[replayed] = base + op[replayed] * base + t.gpu_launch[replayed]
+    return ids

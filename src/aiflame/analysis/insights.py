@@ -101,6 +101,17 @@ class Context:
         return efficiency(self.t, self.spec, b.total, b.busy, 10_000, self.t.op_launch())
 
     @cached_property
+    def trusted_efficiency(self) -> Efficiency:
+        """:attr:`efficiency` without the graph replays whose capture match is not certain
+        (several captured graphs fit them): what findings about rates may rest on."""
+        t = self.t
+        if not t.replays_ambiguous or t.gpu_origin is None:
+            return self.efficiency
+        b = self.breakdown
+        launch = np.where(t.gpu_origin >= 0, -1, t.gpu_launch)
+        return efficiency(t, self.spec, b.total, b.busy, 10_000, launch)
+
+    @cached_property
     def category(self) -> np.ndarray:
         """The op category of each GPU activity (:mod:`categories`)."""
         return categories.classify(self.t, self.t.op_launch())

@@ -341,9 +341,11 @@ def below_roofline(c: Context) -> Draft | None:
 
     Pattern: shapes whose achieved TFLOP/s is under ``ROOFLINE_LOW`` of the roofline at
     their arithmetic intensity (needs the device's peaks). Cost: the time they would save
-    at their roofline, ``kernel time x (1 - achieved / roofline)``.
+    at their roofline, ``kernel time x (1 - achieved / roofline)``. A captured op that N
+    graph replays run is N calls (its FLOPs each time); replays whose capture match is not
+    certain are left out.
     """
-    e = c.efficiency
+    e = c.trusted_efficiency
     low = [r for r in e.ops if r.pct_of_roofline is not None and r.pct_of_roofline < ROOFLINE_LOW]
     cost = 1e3 * sum(r.kernel_time_us.sum * (1 - (r.pct_of_roofline or 0)) for r in low)
     if not low or not worth(c, cost):

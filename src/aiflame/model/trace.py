@@ -116,6 +116,10 @@ class TraceData:
     # CPU slices are this trace's own (the capture's follow them, at the capture's times).
     gpu_origin: np.ndarray | None = None
     cpu_own: int | None = None
+    # Graph launches that fit several captured graphs (the capture of other batch sizes
+    # names the same kernels): matched to the first, so their operators' shapes may not be
+    # the replay's.
+    replays_ambiguous: int = 0
     cpu_kernel: np.ndarray | None = None  # the kernel a launch call names (index), -1: none
     op_concrete: dict[int, Any] = field(default_factory=dict)  # op -> Concrete Inputs
     notes: list[str] = field(default_factory=list)  # what the source could not give
