@@ -9,12 +9,12 @@ import json
 from pathlib import Path
 
 import pytest
-from kineto_craft import H800, Trace
 
 from aiflame.analysis import analyze
 from aiflame.analysis.report import Options
 from aiflame.cli.main import main
 from aiflame.model.trace import is_communication
+from kineto_craft import H800, Trace
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "kineto"
 

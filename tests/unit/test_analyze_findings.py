@@ -200,13 +200,25 @@ def test_eager_bert_inference_is_launch_bound():
     assert "CUDA graphs" in top.fix
 
 
+def pageable_download_calls(path: Path) -> set[int]:
+    """Correlation ids of the calls that copied into pageable memory (they block)."""
+    return {
+        e["args"]["correlation"]
+        for e in events(path)
+        if e["cat"] in GPU_CATS and "DtoH" in e["name"] and "Pageable)" in e["name"]
+    }
+
+
 def idle_inside(path: Path, call_names: tuple[str, ...]) -> tuple[float, float]:
-    """(us the calls named so blocked, us of it during which the GPU ran nothing, inside
-    the GPU timeline: from the first activity's start to the last one's end)."""
+    """(us the calls named so, or copying into pageable memory, blocked, us of it during
+    which the GPU ran nothing, inside the GPU timeline: from the first activity's start to
+    the last one's end)."""
     busy = gpu_union(path)
     blocked = inside = 0.0
+    downloads = pageable_download_calls(path)
     for e in events(path):
-        if e["name"] in call_names:
+        into_pageable = e["cat"] in RUNTIME_CATS and e["args"].get("correlation") in downloads
+        if e["name"] in call_names or into_pageable:
             blocked += e["dur"]
             c0, c1 = max(e["ts"], busy[0][0]), min(e["ts"] + e["dur"], busy[-1][1])
             if c1 > c0:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from aiflame.model.trace import TraceData
+from aiflame.model.trace import Kind, TraceData
 
 # Runtime/driver calls that return only when the GPU has done the work they wait for.
 # cudaMemcpy (no Async) and its driver/HIP kin are synchronous with respect to the host.
@@ -56,13 +56,32 @@ def name_mask(
     return out
 
 
+# A copy from the device into pageable host memory: the driver copies through a pinned
+# buffer and returns only when the copy is done, whatever the call (cudaMemcpyAsync too).
+_TO_PAGEABLE = re.compile(r"Memcpy\s+DtoH\s*\(\s*\w+\s*->\s*Pageable\s*\)")
+
+
+def blocking_copy_calls(t: TraceData) -> np.ndarray:
+    """Launch calls of copies that block the host whatever their name: downloads into
+    pageable memory (``cudaMemcpyAsync`` of ``.tolist()``, ``.cpu()``: it returns when the
+    copy, and all the work queued before it, is done)."""
+    if t.cpu_ts.size == 0 or t.gpu_ts.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    copies = t.gpu_kind == Kind.MEMCPY
+    pageable = copies & name_mask(t, _TO_PAGEABLE.search, t.gpu_name[copies])[t.gpu_name]
+    launch = t.gpu_launch[pageable]
+    return np.unique(launch[launch >= 0])
+
+
 def sync_calls(t: TraceData) -> np.ndarray:
     """Ids of the runtime calls that block the host on the GPU (on this trace's timeline:
-    not those of an attached capture)."""
+    not those of an attached capture): synchronizing calls by name, and the launch calls
+    of downloads into pageable memory."""
     if t.cpu_is_runtime is None or t.cpu_ts.size == 0:
         return np.zeros(0, dtype=np.int64)
     runtime = t.cpu_name[t.cpu_is_runtime]
     calls = np.nonzero(t.cpu_is_runtime & name_mask(t, is_sync_call, runtime)[t.cpu_name])[0]
+    calls = np.union1d(calls, blocking_copy_calls(t))
     return calls[calls < t.own_slices()]
 
 

@@ -105,5 +105,6 @@ def search(names: Iterable[str]) -> str | None:
     parts: set[str] = set()
     for n in names:
         low = n.lower()
-        parts.add("nccl|rccl" if "nccl" in low or "rccl" in low else re.escape(kernel_function(n)[0]))
+        library = "nccl" in low or "rccl" in low
+        parts.add("nccl|rccl" if library else re.escape(kernel_function(n)[0]))
     return "|".join(sorted(parts)[:12]) or None

@@ -74,6 +74,19 @@ def top_ops(t: TraceData, top: int = 20) -> list[Row]:
     return _rows(keys, dur, calls, t.names, top, float(t.gpu_dur.sum()))
 
 
+def unattributed_why(t: TraceData, replayed: np.ndarray) -> str | None:
+    """What the GPU time launched by no operator is (``replayed``: per activity, was it
+    launched by a graph launch): graph replays, launches outside ops, or both; None when
+    every activity has its operator."""
+    none = t.gpu_op < 0
+    parts = []
+    if np.any(none & replayed):
+        parts.append("graph replays")
+    if np.any(none & ~replayed):
+        parts.append("launches outside ops")
+    return " and ".join(parts) or None
+
+
 def unattributed_us(t: TraceData) -> float:
     """GPU activity time launched by no operator (graph replays, launches outside ops)."""
     return float(t.gpu_dur[t.gpu_op < 0].sum()) / 1e3

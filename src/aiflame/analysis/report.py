@@ -217,6 +217,7 @@ def analyze_rank(
         top_kernels=kernels.top_kernels(t, o.top),
         top_ops=kernels.top_ops(t, o.top),
         top_ops_unattributed_us=kernels.unattributed_us(t),
+        top_ops_unattributed_why=kernels.unattributed_why(t, graph_launches(t)),
         graph_replays=graphs,
         short_kernels=kernels.short_kernels(t),
         launch=ctx.launch,

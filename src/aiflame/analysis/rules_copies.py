@@ -78,6 +78,20 @@ def copy_idle(c: Context) -> dict[str, float]:
     return found
 
 
+def synchronous_directions(c: Context) -> dict[str, float]:
+    """GPU time of the synchronous copies (downloads, copy calls without Async) by
+    direction: ``download``, ``upload``, ``device copy``."""
+    idx, kind = _copy_kinds(c)
+    mine = idx[kind == _SYNCHRONOUS]
+    out: dict[str, float] = {}
+    words = {"DtoH": "download", "HtoD": "upload", "DtoD": "device copy"}
+    for j in mine.tolist():
+        word = words.get(memcpy.parse(c.t.names[int(c.t.gpu_name[j])])[0])
+        if word is not None:
+            out[word] = out.get(word, 0.0) + float(c.t.gpu_dur[j])
+    return out
+
+
 def _copy_draft(c: Context, which: int) -> tuple[np.ndarray, float, float] | None:
     idx, kind = _copy_kinds(c)
     mine = idx[kind == which]

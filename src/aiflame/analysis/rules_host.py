@@ -6,12 +6,15 @@ idle time (the GPU would have had work queued), so these costs never overlap.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from aiflame.analysis import causes
 from aiflame.analysis.insights import Context, Draft, count, share, us, worth
 from aiflame.analysis.launch import OVERHEAD_CAUSES
-from aiflame.analysis.schema import FlameView, Item
+from aiflame.analysis.schema import FlameView, Item, SyncStat
+from aiflame.analysis.sync import TO_PAGEABLE
 from aiflame.analysis.words import duration, frames
 from aiflame.analysis.workload import pick
 
@@ -216,6 +219,42 @@ _SYNC_FIXES = {
     "work with streams and events (cudaEventRecord, cudaStreamWaitEvent) and synchronize "
     "once, where the host needs the results",
 }
+_UPLOAD_SYNC_FIXES = {
+    "default": "create inputs where they are used: torch.tensor(data, device=...) and .to(device) "
+    "of a pageable CPU tensor copy, then wait for the GPU; build constant tensors on the GPU "
+    "once, outside the step, or pin the host tensors (pin_memory()) and copy them with "
+    ".to(device, non_blocking=True) ahead of use",
+    "app": "copy from pinned host memory (cudaMallocHost/cudaHostRegister) with cudaMemcpyAsync "
+    "and synchronize once, where the results are needed",
+}
+_DIRECTION_WORDS = {"download": "downloads", "upload": "uploads", "device copy": "device copies"}
+
+
+def _waits_on(by_copy: dict[str, SyncStat]) -> str:
+    """`` (3 downloads, 1 upload)``: the copies the blocking calls wait on."""
+    parts = [
+        f"{v.count:,} {_DIRECTION_WORDS[k] if v.count != 1 else k}"
+        for k, v in by_copy.items()
+        if k in _DIRECTION_WORDS
+    ]
+    return f" (waiting on {', '.join(parts)})" if parts else ""
+
+
+def _copy_examples(c: Context) -> str:
+    """What the synchronous copies are, by their direction."""
+    from aiflame.analysis.rules_copies import synchronous_directions
+
+    found = synchronous_directions(c)
+    app = c.workload.kind in ("cuda-app", "hip-app")
+    words = {
+        "download": "downloads" if app else "downloads such as .cpu() and .item()",
+        "upload": "uploads" if app else "uploads such as torch.tensor(..., device=...)",
+        "device copy": "device-to-device copies",
+    }
+    named = [words[k] for k in sorted(found, key=lambda k: -found[k]) if k in words]
+    return ", ".join(named) or "cudaMemcpy"
+
+
 # The calls blocked with no GPU work in the trace: what they waited on is elsewhere.
 _UNSEEN_WAIT_FIX = (
     "first find what the calls waited on, since the GPU ran none of this trace's work "
@@ -259,18 +298,20 @@ def sync_stalls(c: Context) -> Draft | None:
     inside = s.gpu_idle_inside_us * 1e3 if s is not None else 0.0
     unseen = blocked > 0 and inside >= WAITED_ON_UNSEEN * blocked
     total = c.total_ns
-    calls = "|".join(sorted(s.by_call)) if s is not None else ""
-    examples = pick(
-        {"default": "downloads such as .cpu() and .item()", "app": "cudaMemcpy, downloads"},
-        c.workload,
-    )
+    names = {re.escape(k.removesuffix(TO_PAGEABLE)) for k in s.by_call} if s else set()
+    calls = "|".join(sorted(names))
+    # the upload fix where the calls that cost most wait on uploads (torch.tensor(..., device=))
+    caused = {k: v.gpu_idle_caused_us for k, v in s.by_copy.items()} if s is not None else {}
+    uploads = caused.get("upload", 0.0) > 0.5 * sum(caused.values())
     in_copies = (
         f"the GPU idles {duration(other_copies)} while the CPU waits in synchronous copies "
-        f"({examples})"
+        f"({_copy_examples(c)})"
     )
     n_calls = s.calls if s else 0
     if n_calls:
-        said = f"The CPU blocks {duration(blocked)} in {n_calls:,} synchronizing calls"
+        said = f"The CPU blocks {duration(blocked)} in {n_calls:,} synchronizing call"
+        said += "s" if n_calls != 1 else ""
+        said += _waits_on(s.by_copy) if s is not None else ""
         said += f", and {in_copies}" if other_copies else ""
     else:
         said = in_copies[0].upper() + in_copies[1:]
@@ -280,7 +321,7 @@ def sync_stalls(c: Context) -> Draft | None:
         if unseen
         else ""
     )
-    fix = pick(_SYNC_FIXES, c.workload)
+    fix = pick(_UPLOAD_SYNC_FIXES if uploads else _SYNC_FIXES, c.workload)
     return Draft(
         rule="sync_stalls",
         title="synchronizing calls stop the CPU from queuing work ahead of the GPU",

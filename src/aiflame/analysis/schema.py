@@ -242,6 +242,8 @@ class Sync(Record):
     by_call: dict[str, SyncStat]
     by_cause: dict[str, SyncStat]
     top_stacks: list[Stack]
+    # by the copy the call (or its operator) issued: download, upload, device copy, no copy
+    by_copy: dict[str, SyncStat] = {}
 
 
 class CopyKind(Record):
@@ -455,6 +457,8 @@ class RankReport(Record):
     top_kernels: list[Row]
     top_ops: list[Row]
     top_ops_unattributed_us: float  # GPU time launched by no op (graph replays...)
+    # what that time is: "graph replays", "launches outside ops", or both (null: none)
+    top_ops_unattributed_why: str | None
     graph_replays: GraphReplays | None
     short_kernels: ShortKernels
     launch: Launch | None
