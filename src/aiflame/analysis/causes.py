@@ -41,11 +41,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from aiflame.analysis.calls import is_sync_call, name_mask
-from aiflame.analysis.idle import EVENT, HOST, KERNEL, SYNC, UNLINKED, Gaps
+from aiflame.analysis.idle import HOST, SYNC, Gaps
 from aiflame.analysis.schema import IdleCause, Stack
-from aiflame.analysis.stacks import slice_depths, top_stacks
+from aiflame.analysis.stacks import top_stacks
 from aiflame.model.trace import TraceData
-from aiflame.transforms.segments import Segments, innermost_segments, window_overlaps
+from aiflame.transforms.gpu_idle import P_HOST, PARTS, charge
 
 CAUSES: dict[str, str] = {  # the labels a report shows
     "data_loading": "data loading (DataLoader)",
@@ -225,89 +225,17 @@ def slice_causes(t: TraceData, slices: np.ndarray, within: np.ndarray | None = N
     return out
 
 
-def _overlapping(t: TraceData, threads: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """The CPU slices on ``threads`` overlapping any window ``[lo, hi)`` (windows disjoint
-    and in time order, as idle gaps are); closed under enclosing slices, which contain them."""
-    on = np.isin(t.threads(), threads)
-    k = np.searchsorted(hi, t.cpu_ts, side="right")
-    kk = np.minimum(k, max(lo.size - 1, 0))
-    hit = on & (k < lo.size) & (lo[kk] < t.cpu_ts + t.cpu_dur)
-    return np.nonzero(hit)[0]
-
-
 def explain(t: TraceData, g: Gaps) -> Explained:
-    """Every idle gap cut into parts charged to causes (see the module docstring)."""
-    parts: list[tuple[np.ndarray, ...]] = []
-    # The part of each gap the host is to blame for: all of a host or sync wait; of an
-    # event wait, the time the launch call was still running (the work was not queued yet).
-    host_ns = np.zeros(g.start.size, dtype=np.int64)
-    hostish = (g.category == HOST) | (g.category == SYNC)
-    host_ns[hostish] = g.length[hostish]
-    ev = np.nonzero(g.category == EVENT)[0]
-    if ev.size:
-        call = t.gpu_launch[g.next[ev]]
-        still = t.cpu_ts[call] + t.cpu_dur[call] - g.start[ev]
-        host_ns[ev] = np.clip(still, 0, g.length[ev])
-    host = np.nonzero(host_ns > 0)[0]
-    sync_ns = np.zeros(g.start.size, dtype=np.float64)
-    is_sync = g.category == SYNC
-    if np.any(is_sync):
-        call = g.sync_call[is_sync]
-        blocked_before = np.maximum(g.start[is_sync] - t.cpu_ts[call], 0)
-        sync_ns[is_sync] = np.minimum(g.length[is_sync], blocked_before)
-        k = np.nonzero(is_sync)[0]
-        parts.append((k, call, np.full(k.size, INDEX["sync"], np.int8), sync_ns[k]))
-    if host.size and t.cpu_ts.size:
-        end = g.start[host] + host_ns[host]
-        keep = _overlapping(t, np.unique(g.thread[host]), g.start[host], end)
-        seg = _segments(t, keep)
-        win, s, overlap = window_overlaps(seg, g.thread[host], g.start[host], end)
-        gap = host[win]
-        # What is left of a sync gap after its call's share is spread over the CPU's work.
-        scale = (host_ns[gap] - sync_ns[gap]) / np.maximum(host_ns[gap], 1)
-        ns = overlap * scale
-        sl = seg.slice[s]
-        parts.append((gap, sl, slice_causes(t, sl, keep), ns))
-        covered = np.bincount(gap, weights=ns, minlength=g.start.size)
-        left = host_ns[host] - sync_ns[host] - covered[host]
-        keep = left > 0.5
-        parts.append(
-            (
-                host[keep],
-                np.full(int(keep.sum()), -1, np.int64),
-                np.full(int(keep.sum()), INDEX["untraced"], np.int8),
-                left[keep],
-            )
-        )
-    elif host.size:
-        parts.append(
-            (host, np.full(host.size, -1), np.full(host.size, INDEX["untraced"], np.int8),
-             host_ns[host] - sync_ns[host])
-        )  # fmt: skip
-    for cat, cause in ((KERNEL, "launch_latency"), (EVENT, "dependency"), (UNLINKED, "unlinked")):
-        k = np.nonzero(g.category == cat)[0]
-        rest = (g.length[k] - host_ns[k]).astype(np.float64)
-        k, rest = k[rest > 0], rest[rest > 0]
-        if k.size:
-            launch = t.gpu_launch[g.next[k]]
-            parts.append((k, launch, np.full(k.size, INDEX[cause], np.int8), rest))
-    if not parts:
-        z = np.zeros(0, dtype=np.int64)
-        return Explained(z, z, z.astype(np.int8), z.astype(np.float64))
-    gap_a, sl_a, cause_a, ns_a = (np.concatenate(c) for c in zip(*parts, strict=True))
-    return Explained(
-        gap_a.astype(np.int64), sl_a.astype(np.int64), cause_a.astype(np.int8),
-        ns_a.astype(np.float64),
-    )  # fmt: skip
-
-
-def _segments(t: TraceData, keep: np.ndarray) -> Segments:
-    """The innermost-slice segments of the slices ``keep`` (closed under enclosing ones)."""
-    w = _within(t, keep)
-    depth = slice_depths(t)[keep]
-    seg = innermost_segments(t.threads()[keep], t.cpu_ts[keep], t.cpu_dur[keep], w.parent, depth)
-    seg.slice = np.where(seg.slice >= 0, keep[np.maximum(seg.slice, 0)], -1)
-    return seg
+    """Every idle gap cut into parts charged to causes: the CPU slices
+    :func:`~aiflame.transforms.gpu_idle.charge` charges, each by what its slice stands for
+    (:func:`slice_causes`), the other parts by their kind."""
+    c = charge(t, g)
+    by_part = np.array([INDEX.get(k, -1) for k in PARTS], dtype=np.int8)
+    cause = by_part[c.part]
+    host = c.part == P_HOST
+    if np.any(host):
+        cause[host] = slice_causes(t, c.slice[host], c.within)
+    return Explained(c.gap, c.slice, cause, c.ns)
 
 
 def dominant(e: Explained, gaps: int) -> np.ndarray:

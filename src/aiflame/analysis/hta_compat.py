@@ -27,8 +27,10 @@ from aiflame.analysis.calls import name_mask
 from aiflame.analysis.schema import HtaStreamIdle, HtaTemporal
 from aiflame.model.trace import TraceData
 from aiflame.transforms.correlate import busy_time
+from aiflame.transforms.gpu_idle import KERNEL_WAIT_US  # HTA's consecutive_kernel_delay
 
-KERNEL_WAIT_US = 30.0  # HTA's consecutive_kernel_delay, as it acts on microsecond traces
+__all__ = ["KERNEL_WAIT_US", "hta_view", "idle_by_stream", "step_filter", "temporal_breakdown"]
+
 _NOT_COMPUTE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)|^Memcpy|^Memset|^dma")
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from aiflame.analysis.schema import Stack
 from aiflame.model.trace import TraceData
-from aiflame.transforms.segments import depths
+from aiflame.transforms.gpu_idle import slice_depths
 
 STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
 ANY_STEP = "ProfilerStep#*"
@@ -58,14 +58,6 @@ class _Index:
             out.append(self.names[int(self.name[k])])
             k = int(self.up[k])
         return tuple(reversed(out))
-
-
-def slice_depths(t: TraceData) -> np.ndarray:
-    """Enclosing slices of each CPU slice (computed once per trace)."""
-    found = t.__dict__.get("_depths")
-    if found is None:
-        found = t.__dict__["_depths"] = depths(t.cpu_parent)
-    return found
 
 
 def _index(t: TraceData) -> _Index:
