@@ -10,10 +10,10 @@ import json
 from pathlib import Path
 
 import pytest
-from kineto_craft import Trace
 
 from aiflame.analysis import analyze
 from aiflame.cli.main import main
+from kineto_craft import Trace
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "kineto"
 DLRM = DATA / "hta/trace_diff/control/control.json.gz"  # 8-rank DLRM training, rank 3

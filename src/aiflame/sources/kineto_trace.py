@@ -50,11 +50,20 @@ def rank_of(meta: dict[str, Any]) -> str | None:
 
 
 def from_columns(
-    cols: Columns, meta: dict[str, Any], path: str, correlation: tuple[np.ndarray, np.ndarray]
+    cols: Columns,
+    meta: dict[str, Any],
+    path: str,
+    correlation: tuple[np.ndarray, np.ndarray],
+    nesting: correlate.Nesting | None = None,
+    launch: np.ndarray | None = None,
 ) -> TraceData:
-    """``correlation``: the (CPU, GPU) correlation id columns, flow arrows filled in."""
-    nesting = correlate.nest(cols.cpu_thread, cols.cpu_ts, cols.cpu_dur, _RANK[cols.cpu_cls])
-    launch = launches(cols, *correlation)
+    """``correlation``: the (CPU, GPU) correlation id columns, flow arrows filled in;
+    ``nesting``, ``launch``: the slices' nesting and the activities' launches where the
+    caller has them (the flame graph's, computed the same way)."""
+    if nesting is None:
+        nesting = correlate.nest(cols.cpu_thread, cols.cpu_ts, cols.cpu_dur, _RANK[cols.cpu_cls])
+    if launch is None:
+        launch = launches(cols, *correlation)
     is_op = cols.cpu_cls == Cls.OP
     devices = meta.get("deviceProperties")
     if not isinstance(devices, list):

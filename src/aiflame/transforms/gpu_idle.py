@@ -258,7 +258,10 @@ def charge(t: TraceData, g: Gaps) -> Charges:
         # What is left of a sync gap after its call's share is spread over the CPU's work.
         scale = (host_ns[gap] - sync_ns[gap]) / np.maximum(host_ns[gap], 1)
         ns = overlap * scale
-        add(gap, seg.slice[s], P_HOST, ns)
+        sl = seg.slice[s]
+        open_ = sl >= 0  # no slice open on the thread: the trace does not show its work
+        add(gap[open_], sl[open_], P_HOST, ns[open_])
+        add(gap[~open_], sl[~open_], P_UNTRACED, ns[~open_])
         covered = np.bincount(gap, weights=ns, minlength=g.start.size)
         left = host_ns[host] - sync_ns[host] - covered[host]
         keep = left > 0.5
@@ -275,10 +278,25 @@ def charge(t: TraceData, g: Gaps) -> Charges:
         z = np.zeros(0, dtype=np.int64)
         return Charges(z, z, z.astype(np.int8), z.astype(np.float64), within)
     gap_a, sl_a, part_a, ns_a = (np.concatenate(c) for c in zip(*parts, strict=True))
+    gap_a = gap_a.astype(np.int64)
+    ns_a = _whole_ns(gap_a, ns_a.astype(np.float64), g.length)
+    keep = ns_a > 0
     return Charges(
-        gap_a.astype(np.int64),
-        sl_a.astype(np.int64),
-        part_a.astype(np.int8),
-        ns_a.astype(np.float64),
+        gap_a[keep],
+        sl_a.astype(np.int64)[keep],
+        part_a.astype(np.int8)[keep],
+        ns_a[keep],
         within,
     )
+
+
+def _whole_ns(gap: np.ndarray, ns: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """The parts in whole nanoseconds, each gap's parts summing to its length exactly: a
+    sync wait's shares are fractions; what rounding down leaves goes to the gap's largest
+    part. So the charges add up to the idle time to the nanosecond."""
+    whole = np.floor(ns)
+    short = length - np.bincount(gap, weights=whole, minlength=length.size)
+    order = np.lexsort((-ns, gap))
+    first = order[np.r_[True, gap[order][1:] != gap[order][:-1]]]
+    whole[first] += short[gap[first]]
+    return whole
