@@ -238,7 +238,7 @@ def eager_attention(c: Context) -> Draft | None:
             us("per block (median)", float(np.median(per_chain))),
         ],
         top_stacks=top_stacks(t, launch, per_chain, include_self=False),
-        flame=FlameView(metric="gpu-time", search=r"(?i)softmax"),
+        flame=FlameView(metric="gpu-time", search="softmax"),
     )
 
 
@@ -322,7 +322,7 @@ def elementwise_fusion(c: Context) -> Draft | None:
         ],
         items=items,
         top_stacks=top_stacks(t, t.op_launch()[hit], saved[hit]),
-        flame=FlameView(metric="gpu-time", search=r"(?i)elementwise|vectorized|reduce"),
+        flame=FlameView(metric="gpu-time", search="elementwise|vectorized|reduce"),
     )
 
 

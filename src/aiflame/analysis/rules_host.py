@@ -40,7 +40,7 @@ def _idle_draft(
     title: str,
     doing: str,
     fixes: dict[str, str],
-    metric: str = "wall-time",
+    metric: str = "gpu-idle",
     ns: float | None = None,
     assumption: str = IDLE_ASSUMPTION,
 ) -> Draft | None:
@@ -188,7 +188,7 @@ def launch_bound(c: Context) -> Draft | None:
             share("GPU busy in the longest phase", p.gpu_busy_share),
         ],
         top_stacks=p.top_stacks,
-        flame=FlameView(metric="wall-time", search=r"^(cuda|hip)(Graph)?Launch|^cuLaunch"),
+        flame=FlameView(metric="gpu-idle", search=r"^(cuda|hip)(Graph)?Launch|^cuLaunch"),
     )
 
 
@@ -350,7 +350,7 @@ def sync_stalls(c: Context) -> Draft | None:
         ],
         items=items,
         top_stacks=s.top_stacks if s else [],
-        flame=FlameView(metric="wall-time", search=f"^({calls})(_v\\d+)?$" if calls else None),
+        flame=FlameView(metric="gpu-idle", search=f"^({calls})(_v\\d+)?$" if calls else None),
     )
 
 
@@ -420,7 +420,7 @@ def dependency_waits(c: Context) -> Draft | None:
             "default": "look at what the waiting kernels depend on: cross-stream waits "
             "(cudaStreamWaitEvent, torch.cuda.Stream.wait_stream), events recorded late, or "
             "collectives waiting for another rank",
-        }, metric="gpu-time",
+        },
     )  # fmt: skip
 
 
@@ -434,7 +434,7 @@ def launch_gaps(c: Context) -> Draft | None:
             "default": "fewer, larger kernels (fusion with torch.compile) and CUDA graphs cut "
             "the per-kernel launch latency",
             "app": "fuse small kernels, or launch them as a CUDA graph",
-        }, metric="gpu-time",
+        },
     )  # fmt: skip
 
 

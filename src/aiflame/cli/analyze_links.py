@@ -21,6 +21,7 @@ import numpy as np
 
 from aiflame.analysis.schema import Finding
 from aiflame.analysis.stacks import ANY_STEP, STEP_NAME
+from aiflame.analysis.sync import TO_PAGEABLE
 from aiflame.model import CallTree, FrameKind, Profile, ProfileBuilder, SampleType
 from aiflame.model.profile import METRIC_ALIASES
 from aiflame.model.stacks import EMPTY_STACK
@@ -39,7 +40,9 @@ class Hint:
 def _calls_regex(calls: Any) -> str | None:
     if isinstance(calls, dict) and calls:
         # nsys names API calls with their version (cudaMemcpy_v3020)
-        return "^(" + "|".join(re.escape(str(c)) for c in calls) + r")(_v\d+)?$"
+        # a copy call listed by what makes it block: "cudaMemcpyAsync (to pageable memory)"
+        names = {re.escape(str(c).removesuffix(TO_PAGEABLE)) for c in calls}
+        return "^(" + "|".join(sorted(names)) + r")(_v\d+)?$"
     return None
 
 
@@ -49,7 +52,7 @@ _COPIES = r"^Memcpy|^\[memcpy "
 
 # The stacks in the report's sections (by top-level key); findings carry their own view.
 SECTION_HINTS: dict[str, Hint] = {
-    "idle": Hint("wall-time"),
+    "idle": Hint("gpu-idle"),
     "launch": Hint("wall-time", lambda e: _LAUNCHES),
     "sync": Hint("wall-time", lambda e: _calls_regex(e.get("by_call"))),
     "memory_traffic": Hint("gpu-time", lambda e: _COPIES),
