@@ -193,7 +193,8 @@ def open_finding(driver, html: Path, rule: str) -> dict:
     return driver.execute_async_script(
         "const done = arguments[0];"
         "aiflame.fragmentApplied.then(s => done({s,"
-        " path: aiflame.app.tree.pathTo(aiflame.app.view.zoom).map(i => aiflame.app.tree.nameOf(i)),"
+        " path: aiflame.app.tree.pathTo(aiflame.app.view.zoom)"
+        "   .map(i => aiflame.app.tree.nameOf(i)),"
         " metric: aiflame.app.types[aiflame.app.metric].name,"
         " search: document.getElementById('search').value,"
         " matched: document.getElementById('matched').textContent}),"
