@@ -15,11 +15,17 @@ overlap with the gap is charged to the cause its slice stands for:
 ``sync``             a synchronizing runtime call (device/stream/event synchronize)
 ``copy``             a memcpy runtime call (synchronous, or staging pageable memory)
 ``allocation``       ``cudaMalloc``/``cudaFree`` and kin, which synchronize the device
-``initialization``   any other runtime call of ``INIT_CALL_MS`` or more (context creation,
-                     lazy module loading, cuDNN/cuBLAS setup: once per process)
+``initialization``   one-time setup (:mod:`coldstart`): runtime calls of ``INIT_CALL_MS``
+                     or more, slow first launches of kernels (lazy module loading), library
+                     handles; in a cold trace the first allocations and operator calls
 ``launch_overhead``  a launch call or another runtime call
 ``cpu_ops``          an operator that launches no GPU work (it computes on the CPU)
 ``python_overhead``  Python code and operator dispatch between launches
+``host_code``        a native frame of the program (an Nsight Systems backtrace) running
+                     no runtime call: its own CPU code
+``host_free``        after a free of ``FREE_MIN_BYTES`` or more of host memory (the
+                     ``[memory]`` events of ``profile_memory=True``), where no operator or
+                     runtime call runs: the CPU freeing the last batch
 ``untraced``         no slice open on the thread: the trace does not show what it did
 ===================  ===============================================================
 
@@ -41,11 +47,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from aiflame.analysis.calls import is_sync_call, name_mask
+from aiflame.analysis.coldstart import one_time
 from aiflame.analysis.idle import HOST, SYNC, Gaps
 from aiflame.analysis.schema import IdleCause, Stack
 from aiflame.analysis.stacks import top_stacks
 from aiflame.model.trace import TraceData
-from aiflame.transforms.gpu_idle import P_HOST, PARTS, charge
+from aiflame.transforms.gpu_idle import P_HOST, PARTS, Charges, charge
 
 CAUSES: dict[str, str] = {  # the labels a report shows
     "data_loading": "data loading (DataLoader)",
@@ -54,19 +61,19 @@ CAUSES: dict[str, str] = {  # the labels a report shows
     "sync": "CPU blocked in synchronizing calls",
     "copy": "memcpy calls (synchronous or pageable copies)",
     "allocation": "GPU memory allocation and freeing",
-    "initialization": "one-time initialization in runtime calls (50 ms or more each)",
+    "initialization": "one-time initialization: first launches (module loading), library "
+    "handles, first allocations, runtime calls of 50 ms or more",
     "launch_overhead": "kernel launch and other runtime calls",
     "cpu_ops": "operators computing on the CPU",
     "python_overhead": "Python and operator dispatch between launches",
+    "host_code": "the program's own CPU code between GPU calls",
+    "host_free": "freeing large host memory (CPU tensors such as the last batch)",
     "untraced": "CPU work the trace does not show",
     "launch_latency": "GPU launch latency between queued kernels",
     "dependency": "queued work waiting on a dependency",
     "unlinked": "work launched outside the trace",
 }
 KEYS = tuple(CAUSES)
-# A runtime call this long, while the GPU idles, is one-time setup: launches, allocations
-# and stream creation take microseconds once the context, modules and handles exist.
-INIT_CALL_MS = 50
 INDEX = {k: i for i, k in enumerate(KEYS)}
 HOST_CAUSES = frozenset(KEYS[: KEYS.index("untraced") + 1])
 
@@ -169,7 +176,7 @@ def _context_flags(t: TraceData, w: _Within) -> np.ndarray:
     return _or_up(own[t.cpu_name[w.keep]], w.parent)
 
 
-def _launching(t: TraceData) -> np.ndarray:
+def launching(t: TraceData) -> np.ndarray:
     """Per CPU slice: does it (or a slice inside it) launch GPU work?"""
     out = np.zeros(t.cpu_ts.size, dtype=bool)
     cur = np.unique(t.gpu_launch[t.gpu_launch >= 0])
@@ -203,24 +210,38 @@ def slice_causes(t: TraceData, slices: np.ndarray, within: np.ndarray | None = N
     alloc = name_mask(t, _ALLOC.search, rt_names)[name]
     # An operator computing on the CPU: it launches nothing and neither does an operator
     # around it (an empty/view inside a GPU operator is that operator's dispatch).
-    launching = _launching(t)[w.keep]
-    mark = t.cpu_is_op[w.keep] & launching
+    launches = launching(t)[w.keep]
+    mark = t.cpu_is_op[w.keep] & launches
     in_gpu_op = _or_up(np.where(w.parent >= 0, mark[np.maximum(w.parent, 0)], False), w.parent)
-    cpu_op = t.cpu_is_op[s] & ~launching[at] & ~in_gpu_op[at]
+    cpu_op = t.cpu_is_op[s] & ~launches[at] & ~in_gpu_op[at]
     cpu_op &= ~name_mask(t, _DISPATCH_OPS.search, name[cpu_op])[name]
     cause = np.full(s.size, INDEX["python_overhead"], dtype=np.int8)
+    # Not dispatch: an annotation (ProfilerStep#N, a record_function block; in traces of
+    # 2021 an "operator" without a namespace) with nothing inside it running: the work
+    # there is not in the trace. A native frame of a program's backtrace (Nsight Systems):
+    # its own code.
+    annotation = name_mask(t, lambda n: "::" not in n, name[t.cpu_is_op[s]])[name]
+    annotation &= t.cpu_is_op[s]
+    if t.cpu_is_annotation is not None:
+        annotation |= t.cpu_is_annotation[s]
+    cause[annotation] = INDEX["untraced"]
+    if t.format == "nsys":
+        cause[~t.cpu_is_op[s] & ~runtime] = INDEX["host_code"]
     cause[cpu_op] = INDEX["cpu_ops"]
     cause[(ctx & _DATA) > 0] = INDEX["data_loading"]
     # Inside preprocessing (e.g. in a DataLoader's fetch), but not the model work an
     # engine's input step launches (vLLM's _preprocess runs the embedding on the GPU).
-    on_gpu = launching[at] | in_gpu_op[at]
+    on_gpu = launches[at] | in_gpu_op[at]
     cause[((ctx & _PREPROCESS) > 0) & ~on_gpu] = INDEX["preprocessing"]
     cause[(ctx & _COLLECTIVE) > 0] = INDEX["collective"]
     cause[runtime] = INDEX["launch_overhead"]
     cause[runtime & alloc] = INDEX["allocation"]
-    cause[runtime & (t.cpu_dur[s] >= INIT_CALL_MS * 1_000_000)] = INDEX["initialization"]
     cause[runtime & sync] = INDEX["sync"]
     cause[runtime & copy] = INDEX["copy"]
+    # Setup a warm process does not pay again (first launches, handles, first allocations,
+    # an operator's first call creating its library's handle): wherever it runs.
+    first = one_time(t, launching(t))[s] > 0
+    cause[first & ~(runtime & (sync | copy))] = INDEX["initialization"]
     out[ok] = cause[back]
     return out
 
@@ -228,14 +249,69 @@ def slice_causes(t: TraceData, slices: np.ndarray, within: np.ndarray | None = N
 def explain(t: TraceData, g: Gaps) -> Explained:
     """Every idle gap cut into parts charged to causes: the CPU slices
     :func:`~aiflame.transforms.gpu_idle.charge` charges, each by what its slice stands for
-    (:func:`slice_causes`), the other parts by their kind."""
+    (:func:`slice_causes`), the other parts by their kind; then what follows a large free
+    of host memory in a part no operator explains is that free's (:func:`_frees`)."""
     c = charge(t, g)
     by_part = np.array([INDEX.get(k, -1) for k in PARTS], dtype=np.int8)
     cause = by_part[c.part]
     host = c.part == P_HOST
     if np.any(host):
         cause[host] = slice_causes(t, c.slice[host], c.within)
-    return Explained(c.gap, c.slice, cause, c.ns)
+    e = Explained(c.gap, c.slice, cause, c.ns)
+    return _frees(t, g, c, e) if t.host_free_ts is not None and t.host_free_ts.size else e
+
+
+# Freed at once, this much host memory takes the CPU long enough to count (unmapping a
+# batch the DataLoader's workers passed in shared memory: milliseconds for tens of MB).
+FREE_MIN_BYTES = 1 << 20
+
+
+def _frees(t: TraceData, g: Gaps, c: Charges, e: Explained) -> Explained:
+    """Split the parts where the CPU ran no operator and no runtime call (Python, an
+    annotation, no slice) at the first large host free inside them: from the free to the
+    part's end, the time is the free's (``host_free``)."""
+    assert t.host_free_ts is not None and t.host_free_thread is not None
+    assert t.host_free_bytes is not None and c.lo is not None and c.hi is not None
+    big = t.host_free_bytes >= FREE_MIN_BYTES
+    if not np.any(big):
+        return e
+    f_ts, f_th = t.host_free_ts[big], t.host_free_thread[big]
+    order = np.argsort(f_ts, kind="stable")
+    f_ts, f_th = f_ts[order], f_th[order]
+    # untraced (no slice, or an annotation with nothing running inside), or Python's own
+    # time; not an operator's (it frees what it works on)
+    loose = e.cause == INDEX["untraced"]
+    if t.cpu_ts.size:
+        py = (e.cause == INDEX["python_overhead"]) & (c.slice >= 0)
+        py &= ~t.cpu_is_op[np.maximum(c.slice, 0)]
+        loose |= py
+    cand = np.nonzero(loose & (c.hi > c.lo))[0]
+    if cand.size == 0:
+        return e
+    thread = g.thread[c.gap[cand]]
+    at = np.full(cand.size, -1, dtype=np.int64)  # the first free inside each part
+    for th in np.unique(thread).tolist():
+        q = np.nonzero(thread == th)[0]
+        mine = f_ts[f_th == th]
+        if mine.size == 0:
+            continue
+        k = np.searchsorted(mine, c.lo[cand[q]])
+        inside = (k < mine.size) & (mine[np.minimum(k, mine.size - 1)] < c.hi[cand[q]])
+        at[q[inside]] = mine[k[inside]]
+    hit = at >= 0
+    if not np.any(hit):
+        return e
+    p = cand[hit]
+    share = (c.hi[p] - at[hit]) / (c.hi[p] - c.lo[p])
+    moved = np.floor(e.ns[p] * share)
+    ns = e.ns.copy()
+    ns[p] -= moved
+    return Explained(
+        np.concatenate([e.gap, e.gap[p]]),
+        np.concatenate([e.slice, e.slice[p]]),
+        np.concatenate([e.cause, np.full(p.size, INDEX["host_free"], np.int8)]),
+        np.concatenate([ns, moved]),
+    )
 
 
 def dominant(e: Explained, gaps: int) -> np.ndarray:

@@ -37,6 +37,7 @@ from aiflame.analysis.schema import (
     Sync,
     Workload,
 )
+from aiflame.analysis.stacks import TOP_STACKS
 from aiflame.analysis.timeline import TimeBreakdown, time_breakdown
 from aiflame.analysis.workload import detect
 from aiflame.model.trace import TraceData
@@ -135,6 +136,9 @@ class Draft:
     items: list[Item] = field(default_factory=list)
     top_stacks: list[Stack] = field(default_factory=list)
     flame: FlameView = field(default_factory=FlameView)
+    # drafts whose fix is the same are one finding (default: the same fix text)
+    fix_key: str | None = None
+    merged: list[str] = field(default_factory=list)
 
     @property
     def cost_ns(self) -> float:
@@ -162,9 +166,58 @@ def severity(cost_ns: float, total_ns: float) -> str:
     return "high" if part >= HIGH else "medium" if part >= MEDIUM else "low"
 
 
+def merge_same_fix(drafts: list[Draft]) -> list[Draft]:
+    """Drafts with the same fix (``fix_key``, else the fix's text) as one: the costliest
+    one's title, summary first and fix, with the others' costs, evidence, items and stacks
+    added (a user applies one fix once, and wins what all of them claim)."""
+    groups: dict[str, list[Draft]] = {}
+    for d in drafts:
+        groups.setdefault(d.fix_key or d.fix, []).append(d)
+    out = []
+    for group in groups.values():
+        if len(group) == 1:
+            out.append(group[0])
+            continue
+        group.sort(key=lambda d: -d.cost_ns)
+        head, rest = group[0], group[1:]
+        parts: dict[str, float] = {}
+        for d in group:
+            for k, v in d.parts.items():
+                parts[k] = parts.get(k, 0.0) + v
+        stacks: dict[tuple[str, ...], list[float]] = {}
+        for d in group:
+            for st in d.top_stacks:
+                acc = stacks.setdefault(tuple(st.stack), [0.0, 0])
+                acc[0] += st.cost_us
+                acc[1] += st.count
+        ranked = sorted(stacks.items(), key=lambda kv: -kv[1][0])[:TOP_STACKS]
+        figures = [*head.figures]
+        for d in rest:
+            figures.append(us(f"of it: {d.title}", d.cost_ns))
+        out.append(
+            Draft(
+                rule=head.rule,
+                title=head.title,
+                parts=parts,
+                summary=" ".join(d.summary for d in group),
+                assumption=head.assumption,
+                fix=head.fix,
+                figures=figures,
+                items=[i for d in group for i in d.items],
+                top_stacks=[Stack(stack=list(k), cost_us=v[0], count=int(v[1])) for k, v in ranked],
+                flame=head.flame,
+                fix_key=head.fix_key,
+                merged=[d.rule for d in rest],
+            )
+        )
+    return out
+
+
 def reconcile(c: Context, drafts: list[Draft]) -> list[Finding]:
-    """Findings from the drafts: where they claim more of a part of the timeline than it
-    has, their claims on it are scaled down; then ranked by cost."""
+    """Findings from the drafts, those with the same fix merged (:func:`merge_same_fix`):
+    where they claim more of a part of the timeline than it has, their claims on it are
+    scaled down; then ranked by cost."""
+    drafts = merge_same_fix(drafts)
     b = c.breakdown
     have = {
         "idle": b.idle,
@@ -196,6 +249,7 @@ def reconcile(c: Context, drafts: list[Draft]) -> list[Finding]:
             items=d.items,
             top_stacks=d.top_stacks,
             flame=d.flame,
+            merged=d.merged,
         )
         for d in drafts
         if worth(c, d.cost_ns)

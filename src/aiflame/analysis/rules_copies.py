@@ -16,6 +16,7 @@ from aiflame.analysis import memcpy
 from aiflame.analysis.calls import name_mask
 from aiflame.analysis.causes import INDEX
 from aiflame.analysis.insights import Context, Draft, count, us, worth
+from aiflame.analysis.rules_host import PIN_MEMORY_FIX_KEY
 from aiflame.analysis.schema import Figure, FlameView
 from aiflame.analysis.stacks import top_stacks
 from aiflame.analysis.words import duration
@@ -143,6 +144,8 @@ def pageable_copies(c: Context) -> Draft | None:
         assumption="assumes pinned, asynchronous copies issued ahead of use overlap with "
         "kernels: wins their exposed time and the idle while the CPU staged them",
         fix=pick(_PAGEABLE_FIXES, c.workload),
+        # with a DataLoader, pin_memory=True: also host_memory's fix (one finding)
+        fix_key=PIN_MEMORY_FIX_KEY if c.workload.kind not in ("cuda-app", "hip-app") else None,
         figures=[
             us("exposed copy time", exposed),
             us("GPU idle in the copy calls", idle_ns),

@@ -427,6 +427,9 @@ class Finding(Record):
     items: list[Item] = []
     top_stacks: list[Stack] = []
     flame: FlameView = msgspec.field(default_factory=FlameView)
+    # rules whose findings had the same fix and were merged into this one (their costs,
+    # stacks and items are in it)
+    merged: list[str] = []
 
 
 class Workload(Record):

@@ -122,6 +122,11 @@ class TraceData:
     replays_ambiguous: int = 0
     cpu_kernel: np.ndarray | None = None  # the kernel a launch call names (index), -1: none
     op_concrete: dict[int, Any] = field(default_factory=dict)  # op -> Concrete Inputs
+    # Host memory freed (profile_memory=True's ``[memory]`` events of the CPU device, the
+    # frees only): when, on which thread (as cpu_thread), how many bytes.
+    host_free_ts: np.ndarray | None = None
+    host_free_thread: np.ndarray | None = None
+    host_free_bytes: np.ndarray | None = None
     notes: list[str] = field(default_factory=list)  # what the source could not give
 
     def threads(self) -> np.ndarray:

@@ -166,7 +166,7 @@ def trace_input(
     ``kernel_args``: read the kernel names launch calls carry (the trace of a graph's
     capture, which is matched to the replays by them)."""
     try:
-        cols, meta = read_columns(source, shapes=True, kernels=kernel_args)
+        cols, meta = read_columns(source, shapes=True, kernels=kernel_args, memory=True)
     except NoKinetoEvents as no_events:
         from aiflame.sources import trace_events
 

@@ -76,6 +76,7 @@ def from_columns(
             shapes[i] = (dims, types)
             if given is not None:
                 concrete[i] = given
+    frees = _host_frees(cols)
     return TraceData(
         path=path,
         rank=rank_of(meta),
@@ -102,4 +103,17 @@ def from_columns(
         gpu_bytes=cols.gpu_bytes,
         op_concrete=concrete,
         cpu_kernel=cols.cpu_kernel,
+        host_free_ts=frees[0],
+        host_free_thread=frees[1],
+        host_free_bytes=frees[2],
     )
+
+
+def _host_frees(cols: Columns) -> tuple[np.ndarray | None, ...]:
+    """(time, thread, bytes) of the ``[memory]`` frees of host memory, when read."""
+    m = cols.memory
+    if m is None:
+        return None, None, None
+    cpu = np.array([n.startswith("cpu") for n in cols.names], dtype=bool)
+    free = (m.nbytes < 0) & cpu[m.device] if m.device.size else np.zeros(0, dtype=bool)
+    return m.ts[free], m.thread[free], -m.nbytes[free]

@@ -199,6 +199,10 @@ class Charges:
     part: np.ndarray
     ns: np.ndarray
     within: np.ndarray
+    # the part's time window on the CPU thread: a segment's overlap with its gap (else the
+    # gap); ns is less than hi - lo where a sync call took its share of the gap first
+    lo: np.ndarray | None = None
+    hi: np.ndarray | None = None
 
 
 def _overlapping(t: TraceData, threads: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -228,8 +232,15 @@ def charge(t: TraceData, g: Gaps) -> Charges:
     parts: list[tuple[np.ndarray, ...]] = []
     within = np.zeros(0, dtype=np.int64)
 
-    def add(gap: np.ndarray, sl: np.ndarray, part: int, ns: np.ndarray) -> None:
-        parts.append((gap, sl, np.full(gap.size, part, np.int8), ns))
+    def add(
+        gap: np.ndarray,
+        sl: np.ndarray,
+        part: int,
+        ns: np.ndarray,
+        window: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> None:
+        lo, hi = window if window is not None else (g.start[gap], g.end[gap])
+        parts.append((gap, sl, np.full(gap.size, part, np.int8), ns, lo, hi))
 
     # The part of each gap the host is to blame for: all of a host or sync wait; of an
     # event wait, the time the launch call was still running (the work was not queued yet).
@@ -259,13 +270,16 @@ def charge(t: TraceData, g: Gaps) -> Charges:
         scale = (host_ns[gap] - sync_ns[gap]) / np.maximum(host_ns[gap], 1)
         ns = overlap * scale
         sl = seg.slice[s]
+        lo = np.maximum(seg.start[s], g.start[gap])
+        hi = np.minimum(seg.end[s], end[win])
         open_ = sl >= 0  # no slice open on the thread: the trace does not show its work
-        add(gap[open_], sl[open_], P_HOST, ns[open_])
-        add(gap[~open_], sl[~open_], P_UNTRACED, ns[~open_])
+        add(gap[open_], sl[open_], P_HOST, ns[open_], (lo[open_], hi[open_]))
+        add(gap[~open_], sl[~open_], P_UNTRACED, ns[~open_], (lo[~open_], hi[~open_]))
         covered = np.bincount(gap, weights=ns, minlength=g.start.size)
         left = host_ns[host] - sync_ns[host] - covered[host]
         keep = left > 0.5
-        add(host[keep], np.full(int(keep.sum()), -1, np.int64), P_UNTRACED, left[keep])
+        none = np.full(int(keep.sum()), -1, np.int64)
+        add(host[keep], none, P_UNTRACED, left[keep], (g.start[host[keep]], end[keep]))
     elif host.size:
         add(host, np.full(host.size, -1, np.int64), P_UNTRACED, host_ns[host] - sync_ns[host])
     for cat, part in ((KERNEL, P_LATENCY), (EVENT, P_DEPENDENCY), (UNLINKED, P_UNLINKED)):
@@ -276,8 +290,8 @@ def charge(t: TraceData, g: Gaps) -> Charges:
             add(k, t.gpu_launch[g.next[k]], part, rest)
     if not parts:
         z = np.zeros(0, dtype=np.int64)
-        return Charges(z, z, z.astype(np.int8), z.astype(np.float64), within)
-    gap_a, sl_a, part_a, ns_a = (np.concatenate(c) for c in zip(*parts, strict=True))
+        return Charges(z, z, z.astype(np.int8), z.astype(np.float64), within, z, z)
+    gap_a, sl_a, part_a, ns_a, lo_a, hi_a = (np.concatenate(c) for c in zip(*parts, strict=True))
     gap_a = gap_a.astype(np.int64)
     ns_a = _whole_ns(gap_a, ns_a.astype(np.float64), g.length)
     keep = ns_a > 0
@@ -287,6 +301,8 @@ def charge(t: TraceData, g: Gaps) -> Charges:
         part_a.astype(np.int8)[keep],
         ns_a[keep],
         within,
+        lo_a.astype(np.int64)[keep],
+        hi_a.astype(np.int64)[keep],
     )
 
 
