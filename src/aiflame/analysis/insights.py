@@ -77,12 +77,43 @@ class Context:
         e = self.explained
         return float(e.ns[e.of(*keys)].sum())
 
-    def idle_stacks(self, *keys: str) -> list[Stack]:
+    def idle_stacks(self, *keys: str, where: np.ndarray | None = None) -> list[Stack]:
+        """The costliest stacks of the idle the causes ``keys`` explain (``where``: of the
+        parts so marked only)."""
+        m = self.explained.of(*keys)
+        return self.stacks_of(m if where is None else m & where)
+
+    def stacks_of(self, parts: np.ndarray) -> list[Stack]:
+        """The costliest stacks of these parts of :attr:`explained` (a mask), as the
+        ``gpu-idle`` flame graph has them: idle no slice explains is its ``[GPU idle:
+        unexplained]`` stack."""
         from aiflame.analysis.stacks import top_stacks
+        from aiflame.sources.gpu_idle_samples import NO_SLICE, UNEXPLAINED
 
         e = self.explained
-        m = e.of(*keys)
-        return top_stacks(self.t, e.slice[m], e.ns[m])
+        found = top_stacks(self.t, e.slice[parts], e.ns[parts])
+        loose = parts & (e.slice < 0) & (e.cause == causes.INDEX["untraced"])
+        if np.any(loose):
+            ns = float(e.ns[loose].sum())
+            n = int(np.unique(e.gap[loose]).size)
+            found.append(Stack(stack=[UNEXPLAINED, NO_SLICE], cost_us=ns / 1e3, count=n))
+            found = sorted(found, key=lambda st: -st.cost_us)[:TOP_STACKS]
+        return found
+
+    @cached_property
+    def in_launch_bound_phases(self) -> np.ndarray:
+        """Per part of :attr:`explained`: did its gap start in a launch-bound phase?"""
+        e = self.explained
+        out = np.zeros(e.gap.size, dtype=bool)
+        if self.launch is None or not self.launch.launch_bound.phases:
+            return out
+        phases = launch.launch_bound_phases(self.t, launch.per_launch(self.t), self.gaps, e)
+        g0 = int(self.t.gpu_ts.min())
+        start = self.gaps.start[e.gap]
+        for p in phases:
+            a, b = g0 + round(p.start_us * 1e3), g0 + round(p.end_us * 1e3)
+            out |= (start >= a) & (start < b)
+        return out
 
     @cached_property
     def launch(self) -> Launch | None:

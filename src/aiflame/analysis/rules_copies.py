@@ -70,6 +70,22 @@ def _split(c: Context) -> dict[str, float]:
     }
 
 
+def copy_parts(c: Context, kind: str) -> np.ndarray:
+    """Mask of the parts of ``c.explained`` charged to copy calls of this kind
+    (``pageable``, ``synchronous``, ``small``, ``other``)."""
+    idx, kinds = _copy_kinds(c)
+    t, e = c.t, c.explained
+    of_call = np.full(t.cpu_ts.size, _OTHER, dtype=np.int8)
+    launch = t.gpu_launch[idx]
+    ok = launch >= 0
+    np.maximum.at(of_call, launch[ok], kinds[ok])
+    want = {"pageable": _PAGEABLE, "synchronous": _SYNCHRONOUS, "small": _SMALL}.get(kind, _OTHER)
+    m = (e.cause == INDEX["copy"]) & (e.slice >= 0)
+    out = np.zeros(e.gap.size, dtype=bool)
+    out[m] = of_call[e.slice[m]] == want
+    return out
+
+
 def copy_idle(c: Context) -> dict[str, float]:
     """Idle ns of copy calls by what they copied: ``pageable`` uploads, ``synchronous``
     copies (downloads, calls without Async), ``small`` ones and ``other`` (asynchronous)."""
@@ -157,7 +173,10 @@ def pageable_copies(c: Context) -> Draft | None:
             ),
             us("copy time on the GPU", gpu_ns),
         ],
-        top_stacks=top_stacks(t, launched, t.cpu_dur[launched].astype(np.float64)),
+        # the idle while the CPU staged them, as the gpu-idle flame graph has it; else the
+        # copy calls by their CPU time
+        top_stacks=c.stacks_of(copy_parts(c, "pageable"))
+        or top_stacks(t, launched, t.cpu_dur[launched].astype(np.float64)),
         flame=FlameView(metric="gpu-time", search=r"Pageable|^\[memcpy HtoD\]$"),
     )
 

@@ -190,7 +190,9 @@ def launch_bound(c: Context) -> Draft | None:
             us("median kernel", p.median_gpu_us * 1e3),
             share("GPU busy in the longest phase", p.gpu_busy_share),
         ],
-        top_stacks=p.top_stacks,
+        # where the idle of launching and dispatch in the phases is, as the gpu-idle
+        # flame graph shows it (else, the stacks that launch most in the longest phase)
+        top_stacks=c.idle_stacks(*OVERHEAD_CAUSES, where=c.in_launch_bound_phases) or p.top_stacks,
         flame=FlameView(metric="gpu-idle", search=r"^(cuda|hip)(Graph)?Launch|^cuLaunch"),
         fix_key=LAUNCH_FIX_KEY,
     )
@@ -215,6 +217,9 @@ def host_overhead(c: Context) -> Draft | None:
     )  # fmt: skip
     if draft is not None:
         draft.fix_key = LAUNCH_FIX_KEY  # launch_bound's fix: one finding with it
+        # its idle outside the launch-bound phases, whose stacks are launch_bound's
+        outside = c.idle_stacks(*OVERHEAD_CAUSES, where=~c.in_launch_bound_phases)
+        draft.top_stacks = outside or draft.top_stacks
     return draft
 
 
@@ -283,7 +288,7 @@ def sync_stalls(c: Context) -> Draft | None:
     copies (downloads, copy calls without Async) that are not pageable uploads.
     """
     s = c.sync
-    from aiflame.analysis.rules_copies import copy_idle
+    from aiflame.analysis.rules_copies import copy_idle, copy_parts
 
     other_copies = copy_idle(c)["synchronous"]
     cost = c.idle_of("sync") + other_copies
@@ -356,7 +361,9 @@ def sync_stalls(c: Context) -> Draft | None:
             ),
         ],
         items=items,
-        top_stacks=s.top_stacks if s else [],
+        # the idle they cost, as the gpu-idle flame graph has it; else where they blocked
+        top_stacks=c.stacks_of(c.explained.of("sync") | copy_parts(c, "synchronous"))
+        or (s.top_stacks if s else []),
         flame=FlameView(metric="gpu-idle", search=f"^({calls})(_v\\d+)?$" if calls else None),
     )
 

@@ -104,6 +104,7 @@ def combine(profiles: Sequence[Profile], roots: Sequence[str | None]) -> Profile
 
 _VERSION = re.compile(r"_v\d+$")
 _INSTANCE = re.compile(r"^nn\.Module: .*_\d+$")
+_MODULE_CLASS = re.compile(r"^nn\.Module: ([A-Za-z_][\w.]*?)(?:_\d+)?$")
 
 
 def _flame_keys(name: str) -> tuple[str, ...]:
@@ -174,8 +175,12 @@ class StackFinder:
         fewest frames in between wins, then the one with the most time. ``within``:
         the root frame the node must be under (the trace's, in a combined graph).
         """
+        module = None  # the class of a module frame the stack ends in (merged away)
         if self.merged_modules and stack:
             dropped = module_call_frames([python_frame(s).name for s in stack])
+            tail = [s for s, drop in zip(stack, dropped, strict=True) if drop]
+            if dropped[-1] and (m := _MODULE_CLASS.match(tail[0])):
+                module = m.group(1)
             stack = [s for s, drop in zip(stack, dropped, strict=True) if not drop]
         if not stack:
             return None
@@ -196,7 +201,14 @@ class StackFinder:
                 best = key
         if best is None:
             return None
-        return self.path(-best[3])
+        node = -best[3]
+        if module is not None:
+            # the module's own time is its method frame's in the graph (Class > forward)
+            kids = np.nonzero(self.parent == node)[0]
+            methods = [int(k) for k in kids if self.names[k].startswith(module + " > ")]
+            if methods:
+                node = max(methods, key=lambda k: float(self._weight[k]))
+        return self.path(node)
 
     def path(self, node: int) -> list[str]:
         out = []
