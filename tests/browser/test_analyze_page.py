@@ -176,8 +176,9 @@ def test_finding_link_opens_the_flame_graph_zoomed_to_its_stack(driver, h100):
     )
     stack = bound["top_stacks"][0]["stack"]
     assert state["zoom"] > 0 and state["s"]["matched"] == len(state["s"]["path"])
-    # The stack that launches most in the launch-bound phase, down to its operator.
-    assert state["path"][-1] == stack[-1] == "aten::index_select"
+    # The stack the launch-bound phases leave the GPU idle longest on, down to its operator
+    # (the widest tower of the gpu-idle view it opens).
+    assert state["path"][-1] == stack[-1] == "aten::addmm"
     assert state["crumbs"][-1] == stack[-1]
     assert state["metric"] == "gpu-idle" and "Launch" in state["search"]
     # The zoomed node fills the canvas, and the launch calls under it are highlighted.
@@ -234,7 +235,8 @@ def test_stack_links_and_hashchange_move_the_zoom(driver, h100):
     )
     bound = next(f for f in data["ranks"][0]["findings"] if f["rule"] == "launch_bound")
     stacks = bound["top_stacks"]
-    assert first == python_frame(stacks[1]["stack"][-1]).name
+    # a module method reads "Class > forward (...)" in the graph
+    assert first.endswith(python_frame(stacks[1]["stack"][-1]).name)
     # Another fragment on the open page (the report's next link) applies without a reload.
     frag = hrefs[0].split("#", 1)[1]
     second = driver.execute_async_script(
@@ -242,7 +244,7 @@ def test_stack_links_and_hashchange_move_the_zoom(driver, h100):
         "setTimeout(() => done(aiflame.app.tree.nameOf(aiflame.app.view.zoom)), 200);",
         frag,
     )
-    assert second == python_frame(stacks[0]["stack"][-1]).name
+    assert second.endswith(python_frame(stacks[0]["stack"][-1]).name)
 
 
 def test_two_ranks_link_into_their_own_root(driver, report):

@@ -222,9 +222,9 @@ def merge_same_fix(drafts: list[Draft]) -> list[Draft]:
                 acc[0] += st.cost_us
                 acc[1] += st.count
         ranked = sorted(stacks.items(), key=lambda kv: -kv[1][0])[:TOP_STACKS]
-        figures = [*head.figures]
-        for d in rest:
-            figures.append(us(f"of it: {d.title}", d.cost_ns))
+        # the others' shares second, where a report shows only the first few figures
+        also = [us(f"plus: {d.title}", d.cost_ns) for d in rest]
+        figures = [*head.figures[:1], *also, *head.figures[1:]]
         out.append(
             Draft(
                 rule=head.rule,
