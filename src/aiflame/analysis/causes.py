@@ -26,7 +26,9 @@ overlap with the gap is charged to the cause its slice stands for:
 ``host_free``        after a free of ``FREE_MIN_BYTES`` or more of host memory (the
                      ``[memory]`` events of ``profile_memory=True``), where no operator or
                      runtime call runs: the CPU freeing the last batch
-``untraced``         no slice open on the thread: the trace does not show what it did
+``untraced``         no slice open on the thread, or only an annotation (``ProfilerStep#N``,
+                     a ``record_function`` block) with nothing running inside it: the trace
+                     does not show what it did (it is not dispatch)
 ===================  ===============================================================
 
 Innermost first: a runtime call is what it is wherever it runs; then the enclosing context

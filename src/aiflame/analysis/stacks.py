@@ -51,22 +51,28 @@ def _module_call_owner(t: TraceData) -> np.ndarray:
     func = [m.group("func") if (m := _PY_METHOD.search(x)) else None for x in names]
     glue = np.fromiter((f is not None and _GLUE.match(f) is not None for f in func), bool)
     method = np.fromiter((f is not None for f in func), bool, len(names)) & ~glue
-    in_call = np.zeros(n, dtype=bool)  # a module frame, or machinery under one
-    for i in np.argsort(slice_depths(t), kind="stable").tolist():
-        nm, p = int(t.cpu_name[i]), int(t.cpu_parent[i])
-        in_call[i] = module[nm] or (glue[nm] and p >= 0 and in_call[p])
+    parent = t.cpu_parent
+    up = np.maximum(parent, 0)
+    # a module frame, or machinery under one (a few frames deep: a handful of passes)
+    in_call = module[t.cpu_name]
+    under = glue[t.cpu_name] & (parent >= 0)
+    for _ in range(16):
+        grown = in_call | (under & in_call[up])
+        if np.array_equal(grown, in_call):
+            break
+        in_call = grown
     stand = np.full(n, -1, dtype=np.int64)
-    kids = np.nonzero(t.cpu_parent >= 0)[0]
-    kids = kids[in_call[t.cpu_parent[kids]]]
-    kids = kids[np.argsort(-t.cpu_ts[kids], kind="stable")]  # the earliest child wins
-    for c in kids.tolist():
-        p, nm = int(t.cpu_parent[c]), int(t.cpu_name[c])
-        if method[nm] and not module[nm]:
-            stand[p] = c
-    for i in np.argsort(-slice_depths(t), kind="stable").tolist():  # children first
-        p = int(t.cpu_parent[i])
-        if stand[i] >= 0 and p >= 0 and in_call[p] and stand[p] < 0 and in_call[i]:
-            stand[p] = stand[i]  # a machinery frame's method stands for its module too
+    kids = np.nonzero((parent >= 0) & method[t.cpu_name] & ~module[t.cpu_name])[0]
+    kids = kids[in_call[parent[kids]]]
+    kids = kids[np.argsort(-t.cpu_ts[kids], kind="stable")]
+    stand[parent[kids]] = kids  # the earliest child is written last: it wins
+    for _ in range(16):  # a machinery frame's method stands for the frames above it too
+        c = np.nonzero(in_call & ~module[t.cpu_name] & (stand >= 0) & (parent >= 0))[0]
+        p = parent[c]
+        ok = in_call[p] & (stand[p] < 0)
+        if not np.any(ok):
+            break
+        stand[p[ok]] = stand[c[ok]]
     folded = in_call & (stand >= 0)
     owner[folded] = stand[folded]
     return owner
