@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from aiflame.analysis.calls import name_mask
+from aiflame.analysis.calls import name_mask, op_calls
 from aiflame.analysis.devices import DeviceSpec
 from aiflame.analysis.opmodels import MODELLED, OpCost, op_cost
 from aiflame.analysis.schema import (
@@ -61,16 +61,18 @@ def charged_op(t: TraceData, launch: np.ndarray | None = None) -> np.ndarray:
 def modelled_calls(
     t: TraceData, launch: np.ndarray | None = None
 ) -> list[tuple[int, OpCost, int, int]]:
-    """(op slice, cost, kernel time ns, longest activity) of each modelled call with GPU work."""
+    """(op slice, cost, kernel time ns, longest activity) of each modelled call with GPU
+    work; a captured op replayed N times is N calls (:func:`calls.op_calls`)."""
     op = charged_op(t, launch)
     idx = np.nonzero(op >= 0)[0]
     if idx.size == 0:
         return []
-    order = np.argsort(op[idx], kind="stable")
-    idx = idx[order]
+    call = op_calls(t, op)[idx]
+    order = np.argsort(call, kind="stable")
+    idx, call = idx[order], call[order]
     ops = op[idx]
-    starts = np.flatnonzero(np.r_[True, ops[1:] != ops[:-1]])
-    ends = np.r_[starts[1:], ops.size]
+    starts = np.flatnonzero(np.r_[True, call[1:] != call[:-1]])
+    ends = np.r_[starts[1:], call.size]
     out: list[tuple[int, OpCost, int, int]] = []
     cache: dict[tuple[int, int], OpCost | None] = {}
     for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from aiflame.analysis.calls import op_calls
 from aiflame.analysis.schema import GemmRow, TimeSum
 from aiflame.model.trace import TraceData
 from aiflame.transforms.correlate import busy_time
@@ -106,15 +107,17 @@ class _Calls:
 
 
 def gemm_table(t: TraceData) -> list[GemmRow]:
-    """One row per (op, shape, dtype), largest total kernel time first."""
+    """One row per (op, shape, dtype), largest total kernel time first (a captured op
+    replayed N times counts N calls: :func:`calls.op_calls`)."""
     launched = t.gpu_op >= 0
     if not t.op_shapes or not np.any(launched):
         return []
-    ops = t.gpu_op[launched]
     idx = np.nonzero(launched)[0]
-    order = np.argsort(ops, kind="stable")
-    ops, idx = ops[order], idx[order]
-    starts = np.searchsorted(ops, np.unique(ops))
+    call = op_calls(t, t.gpu_op)[idx]
+    order = np.argsort(call, kind="stable")
+    idx, call = idx[order], call[order]
+    ops = t.gpu_op[idx]
+    starts = np.flatnonzero(np.r_[True, call[1:] != call[:-1]])
     rows: dict[Shape, _Calls] = {}
     for lo, hi in zip(starts.tolist(), [*starts[1:].tolist(), ops.size], strict=True):
         op = int(ops[lo])

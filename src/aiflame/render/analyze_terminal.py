@@ -102,6 +102,7 @@ def _rows_table(
     width: int,
     unattributed_us: float = 0.0,
     total_us: float = 0.0,
+    unattributed_why: str = "",
 ) -> Table:
     t = Table(
         title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
@@ -123,7 +124,7 @@ def _rows_table(
         )
     if unattributed_us and total_us:
         t.add_row(
-            Text("[no op: graph replays, launches outside ops]", style="italic"),
+            Text(f"[no op: {unattributed_why or 'launches outside ops'}]", style="italic"),
             time_us(unattributed_us), "", "", f"{100 * unattributed_us / total_us:.1f}%",
         )  # fmt: skip
     return t
@@ -336,6 +337,7 @@ def render_rank(console: Console, r: RankReport, top: int) -> None:
             _rows_table(
                 "Top ops (share of all GPU time)", r.top_ops, top, console.width,
                 r.top_ops_unattributed_us, sum(x.time_us for x in r.op_categories),
+                r.top_ops_unattributed_why or "",
             )
         )  # fmt: skip
     sk = r.short_kernels

@@ -42,6 +42,7 @@ from aiflame.errors import AiflameError, InputError
 from aiflame.model import FrameKind, Profile, ProfileBuilder, gpu
 from aiflame.model.stacks import EMPTY_STACK
 from aiflame.model.trace import TraceData
+from aiflame.sources.gpu_idle_samples import add_gpu_idle
 from aiflame.sources.inputs import Input
 from aiflame.sources.kineto_events import Cls, Columns, EventCollector, TimeOutOfRange
 from aiflame.sources.kineto_info import describe
@@ -49,6 +50,7 @@ from aiflame.sources.kineto_json import TraceStream
 from aiflame.sources.kineto_names import PyFrame, python_frame
 from aiflame.sources.kineto_samples import (
     DELIMITER,
+    GPU_IDLE_TIME,
     SAMPLE_TYPES,
     UNLINKED_ROOT,
     Labels,
@@ -164,7 +166,7 @@ def trace_input(
     ``kernel_args``: read the kernel names launch calls carry (the trace of a graph's
     capture, which is matched to the replays by them)."""
     try:
-        cols, meta = read_columns(source, shapes=True, kernels=kernel_args)
+        cols, meta = read_columns(source, shapes=True, kernels=kernel_args, memory=True)
     except NoKinetoEvents as no_events:
         from aiflame.sources import trace_events
 
@@ -360,6 +362,13 @@ def build_profile(
         captured = _captured_stacks(builder, cols, launch, stack_of, replays, python_names)
         graft = captured if graft is None else np.where(captured >= 0, captured, graft)
     unlinked = add_gpu_samples(builder, kernels, cols, launch, stack_of, labels, graft)
+    trace = from_columns(cols, trace_meta, path, (cpu_corr, gpu_corr), nesting, launch)
+    none = np.full(1, -1, dtype=np.int64)
+
+    def thread_labels(th: np.ndarray) -> np.ndarray:
+        return labels.ids(th, np.broadcast_to(none, th.shape), np.broadcast_to(none, th.shape))
+
+    add_gpu_idle(builder, GPU_IDLE_TIME, trace, stack_of, thread_labels)
 
     builder.meta.update(describe(cols, unlinked, warnings, rank, trace_meta, use_call_stacks))
     if len(launch) and stack_of.size:

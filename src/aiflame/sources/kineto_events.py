@@ -140,6 +140,28 @@ class MemoryEvent(Event, gc=False):
     args: MemoryArgs | None = None
 
 
+class AnalysisArgs(KernelArgs, gc=False):
+    """All of the above: shapes, launch calls' kernels and ``[memory]`` fields (what
+    ``aiflame analyze`` reads)."""
+
+    nbytes: Any = msgspec.field(default=None, name="Bytes")
+    addr: Any = msgspec.field(default=None, name="Addr")
+    device_type: Any = msgspec.field(default=None, name="Device Type")
+    device_id: Any = msgspec.field(default=None, name="Device Id")
+    total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
+
+
+class AnalysisEvent(Event, gc=False):
+    args: AnalysisArgs | None = None
+
+
+def _event_type(shapes: bool, memory: bool, kernels: bool) -> type[Event]:
+    if memory and (shapes or kernels):
+        return AnalysisEvent
+    return MemoryEvent if memory else KernelEvent if kernels else ShapeEvent if shapes else Event
+
+
 MEMORY_EVENT = "[memory]"
 # c10::DeviceType values as Kineto writes them in "Device Type" (ROCm reports CUDA, 1).
 DEVICE_TYPES = {0: "cpu", 1: "cuda", 6: "hip", 9: "xla", 12: "xpu", 13: "mps", 19: "mtia"}
@@ -172,7 +194,25 @@ def coerce_event(
             "labels": raw.get("labels"),
             "sort_index": raw.get("sort_index"),
         }
-        if memory:
+        memory_fields = {
+            "nbytes": raw.get("Bytes"),
+            "addr": raw.get("Addr"),
+            "device_type": raw.get("Device Type"),
+            "device_id": raw.get("Device Id"),
+            "total_allocated": raw.get("Total Allocated"),
+            "total_reserved": raw.get("Total Reserved"),
+        }
+        if memory and (shapes or kernels):
+            args = AnalysisArgs(
+                **fields,
+                input_dims=raw.get("Input Dims"),
+                input_type=raw.get("Input type"),
+                concrete_inputs=raw.get("Concrete Inputs"),
+                bytes=raw.get("bytes"),
+                kernel=raw.get("kernel"),
+                **memory_fields,
+            )
+        elif memory:
             args = MemoryArgs(
                 **fields,
                 nbytes=raw.get("Bytes"),
@@ -196,9 +236,7 @@ def coerce_event(
         else:
             args = Args(**fields)
     get = item.get
-    event_type = (
-        MemoryEvent if memory else KernelEvent if kernels else ShapeEvent if shapes else Event
-    )
+    event_type = _event_type(shapes, memory, kernels)
     return event_type(
         get("ph"),
         get("cat"),
@@ -330,12 +368,8 @@ class EventCollector:
     def __init__(self, shapes: bool = False, memory: bool = False, kernels: bool = False) -> None:
         """``kernels``: read the kernel names of launch calls too (implies ``shapes``)."""
         shapes = shapes or kernels
-        if shapes and memory:
-            raise ValueError("shapes and memory are read by separate collectors")
         self.shapes, self.memory, self.kernels = shapes, memory, kernels
-        self.event_type: type[Event] = (
-            MemoryEvent if memory else KernelEvent if kernels else ShapeEvent if shapes else Event
-        )
+        self.event_type: type[Event] = _event_type(shapes, memory, kernels)
         self._shape_ids: dict[bytes, int] = {}
         self._shape_list: list[tuple[Any, Any, Any]] = []
         self.cpu_shape = array("i")

@@ -26,6 +26,7 @@
       this.colorMode = this.diff ? "diff-self" : "kind";
       this.filters = []; // [{op: "focus" | "hide", nameId, name}]
       this.searchMask = null;
+      this.ignoreCase = false; // the "Aa" button: every search ignores case
       this.sandwichName = -1;
       this.topSort = this.diff ? { key: "delta", dir: "abs" } : { key: "self", dir: "desc" };
       this.topUnfold = false; // true: a differential table shows its wrapper rows too
@@ -373,12 +374,10 @@
       if (!text) {
         this.searchMask = null;
       } else {
-        let re;
-        try {
-          re = new RegExp(text);
-        } catch (err) {
-          // Not a valid regex: search for the literal text instead, and say so.
-          re = new RegExp(text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"));
+        const found = A.searchRegex(text, this.ignoreCase);
+        const re = found.re;
+        if (found.literal) {
+          // Not a valid regex: a search for the literal text instead, and said so.
           $("search").classList.add("bad");
           status.textContent = "(not a regex: literal match)";
         }
@@ -390,6 +389,13 @@
       this.view.draw();
       this.updateMatched();
       if (this.tab === "sandwich") this.renderSandwich();
+    }
+
+    // The "Aa" button: every search ignores case (else only searches in lower case do).
+    setIgnoreCase(on) {
+      this.ignoreCase = !!on;
+      $("search-case").setAttribute("aria-pressed", String(this.ignoreCase));
+      this.setSearch($("search").value);
     }
 
     updateMatched() {
@@ -741,6 +747,7 @@
         this.view.draw();
       });
       let timer = 0;
+      $("search-case").addEventListener("click", () => this.setIgnoreCase(!this.ignoreCase));
       $("search").addEventListener("input", () => {
         clearTimeout(timer);
         timer = setTimeout(() => this.setSearch($("search").value), 120);

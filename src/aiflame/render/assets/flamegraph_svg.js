@@ -261,11 +261,18 @@ function searchPrompt() {
   if (term) search(term);
 }
 
+// As the HTML page searches: a term in lower case (or after "(?i)") ignores case.
 function matcher(term) {
+  var flags = "";
+  if (term.indexOf("(?i)") === 0) {
+    term = term.slice(4);
+    flags = "i";
+  }
+  if (term === term.toLowerCase()) flags = "i";
   try {
-    return new RegExp(term);
+    return new RegExp(term, flags);
   } catch (e) {
-    return new RegExp(term.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"));
+    return new RegExp(term.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"), flags);
   }
 }
 

@@ -200,6 +200,25 @@
   };
   A.SEARCH_COLOR = "rgb(230,0,230)";
 
+  // A search as a RegExp, as editors search: a query in lower case ignores case, one with a
+  // capital letter matches it; `ignoreCase` (the page's "Aa" button) or a leading "(?i)"
+  // (how Python and PCRE write it; JavaScript rejects inline flags) ignores it always. Not
+  // a valid regex: the literal text (literal: true).
+  A.searchRegex = function (text, ignoreCase) {
+    let body = String(text);
+    let flags = ignoreCase ? "i" : "";
+    if (body.startsWith("(?i)")) {
+      body = body.slice(4);
+      flags = "i";
+    }
+    if (body === body.toLowerCase()) flags = "i";
+    try {
+      return { re: new RegExp(body, flags), literal: false };
+    } catch (err) {
+      return { re: new RegExp(body.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"), flags), literal: true };
+    }
+  };
+
   // FNV-1a of the name, folded to [0, 1): stable across pages and sessions.
   function nameHash(name) {
     let h = 0x811c9dc5;
