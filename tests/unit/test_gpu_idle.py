@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from aiflame.analysis import analyze, read
+from aiflame.analysis.links import StackFinder
 from aiflame.analysis.timeline import time_breakdown
-from aiflame.cli.analyze_links import StackFinder
 from aiflame.cli.main import main
 from aiflame.model import Profile
 from aiflame.render.html import extract_data
