@@ -146,11 +146,11 @@ def test_asking_for_py_spy_without_it_is_an_error_before_the_program_runs(withou
 
 
 def test_an_interpreter_ebpf_cannot_walk_without_py_spy_one_note(without_py_spy, tmp_path):
-    """CPython 3.10: the BPF program does not walk its frames, py-spy would add them."""
-    pyenv = glob.glob(os.path.expanduser("~/.pyenv/versions/3.10.*/bin/python3.10"))
-    old = next(iter(sorted(pyenv) + glob.glob("/usr/bin/python3.10")), None)  # no pyenv shim
+    """CPython 3.7: the BPF program does not walk its frames, py-spy would add them."""
+    pyenv = glob.glob(os.path.expanduser("~/.pyenv/versions/3.7.*/bin/python3.7"))
+    old = next(iter(sorted(pyenv) + glob.glob("/usr/bin/python3.7")), None)  # no pyenv shim
     if old is None:
-        pytest.skip("needs a Python 3.10 (pyenv install 3.10)")
+        pytest.skip("needs a Python 3.7 (pyenv install 3.7), which the kernel walk does not read")
     python, env = without_py_spy
     prog = tmp_path / "busy.py"
     prog.write_text(textwrap.dedent(BUSY))

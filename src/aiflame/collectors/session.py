@@ -16,7 +16,7 @@ The torch traces, if any, are loaded with the Kineto importer and merged in.
 
 With eBPF (``ebpf`` "auto" as root, or "on"), :mod:`.ebpf.recording` samples every thread
 of the target and its children in the kernel instead: ``cpu-samples`` then holds native,
-JIT and kernel frames, and, for CPython 3.11-3.13, the Python frames too, which the BPF
+JIT and kernel frames, and, for CPython 3.8-3.15, the Python frames too, which the BPF
 program walks itself: no py-spy process then (``python_in_kernel``). For other
 interpreters, py-spy's Python stacks are kept beside as ``python-samples``.
 ``system_wide`` records every process with eBPF alone.

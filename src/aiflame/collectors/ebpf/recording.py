@@ -87,7 +87,7 @@ class EbpfRecorder:
             self.sampler.poll(max(1, int(left * 1000)))
 
     def walks_python(self, pid: int) -> bool:
-        """Whether the sampler reads this process's Python stacks itself (CPython 3.11-3.13
+        """Whether the sampler reads this process's Python stacks itself (CPython 3.8-3.15
         found in it), so that no other sampler is needed for them."""
         return self.running and self.sampler.walks_python(pid)
 

@@ -67,12 +67,26 @@ struct pid {
 	struct upid numbers[1];
 };
 
+/* the thread's TLS base: what pthread_self() is derived from */
+#if defined(__TARGET_ARCH_x86)
+struct thread_struct {
+	unsigned long fsbase;
+};
+#else
+struct thread_struct {
+	struct {
+		unsigned long tp_value;
+	} uw;
+};
+#endif
+
 struct task_struct {
 	unsigned int flags;
 	pid_t pid;
 	pid_t tgid;
 	struct task_struct *real_parent;
 	struct pid *thread_pid;
+	struct thread_struct thread;
 };
 #define PF_KTHREAD 0x00200000
 
