@@ -76,6 +76,11 @@ def candidate_files(maps: Maps) -> list[Mapping]:
     return out
 
 
+def maps_interpreter(maps_text: str) -> bool:
+    """Whether a process with these mappings has an interpreter's file loaded."""
+    return bool(_MAYBE_PYTHON.search(maps_text)) and bool(candidate_files(Maps.parse(maps_text)))
+
+
 def find_python(pid: int, maps_text: str | None = None) -> PythonProcess:
     """The interpreter of process ``pid``; UnsupportedPython when there is none we read."""
     if maps_text is None:

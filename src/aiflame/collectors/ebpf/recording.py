@@ -91,6 +91,14 @@ class EbpfRecorder:
         found in it), so that no other sampler is needed for them."""
         return self.running and self.sampler.walks_python(pid)
 
+    def python_state(self, pid: int) -> str:
+        """:meth:`.CpuSampler.python_state`: ``walked``, ``other`` or ``none``."""
+        return self.sampler.python_state(pid) if self.running else "none"
+
+    def pythons_seen(self) -> bool:
+        """Whether an interpreter was found in a sampled process (walked or not)."""
+        return self.sampler.pythons_seen()
+
     def finish(self, naming: PythonNaming | None = None) -> Profile | None:
         """Stop sampling and build the profile (None when nothing was sampled); ``naming``
         names the Python frames (the targets' ``sys.path``)."""
