@@ -432,7 +432,12 @@ class Session:
         if profile is not None:
             profile.meta["info:recorded"] = f"{elapsed:.1f} s"
         if profile is None and not self.failures:
-            self.failures.append(f"nothing was sampled in {elapsed:.1f} s (too short a run?)")
+            tried = ""
+            if self.ebpf is not None:
+                tried = f": eBPF saw it on no CPU at {self.options.rate} Hz and no CUDA/HIP call"
+            self.failures.append(
+                f"nothing was sampled in {elapsed:.1f} s{tried} (too short a run?)"
+            )
         if profile is None and self.failures:
             self.notes.extend(self.failures[1:])
         failure = self.failures[0] if profile is None and self.failures else None
@@ -501,7 +506,7 @@ class Session:
             out = os.path.join(self.dir, f"pyspy-{name}.json")
             if not os.path.exists(out) or os.path.getsize(out) == 0:
                 failure = self._sampler_failure(name, root_pid)
-                if failure not in self.failures:
+                if failure is not None and failure not in self.failures:
                     self.failures.append(failure)
                 continue
             spec = StreamSpec(
@@ -609,9 +614,10 @@ class Session:
         except OSError:
             return False
 
-    def _sampler_failure(self, name: str, pid: int) -> str:
+    def _sampler_failure(self, name: str, pid: int) -> str | None:
         if not self._python_ran(pid):
-            return self._not_python(pid)
+            # with eBPF py-spy was an extra for Python: nothing to say of a program without
+            return None if self.ebpf is not None else self._not_python(pid)
         if not self.samplers:  # the program ended before sampling could start
             return "the program exited before sampling could start"
         try:

@@ -67,6 +67,8 @@ class EbpfRecorder:
         """``preexec_fn`` of the launched program: a target from before its first fork."""
         if self.running and not self.system_wide:
             self.sampler.preexec()
+            if self.cuda is not None:
+                self.cuda.preexec()
 
     def add_target(self, pid: int) -> None:
         if self.running and not self.system_wide:
@@ -81,10 +83,12 @@ class EbpfRecorder:
             return
         deadline = time.monotonic() + seconds
         while (left := deadline - time.monotonic()) > 0:
-            if self.cuda is not None:
-                self.cuda.tick()
-                left = min(left, CUDA_TICK_S)
-            self.sampler.poll(max(1, int(left * 1000)))
+            if self.cuda is None:
+                self.sampler.poll(max(1, int(left * 1000)))
+                continue
+            # the probes' events wake at once (a process waits stopped for its set-up)
+            self.cuda.tick(max(1, int(min(left, CUDA_TICK_S) * 1000)))
+            self.sampler.poll(0)
 
     def walks_python(self, pid: int) -> bool:
         """Whether the sampler reads this process's Python stacks itself (CPython 3.8-3.15

@@ -25,6 +25,8 @@ struct pt_regs {
 #define PT_REGS_RC(x) ((x)->ax)
 #define PT_REGS_SP(x) ((x)->sp)
 #define PT_REGS_IP(x) ((x)->ip)
+#define SYSCALL_ARG5 r8 /* in the pt_regs of a system call: its fifth argument */
+#define NR_MMAP 9
 typedef struct pt_regs bpf_user_pt_regs_t;
 #elif defined(__TARGET_ARCH_arm64)
 struct user_pt_regs {
@@ -45,6 +47,8 @@ struct pt_regs {
 #define PT_REGS_RC(x) ((x)->user_regs.regs[0])
 #define PT_REGS_SP(x) ((x)->user_regs.sp)
 #define PT_REGS_IP(x) ((x)->user_regs.pc)
+#define SYSCALL_ARG5 user_regs.regs[4]
+#define NR_MMAP 222
 typedef struct user_pt_regs bpf_user_pt_regs_t;
 #else
 #error "define __TARGET_ARCH_x86 or __TARGET_ARCH_arm64"
@@ -80,6 +84,63 @@ struct thread_struct {
 };
 #endif
 
+/* files, for the name and identity of the file behind a descriptor or a mapping */
+struct qstr {
+	const unsigned char *name;
+};
+
+struct dentry {
+	struct qstr d_name;
+};
+
+struct path {
+	struct dentry *dentry;
+};
+
+struct super_block {
+	dev_t s_dev;
+};
+
+struct inode {
+	unsigned long i_ino;
+	struct super_block *i_sb;
+};
+
+struct file {
+	struct path f_path;
+	struct inode *f_inode;
+};
+
+struct fdtable {
+	unsigned int max_fds;
+	struct file **fd;
+};
+
+struct files_struct {
+	struct fdtable *fdt;
+};
+
+struct vm_area_struct {
+	struct file *vm_file;
+};
+
+/* terminals and process groups: is a process a shell's foreground job */
+struct tty_struct {
+	struct {
+		struct pid *pgrp;
+	} ctrl; /* Linux 5.19+ */
+};
+
+struct tty_struct___old {
+	struct pid *pgrp;
+};
+
+#define PIDTYPE_PGID 2
+struct signal_struct {
+	struct tty_struct *tty;
+	struct pid *pids[4];
+};
+
 struct task_struct {
 	unsigned int flags;
 	pid_t pid;
@@ -87,6 +148,8 @@ struct task_struct {
 	struct task_struct *real_parent;
 	struct pid *thread_pid;
 	struct thread_struct thread;
+	struct files_struct *files;
+	struct signal_struct *signal;
 };
 #define PF_KTHREAD 0x00200000
 
