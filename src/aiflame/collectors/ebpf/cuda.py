@@ -18,9 +18,10 @@ Probes are attached to library files, once per file, on the functions the file r
 defines (:mod:`.cuda_libs`): they fire in every process that maps it, and the BPF programs
 keep the recorded processes' calls (the ``targets`` map, which follows their forks, or
 every process). One generic BPF program pair serves them all, told apart by the probe's
-cookie (:func:`.cuda_apis.cookie`). A recorded process that maps a CUDA/HIP library it is
-not set up for is stopped at that mapping until the file is probed and the process
-described (:mod:`.holds`), so the calls right after ``dlopen()`` are seen. Calls made from
+cookie (:func:`.cuda_apis.cookie`). The dynamic loaders the processes run with are probed
+too (``_dl_debug_state``, where they report new libraries): a recorded process that loaded
+a CUDA/HIP library it is not set up for is stopped there until the file is probed and the
+process described (:mod:`.holds`), so the calls right after ``dlopen()`` are seen. Calls made from
 inside a probed library (cudaMalloc -> cuMemAlloc_v2) count once: the caller's address is
 looked up in the libraries' code ranges (the ``libs`` map), else in its mapping.
 """
@@ -55,6 +56,9 @@ from aiflame.collectors.ebpf.cuda_libs import (
     ElfError,
     GpuLibrary,
     gpu_libraries,
+    kernel_dev,
+    loader_of,
+    loader_probe,
     probe_targets,
     read_maps,
 )
@@ -96,8 +100,9 @@ N_STATS = 16
 # struct call_key / struct call_sum of bpf/cuda.bpf.c
 _CALL_KEY = struct.Struct("<IIQQQHHi")
 _CALL_SUM = struct.Struct("<QQQQ")
-# struct library_event of bpf/cuda.bpf.c: pid, tid, file (dev, inode), fd, held, name[16]
-_LIBRARY_EVENT = struct.Struct("<IIQQiI16s")
+# struct library_event of bpf/cuda.bpf.c: pid, tid, file (dev, inode), base, kind, held, name
+_LIBRARY_EVENT = struct.Struct("<IIQQQII16s")
+EV_LOADED_LIBRARY, EV_NEW_LOADER = 0, 1
 _ONE = b"\x01"
 SUMMED_ROLES = {LAUNCH, GRAPH, COPY, SYNC}  # summed in the kernel; the others are events
 
@@ -159,15 +164,16 @@ class CudaProbes:
         self.maps = MapsSnapshots()
         self.attached: dict[int, Attached] = {}  # recorded processes mapping CUDA/HIP
         self.files: dict[tuple[str, int], ProbedFile] = {}  # (dev, inode) -> its probes
+        self.loaders: dict[tuple[str, int], int | None] = {}  # dynamic loaders -> the link
         self.failures: list[str] = []
         self.comm: dict[int, str] = {}
         self.holds = Holds()
         self.hold_unavailable = ""  # why processes are not stopped at their first mapping
         self.not_stopped = 0  # foreground jobs of a shell, announced without a stop
-        self._hold_link: int | None = None  # on_mmap's link, detached first when closing
         self._watched: set[int] = set()
         self._targets: set[int] = set()  # pids put in the kernel's `targets` map
         self._seen_libs: dict[int, set[tuple[str, int]]] = {}
+        self._loader_seen: set[int] = set()  # processes whose dynamic loader is probed
         self._stacks_checked = 0
         self._kernel_stacks: dict[int, tuple[int, ...]] = {}  # stack hash -> addresses
         self._gone: list[int] = []  # processes found exited at the last cut
@@ -189,7 +195,9 @@ class CudaProbes:
             self._rb = self._obj.ring_buffer("events", self.log)
             self._rb.add(self._obj.map("library_events").fd, self._on_library)
             self._obj.attach_raw_tracepoint("on_fork", "sched_process_fork")
-            self._obj.attach_raw_tracepoint("on_exec", "sched_process_exec")
+            self._exec_link: int | None = self._obj.attach_raw_tracepoint(
+                "on_exec", "sched_process_exec"
+            )
             self._start_holds()
         except BaseException:
             self.holds.close()
@@ -197,14 +205,23 @@ class CudaProbes:
             raise
 
     def _start_holds(self) -> None:
+        """Watch the dynamic loader this process runs with (that of the programs started
+        here), and start the watchdog of stopped processes. Neither this process nor the
+        watchdog is ever stopped (listed as announced already)."""
+        own = read_maps(os.getpid())
+        loader = loader_of(os.getpid(), own) if own else None
+        if loader is not None:
+            self._attach_loader(loader)
+        exempt = [os.getpid()]
         if not self.options.hold:
             self.hold_unavailable = "turned off"
-            return
-        try:
-            self.holds.start_watchdog(self._obj.map("pending").fd, LIBRARY)
-            self._hold_link = self._obj.attach_raw_tracepoint("on_mmap", "sys_enter")
-        except (BpfError, OSError) as e:
-            self.hold_unavailable = str(e)
+        else:
+            try:
+                exempt.append(self.holds.start_watchdog(self._obj.map("pending").fd, LIBRARY))
+            except OSError as e:
+                self.hold_unavailable = f"no watchdog process: {e}"
+        for pid in exempt:
+            self._obj.map("pending").update(struct.pack("<I", pid), _ONE)
 
     def _open_any(self, multi: bool) -> BpfObject:
         """The programs that walk Python stacks, else (no bpf_loop: Linux < 5.17) those
@@ -234,6 +251,7 @@ class CudaProbes:
                 caps=struct.pack(f"<{N_CLASSES}Q", *caps),
                 every_process=int(self.options.every_process),
                 follow_children=int(self.options.follow_children),
+                hold=int(self.options.hold),
             )
             obj.set_max_entries("events", _power_of_two(self.options.ring_buffer_bytes))
             obj.load()
@@ -301,6 +319,11 @@ class CudaProbes:
             return
         if pid in self.attached:  # stacks are symbolized at the end: keep the latest maps
             self.maps.refresh(pid, text)
+        if pid not in self._loader_seen:  # the libraries it loads from now on are seen
+            self._loader_seen.add(pid)
+            loader = loader_of(pid, text)
+            if loader is not None:
+                self._attach_loader(loader)
         libs = gpu_libraries(pid, text)
         if not libs:
             return  # (a process that maps none keeps no state here)
@@ -319,6 +342,8 @@ class CudaProbes:
             att.libraries.append(lib)
             if (lib.dev, lib.inode) not in self.files:
                 self._attach_file(lib)
+                file_key = struct.pack("<QQ", kernel_dev(lib.dev), lib.inode)
+                self._obj.map("probed_files").update(file_key, _ONE)
         self._obj.map("known").update(struct.pack("<I", pid), _ONE)
 
     def _set_ranges(self, pid: int, libs: list[GpuLibrary]) -> None:
@@ -386,17 +411,51 @@ class CudaProbes:
             return
         probed.functions.extend(APIS[i].name for i, _ in targets)
 
+    def _attach_loader(self, loader: GpuLibrary) -> None:
+        """Probe a dynamic loader's ``_dl_debug_state`` (where it says the list of loaded
+        libraries changed), in every process that runs it."""
+        key = (loader.dev, loader.inode)
+        if key in self.loaders:
+            return
+        self.loaders[key] = None
+        try:
+            where = loader_probe(loader.host_path)
+        except (OSError, ElfError) as e:
+            self.failures.append(f"{loader.path}: {e}")
+            return
+        if where is None:
+            self.failures.append(f"{loader.path}: no _dl_debug_state and _r_debug (not glibc's)")
+            return
+        offset, delta = where
+        try:
+            self.loaders[key] = self._obj.attach_uprobe(
+                "on_loader_state", loader.host_path, offset=offset, cookie=delta & (1 << 64) - 1
+            )
+        except BpfError as e:
+            self.failures.append(str(e))
+            return
+        file_key = struct.pack("<QQ", kernel_dev(loader.dev), loader.inode)
+        self._obj.map("probed_loaders").update(file_key, _ONE)
+
     def _on_library(self, data: bytes) -> None:
-        """A recorded process maps a CUDA/HIP library it was not set up for (stopped,
-        unless a shell's foreground job): set it up, then let it go on."""
-        pid, tid, dev, inode, _, held, _ = _LIBRARY_EVENT.unpack_from(data)
+        """A recorded process loaded a CUDA/HIP library it was not set up for, or was
+        started with a dynamic loader not probed yet (stopped, unless a shell's foreground
+        job): set it up, then let it go on."""
+        pid, tid, dev, inode, _, kind, held, _ = _LIBRARY_EVENT.unpack_from(data)
         try:
             if held:
                 self.holds.stopped(pid, tid)
             else:
                 self.not_stopped += 1
-            self._scan_one(pid, force=True)
-            self._obj.map("probed_files").update(struct.pack("<QQ", dev, inode), _ONE)
+            if kind == EV_NEW_LOADER:
+                text = read_maps(pid)
+                loader = loader_of(pid, text) if text else None
+                if loader is not None:
+                    self._attach_loader(loader)
+                self._obj.map("probed_loaders").update(struct.pack("<QQ", dev, inode), _ONE)
+            else:
+                self._scan_one(pid, force=True)
+                self._obj.map("probed_files").update(struct.pack("<QQ", dev, inode), _ONE)
         finally:
             self._obj.map("pending").delete(struct.pack("<I", pid))
             if held:
@@ -566,7 +625,8 @@ class CudaProbes:
         """Descriptors of the loaded BPF programs (for the kernel's BPF statistics)."""
         if self._obj.ptr is None:
             return []
-        return [self._obj.program_fd(p) for p in (self._entry, self._return, "on_mmap")]
+        programs = (self._entry, self._return, "on_loader_state", "on_exec", "on_fork")
+        return [self._obj.program_fd(p) for p in programs]
 
     def _detach_exited(self) -> None:
         """Forget processes gone since the last cut, in the kernel and here (what names
@@ -577,9 +637,11 @@ class CudaProbes:
             self.maps.forget(pid)
             if self.python is not None:
                 self.python.forget(self._obj, pid)
+        self._loader_seen = {p for p in self._loader_seen if procs.alive(p)}
         self._gone = [p for p in self.attached if not procs.alive(p)]
         for pid in self._gone:  # the files stay probed, for the processes still to come
             self.attached.pop(pid)
+            self._loader_seen.discard(pid)
             self._watched.discard(pid)
             self._targets.discard(pid)
             self._seen_libs.pop(pid, None)
@@ -592,9 +654,7 @@ class CudaProbes:
         (idempotent); events, sums and counters stay readable. No process is stopped from
         the first step on, and those stopped before are set up and continued."""
         try:
-            if self._hold_link is not None and self._obj.ptr is not None:
-                self._obj.detach(self._hold_link)
-            self._hold_link = None
+            self._stop_holding()
             if self._final_stats is None and self._obj.loaded and self._obj.ptr is not None:
                 try:
                     self._rb.consume()
@@ -607,6 +667,19 @@ class CudaProbes:
             self._obj.close()
             if self.python is not None:
                 self.python.close()
+
+    def _stop_holding(self) -> None:
+        """Detach what stops processes (the loaders' probes, the exec hook), so that none
+        is stopped while the rest is read and closed."""
+        if self._obj.ptr is None:
+            return
+        for key, link in list(self.loaders.items()):
+            if link is not None:
+                self._obj.detach(link)
+                self.loaders[key] = None
+        if self._exec_link is not None:
+            self._obj.detach(self._exec_link)
+            self._exec_link = None
 
     def __enter__(self) -> CudaProbes:
         return self

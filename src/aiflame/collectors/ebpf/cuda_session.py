@@ -17,11 +17,11 @@ returning, whatever happens.
     rec.notes                                   # drops over the caps, attach failures
     rec.close()
 
-A recorded process that maps a CUDA/HIP library is stopped at that mapping until its
-probes are attached (:class:`.cuda.CudaProbes`), so even the calls made right after the
-library is loaded are seen; ``/proc/PID/maps`` is also looked at every ``scan_s``, for the
-libraries of processes not stopped (a shell's foreground job, a kernel that refused the
-stop).
+A recorded process that loads a CUDA/HIP library is stopped as its dynamic loader reports
+it until its probes are attached (:class:`.cuda.CudaProbes`), so even the calls made right
+after the library is loaded are seen; ``/proc/PID/maps`` is also looked at every
+``scan_s``, for the libraries of processes not stopped (a shell's foreground job, a loader
+other than glibc's).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Processes the CUDA/HIP probes stopped until they are set up, and their release.
 
-``bpf/cuda.bpf.c`` stops a recorded process (SIGSTOP, at the return of the ``mmap``) the
-moment it maps a CUDA/HIP library it is not set up for, so that the calls it makes right
-after ``dlopen()`` are seen: user space attaches the library's probes, describes the
-process (its Python, its libraries' code ranges) and continues it (SIGCONT), a few
-milliseconds later.
+``bpf/cuda.bpf.c`` stops a recorded process (SIGSTOP) the moment its dynamic loader reports
+a CUDA/HIP library it is not set up for (or at its exec, when its loader is not watched
+yet), so that the calls it makes right after ``dlopen()`` are seen: user space attaches the
+library's probes, describes the process (its Python, its libraries' code ranges) and
+continues it (SIGCONT), milliseconds later.
 
 A process must never stay stopped because this one died meanwhile (killed, or crashed
 before it read the announcement): a watchdog process, in a session of its own, holds the
@@ -23,7 +23,7 @@ import sys
 import time
 from typing import IO
 
-STOP_WAIT_S = 1.0  # for the stop to take effect (the mmap returning) before going on anyway
+STOP_WAIT_S = 1.0  # for the stop to take effect before going on anyway
 # argv: the pending map's descriptor (inherited), the libbpf to read it with
 _WATCHDOG = """
 import ctypes, os, signal, sys
@@ -53,11 +53,11 @@ class Holds:
         self._watchdog: subprocess.Popen | None = None
         self._pipe: IO[str] | None = None
 
-    def start_watchdog(self, pending_fd: int, libbpf: str) -> None:
+    def start_watchdog(self, pending_fd: int, libbpf: str) -> int:
         """Start the watchdog over the ``pending`` map (``pending_fd``), read with the
-        ``libbpf`` library file this process uses."""
+        ``libbpf`` library file this process uses; its pid."""
         if self._watchdog is not None:
-            return
+            return self._watchdog.pid
         self._watchdog = subprocess.Popen(
             [sys.executable, "-S", "-c", _WATCHDOG, str(pending_fd), libbpf],
             stdin=subprocess.PIPE,
@@ -68,10 +68,11 @@ class Holds:
             start_new_session=True,  # a terminal's Ctrl-C is not for it
         )
         self._pipe = self._watchdog.stdin
+        return self._watchdog.pid
 
     def stopped(self, pid: int, tid: int) -> bool:
-        """Note a stopped process and wait until its thread has really stopped (its mmap
-        returned: the mapping is there); False if it is gone."""
+        """Note a stopped process and wait until its thread has really stopped (back from
+        the probe's trap or the exec); False if it is gone."""
         self.held[pid] = time.monotonic()
         self.count += 1
         deadline = time.monotonic() + STOP_WAIT_S

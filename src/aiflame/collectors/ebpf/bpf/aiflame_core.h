@@ -25,8 +25,6 @@ struct pt_regs {
 #define PT_REGS_RC(x) ((x)->ax)
 #define PT_REGS_SP(x) ((x)->sp)
 #define PT_REGS_IP(x) ((x)->ip)
-#define SYSCALL_ARG5 r8 /* in the pt_regs of a system call: its fifth argument */
-#define NR_MMAP 9
 typedef struct pt_regs bpf_user_pt_regs_t;
 #elif defined(__TARGET_ARCH_arm64)
 struct user_pt_regs {
@@ -47,8 +45,6 @@ struct pt_regs {
 #define PT_REGS_RC(x) ((x)->user_regs.regs[0])
 #define PT_REGS_SP(x) ((x)->user_regs.sp)
 #define PT_REGS_IP(x) ((x)->user_regs.pc)
-#define SYSCALL_ARG5 user_regs.regs[4]
-#define NR_MMAP 222
 typedef struct user_pt_regs bpf_user_pt_regs_t;
 #else
 #error "define __TARGET_ARCH_x86 or __TARGET_ARCH_arm64"
@@ -84,7 +80,7 @@ struct thread_struct {
 };
 #endif
 
-/* files, for the name and identity of the file behind a descriptor or a mapping */
+/* files, for the name and identity of the file behind a mapping */
 struct qstr {
 	const unsigned char *name;
 };
@@ -111,15 +107,6 @@ struct file {
 	struct inode *f_inode;
 };
 
-struct fdtable {
-	unsigned int max_fds;
-	struct file **fd;
-};
-
-struct files_struct {
-	struct fdtable *fdt;
-};
-
 struct vm_area_struct {
 	struct file *vm_file;
 };
@@ -141,6 +128,12 @@ struct signal_struct {
 	struct pid *pids[4];
 };
 
+/* a process's memory: the auxiliary vector its program started with (AT_BASE: where the
+ * dynamic loader was mapped) */
+struct mm_struct {
+	unsigned long saved_auxv[2];
+};
+
 struct task_struct {
 	unsigned int flags;
 	pid_t pid;
@@ -148,8 +141,8 @@ struct task_struct {
 	struct task_struct *real_parent;
 	struct pid *thread_pid;
 	struct thread_struct thread;
-	struct files_struct *files;
 	struct signal_struct *signal;
+	struct mm_struct *mm;
 };
 #define PF_KTHREAD 0x00200000
 

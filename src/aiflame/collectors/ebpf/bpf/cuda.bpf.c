@@ -23,13 +23,18 @@
  *
  * Probes are attached to the library files, not to processes: they fire in every process
  * that maps the file, from its first instruction, and the programs keep the calls of the
- * recorded processes (`targets`, which follows forks, or every process). A recorded
- * process that maps a CUDA/HIP library it is not set up for (a file not probed yet, or
- * a process user space has not described) is stopped at that mmap (SIGSTOP, on_mmap)
- * until user space has attached the file's probes, described the process and continued
- * it: calls made right after dlopen() are all seen. A shell's foreground job is not
- * stopped (the shell would take the terminal back); its library is probed as soon as
- * user space sees it.
+ * recorded processes (`targets`, which follows forks, or every process). The dynamic
+ * loader tells debuggers of each change to the libraries loaded by calling
+ * _dl_debug_state(), with the list in _r_debug consistent again once new libraries are
+ * mapped and relocated, before their constructors and before dlopen() returns (and before
+ * main for those the program is linked with): a probe there (on_loader_state) stops
+ * (SIGSTOP) a recorded process that has just loaded a CUDA/HIP library it is not set up
+ * for (a file not probed yet, or a process user space has not described), until user
+ * space has attached the file's probes, described the process and continued it: calls
+ * made right after dlopen() are all seen. A program started with a dynamic loader not
+ * probed yet (another container's) is stopped at its exec (on_exec) until it is. A shell's
+ * foreground job is not stopped (the shell would take the terminal back); its library is
+ * probed as soon as user space sees it.
  *
  * In CPython processes user space has described in `py_procs`, the *_python programs
  * also walk the calling thread's Python stack (pystack.h) and append it to the native one
@@ -66,6 +71,7 @@ static __u64 (*bpf_get_attach_cookie)(void *ctx) = (void *)174;
 const volatile __u64 caps[N_CLASSES] = {};
 const volatile __u8 every_process = 0;   /* 1: every process is recorded */
 const volatile __u8 follow_children = 0; /* 1: processes forked by targets become targets */
+const volatile __u8 hold = 0;            /* 1: stop a process until it is set up */
 
 #define SIGSTOP 19
 #define NAME_PREFIX 16 /* bytes of a file name compared */
@@ -247,12 +253,29 @@ struct {
 	__type(value, __u8);
 } probed_files SEC(".maps");
 
-/* a recorded process maps a CUDA/HIP library it is not set up for */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH); /* dynamic loader files whose _dl_debug_state is probed */
+	__uint(max_entries, 256);
+	__type(key, struct file_key);
+	__type(value, __u8);
+} probed_loaders SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH); /* tgid -> libraries of its list looked at already */
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u32);
+} loaded SEC(".maps");
+
+#define EV_LOADED_LIBRARY 0 /* it loaded a CUDA/HIP library it is not set up for */
+#define EV_NEW_LOADER 1     /* it was started with a dynamic loader not probed yet */
+
 struct library_event {
 	__u32 pid;
 	__u32 tid;
-	struct file_key file;
-	__s32 fd;   /* the descriptor it maps (open while the process is stopped) */
+	struct file_key file; /* the library, or the dynamic loader */
+	__u64 base;           /* EV_NEW_LOADER: where the loader is mapped (AT_BASE) */
+	__u32 kind;
 	__u32 held; /* 1: stopped (SIGSTOP) until user space continues it */
 	char name[NAME_PREFIX];
 };
@@ -664,62 +687,144 @@ static __always_inline int foreground_job(struct task_struct *task)
 	return parent_group != group;
 }
 
-/* sys_enter(struct pt_regs *regs, long id): a recorded process about to map a CUDA/HIP
- * library it is not set up for is stopped (at the return of that mmap) and announced. */
-SEC("raw_tp/sys_enter")
-int on_mmap(struct bpf_raw_tracepoint_args *ctx)
+/* Announce a recorded process to user space, stopped unless it is a shell's foreground
+ * job (once at a time: until user space has handled it). */
+static __always_inline void announce_library(__u32 kind, struct file_key *key, __u64 base,
+					     const char *name)
 {
-	if (ctx->args[1] != NR_MMAP)
-		return 0;
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32;
-	if (!recorded(tgid))
-		return 0;
-	struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
-	long fd = -1;
-	if (CORE_READ_INTO(&fd, regs, SYSCALL_ARG5) || (int)fd < 0)
-		return 0;
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	struct files_struct *files = 0;
-	struct fdtable *fdt = 0;
-	struct file **fds = 0;
-	struct file *f = 0;
-	unsigned int max_fds = 0;
-	if (CORE_READ_INTO(&files, task, files) || !files || CORE_READ_INTO(&fdt, files, fdt) ||
-	    !fdt || CORE_READ_INTO(&max_fds, fdt, max_fds) || (unsigned int)fd >= max_fds ||
-	    CORE_READ_INTO(&fds, fdt, fd) || !fds ||
-	    bpf_probe_read_kernel(&f, sizeof(f), &fds[(unsigned int)fd]) || !f)
-		return 0;
-	char name[NAME_PREFIX] = {};
-	if (file_name(f, name) || !gpu_library_name(name))
-		return 0;
-	struct inode *inode = 0;
-	struct super_block *sb = 0;
-	struct file_key key = {};
-	unsigned long ino = 0;
-	dev_t dev = 0;
-	if (CORE_READ_INTO(&inode, f, f_inode) || !inode || CORE_READ_INTO(&ino, inode, i_ino) ||
-	    CORE_READ_INTO(&sb, inode, i_sb) || !sb || CORE_READ_INTO(&dev, sb, s_dev))
-		return 0;
-	key.dev = dev;
-	key.ino = ino;
-	if (bpf_map_lookup_elem(&known, &tgid) && bpf_map_lookup_elem(&probed_files, &key))
-		return 0; /* set up already */
 	__u8 one = 1;
 	if (bpf_map_update_elem(&pending, &tgid, &one, BPF_NOEXIST))
-		return 0; /* announced already, user space is on it */
+		return; /* announced already, user space is on it */
 	struct library_event *e = bpf_ringbuf_reserve(&library_events, sizeof(*e), 0);
 	if (!e) {
 		bpf_map_delete_elem(&pending, &tgid); /* the scan of its maps will find it */
-		return 0;
+		return;
 	}
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	e->pid = tgid;
 	e->tid = (__u32)id;
-	e->file = key;
-	e->fd = fd;
-	e->held = !foreground_job(task) && bpf_send_signal(SIGSTOP) == 0;
+	e->file = *key;
+	e->base = base;
+	e->kind = kind;
+	e->held = hold && !foreground_job(task) && bpf_send_signal(SIGSTOP) == 0;
 	__builtin_memcpy(e->name, name, NAME_PREFIX);
 	bpf_ringbuf_submit(e, 0);
+}
+
+struct mapped_file {
+	struct file_key key;
+	char name[NAME_PREFIX];
+	int found;
+};
+
+/* bpf_find_vma callback: the file a mapping maps, its identity and name */
+static long file_of_vma(struct task_struct *task, struct vm_area_struct *vma,
+			struct mapped_file *out)
+{
+	struct file *f = 0;
+	struct inode *inode = 0;
+	struct super_block *sb = 0;
+	unsigned long ino = 0;
+	dev_t dev = 0;
+	if (CORE_READ_INTO(&f, vma, vm_file) || !f || file_name(f, out->name) ||
+	    CORE_READ_INTO(&inode, f, f_inode) || !inode || CORE_READ_INTO(&ino, inode, i_ino) ||
+	    CORE_READ_INTO(&sb, inode, i_sb) || !sb || CORE_READ_INTO(&dev, sb, s_dev))
+		return 0;
+	out->key.dev = dev;
+	out->key.ino = ino;
+	out->found = 1;
+	return 0;
+}
+
+#define MAX_LINK_MAPS 4096
+#define RT_CONSISTENT 0
+#define RT_DELETE 2
+
+struct loader_walk {
+	__u64 entry;   /* the next struct link_map to look at */
+	__u32 index;   /* its place in the list */
+	__u32 skip;    /* entries looked at before: followed only */
+	__u32 known;   /* the process was described by user space */
+	__u32 new_gpu; /* a CUDA/HIP library to set up was found: in `lib` */
+	struct mapped_file lib;
+};
+
+/* bpf_loop callback: one entry of the loader's list of loaded objects (struct link_map:
+ * l_addr, l_name, l_ld at +16, l_next at +24) */
+static long loader_step(__u64 i, struct loader_walk *w)
+{
+	if (!w->entry)
+		return 1;
+	if (w->index >= w->skip) {
+		__u64 dynamic = 0;
+		struct mapped_file m = {};
+		if (!read_u64(&dynamic, w->entry + 16) && dynamic)
+			bpf_find_vma(bpf_get_current_task_btf(), dynamic, file_of_vma, &m, 0);
+		if (m.found && gpu_library_name(m.name) &&
+		    (!w->known || !bpf_map_lookup_elem(&probed_files, &m.key))) {
+			w->new_gpu = 1;
+			w->lib = m;
+			return 1; /* looked at again once it is set up */
+		}
+	}
+	w->index++;
+	if (read_u64(&w->entry, w->entry + 24))
+		w->entry = 0;
+	return 0;
+}
+
+/* _dl_debug_state() of a dynamic loader; the cookie: &_r_debug - &_dl_debug_state */
+SEC("uprobe")
+int on_loader_state(struct pt_regs *ctx)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (!recorded(tgid))
+		return 0;
+	__u64 r_debug = PT_REGS_IP(ctx) + (__s64)bpf_get_attach_cookie(ctx);
+	__s32 state = -1;
+	if (bpf_probe_read_user(&state, sizeof(state), (void *)(r_debug + 24)))
+		return 0;
+	__u32 zero = 0;
+	if (state == RT_DELETE) { /* objects leave the list: look at all of it next time */
+		bpf_map_update_elem(&loaded, &tgid, &zero, BPF_ANY);
+		return 0;
+	}
+	if (state != RT_CONSISTENT)
+		return 0;
+	struct loader_walk w = {};
+	if (read_u64(&w.entry, r_debug + 8))
+		return 0;
+	__u32 *seen = bpf_map_lookup_elem(&loaded, &tgid);
+	w.skip = seen ? *seen : 0;
+	w.known = bpf_map_lookup_elem(&known, &tgid) != 0;
+	bpf_loop(MAX_LINK_MAPS, loader_step, &w, 0);
+	bpf_map_update_elem(&loaded, &tgid, &w.index, BPF_ANY);
+	if (w.new_gpu)
+		announce_library(EV_LOADED_LIBRARY, &w.lib.key, 0, w.lib.name);
+	return 0;
+}
+
+#define AT_NULL 0
+#define AT_BASE 7
+#define AUXV_PAIRS 32
+
+/* Where the current process's dynamic loader is mapped (0: a static program). */
+static __always_inline __u64 loader_base(struct task_struct *task)
+{
+	struct mm_struct *mm = 0;
+	if (CORE_READ_INTO(&mm, task, mm) || !mm)
+		return 0;
+	const unsigned long *auxv = __builtin_preserve_access_index(&mm->saved_auxv[0]);
+#pragma unroll
+	for (int i = 0; i < AUXV_PAIRS; i++) {
+		unsigned long pair[2] = {};
+		if (bpf_probe_read_kernel(pair, sizeof(pair), auxv + 2 * i) || pair[0] == AT_NULL)
+			return 0;
+		if (pair[0] == AT_BASE)
+			return pair[1];
+	}
 	return 0;
 }
 
@@ -748,10 +853,14 @@ int on_fork(struct bpf_raw_tracepoint_args *ctx)
 		bpf_map_update_elem(&libs, &c, l, BPF_ANY);
 	if (bpf_map_lookup_elem(&known, &parent))
 		bpf_map_update_elem(&known, &c, &one, BPF_ANY);
+	__u32 *seen = bpf_map_lookup_elem(&loaded, &parent);
+	if (seen)
+		bpf_map_update_elem(&loaded, &c, seen, BPF_ANY);
 	return 0;
 }
 
-/* sched_process_exec: another program, to be described again */
+/* sched_process_exec: another program, to be described again; one started with a dynamic
+ * loader not probed yet waits for it to be (before the libraries it links load) */
 SEC("raw_tp/sched_process_exec")
 int on_exec(struct bpf_raw_tracepoint_args *ctx)
 {
@@ -759,6 +868,17 @@ int on_exec(struct bpf_raw_tracepoint_args *ctx)
 	bpf_map_delete_elem(&known, &pid);
 	bpf_map_delete_elem(&py_procs, &pid);
 	bpf_map_delete_elem(&libs, &pid);
+	bpf_map_delete_elem(&loaded, &pid);
+	if (!recorded(pid))
+		return 0;
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	__u64 base = loader_base(task);
+	if (!base)
+		return 0;
+	struct mapped_file m = {};
+	bpf_find_vma(bpf_get_current_task_btf(), base, file_of_vma, &m, 0);
+	if (m.found && !bpf_map_lookup_elem(&probed_loaders, &m.key))
+		announce_library(EV_NEW_LOADER, &m.key, base, m.name);
 	return 0;
 }
 
