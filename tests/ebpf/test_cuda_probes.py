@@ -12,8 +12,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -660,3 +662,30 @@ def test_a_shells_foreground_job_is_not_stopped(built, libcudart):
     stats = rec.probes.stats()
     assert stats["foreground jobs not stopped"] >= 1, stats
     assert any("foreground jobs were not stopped" in note for note in rec.notes), rec.notes
+
+
+def test_a_program_in_a_chroot_with_its_own_dynamic_loader(built, libcudart, tmp_path):
+    """A program of another root (as in a container, seen through /proc/PID/root) runs its
+    own dynamic loader: it waits at its exec until that loader is watched, and its first
+    calls are all seen."""
+    import pythons
+
+    roots = [pythons.CHROOTS / r for r in ("sid", "noble", "jammy")]  # glibc 2.34+
+    root = next((r for r in roots if (r / "usr/bin").is_dir()), None)
+    if root is None:
+        pytest.skip(f"needs a Debian sid or Ubuntu noble/jammy chroot in {pythons.CHROOTS}")
+    inside = Path(tempfile.mkdtemp(prefix="aiflame-test-", dir=root / "tmp"))
+    try:
+        shutil.copy(built / "first_calls", inside)
+        shutil.copy(libcudart, inside / "libcudart.so.12")
+        at = "/" + str(inside.relative_to(root))
+        argv = [shutil.which("chroot") or "chroot", str(root), f"{at}/first_calls"]
+        argv += [f"{at}/libcudart.so.12", str(FIRST_MALLOCS), str(FIRST_LAUNCHES)]
+        out = tmp_path / "run.pb.gz"
+        rec = record("--ebpf", out, argv)
+    finally:
+        shutil.rmtree(inside, ignore_errors=True)
+    assert rec.returncode == 0, rec.stderr
+    from aiflame.sources.registry import load
+
+    assert from_main(by_stack(load(str(out)), "api-calls")) == FIRST_CALLS

@@ -94,15 +94,25 @@ def read_maps(pid: int) -> str | None:
         return None
 
 
-def host_path(pid: int, path: str) -> str:
+def host_path(pid: int, path: str, inode: int = 0) -> str:
     """A path to the process's file from our mount namespace: through ``/proc/PID/root``
-    when the process has another root (a container), else the path itself."""
+    when the process has another root (a container), else the path itself. A process
+    chrooted in our namespace sees its files under its root, but its maps name them from
+    ours: the path whose inode is the one mapped (``inode``) wins."""
     root = f"/proc/{pid}/root"
     try:
         same = os.path.samestat(os.stat(root), os.stat("/"))
     except OSError:  # not ours to look into: the plain path is the best guess
         return path
-    return path if same else root + path
+    if same:
+        return path
+    for candidate in (root + path, path):
+        try:
+            if not inode or os.stat(candidate).st_ino == inode:
+                return candidate
+        except OSError:
+            continue
+    return root + path
 
 
 def gpu_libraries(pid: int, maps_text: str | None = None) -> list[GpuLibrary]:
@@ -120,7 +130,9 @@ def gpu_libraries(pid: int, maps_text: str | None = None) -> list[GpuLibrary]:
         key = (m.dev, m.inode)
         lib = libs.get(key)
         if lib is None:
-            lib = libs[key] = GpuLibrary(family, m.path, host_path(pid, m.path), m.inode, m.dev)
+            lib = libs[key] = GpuLibrary(
+                family, m.path, host_path(pid, m.path, m.inode), m.inode, m.dev
+            )
         if "x" in m.perms:
             lib.text.append((m.start, m.end))
     return list(libs.values())
@@ -261,7 +273,7 @@ def loader_of(pid: int, maps_text: str) -> GpuLibrary | None:
         return None
     for m in parse_maps(maps_text):
         if m.start <= base < m.end and not m.path.endswith(" (deleted)"):
-            return GpuLibrary("loader", m.path, host_path(pid, m.path), m.inode, m.dev)
+            return GpuLibrary("loader", m.path, host_path(pid, m.path, m.inode), m.inode, m.dev)
     return None
 
 
