@@ -190,7 +190,7 @@ class ContinuousProfiler:
             self.notes.append(self.sampler.python_unavailable)
         if self.want_cuda:
             try:
-                self.probes = CudaProbes(CudaOptions())
+                self.probes = CudaProbes(CudaOptions(every_process=True))
             except BpfError as e:
                 self.notes.append(f"CUDA/HIP API probes not used: {e}")
         self._period_start = self.clock()

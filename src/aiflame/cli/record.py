@@ -90,7 +90,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--ebpf",
         action="store_true",
         help="require the eBPF CPU sampler (used by default as root): Python (CPython "
-        "3.11-3.13, walked in the kernel), native, JIT and kernel frames of every thread in "
+        "3.8-3.15, walked in the kernel), native, JIT and kernel frames of every thread in "
         "cpu-samples",
     )
     ebpf.add_argument("--no-ebpf", action="store_true", help="never use the eBPF sampler")
