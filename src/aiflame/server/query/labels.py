@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from aiflame.server import validate
 from aiflame.server.labels import ProfileType, matchers_sql, parse_selector
 from aiflame.server.store.connection import Store
 
@@ -20,6 +21,7 @@ def _range_params(tenant: str, start_ms: int, end_ms: int) -> dict[str, object]:
 
 def _matchers(selectors: list[str], params: dict[str, object]) -> str:
     """Series match if any of the selectors matches (as in Prometheus' match[])."""
+    validate.check_selector_count(len(selectors))
     conds = [matchers_sql(parse_selector(s), "labels", params) for s in selectors if s.strip()]
     return "(" + " OR ".join(f"({c})" for c in conds) + ")" if conds else "1"
 
