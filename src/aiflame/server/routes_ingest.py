@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 import uuid
@@ -17,7 +18,13 @@ from aiflame.server.errors import BadRequest
 from aiflame.server.ingest import heartbeat as heartbeat_doc
 from aiflame.server.ingest import legacy, telemetry
 from aiflame.server.ingest.profiles import profile_item
-from aiflame.server.ingest.push import check_time, content_key, decode_pprof, push_items
+from aiflame.server.ingest.push import (
+    check_time,
+    client_key,
+    content_key,
+    decode_pprof,
+    push_items,
+)
 from aiflame.server.labels import TENANT_DEFAULT, check_labels
 from aiflame.server.state import ServerState, run_ingest
 from aiflame.server.store.wal import Record
@@ -73,6 +80,7 @@ def decode_push(state: ServerState, rec: Record) -> list[Work]:
         strings=state.strings,
         min_time_ms=state.retention_floor_ms("profiles"),
         dictionaries=state.dictionaries,
+        request_key=rec.meta.get("request_key"),
     )
     return _profile_works(items)
 
@@ -109,7 +117,7 @@ def decode_ingest(state: ServerState, rec: Record) -> list[Work]:
         cols,
         labels,
         tenant=rec.tenant,
-        profile_id=content_key({**labels, "__from": str(start)}, raw),
+        profile_id=_ingest_id(rec, labels, start, raw),
         received_ms=rec.received_ms,
         pprof_bytes=len(rec.body),
         strings=state.strings,
@@ -117,6 +125,22 @@ def decode_ingest(state: ServerState, rec: Record) -> list[Work]:
     )
     check_time(item, state.retention_floor_ms("profiles"), rec.received_ms)
     return _profile_works([item])
+
+
+def _ingest_id(rec: Record, labels: dict[str, str], start: float, raw: bytes) -> str:
+    """An ``/ingest`` profile's identity: the client's ``Idempotency-Key`` within its labels
+    (a retry with the key is stored once), else the request it came in (never merged with
+    another client's identical bytes); a record of an older version: its content."""
+    key = rec.meta.get("__idempotency_key")
+    if key:
+        h = hashlib.blake2b(digest_size=16)
+        for k in sorted(labels):
+            h.update(f"{k}\x00{labels[k]}\x01".encode())
+        h.update(key.encode())
+        return "key-" + h.hexdigest()
+    if rec.meta.get("__request_key"):
+        return rec.meta["__request_key"]
+    return content_key({**labels, "__from": str(start)}, raw)
 
 
 def decode_telemetry(state: ServerState, rec: Record) -> list[Work]:
@@ -131,6 +155,12 @@ def decode_telemetry(state: ServerState, rec: Record) -> list[Work]:
 
 
 DECODERS = {"push": decode_push, "ingest": decode_ingest, "telemetry": decode_telemetry}
+
+
+def _request_key() -> str:
+    """The name of one received request (kept in its log record): the identity of the
+    profiles it carries without a key of their own."""
+    return "req-" + uuid.uuid4().hex
 
 
 async def _accept(state: ServerState, rec: Record) -> list[Work]:
@@ -148,7 +178,11 @@ async def push(request: Request) -> Response:
         kind="push",
         tenant=tenant_of(request),
         received_ms=int(time.time() * 1000),
-        meta={"codec": codec, "encoding": request.headers.get("content-encoding", "")},
+        meta={
+            "codec": codec,
+            "encoding": request.headers.get("content-encoding", ""),
+            "request_key": _request_key(),
+        },
         body=await read_body(request, state.limits.max_body_bytes),
     )
     works = await _accept(state, rec)
@@ -160,9 +194,14 @@ async def push(request: Request) -> Response:
 async def ingest(request: Request) -> Response:
     """``POST /ingest?name=app.cpu{k=v}&format=pprof|folded|lines&from&until&sampleRate``."""
     state: ServerState = request.app.state.server
-    meta = dict(request.query_params)
+    # (names beginning with "__" are the server's own, below)
+    meta = {k: v for k, v in request.query_params.items() if not k.startswith("__")}
     meta["__content_type"] = request.headers.get("content-type", "")
     meta["__encoding"] = request.headers.get("content-encoding", "")
+    meta["__request_key"] = _request_key()
+    key = request.headers.get("idempotency-key")
+    if key:
+        meta["__idempotency_key"] = client_key(key.strip().strip('"'), "Idempotency-Key")
     rec = Record(
         kind="ingest",
         tenant=tenant_of(request),
