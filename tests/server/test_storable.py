@@ -96,10 +96,13 @@ def _cases() -> dict[str, tuple[tuple, str]]:
             "pids",
         ),
         "telemetry power 1e400": (
-            _json("/api/v1/telemetry", json.dumps(tele)[:-1] + ', "gpus": [{"index": 0, '
-                  '"uuid": "u", "power_watts": 1e400}]}'),
+            _json(
+                "/api/v1/telemetry",
+                json.dumps(tele)[:-1] + ', "gpus": [{"index": 0, '
+                '"uuid": "u", "power_watts": 1e400}]}',
+            ),
             "power_watts",
-        ),  # fmt: skip
+        ),
         "telemetry start in 2200": (
             _json("/api/v1/telemetry", {**tele, "start": 7.3e9, "end": 7.3e9 + 10}),
             "start",
@@ -160,7 +163,10 @@ def test_unstorable_fields_are_400_naming_the_field(server, tenant):
     agents = c.get_json("/api/v1/agents")["agents"]
     assert [(a["host"], a["sampling_rate_hz"]) for a in agents] == [("h", 19.0)]
     m = q.SelectMergeStacktracesRequest(
-        profile_typeID=payloads.CPU_TYPE, label_selector="{}", start=now - 3600_000, end=now + 60_000
+        profile_typeID=payloads.CPU_TYPE,
+        label_selector="{}",
+        start=now - 3600_000,
+        end=now + 60_000,
     )
     fg = c.connect("SelectMergeStacktraces", m, q.SelectMergeStacktracesResponse).flamegraph
     assert fg.total > 0

@@ -86,7 +86,7 @@ class ServerState:
         self.analyzer = TraceAnalyzer(self.writer, self.tmpdir, config.analysis_workers)
         wal_dir = os.path.join(base, "wal") if self.url.kind == "chdb" else config.wal_dir
         self.wal = WriteAheadLog(wal_dir, fsync=config.wal_fsync)
-        self.wal_health = StoreHealth()
+        self.wal_health = StoreHealth("wal")
         self._replay_wal()
         self.page_cache: dict[str, str] = {}
         self.admission = QueryAdmission(config.queries_per_client, config.queries_total)
@@ -104,7 +104,7 @@ class ServerState:
         try:
             segment = self.wal.append(record)
         except OSError as e:  # a full disk: said, and retried by the client
-            self.wal_health.failed(e, "logging a push to the write-ahead log")
+            self.wal_health.failed(e, "logging a push")
             raise Overloaded(
                 f"cannot log the push ({e.strerror or e}); retry later",
                 retry_after=self.wal_health.retry_after_s(),
@@ -125,7 +125,7 @@ class ServerState:
             try:
                 self.wal.probe()
             except OSError as e:
-                self.wal_health.failed(e, "logging a push to the write-ahead log")
+                self.wal_health.failed(e, "logging a push")
                 return f"the write-ahead log cannot write: {e.strerror or e}"
             self.wal_health.succeeded()
         return None

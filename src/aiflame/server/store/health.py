@@ -20,7 +20,8 @@ _REMIND_S = 60.0
 
 
 class StoreHealth:
-    def __init__(self) -> None:
+    def __init__(self, name: str = "store") -> None:
+        self.name = name  # in the log: "store", "wal"
         self._lock = threading.Lock()
         self.failing_since: float | None = None  # time.monotonic()
         self.last_error = ""
@@ -41,7 +42,8 @@ class StoreHealth:
                 self.failing_since = now
                 self._reminded = now
                 log.error(
-                    "store: %s failed: %s (answering 503 and retrying; /ready fails meanwhile)",
+                    "%s: %s failed: %s (answering 503 and retrying; /ready fails meanwhile)",
+                    self.name,
                     what,
                     text,
                 )
