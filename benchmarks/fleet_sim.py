@@ -209,3 +209,8 @@ def telemetry_body(host: Host, start: float, rng: random.Random) -> bytes:
         "workloads": workloads,
     }
     return json.dumps(doc).encode()
+
+
+def host_address(index: int) -> str:
+    """A loopback address of its own for simulated host ``index`` (127.1.0.1, 127.1.0.2...)."""
+    return f"127.1.{index // 250}.{index % 250 + 1}"
