@@ -624,6 +624,196 @@ def generate(rng: random.Random, seeds: Seeds) -> Case:
     return case
 
 
+# -- the sweep: every field of every endpoint at every edge, once --------------------------
+
+SWEEP_JSON = (
+    None,
+    True,
+    "",
+    "x" * 5000,
+    [],
+    {},
+    -1,
+    2**64,
+    2**63,
+    -(2**63) - 1,
+    1e308,
+    -1e308,
+    1.5,
+    "NaN",
+    "1e400",
+    "\u202e",
+    [[[[[[[[["deep"]]]]]]]]],
+)
+SWEEP_JSON_RAW = ("1e400", "-1e400", "NaN", "Infinity", "1" + "0" * 400, "[" * 100_000)
+SWEEP_PARAMS = (
+    "inf",
+    "nan",
+    "1e400",
+    "-1",
+    "0",
+    "9223372036854775808",
+    "1e15",
+    "now-99999999w",
+    "",
+    "x" * 5000,
+    matchers(2000),
+    '{a=~"a{1000000}"}',
+    '{a=~"(?=x)"}',
+    "\x00",
+    "1.5",
+)
+
+
+def _same_place(original: object, copy: object, container: object) -> object | None:
+    """The container of ``copy`` at the place of ``container`` in ``original``."""
+    if original is container:
+        return copy
+    if isinstance(original, dict):
+        items = list(original.items())
+    elif isinstance(original, list):
+        items = list(enumerate(original))
+    else:
+        items = []
+    for k, v in items:
+        if isinstance(v, dict | list):
+            found = _same_place(v, copy[k], container)  # type: ignore[index]
+            if found is not None:
+                return found
+    return None
+
+
+def _json_sweep(endpoint: str, path: str, doc: dict) -> list[Case]:
+    out = []
+    text = json.dumps(doc)
+    headers = {"Content-Type": "application/json"}
+    for container, key in fuzz_mutants._json_paths(doc, 200):
+        for value in SWEEP_JSON:
+            d = json.loads(text)
+            target = _same_place(doc, d, container)
+            if target is None:
+                continue
+            target[key] = value  # type: ignore[index]
+            body = json.dumps(d).encode()
+            out.append(
+                Case(
+                    endpoint,
+                    f"sweep {key}={str(value)[:20]}",
+                    "POST",
+                    path,
+                    [],
+                    dict(headers),
+                    body,
+                )
+            )
+        if isinstance(container, dict) and not isinstance(container[key], dict | list):
+            for raw in SWEEP_JSON_RAW:
+                d = json.loads(text)
+                target = _same_place(doc, d, container)
+                if target is None:
+                    continue
+                target[key] = "__SWEEP__"  # type: ignore[index]
+                body = json.dumps(d).replace('"__SWEEP__"', raw + "]" * raw.count("[")).encode()
+                out.append(
+                    Case(endpoint, f"sweep {key}={raw[:20]}", "POST", path, [], dict(headers), body)
+                )
+    return out
+
+
+def _scalar_edges(f: FD) -> tuple:
+    if f.type == FD.TYPE_STRING:
+        return (*ODD_STRINGS[:10], "x" * 70_000)
+    if f.type in (FD.TYPE_DOUBLE, FD.TYPE_FLOAT):
+        return FLOATS
+    if f.type in (FD.TYPE_BOOL, FD.TYPE_BYTES, FD.TYPE_MESSAGE):
+        return ()
+    if f.type == FD.TYPE_ENUM:
+        return (99, -1)
+    return UINT64 if f.type in (FD.TYPE_UINT64, FD.TYPE_FIXED64) else INT64
+
+
+def _message_sweep(method: str, build: Callable[[int], Message]) -> list[Case]:
+    """Each scalar field (and those of its direct sub-messages) at each edge of its type;
+    repeated fields with one and with 5,000 of it."""
+    out = []
+    now = int(time.time() * 1000)
+    spots: list[tuple[str | None, FD]] = []
+    for f in build(now).DESCRIPTOR.fields:
+        if f.type == FD.TYPE_MESSAGE and not f.is_repeated:
+            spots += [(f.name, g) for g in f.message_type.fields]
+        else:
+            spots.append((None, f))
+    for parent, f in spots:
+        for value in _scalar_edges(f):
+            short = not isinstance(value, str) or len(value) < 200
+            for count in (1, 5000) if f.is_repeated and short else (1,):
+                msg = build(now)
+                target = getattr(msg, parent) if parent else msg
+                try:
+                    if f.is_repeated:
+                        box = getattr(target, f.name)
+                        del box[:]
+                        box.extend([value] * count)
+                    else:
+                        setattr(target, f.name, value)
+                except (ValueError, TypeError):
+                    continue
+                name = f"{parent}.{f.name}" if parent else f.name
+                out.append(
+                    Case(
+                        "querier",
+                        f"sweep {method}.{name}={str(value)[:20]} x{count}",
+                        "POST",
+                        f"/querier.v1.QuerierService/{method}",
+                        [],
+                        {"Content-Type": "application/proto"},
+                        msg.SerializeToString(),
+                    )
+                )
+    return out
+
+
+def sweep(seeds: Seeds) -> list[Case]:
+    """Every field of every endpoint set to each of its edges, one at a time."""
+    rng = random.Random(0)
+    cases: list[Case] = []
+    cases += _json_sweep("telemetry", "/api/v1/telemetry", _telemetry_doc(rng))
+    hb = {
+        "host": "fuzz-host",
+        "agent_version": "0.1.0",
+        "started": time.time() - 100,
+        "gpus": [{"index": 0, "uuid": "GPU-0", "name": "NVIDIA H100"}],
+        "spool_bytes": 1234,
+        "sampling_rate_hz": 19,
+    }
+    cases += _json_sweep("heartbeat", "/api/v1/agents/heartbeat", hb)
+    tr = {"selector": {"job_id": "42"}, "duration_ms": 1000, "expires_s": 60, "start_time": 1.0}
+    cases += _json_sweep("trace-request", "/api/v1/trace-requests", tr)
+    for method, build in QUERIER.items():
+        cases += _message_sweep(method, build)
+    base = gen_ingest(random.Random(1), seeds)
+    for k, _ in base.params:
+        for v in SWEEP_PARAMS:
+            params = [(a, v if a == k else b) for a, b in base.params]
+            cases.append(
+                Case(
+                    "ingest",
+                    f"sweep {k}={v[:20]}",
+                    "POST",
+                    "/ingest",
+                    params,
+                    dict(base.headers),
+                    base.body,
+                )
+            )
+    for path, defaults in READS.items():
+        for k in sorted({*defaults, "from", "to", "step", "selector", "limit"}):
+            for v in SWEEP_PARAMS:
+                params = [*((a, b) for a, b in defaults.items() if a != k), (k, v)]
+                cases.append(Case("read " + path, f"sweep {k}={v[:20]}", "GET", path, params))
+    return cases
+
+
 # -- the server and the requests -----------------------------------------------------------
 
 
@@ -791,6 +981,7 @@ def run(args: argparse.Namespace) -> int:
     server.start()
     rng = random.Random(args.seed)
     seeds = Seeds()
+    swept = sweep(seeds) if args.sweep and not args.replay else []
     replay = (
         [
             Case.from_json(json.loads(line))
@@ -805,7 +996,7 @@ def run(args: argparse.Namespace) -> int:
     since_check: list[Case] = []
     deadline = time.monotonic() + args.minutes * 60
     n = 0
-    total = len(replay) if replay is not None else args.cases
+    total = len(replay) if replay is not None else args.cases + len(swept)
 
     def fail(outcome: str, case: Case, status: int, data: bytes) -> None:
         counts[case.endpoint][outcome] += 1
@@ -821,7 +1012,10 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         while n < total and time.monotonic() < deadline:
-            case = replay[n] if replay is not None else generate(rng, seeds)
+            if replay is not None:
+                case = replay[n]
+            else:
+                case = swept[n] if n < len(swept) else generate(rng, seeds)
             n += 1
             outcome, status, data = outcome_of(server, case)
             since_check.append(case)
@@ -874,6 +1068,12 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="fuzz-server-out")
     p.add_argument("--replay", metavar="JSONL", help="send these cases (failures.jsonl) again")
+    p.add_argument(
+        "--no-sweep",
+        dest="sweep",
+        action="store_false",
+        help="skip the sweep of every field at every edge (done first, some 3,000 cases)",
+    )
     return run(p.parse_args())
 
 

@@ -13,6 +13,7 @@ from srvclient import Client
 
 PUSH = "/push.v1.PusherService/Push"
 HEADER_TIMEOUT = 1.5
+IDLE_TIMEOUT = 3.0
 CAP = 6
 
 
@@ -23,6 +24,8 @@ def guarded(tmp_path_factory):
         args=[
             "--header-timeout",
             str(HEADER_TIMEOUT),
+            "--idle-timeout",
+            str(IDLE_TIMEOUT),
             "--max-connections-per-client",
             str(CAP),
         ],
@@ -51,6 +54,24 @@ def _closed_within(s: socket.socket, seconds: float) -> tuple[float, bytes]:
     return time.monotonic() - t0, got
 
 
+def _response(s: socket.socket) -> bytes:
+    """One whole response (headers and a Content-Length body) read from ``s``."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(65536)
+        assert chunk, data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        body += s.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
 def test_headers_that_never_end_are_cut_off(guarded):
     silent = _connect(guarded, "127.0.0.2")  # connects and says nothing
     partial = _connect(guarded, "127.0.0.2")
@@ -65,11 +86,15 @@ def test_headers_that_never_end_are_cut_off(guarded):
         time.sleep(0.2)
         if time.monotonic() - t0 > HEADER_TIMEOUT + 3:
             break
-    for s in (silent, partial, trickle):
+    for s in (partial, trickle):
         _, said = _closed_within(s, HEADER_TIMEOUT + 5)
         assert said.startswith(b"HTTP/1.1 408"), said[:100]
         s.close()
     assert time.monotonic() - t0 < HEADER_TIMEOUT + 5
+    # A connection that never says a word is idle: closed at the idle timeout, silently.
+    _, said = _closed_within(silent, IDLE_TIMEOUT + 5)
+    assert said == b"" and time.monotonic() - t0 < IDLE_TIMEOUT + 5
+    silent.close()
 
 
 def test_a_body_trickled_at_a_byte_a_second_is_cut_off(guarded):
@@ -121,21 +146,23 @@ def test_a_client_address_holds_at_most_its_cap_of_connections(guarded):
     again = _connect(guarded, "127.0.0.4")
     again.sendall(b"GET /ready HTTP/1.1\r\nHost: x\r\n\r\n")
     again.settimeout(5)
-    assert again.recv(65536).startswith(b"HTTP/1.1 200")
+    assert _response(again).startswith(b"HTTP/1.1 200")
     for s in [*held, again]:
         s.close()
 
 
 def test_a_kept_alive_connection_and_a_slow_request_are_not_cut(guarded):
     """Timeouts bound a client's sending, not the server's work nor a pause between
-    requests of a kept-alive connection (that is timeout_keep_alive's, 30 s)."""
+    requests of a kept-alive connection (that is the idle timeout's), nor a wait before a
+    new connection's first request."""
     s = _connect(guarded, "127.0.0.5")
     s.settimeout(30)
+    time.sleep(HEADER_TIMEOUT + 0.5)
     for _ in range(2):
         s.sendall(b"GET /ready HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert s.recv(65536).startswith(b"HTTP/1.1 200")
-        time.sleep(HEADER_TIMEOUT + 1)  # idle between requests: longer than the header timeout
+        assert _response(s).startswith(b"HTTP/1.1 200")
+        time.sleep(HEADER_TIMEOUT + 0.5)  # a pause longer than the header timeout
     # A flush waits for the writer (longer than the header timeout if need be): answered.
     s.sendall(b"POST /api/v1/admin/flush HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
-    assert s.recv(65536).startswith(b"HTTP/1.1 200")
+    assert _response(s).startswith(b"HTTP/1.1 200")
     s.close()

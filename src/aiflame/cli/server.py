@@ -102,6 +102,13 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="a request's headers must arrive within this (default 10); its body at 16 KiB/s "
         "on average after as long",
     )
+    p.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="a connection that sends no request for this long is closed (default 30)",
+    )
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
 
 
@@ -134,6 +141,8 @@ def run(args: argparse.Namespace) -> int:
         raise AiflameError("--query-timeout must be from 0.1 to 3600 seconds")
     if not 0.5 <= args.header_timeout <= 3600:
         raise AiflameError("--header-timeout must be from 0.5 to 3600 seconds")
+    if not 1 <= args.idle_timeout <= 3600:
+        raise AiflameError("--idle-timeout must be from 1 to 3600 seconds")
     if args.max_queries_per_client < 1 or args.max_connections_per_client < 0:
         raise AiflameError(
             "--max-queries-per-client must be at least 1, --max-connections-per-client 0 or more"
@@ -157,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
         queries_per_client=args.max_queries_per_client,
         queries_total=max(16, args.max_queries_per_client),
         header_timeout_s=args.header_timeout,
+        idle_timeout_s=args.idle_timeout,
         body_timeout_s=args.header_timeout,
         max_client_connections=args.max_connections_per_client,
     )

@@ -72,9 +72,11 @@ class ServerConfig:
     query_timeout_s: float = 30.0
     queries_per_client: int = 4
     queries_total: int = 16
-    # Connections: a request's headers must arrive within header_timeout_s, its body at
+    # Connections: a request's headers must arrive within header_timeout_s of its first byte
+    # (and that byte within idle_timeout_s of the connection or the previous answer), its body at
     # body_min_bytes_per_s on average after body_timeout_s; a client address holds at most
     # max_client_connections open connections (0: no cap). See server/connections.py.
+    idle_timeout_s: float = 30.0  # a connection waiting for its first or next request
     header_timeout_s: float = 10.0
     body_timeout_s: float = 10.0
     body_min_bytes_per_s: int = 16 << 10

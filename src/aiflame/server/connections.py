@@ -6,8 +6,10 @@ whose headers never end and reads a body trickled at a byte a second for as long
 comes. This protocol (uvicorn's httptools protocol, with timers) adds what nginx and Go's
 ``http.Server`` have:
 
-- **header timeout**: a request's headers (from a new connection's start, or from the first
-  byte of the next request on a kept-alive one) must be complete within ``header_timeout_s``;
+- **idle timeout**: a new connection that sends nothing is closed after ``idle_s`` (the
+  keep-alive timeout, which bounds the wait between two requests the same way);
+- **header timeout**: a request's headers must be complete within ``header_timeout_s`` of
+  its first byte;
 - **body rate**: a request's body must arrive at ``min_rate`` bytes/s on average after a
   first ``body_timeout_s`` (a 60 KB push at any real link speed passes; a trickle does not);
   time while the server itself is not reading (flow control) is not counted against it;
@@ -31,6 +33,7 @@ log = logging.getLogger("aiflame.server")
 
 @dataclass
 class ConnectionLimits:
+    idle_s: float = 30.0
     header_timeout_s: float = 10.0
     body_timeout_s: float = 10.0
     min_rate: float = 16 << 10  # bytes per second
@@ -41,6 +44,7 @@ class ConnectionLimits:
 class ConnectionCounts:
     """What the guards did (the server's /metrics)."""
 
+    idle_closed: int = 0
     header_timeouts: int = 0
     body_timeouts: int = 0
     refused: int = 0  # connections over a client address's cap
@@ -107,7 +111,7 @@ class _Guarded(HttpToolsProtocol):
             return
         self._address = address
         COUNTS.open_by_client[address] = open_now + 1
-        self._arm(self.limits.header_timeout_s, self._header_timeout)
+        self._arm(self.limits.idle_s, self._idle_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -153,6 +157,12 @@ class _Guarded(HttpToolsProtocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+    def _idle_timeout(self) -> None:
+        self._timer = None
+        COUNTS.idle_closed += 1
+        if not self.transport.is_closing():
+            self.transport.close()  # nothing was asked: nothing to answer
 
     def _header_timeout(self) -> None:
         self._timer = None

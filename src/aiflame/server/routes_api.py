@@ -552,6 +552,7 @@ def _protection_metrics(state: ServerState) -> list[str]:
         "# TYPE aiflame_server_queries_refused_total counter",
         f"aiflame_server_queries_refused_total {state.admission.refused}",
         "# TYPE aiflame_server_connections_cut_total counter",
+        f'aiflame_server_connections_cut_total{{reason="idle"}} {COUNTS.idle_closed}',
         f'aiflame_server_connections_cut_total{{reason="header_timeout"}} {COUNTS.header_timeouts}',
         f'aiflame_server_connections_cut_total{{reason="body_too_slow"}} {COUNTS.body_timeouts}',
         f'aiflame_server_connections_cut_total{{reason="client_cap"}} {COUNTS.refused}',

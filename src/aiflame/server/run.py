@@ -75,6 +75,7 @@ def serve(config: ServerConfig) -> int:
         build_app(state),
         http=guarded_protocol(
             ConnectionLimits(
+                idle_s=config.idle_timeout_s,
                 header_timeout_s=config.header_timeout_s,
                 body_timeout_s=config.body_timeout_s,
                 min_rate=config.body_min_bytes_per_s,
@@ -85,7 +86,7 @@ def serve(config: ServerConfig) -> int:
         access_log=False,
         ssl_certfile=config.tls_cert,
         ssl_keyfile=config.tls_key,
-        timeout_keep_alive=30,
+        timeout_keep_alive=max(1, round(config.idle_timeout_s)),
         limit_concurrency=4096,
         backlog=2048,
     )

@@ -156,6 +156,7 @@ MAX_SELECTOR_BYTES = 64 << 10
 MAX_MATCHERS = 64
 MAX_REGEX_BYTES = 16 << 10
 MAX_SELECTORS = 16  # selectors of one LabelNames / LabelValues / Series call
+MAX_GROUP_BY = 16  # labels a series query groups by (each one a column of its SQL)
 
 
 def check_selector_size(text: str) -> None:
@@ -174,6 +175,11 @@ def check_matcher_count(n: int) -> None:
 def check_selector_count(n: int) -> None:
     if n > MAX_SELECTORS:
         raise BadRequest(f"{n} label selectors in one call; at most {MAX_SELECTORS}")
+
+
+def check_group_by(n: int) -> None:
+    if n > MAX_GROUP_BY:
+        raise BadRequest(f"group_by names {n} labels; at most {MAX_GROUP_BY}")
 
 
 def check_regex(pattern: str, label: str) -> None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from aiflame.server import validate
 from aiflame.server.errors import BadRequest
 from aiflame.server.labels import LABEL_NAME
 from aiflame.server.query.select import Selection
@@ -29,8 +30,10 @@ def select_series(
     average: bool = False,
     limit: int | None = None,
 ) -> list[Series]:
+    step_s = validate.number(step_s, "step", -1e18, 1e18)
     if step_s <= 0:
         step_s = max(15.0, (sel.end_ms - sel.start_ms) / 1000 / 1000)
+    validate.check_group_by(len(group_by))
     step_ms = max(1, int(step_s * 1000))
     if (sel.end_ms - sel.start_ms) / step_ms > MAX_POINTS:
         raise BadRequest(f"the step is too small: more than {MAX_POINTS:,} points per series")
