@@ -18,7 +18,7 @@ idempotency keys), and the bytes themselves (tools/fuzz_mutants.py: bit flips, t
 corrupt gzip; pprof values at the edges).
 
 Outcomes: ``2xx``, ``4xx`` (a client's mistake, said), and the failures: ``5xx`` (any status
-of 500 or more), ``hang`` (no answer within 30 s), ``reset`` (the connection dropped without
+of 500 or more), ``hang`` (no answer within 60 s: twice the store's time limit of a query), ``reset`` (the connection dropped without
 an answer), ``crash`` (the server process exited), ``broken`` (after the case the server no
 longer stores and serves a good push: checked every 25 cases and at the end; the cases since
 the previous check are recorded), ``traceback`` (the server logged one). Failing cases are
@@ -871,7 +871,7 @@ class Server:
                 self.proc.wait(30)
 
 
-def send(port: int, case: Case, timeout: float = 30.0) -> tuple[int, bytes]:
+def send(port: int, case: Case, timeout: float = 60.0) -> tuple[int, bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         headers = {"Authorization": f"Bearer {TOKEN}", **case.headers}

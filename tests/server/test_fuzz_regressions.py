@@ -1,0 +1,58 @@
+"""Every finding of the server's fuzzing (tools/fuzz_server.py), replayed: each request is
+now a 4xx (never a 5xx, never a hang), and afterwards the server still stores and serves."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import time
+from urllib.parse import urlencode
+
+import payloads
+import pytest
+from srvclient import Client
+
+from aiflame.proto.pyroscope.querier.v1 import querier_pb2 as q
+
+CASES = [
+    json.loads(line)
+    for line in gzip.decompress(
+        (payloads.DATA / "server" / "fuzz_regressions.jsonl.gz").read_bytes()
+    ).splitlines()
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["finding"][:60] for c in CASES])
+def test_a_fuzzing_finding_is_a_4xx(server, tenant, case):
+    c = Client(server.url, tenant=tenant, settle=False)
+    path = case["path"] + (
+        "?" + urlencode([tuple(p) for p in case["params"]]) if case["params"] else ""
+    )
+    t0 = time.monotonic()
+    status, data, _ = c.request(
+        case["method"], path, base64.b64decode(case["body"]) or None, headers=case["headers"]
+    )
+    assert 400 <= status < 500, (case["finding"], status, data[:300])
+    assert time.monotonic() - t0 < 10, case["finding"]
+
+
+def test_after_the_findings_the_server_stores_and_serves(server, tenant):
+    c = Client(server.url, tenant=tenant)
+    for case in CASES:
+        path = case["path"] + (
+            "?" + urlencode([tuple(p) for p in case["params"]]) if case["params"] else ""
+        )
+        c.request(case["method"], path, base64.b64decode(case["body"]) or None, case["headers"])
+    body, _, p = payloads.cpu_push({"service_name": "after-fuzz"}, 5, time.time_ns())
+    assert c.post("/push.v1.PusherService/Push", body)[0] == 200
+    assert c.get_json("/api/v1/agents")["agents"] == []  # nothing of the findings stored
+    now = int(time.time() * 1000)
+    m = q.SelectMergeStacktracesRequest(
+        profile_typeID=payloads.CPU_TYPE,
+        label_selector='{service_name="after-fuzz"}',
+        start=now - 3600_000,
+        end=now + 60_000,
+    )
+    fg = c.connect("SelectMergeStacktraces", m, q.SelectMergeStacktracesResponse).flamegraph
+    assert fg.total == int(p.values[:, 1].sum())
