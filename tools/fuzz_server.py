@@ -18,12 +18,12 @@ idempotency keys), and the bytes themselves (tools/fuzz_mutants.py: bit flips, t
 corrupt gzip; pprof values at the edges).
 
 Outcomes: ``2xx``, ``4xx`` (a client's mistake, said), and the failures: ``5xx`` (any status
-of 500 or more), ``hang`` (no answer within 60 s: twice the store's time limit of a query), ``reset`` (the connection dropped without
-an answer), ``crash`` (the server process exited), ``broken`` (after the case the server no
-longer stores and serves a good push: checked every 25 cases and at the end; the cases since
-the previous check are recorded), ``traceback`` (the server logged one). Failing cases are
-written to OUT/failures.jsonl (replayable with ``--replay``), counts per endpoint and outcome
-to OUT/summary.json.
+of 500 or more), ``hang`` (no answer within 60 s, twice a query's time limit), ``reset`` (the
+connection dropped without an answer), ``crash`` (the server process exited), ``broken``
+(after the case the server no longer stores and serves a good push: checked every 25 cases
+and at the end; the cases since the previous check are recorded), ``traceback`` (the
+server logged one). Failing cases are written to OUT/failures.jsonl (replayable with
+``--replay``), counts per endpoint and outcome to OUT/summary.json.
 """
 
 from __future__ import annotations
