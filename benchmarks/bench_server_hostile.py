@@ -81,16 +81,27 @@ def start_server(work: Path, port: int, src: Path) -> subprocess.Popen:
 
 
 async def exchange(conn, head: bytes, body: bytes) -> tuple[int, bytes]:
-    """One HTTP/1.1 request on a kept-alive connection; (status, body)."""
+    """One HTTP/1.1 request on a kept-alive connection; (status, body). A response that
+    closes the connection (``connection: close``) closes the client's side too, so the next
+    request opens a new one."""
     reader, writer = conn
     writer.write(head + body)
     await writer.drain()
-    status = int((await reader.readline()).split()[1])
+    line = await reader.readline()
+    if not line:
+        raise ConnectionResetError("the server closed the connection")
+    status = int(line.split()[1])
     length = 0
+    close = False
     while (line := await reader.readline()) not in (b"\r\n", b""):
         if line.lower().startswith(b"content-length:"):
             length = int(line.split(b":")[1])
-    return status, await reader.readexactly(length)
+        elif line.lower().startswith(b"connection:") and b"close" in line.lower():
+            close = True
+    data = await reader.readexactly(length)
+    if close:
+        writer.close()
+    return status, data
 
 
 def request_head(method: str, path: str, token: str, ctype: str, length: int) -> bytes:
@@ -161,6 +172,8 @@ async def readers(port: int, n: int, duration: float, stats: dict) -> None:
         while time.monotonic() < stop:
             head, body = calls[k % len(calls)]
             k += 1
+            if conn[1].is_closing():  # the server closed it after its last answer
+                conn = await asyncio.open_connection("127.0.0.1", port, local_addr=source)
             t0 = time.monotonic()
             try:
                 status, _ = await asyncio.wait_for(exchange(conn, head, body), 30)
