@@ -184,7 +184,10 @@ def ingest(args: argparse.Namespace) -> dict:
         async def agent(host, t_start: float) -> None:
             """One host, as an agent behaves: its own connection, a push and a telemetry
             document every period, at its own phase."""
-            conn = await asyncio.open_connection("127.0.0.1", port)
+            # Each host from an address of its own (all of 127/8 is loopback), as a fleet's
+            # hosts are: the server caps the connections of one address.
+            source = (fleet_sim.host_address(host.index), 0)
+            conn = await asyncio.open_connection("127.0.0.1", port, local_addr=source)
             phase = (host.index / len(fleet)) * period
             for k in range(periods):
                 due = t_start + phase + k * period
@@ -201,7 +204,7 @@ def ingest(args: argparse.Namespace) -> dict:
                         status = await post(conn, path, body, ctype)
                     except (OSError, asyncio.IncompleteReadError, ValueError, IndexError) as e:
                         status = type(e).__name__
-                        conn = await asyncio.open_connection("127.0.0.1", port)
+                        conn = await asyncio.open_connection("127.0.0.1", port, local_addr=source)
                     # Latency from when the request was due: a server that falls behind shows it.
                     lat[kind].append(time.time() - (due if kind == "push" else t0))
                     if status == 200:

@@ -246,8 +246,10 @@ def test_legacy_ingest_folded_and_pprof(server):
         "sampleRate": 100,
         "spyName": "pyspy",
     }
-    assert c.post("/ingest", folded, "text/plain", params=params)[0] == 200
-    assert c.post("/ingest", folded, "text/plain", params=params)[0] == 200  # retried: once
+    key = {"Idempotency-Key": "legacy-1"}
+    assert c.post("/ingest", folded, "text/plain", params=params, headers=key)[0] == 200
+    # retried with its key: stored once
+    assert c.post("/ingest", folded, "text/plain", params=params, headers=key)[0] == 200
     raw = payloads.pprof_bytes(payloads.cpu_profile(7, now * 10**9))
     params2 = {
         "name": "legacy-app.cpu{env=prod}",

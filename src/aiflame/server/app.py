@@ -7,11 +7,12 @@ stores nothing.
 
 from __future__ import annotations
 
+import errno
 import logging
 import traceback
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -25,8 +26,10 @@ from aiflame.server import (
     routes_query,
     routes_ui,
 )
-from aiflame.server.errors import RequestError
+from aiflame.server.admission import AdmitQueries
+from aiflame.server.errors import Overloaded, RequestError
 from aiflame.server.state import ServerState
+from aiflame.server.store.connection import query_error
 
 log = logging.getLogger("aiflame.server")
 
@@ -87,6 +90,7 @@ class Guard:
         needed = scope_of(method, path)
         counters = self.state.counters
         started = False
+        ctype = dict(scope["headers"]).get(b"content-type", b"").decode("latin-1")
 
         async def tracking_send(message: Message) -> None:
             nonlocal started
@@ -104,9 +108,20 @@ class Guard:
             if started:
                 raise
             counters.count(counters.rejected, type(e).__name__)
-            ctype = dict(scope["headers"]).get(b"content-type", b"").decode("latin-1")
             await error_response(path, e, ctype)(scope, receive, tracking_send)
-        except Exception:
+        except ClientDisconnect:
+            pass  # the client left (or was cut off: connections.py): nobody to answer
+        except Exception as e:
+            # The store's own errors are said as what they are (a 400 for a query its
+            # arguments make invalid, a 503 for a store that fails); a full disk is a 503.
+            mapped = query_error(e, self.state.config.query_timeout_s) or _resource_error(e)
+            if mapped is not None:
+                if mapped.status >= 500:
+                    log.warning("%s %s: %s", method, path, mapped.message)
+                if not started:
+                    counters.count(counters.rejected, type(mapped).__name__)
+                    await error_response(path, mapped, ctype)(scope, receive, tracking_send)
+                return
             # A bug of the server (never a client's mistake): logged once, answered 500.
             log.error("%s %s failed:\n%s", method, path, traceback.format_exc())
             if not started:
@@ -114,7 +129,24 @@ class Guard:
                 await resp(scope, receive, tracking_send)
 
 
+_RESOURCE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EMFILE, errno.ENFILE)
+
+
+def _resource_error(e: BaseException) -> RequestError | None:
+    """A full disk (or no file descriptor left) while serving a request: the server cannot
+    do it now, which is a 503 with Retry-After, not a bug."""
+    if isinstance(e, OSError) and e.errno in _RESOURCE_ERRNOS:
+        return Overloaded(f"the server cannot write now ({e.strerror})", retry_after=10)
+    return None
+
+
 async def ready(request: Request) -> Response:
+    """For load balancers: 503 while the store (or the write-ahead log) cannot write."""
+    state: ServerState = request.app.state.server
+    why = state.ready()
+    if why is not None:
+        retry = str(state.writer.health.retry_after_s())
+        return PlainTextResponse(f"not ready: {why}\n", 503, headers={"Retry-After": retry})
     return PlainTextResponse("ready\n")
 
 
@@ -146,4 +178,4 @@ def build_app(state: ServerState) -> ASGIApp:
 
     app = Starlette(routes=routes, exception_handlers={RequestError: on_error})
     app.state.server = state
-    return Guard(app, state)
+    return Guard(AdmitQueries(app, state.admission), state)

@@ -8,7 +8,6 @@ Times are Unix milliseconds, seconds, or Grafana's relative forms (``now``, ``no
 from __future__ import annotations
 
 import json
-import re
 import time
 import uuid
 from typing import Any
@@ -18,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from aiflame.server import validate
 from aiflame.server.bodies import read_body
 from aiflame.server.errors import BadRequest, NotFound
 from aiflame.server.labels import check_labels, matchers_sql, parse_selector
@@ -28,29 +28,17 @@ from aiflame.server.routes_ingest import tenant_of
 from aiflame.server.state import ServerState, run_blocking
 from aiflame.server.store.writer import Work
 
-_REL = re.compile(r"now(?:-(\d+)([smhdw]))?\Z")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _MS = pa.timestamp("ms", tz="UTC")
 
 
-def parse_time(text: str | None, default_ms: int) -> int:
-    if text is None or text == "":
-        return default_ms
-    m = _REL.match(text.strip())
-    if m:
-        now = int(time.time() * 1000)
-        return now - (int(m.group(1)) * _UNITS[m.group(2)] * 1000 if m.group(1) else 0)
-    try:
-        v = float(text)
-    except ValueError:
-        raise BadRequest(f"invalid time {text[:40]!r} (Unix ms or s, or now-6h)") from None
-    return int(v * 1000) if v < 1e11 else int(v)
+def parse_time(text: str | None, default_ms: int, field: str = "time") -> int:
+    return validate.time_ms(text, field, default_ms)
 
 
 def _range(request: Request, default_s: int = 3600) -> tuple[int, int]:
     now = int(time.time() * 1000)
-    end = parse_time(request.query_params.get("to"), now)
-    start = parse_time(request.query_params.get("from"), end - default_s * 1000)
+    end = parse_time(request.query_params.get("to"), now, "to")
+    start = parse_time(request.query_params.get("from"), max(0, end - default_s * 1000), "from")
     if end <= start:
         raise BadRequest("'to' must be after 'from'")
     return start, end
@@ -60,11 +48,8 @@ def _int(request: Request, name: str, default: int, lo: int = 0, hi: int = 10**9
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return default
-    try:
-        v = int(float(raw))
-    except ValueError:
-        raise BadRequest(f"{name} must be a number") from None
-    return max(lo, min(hi, v))
+    v = validate.number(raw, name, -1e18, 1e18)
+    return max(lo, min(hi, int(v)))
 
 
 def _state(request: Request) -> ServerState:
@@ -372,8 +357,8 @@ def _flame_page(
     if diff_sel is not None or params.get("diff_from"):
         from aiflame.transforms.diff import diff_profiles
 
-        d0 = parse_time(params.get("diff_from"), start)
-        d1 = parse_time(params.get("diff_to"), end)
+        d0 = parse_time(params.get("diff_from"), start, "diff_from")
+        d1 = parse_time(params.get("diff_to"), end, "diff_to")
         base_sel = Selection.make(
             tenant, pt, diff_sel if diff_sel is not None else selector, d0, d1
         )
@@ -437,10 +422,7 @@ async def telemetry_labels(request: Request) -> Response:
 async def post_trace_request(request: Request) -> Response:
     state = _state(request)
     tenant = tenant_of(request)
-    try:
-        doc = json.loads(await read_body(request, 65536) or b"{}")
-    except ValueError:
-        raise BadRequest("the body is not JSON") from None
+    doc = validate.json_loads(await read_body(request, 65536))
     if (
         not isinstance(doc, dict)
         or not isinstance(doc.get("selector"), dict)
@@ -466,8 +448,8 @@ async def post_trace_request(request: Request) -> Response:
     if iterations is not None and not (isinstance(iterations, int) and 1 <= iterations <= 1000):
         raise BadRequest("iterations must be an integer from 1 to 1000")
     start_time = doc.get("start_time")
-    if start_time is not None and not isinstance(start_time, int | float):
-        raise BadRequest("start_time must be Unix seconds")
+    if start_time is not None:
+        start_time = validate.number(start_time, "start_time", 0, validate.MAX_TIME_MS / 1000)
     expires_s = doc.get("expires_s", 600)
     if not isinstance(expires_s, int | float) or not 10 <= expires_s <= 86400:
         raise BadRequest("expires_s must be from 10 to 86400")
@@ -592,12 +574,37 @@ async def metrics(request: Request) -> Response:
         "# TYPE aiflame_server_pprof_dictionaries_total counter",
         f'aiflame_server_pprof_dictionaries_total{{cache="hit"}} {state.dictionaries.hits}',
         f'aiflame_server_pprof_dictionaries_total{{cache="miss"}} {state.dictionaries.misses}',
+        *_protection_metrics(state),
         "# TYPE aiflame_server_wal_bytes gauge",
         f"aiflame_server_wal_bytes {state.wal.size}",
         "# TYPE aiflame_server_uptime_seconds gauge",
         f"aiflame_server_uptime_seconds {time.time() - state.started:.0f}",
     ]
     return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+
+
+def _protection_metrics(state: ServerState) -> list[str]:
+    """What the server refused or cut off to keep ingest going, and whether it can write."""
+    from aiflame.server.connections import COUNTS
+
+    health = state.writer.health
+    return [
+        "# TYPE aiflame_server_store_writable gauge",
+        f"aiflame_server_store_writable {int(health.ok and state.wal_health.ok)}",
+        "# TYPE aiflame_server_store_failures_total counter",
+        f"aiflame_server_store_failures_total {health.failures + state.wal_health.failures}",
+        "# TYPE aiflame_server_set_aside_total counter",
+        f"aiflame_server_set_aside_total {state.writer.set_aside}",
+        "# TYPE aiflame_server_queries_refused_total counter",
+        f"aiflame_server_queries_refused_total {state.admission.refused}",
+        "# TYPE aiflame_server_connections_cut_total counter",
+        f'aiflame_server_connections_cut_total{{reason="idle"}} {COUNTS.idle_closed}',
+        f'aiflame_server_connections_cut_total{{reason="header_timeout"}} {COUNTS.header_timeouts}',
+        f'aiflame_server_connections_cut_total{{reason="body_too_slow"}} {COUNTS.body_timeouts}',
+        f'aiflame_server_connections_cut_total{{reason="client_cap"}} {COUNTS.refused}',
+        "# TYPE aiflame_server_open_connections gauge",
+        f"aiflame_server_open_connections {sum(COUNTS.open_by_client.values())}",
+    ]
 
 
 ROUTES = [

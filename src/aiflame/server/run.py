@@ -83,6 +83,7 @@ def serve(config: ServerConfig) -> int:
     import uvicorn
 
     from aiflame.server.app import build_app
+    from aiflame.server.connections import ConnectionLimits, guarded_protocol
     from aiflame.server.state import ServerState
 
     host, port = check(config)
@@ -105,11 +106,20 @@ def serve(config: ServerConfig) -> int:
     log.info("listening on %s://%s:%d (UI: /ui/fleet)", scheme, host, port)
     uv = uvicorn.Config(
         build_app(state),
+        http=guarded_protocol(
+            ConnectionLimits(
+                idle_s=config.idle_timeout_s,
+                header_timeout_s=config.header_timeout_s,
+                body_timeout_s=config.body_timeout_s,
+                min_rate=config.body_min_bytes_per_s,
+                max_per_client=config.max_client_connections,
+            )
+        ),
         log_level="warning",
         access_log=False,
         ssl_certfile=config.tls_cert,
         ssl_keyfile=config.tls_key,
-        timeout_keep_alive=30,
+        timeout_keep_alive=max(1, round(config.idle_timeout_s)),
         limit_concurrency=4096,
         backlog=2048,
     )

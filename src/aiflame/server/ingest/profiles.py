@@ -276,6 +276,10 @@ def profile_item(
     d = known if known is not None else dictionary(cols, strings)
     # Stacks: each sample's locations (leaf first) expanded to frames, then root first.
     n = cols.num_samples
+    if n and float(np.abs(cols.values, dtype=np.float64).sum(axis=0).max()) >= 2.0**63:
+        # Summed per stack and series as 64-bit integers: a sum that does not fit is refused
+        # here rather than stored wrapped around.
+        raise BadRequest("invalid pprof data: its values sum to more than a 64-bit integer")
     loc_pos = d.location_positions(cols.sample_locs)
     leaf_first = _ragged_take(d.loc_frames, d.loc_off, d.per_loc, loc_pos)
     lengths = np.zeros(n, dtype=np.int64)

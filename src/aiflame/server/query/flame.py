@@ -301,9 +301,12 @@ def build_tree(
     bounds = np.searchsorted(depth, np.arange(d + 2))
     for dd in range(d, 0, -1):
         lo, hi = bounds[dd], bounds[dd + 1]
+        # The parents of depth dd are the nodes of depth dd - 1: summed into those alone (a
+        # count over every node at every depth is quadratic in a 70,000-frame stack).
+        plo, phi = bounds[dd - 1], bounds[dd]
         for c in range(k):
-            total[:, c] += np.bincount(
-                parent[lo:hi], weights=total[lo:hi, c], minlength=next_id
+            total[plo:phi, c] += np.bincount(
+                parent[lo:hi] - plo, weights=total[lo:hi, c], minlength=phi - plo
             ).astype(np.int64)
     return NameTree(names, parent, np.concatenate(labels), depth, self_v, total)
 

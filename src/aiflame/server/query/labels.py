@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from aiflame.server import validate
 from aiflame.server.labels import NAME_LABEL, Matcher, ProfileType, parse_selector
 from aiflame.server.query.type_labels import TYPE_LABELS, any_selector_sql, type_labels
 from aiflame.server.store.connection import Store
@@ -19,7 +20,10 @@ def _range_params(tenant: str, start_ms: int, end_ms: int) -> dict[str, object]:
     return {"tenant": tenant, "t0": max(0, start_ms), "t1": max(end_ms, start_ms + 1)}
 
 
-_matchers = any_selector_sql  # series match if any of the selectors does
+def _matchers(selectors: list[str], params: dict[str, object]) -> str:
+    """Series match if any of the selectors does (as in Prometheus' match[])."""
+    validate.check_selector_count(len(selectors))
+    return any_selector_sql(selectors, params)
 
 
 def format_matchers(matchers: list[Matcher]) -> str:

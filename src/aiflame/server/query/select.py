@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aiflame.server import validate
 from aiflame.server.errors import BadRequest
 from aiflame.server.labels import ProfileType, parse_selector
 from aiflame.server.query.type_labels import selector_sql
@@ -34,6 +35,8 @@ class Selection:
         span_ids: tuple[int, ...] = (),
     ) -> Selection:
         ProfileType.parse(profile_type)
+        validate.integer(start_ms, "start", validate.MIN_TIME_MS, validate.MAX_TIME_MS)
+        validate.integer(end_ms, "end", validate.MIN_TIME_MS, validate.MAX_TIME_MS)
         if end_ms <= start_ms:
             raise BadRequest("the time range is empty (end must be after start)")
         if end_ms - start_ms > MAX_RANGE_MS:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from aiflame.server import validate
 from aiflame.server.errors import BadRequest
 from aiflame.server.labels import LABEL_NAME
 from aiflame.server.query.heatmap import INDIVIDUAL, Point, profile_points
@@ -37,6 +38,8 @@ def select_series(
     average: bool = False,
     limit: int | None = None,
 ) -> list[Series]:
+    step_s = validate.number(step_s, "step", -1e18, 1e18)
+    validate.check_group_by(len(group_by))
     step_ms = step_ms_of(sel, step_s)
     if (sel.end_ms - sel.start_ms) / step_ms > MAX_POINTS:
         raise BadRequest(f"the step is too small: more than {MAX_POINTS:,} points per series")
