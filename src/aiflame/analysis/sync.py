@@ -27,23 +27,23 @@ from aiflame.analysis.schema import Sync, SyncStat
 from aiflame.analysis.stacks import top_stacks
 from aiflame.analysis.timeline import covered
 from aiflame.model.trace import TraceData
+from aiflame.transforms.correlate import nearest_marked, outermost_marked
 
 EXPLICIT = "explicit synchronize"
 
 
-def _cause(t: TraceData, call: int, blocking: np.ndarray) -> str:
-    """The operator to blame for a blocking call (see the module docstring)."""
-    found, nearest = None, None
-    i = int(t.cpu_parent[call])
-    while i >= 0:
-        if t.cpu_is_op[i]:
-            if nearest is None:
-                nearest = i
-            if blocking[t.cpu_name[i]]:
-                found = i  # keep walking: the outermost one is what the user called
-        i = int(t.cpu_parent[i])
-    pick = found if found is not None else nearest
-    return EXPLICIT if pick is None else t.names[int(t.cpu_name[pick])]
+def _causes(t: TraceData, calls: np.ndarray, blocking: np.ndarray) -> list[str]:
+    """The operator to blame for each blocking call (see the module docstring); found for
+    every slice at once, so deep nesting costs no walk per call."""
+    op = t.cpu_is_op.astype(bool)
+    outer = outermost_marked(t.cpu_parent, op & blocking[t.cpu_name])
+    nearest = nearest_marked(t.cpu_parent, op)
+    up = t.cpu_parent[calls]
+    has = up >= 0
+    found = np.where(has, outer[np.maximum(up, 0)], -1)
+    near = np.where(has, nearest[np.maximum(up, 0)], -1)
+    pick = np.where(found >= 0, found, near)
+    return [EXPLICIT if k < 0 else t.names[int(t.cpu_name[k])] for k in pick.tolist()]
 
 
 def sync_stalls(t: TraceData, g: Gaps, e: Explained) -> Sync | None:
@@ -60,10 +60,10 @@ def sync_stalls(t: TraceData, g: Gaps, e: Explained) -> Sync | None:
     blocking = name_mask(t, lambda n: n in SYNC_OPS or n in COPY_OPS)
     by_call: dict[str, list[float]] = {}
     by_cause: dict[str, list[float]] = {}
-    for c in calls.tolist():
+    for c, cause in zip(calls.tolist(), _causes(t, calls, blocking), strict=True):
         row = (1, float(t.cpu_dur[c]), float(after[c]), float(caused[c]))
         name = t.names[int(t.cpu_name[c])]
-        for table, key in ((by_call, name), (by_cause, _cause(t, c, blocking))):
+        for table, key in ((by_call, name), (by_cause, cause)):
             acc = table.setdefault(key, [0, 0.0, 0.0, 0.0])
             for k, v in enumerate(row):
                 acc[k] += v
