@@ -159,6 +159,12 @@ class _Writer:
         if p.sample_types:
             msg.default_sample_type = self.s(p.sample_types[p.type_index(None)].name)
         start, duration = _time_span(p)
+        for what, value in (("start", start), ("duration", duration)):
+            if not -(2**63) <= value < 2**63:
+                raise AiflameError(
+                    f"pprof holds 64-bit nanoseconds: the profile's {what} is {value:,} ns, "
+                    "beyond them"
+                )
         msg.time_nanos, msg.duration_nanos = start, duration
         period_type = meta.get("period_type")
         if isinstance(period_type, (list, tuple)) and len(period_type) == 2:

@@ -189,9 +189,9 @@ class _Parser:
                 callee = self.node(Scope(INLINED, a.get("n", ""), ifile, _line(a)), call)
                 stack.append(("A2", ifile, callee, 0))
         elif tag in ("S", "C") and node >= 0:
-            line = Scope(LINE, "", file, _line(a))
+            statement = Scope(LINE, "", file, _line(a))
             for beg, end in _ranges(a.get("v")):
-                self.leaves.append((beg, end, node, line))
+                self.leaves.append((beg, end, node, statement))
 
 
 def _line(a: dict[str, str]) -> int:
