@@ -1,7 +1,8 @@
 """Folded stacks output: ``root;...;leaf VALUE`` lines, sorted, names as stored (a ``;``
 inside a name written ``\\;``, see :mod:`aiflame.model.folded`; line breaks inside a name
-written as spaces: one stack is one line; a blank name written ``[no name]``, so that no
-frame and no sample is lost when the output is read again)."""
+written as spaces: one stack is one line; a stack of one blank frame written
+``[no name]`` and a root frame starting with ``#`` (a comment line to folded readers) as
+``\\#``, so that no sample is lost when the output is read again)."""
 
 from __future__ import annotations
 
@@ -59,13 +60,12 @@ def format_perl_number(v: float) -> str:
 
 
 def folded_name(name: str) -> str:
-    """``name`` as one frame of a folded line: ``;`` escaped, line breaks as spaces, and
-    a name that would be blank (which no reader can tell from no frame) as
-    :data:`NO_NAME`."""
-    text = one_line(escape_name(name))
-    return text if text.strip() else NO_NAME
+    """``name`` as one frame of a folded line: ``;`` escaped, line breaks as spaces."""
+    return one_line(escape_name(name))
 
 
+# A stack of one blank frame would be a line of a count alone, which folded readers drop:
+# it is written so (a blank frame among others stays blank, as stackcollapse writes it).
 NO_NAME = "[no name]"
 
 
@@ -95,7 +95,11 @@ def stack_strings(profile: Profile, wanted: np.ndarray, what: str = "folded outp
     for nodes, starts, ends in expanded(profile.stacks, wanted, root_first=True):
         flat = piece[frame[nodes]].tolist()
         out.extend("".join(flat[a:b])[1:] for a, b in zip(starts, ends, strict=True))
-    return out
+    # A line starting with "#" is a comment to folded readers: such a root is written "\#".
+    return [COMMENT_ESCAPE + t[1:] if t[:1] == "#" else t if t.strip() else NO_NAME for t in out]
+
+
+COMMENT_ESCAPE = "\\#"
 
 
 def render_diff_folded(profile: Profile, truncate: bool = False) -> str:
