@@ -113,10 +113,15 @@ class Trace:
     def from_events(cls, trace: Sequence[dict[str, Any]]) -> Trace:
         """Columns pulled out of the event dicts once (the checks and errors of reading
         each field come in the same order whatever the trace)."""
-        all_kinds = np.array(
-            list(map(ACTION_KIND.get, map(itemgetter("action"), trace), repeat(0))),
-            dtype=np.int8,
-        )
+        actions = list(map(itemgetter("action"), trace))
+        try:
+            kinds = list(map(ACTION_KIND.get, actions, repeat(0)))
+        except TypeError:  # a list or dict where the action's name belongs
+            bad = next(a for a in actions if not isinstance(a, str | int | float | None))
+            raise SnapshotError(
+                f"an allocator event's action is {repr(bad)[:40]}, not an action's name"
+            ) from None
+        all_kinds = np.array(kinds, dtype=np.int8)
         ooms = [oom_of(trace[i]) for i in np.nonzero(all_kinds == OOM)[0].tolist()]
         where = np.nonzero((all_kinds >= 1) & (all_kinds <= 4))[0]
         ev = list(map(trace.__getitem__, where.tolist()))
