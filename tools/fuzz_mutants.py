@@ -850,9 +850,9 @@ def pprof_edges(rng: random.Random, data: bytes) -> bytes:
         for m in msg.mapping:
             m.memory_start, m.memory_limit = 2**64 - 1, rng.choice([0, 2**64 - 1])
     elif msg.location and msg.sample:
-        depth = rng.choice([2_000, 5_000])
+        depth = rng.choice([2_000, 4_000])
         chain = [msg.location[i % len(msg.location)].id for i in range(depth)]
-        step = rng.choice([1, 10, 100])
+        step = rng.choice([2, 10, 100])  # up to 4 million location ids in 100 KB of gzip
         for k in range(step, depth, step):
             s = msg.sample.add()
             s.location_id[:] = chain[:k]
