@@ -7,8 +7,9 @@ at the edges, long names, hostile names, deep nesting, SQLite and pickle damage,
 bombs...) seeded by it. Every format is also given its own deep nesting (slices, stacks,
 NVTX ranges, snapshot frames, pprof location chains thousands deep) and its numbers at the
 edges of int64 and beyond, and GPU traces are analyzed too; HPCToolkit directories get one
-file damaged (an hpcstruct nested 40,000 deep, int64 edges in binary records). Each example runs in a child process limited to 1 GiB more address
-space and 60 s (tests/limited.py), so a failure is a failed test, not a swapping machine.
+file damaged (an hpcstruct nested 40,000 deep, int64 edges in binary records). Each
+example runs in a child process limited to 1 GiB more address space and 60 s
+(tests/limited.py), so a failure is a failed test, not a swapping machine.
 
 A few seconds per importer by default, the same examples each run; with
 ``AIFLAME_FUZZ_SECONDS=N`` each importer is fuzzed for N seconds with fresh examples. An
