@@ -43,8 +43,10 @@ def load(source: Input, granularity: str = "line", **_: object) -> Profile:
     data = source.read_bytes()
     try:
         message = PprofProfile.FromString(data)
-    except DecodeError as e:
-        raise InputError(source.path, f"corrupt or truncated pprof data ({e})") from None
+    except DecodeError:
+        raise InputError(
+            source.path, "corrupt or truncated pprof data (not a valid profile.proto message)"
+        ) from None
     return _Reader(message, source.path, granularity).profile()
 
 
