@@ -179,3 +179,21 @@ def test_a_readers_unnamed_failure_is_not_spelled_as_a_python_exception():
         registry._guarded(Reader, "trace.json", read)
     assert "OverflowError" not in str(e.value)
     assert str(e.value).startswith("trace.json: cannot read as kineto: damaged in a way")
+
+
+@pytest.mark.parametrize("dim", [2**64 + 1, -(2**70), 1e300])
+def test_analyze_of_recorded_shapes_beyond_int64(tmp_path, dim):
+    """Input Dims of a damaged trace model no operator (no FLOPs from them); the report is
+    whole."""
+    trace = DATA / "kineto" / "tracelens" / "torch_compile_triton" / "trace.json.gz"
+    doc = json.loads(gzip.decompress(trace.read_bytes()))
+    for e in doc["traceEvents"]:
+        args = e.get("args", {})
+        if "Input Dims" in args:
+            args["Input Dims"] = [[dim, dim] if d else d for d in args["Input Dims"]]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(doc))
+    r = aiflame("analyze", str(path), "--batch-size", "4", "--json", str(tmp_path / "a.json"))
+    assert r.returncode == 0, r.stderr.decode()
+    rank = json.loads((tmp_path / "a.json").read_text())["ranks"][0]
+    assert not rank["gemm"]  # every GEMM's shapes damaged: none modelled
