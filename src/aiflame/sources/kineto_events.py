@@ -549,7 +549,7 @@ class EventCollector:
             elif ph == "B" or ph == "E":
                 self.ignored[f"'{ph}' (begin/end) events"] += 1  # Kineto writes 'X' slices
             elif ph == "s" or ph == "f":
-                if e.cat not in _FLOW_CATEGORIES:
+                if type(e.cat) is not str or e.cat not in _FLOW_CATEGORIES:
                     continue
                 ts = e.ts
                 if type(ts) is not float and type(ts) is not int:
