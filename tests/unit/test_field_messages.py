@@ -197,3 +197,31 @@ def test_analyze_of_recorded_shapes_beyond_int64(tmp_path, dim):
     assert r.returncode == 0, r.stderr.decode()
     rank = json.loads((tmp_path / "a.json").read_text())["ranks"][0]
     assert not rank["gemm"]  # every GEMM's shapes damaged: none modelled
+
+
+def test_a_flow_event_whose_category_is_a_list(tmp_path):
+    def odd(doc: dict) -> None:
+        for e in doc["traceEvents"]:
+            if e.get("ph") in ("s", "f"):
+                e["cat"] = ["ac2g", 1]
+
+    r = aiflame("analyze", str(kineto(tmp_path, odd)))
+    assert r.returncode == 0, r.stderr.decode()
+
+
+def test_a_gpu_binary_whose_sections_lie_outside_it(tmp_path):
+    """An HPCToolkit measurement directory whose gpubin's section header points past its
+    end: its PCs go unnamed, the rest is read."""
+    measurements = tmp_path / "m.m"
+    shutil.copytree(
+        DATA / "gpu_instructions" / "hpctoolkit" / "loops-cuda-nvidiapc-t.m", measurements
+    )
+    (binary,) = (measurements / "gpubins").iterdir()
+    data = bytearray(binary.read_bytes())
+    shoff = int.from_bytes(data[0x28:0x30], "little")  # ELF64 e_shoff
+    shstrndx = int.from_bytes(data[0x3E:0x40], "little")
+    entry = shoff + 64 * shstrndx  # the section names' header: its offset past the end
+    data[entry + 0x18 : entry + 0x20] = (len(data) * 4).to_bytes(8, "little")
+    binary.write_bytes(bytes(data))
+    r = aiflame("analyze", str(measurements))
+    assert r.returncode == 0, r.stderr.decode()
