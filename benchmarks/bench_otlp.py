@@ -125,7 +125,8 @@ def main() -> None:
     print(f"  Pyroscope push, cold dictionary  {t_push_cold * 1e3 / P:8.3f}")
     print(f"  Pyroscope push, warm dictionary  {t_push_warm * 1e3 / P:8.3f}")
     print(
-        f"  ratio OTLP / push cold, warm     {t_otlp / t_push_cold:8.2f} {t_otlp / t_push_warm:6.2f}"
+        "  ratio OTLP / push cold, warm     "
+        f"{t_otlp / t_push_cold:8.2f} {t_otlp / t_push_warm:6.2f}"
     )
     print("wire, gzipped bytes per profile:")
     print(f"  OTLP request (timestamps)        {len(gzip.compress(body)) / P:10.0f}")

@@ -363,6 +363,7 @@ def fleet_truth(hosts: list[SimHost], periods: int, period_s: float) -> dict[str
         "allocated": [(w.labels, len(w.gpus) * hours) for h in hosts for w in h.workloads],
     }
 
+
 def host_address(index: int) -> str:
     """A loopback address of its own for simulated host ``index`` (127.1.0.1, 127.1.0.2...)."""
     return f"127.1.{index // 250}.{index % 250 + 1}"

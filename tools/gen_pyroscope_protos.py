@@ -13,8 +13,8 @@ neither of which changes a message or its wire/JSON form:
 - imports are re-rooted under ``aiflame/proto/pyroscope/``: the generated Python module of
   ``types/v1/types.proto`` would otherwise be imported as ``types.v1``, which is the standard
   library's ``types`` module. Proto package names (``push.v1``, ``querier.v1``, ``types.v1``,
-  ``google.v1``, ``settings.v1``) are unchanged, so RPC paths such as ``/push.v1.PusherService/Push`` and
-  message full names are Pyroscope's own.
+  ``google.v1``, ``settings.v1``) are unchanged, so RPC paths such as
+  ``/push.v1.PusherService/Push`` and message full names are Pyroscope's own.
 """
 
 from __future__ import annotations

@@ -247,7 +247,13 @@ def test_pytorch_program_without_aiflames_own_code_or_empty_metrics(tmp_path):
     # --import-frames keeps importlib's own frames, so that the depth of the deepest
     # imports below can be counted (by default they fold into one "[import]" frame)
     rec = record(
-        "--ebpf", "--gpu-window", "1", "--import-frames", "--", sys.executable, str(prog),
+        "--ebpf",
+        "--gpu-window",
+        "1",
+        "--import-frames",
+        "--",
+        sys.executable,
+        str(prog),
         cwd=tmp_path,
     )
     assert rec.returncode == 0, rec.stderr

@@ -526,8 +526,7 @@ def test_hpcstruct_names_left_mangled_are_demangled(tmp_path):
     names = {
         sc.name
         for s in hpcstruct.read_structure(str(host))
-        for chain in s._scopes
-        for sc in chain
+        for sc in s._scope  # every scope of the module's tree
         if sc.kind == hpcstruct.INLINED
     }
     assert "dim3::dim3(unsigned int, unsigned int, unsigned int)" in names

@@ -35,7 +35,7 @@ from aiflame.analysis.schema import (
     TimeSum,
 )
 from aiflame.model.trace import TraceData
-from aiflame.transforms.correlate import busy_time
+from aiflame.transforms.correlate import busy_time, outermost_marked
 
 
 def charged_op(t: TraceData, launch: np.ndarray | None = None) -> np.ndarray:
@@ -47,14 +47,9 @@ def charged_op(t: TraceData, launch: np.ndarray | None = None) -> np.ndarray:
     if t.cpu_ts.size == 0:
         return out
     modelled = t.cpu_is_op & name_mask(t, lambda n: n in MODELLED)[t.cpu_name]
-    cur = (t.gpu_launch if launch is None else launch).copy()
-    todo = cur >= 0
-    while np.any(todo):
-        c = np.maximum(cur, 0)
-        hit = todo & modelled[c]
-        out[hit] = cur[hit]
-        cur = np.where(todo, t.cpu_parent[c], -1)
-        todo &= cur >= 0
+    start = t.gpu_launch if launch is None else launch
+    has = start >= 0
+    out[has] = outermost_marked(t.cpu_parent, modelled)[start[has]]
     return out
 
 

@@ -75,9 +75,15 @@ def gemm_shape(op: str, dims: Any, types: Any) -> Shape | None:
         else:
             (m, k), (_, n) = a, b
             bb = 1
-        return Shape(op, int(bb), int(m), int(n), int(k), dtype, bias)
-    except (IndexError, TypeError, ValueError):
+        shape = Shape(op, int(bb), int(m), int(n), int(k), dtype, bias)
+    except (IndexError, TypeError, ValueError, OverflowError):
         return None  # shapes not recorded (record_shapes=False) or an unexpected layout
+    if not all(0 <= d < _MOST_DIM for d in (shape.b, shape.m, shape.n, shape.k)):
+        return None  # a damaged trace's dims (2**64, 1e300): no real GEMM has them
+    return shape
+
+
+_MOST_DIM = 2**31  # a dimension beyond this: FLOPs no float holds exactly, not a real GEMM
 
 
 @dataclass

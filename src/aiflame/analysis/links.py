@@ -189,7 +189,7 @@ class StackFinder:
             if within is not None and self.names[int(self._root[node])] != within:
                 continue
             matched, skipped, j, up = 1, 0, len(stack) - 2, int(self.parent[node])
-            while up >= 0 and j >= 0:
+            while up >= 0 and j >= 0 and skipped <= MAX_SKIPPED:
                 if self._matches(up, stack[j]):
                     matched += 1
                     j -= 1
@@ -216,6 +216,11 @@ class StackFinder:
             out.append(self.names[node])
             node = int(self.parent[node])
         return out[::-1]
+
+
+# Frames between two of a stack's names beyond which a node is no match: keeps the search
+# linear in the flame graph when slices nest thousands deep (real gaps are a few frames).
+MAX_SKIPPED = 256
 
 
 def _params(metric: str | None, search: str | None, metrics: set[str]) -> list[tuple[str, str]]:

@@ -16,6 +16,7 @@ import numpy as np
 
 from aiflame.analysis.schema import Stack
 from aiflame.model.trace import TraceData
+from aiflame.transforms.correlate import first_open
 from aiflame.transforms.gpu_idle import slice_depths
 
 STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
@@ -106,7 +107,7 @@ class _Index:
             up = np.where(par >= 0, self.of_slice[np.maximum(par, 0)], 0)
             name = canon[t.cpu_name[level]]
             key = up * (len(self.names) + 1) + name
-            uniq, at, inv = np.unique(key, return_index=True, return_inverse=True)
+            uniq, at, inv = _distinct(key)
             self.of_slice[level] = next_id + inv
             up_parts.append(up[at])
             name_parts.append(name[at])
@@ -124,6 +125,23 @@ class _Index:
             out.append(self.names[int(self.name[k])])
             k = int(self.up[k])
         return tuple(reversed(out))
+
+
+def _distinct(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``np.unique(key, return_index=True, return_inverse=True)``, by a dict for the few
+    keys of a level of slices nested thousands deep (numpy's sort costs more there)."""
+    if key.size > 16:
+        return np.unique(key, return_index=True, return_inverse=True)
+    seen: dict[int, int] = {}
+    first: list[int] = []
+    inv: list[int] = []
+    for i, k in enumerate(key.tolist()):
+        j = seen.get(k)
+        if j is None:
+            j = seen[k] = len(first)
+            first.append(i)
+        inv.append(j)
+    return np.asarray(list(seen), dtype=np.int64), np.asarray(first), np.asarray(inv)
 
 
 def _index(t: TraceData) -> _Index:
@@ -191,6 +209,7 @@ def innermost_at(t: TraceData, thread: np.ndarray, when: np.ndarray) -> np.ndarr
     if t.cpu_ts.size == 0 or when.size == 0:
         return out
     threads = t.threads()
+    end = t.cpu_ts + t.cpu_dur
     order = np.lexsort((t.cpu_ts, threads))
     th_sorted = threads[order]
     for th in np.unique(thread).tolist():
@@ -202,14 +221,6 @@ def innermost_at(t: TraceData, thread: np.ndarray, when: np.ndarray) -> np.ndarr
         k = np.searchsorted(t.cpu_ts[mine], when[q], side="right") - 1
         cur = np.where(k >= 0, mine[np.maximum(k, 0)], -1)
         # The last slice starting before the point, or one of its ancestors, contains it
-        # (slices on a thread nest); walk up until one does.
-        todo = cur >= 0
-        w = when[q]
-        while np.any(todo):
-            c = np.maximum(cur, 0)
-            inside = todo & (t.cpu_ts[c] + t.cpu_dur[c] > w)
-            out[q[inside]] = cur[inside]
-            todo &= ~inside
-            cur = np.where(todo, t.cpu_parent[c], -1)
-            todo &= cur >= 0
+        # (slices on a thread nest): the first of them still running then.
+        out[q] = first_open(t.cpu_parent, end, cur, when[q])
     return out

@@ -18,7 +18,7 @@ import numpy as np
 
 from aiflame import __version__
 from aiflame.model import FrameKind, Profile
-from aiflame.render.stackpaths import root_first_paths
+from aiflame.render.stackpaths import check_frames, json_paths
 
 SCHEMA_URL = "https://www.speedscope.app/file-format-schema.json"
 KIND_FIELD = "aiflameKind"  # a frame's kind, beside the format's name, file and line
@@ -38,8 +38,9 @@ def render_speedscope(profile: Profile, metric: str | None = None) -> str:
     stack_values = [(s, v) for s, v in profile.iter_stack_values(col) if v != 0]
     stack_ids = np.asarray([s for s, _ in stack_values], dtype=np.int64)
     frames, shared_of = _shared_frames(profile)
-    paths = root_first_paths(profile.stacks, stack_ids, shared_of[profile.stacks.frames_array()])
-    samples = list(paths)
+    # Samples spell their stacks out: written as text (index digits and a comma a frame).
+    check_frames("speedscope output", profile.stacks, stack_ids, len(str(len(frames))) + 1)
+    samples = json_paths(profile.stacks, stack_ids, shared_of[profile.stacks.frames_array()])
     weights = [_number(v) for _, v in stack_values]
     total = float(sum(v for _, v in stack_values))
     name = str(profile.meta.get("title") or profile.meta.get("source") or "aiflame profile")
@@ -56,13 +57,21 @@ def render_speedscope(profile: Profile, metric: str | None = None) -> str:
                 "unit": _UNITS.get(sample_type.unit, "none"),
                 "startValue": 0,
                 "endValue": _number(total),
-                "samples": samples,
+                "samples": _SAMPLES,
                 "weights": weights,
             }
         ],
     }
     # Values were checked finite on import: allow_nan=False only guards against a bug.
-    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n"
+    text = json.dumps(doc, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    # The samples go where their placeholder is: the last string of the document, as
+    # only numbers (the weights) follow it.
+    head, found, tail = text.rpartition(json.dumps(_SAMPLES))
+    assert found, "the samples' placeholder is in the document"
+    return head + samples + tail + "\n"
+
+
+_SAMPLES = "\x00samples\x00"  # placeholder for the samples' JSON text
 
 
 def _shared_frames(profile: Profile) -> tuple[list[dict], np.ndarray]:

@@ -31,6 +31,7 @@ FONT_SIZE = 12
 FONT_WIDTH = 0.59  # average glyph width relative to the font size (Verdana), as flamegraph.pl
 XPAD = 10
 MIN_WIDTH = 0.1  # pixels
+_LEVEL_COST = 100  # nodes a numpy step per level is worth (deeper: placed node by node)
 _TOP = FONT_SIZE * 3  # title, buttons
 _BOTTOM = FONT_SIZE * 2 + 10  # details line
 _SUBTITLE = FONT_SIZE * 2
@@ -218,12 +219,22 @@ def layout(
     offset = np.zeros(len(tree))
     offset[sibs] = before
     x = np.zeros(len(tree))
-    depth = tree.depth
-    live_depth = depth[live]
-    for d in range(int(live_depth.max()) + 1 if live.size else 0):
-        at = live[live_depth == d]
-        up = tree.parent[at]
-        x[at] = offset[at] + np.where(up >= 0, x[np.maximum(up, 0)], 0.0)
+    # A parent's id is below its children's: ascending ids place every parent first.
+    # Level by level while levels are wide; node by node for slices nested deep.
+    depth = tree.depth[live]
+    by_level = np.argsort(depth, kind="stable")
+    bounds = np.searchsorted(depth[by_level], np.arange(int(depth.max(initial=-1)) + 2))
+    if (len(bounds) - 1) * _LEVEL_COST > live.size:
+        up_l, off_l, x_l = tree.parent.tolist(), offset.tolist(), x.tolist()
+        for i in live.tolist():
+            p = up_l[i]
+            x_l[i] = off_l[i] + (x_l[p] if p >= 0 else 0.0)
+        x = np.asarray(x_l)
+    else:
+        for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            at = live[by_level[lo:hi]]
+            up = tree.parent[at]
+            x[at] = offset[at] + np.where(up >= 0, x[np.maximum(up, 0)], 0.0)
     width = total * scale
     drawn = live[width[live] >= min_width]
     return drawn, x[drawn] * scale + XPAD, width[drawn], grand

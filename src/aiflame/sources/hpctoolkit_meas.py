@@ -225,9 +225,9 @@ class GpuBinary:
             with open(local, "rb") as f:
                 data = f.read()
             image = ElfImage(data, local)
-        except (OSError, ElfError):
+            names = image.section_names
+        except (OSError, ElfError):  # unreadable or damaged: its PCs go unnamed
             return
-        names = image.section_names
         for i, sh in enumerate(image.sections):
             name = names[i] if i < len(names) else ""
             if name.startswith(".text.") and int(sh["size"]):

@@ -44,8 +44,14 @@ from aiflame.model.stacks import EMPTY_STACK
 from aiflame.model.trace import TraceData
 from aiflame.sources.gpu_idle_samples import add_gpu_idle
 from aiflame.sources.inputs import Input
-from aiflame.sources.kineto_events import Cls, Columns, EventCollector, TimeOutOfRange
-from aiflame.sources.kineto_info import describe
+from aiflame.sources.kineto_events import (
+    Cls,
+    Columns,
+    EventCollector,
+    TimeOutOfRange,
+    ValueOutOfRange,
+)
+from aiflame.sources.kineto_info import describe, time_range_problem
 from aiflame.sources.kineto_json import TraceStream
 from aiflame.sources.kineto_names import PyFrame, python_frame
 from aiflame.sources.kineto_samples import (
@@ -199,12 +205,18 @@ def read_columns(
     collector = EventCollector(shapes, memory, kernels=kernels)
     with source.open_binary() as f:
         stream = TraceStream(f, source.path, collector.event_type)
-        for batch in stream.batches():
-            collector.add(batch)
+        try:
+            for batch in stream.batches():
+                collector.add(batch)
+        except ValueOutOfRange as e:
+            raise InputError(source.path, str(e)) from None
     try:
         cols = collector.freeze()
     except TimeOutOfRange as e:
         raise InputError(source.path, str(e)) from None
+    problem = time_range_problem(cols, stream.meta)
+    if problem:
+        raise InputError(source.path, problem)
     _demangle_kernels(cols)
     if cols.cpu_ts.size == 0 and cols.gpu_ts.size == 0:
         what = ", ".join(f"{n} {c}" for c, n in cols.ignored.most_common(4))

@@ -259,10 +259,50 @@ class TimeOutOfRange(ValueError):
     """An event time or duration that no nanosecond column can hold."""
 
 
+class ValueOutOfRange(ValueError):
+    """An id, size or address beyond what an int64 column holds."""
+
+
+# (JSON key, where it is) of the integers kept in int64 columns.
+_INT64_FIELDS = (
+    ("correlation", "args"),
+    ("bytes", "args"),
+    ("Bytes", "args"),
+    ("Addr", "args"),
+    ("id", "event"),
+)
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _beyond_int64(e: Any) -> str | None:
+    """What of event ``e`` no int64 holds, said in a sentence, or None."""
+    attrs = {"correlation": "correlation", "bytes": "bytes", "Bytes": "nbytes", "Addr": "addr"}
+    for key, where in _INT64_FIELDS:
+        if where == "event":
+            v = e.get(key) if isinstance(e, dict) else getattr(e, key, None)
+        else:
+            args = e.get("args") if isinstance(e, dict) else getattr(e, "args", None)
+            if isinstance(args, dict):
+                v = args.get(key)
+            else:
+                v = getattr(args, attrs[key], None) if args is not None else None
+        if type(v) is str and v.lstrip("-").isdigit():
+            v = int(v)
+        if type(v) is int and not _INT64[0] <= v <= _INT64[1]:
+            field = f"args.{key}" if where == "args" else key
+            return f"an event's {field} is {v}, beyond 64-bit integers"
+    return None
+
+
 def us_to_ns(us: array, base: float, what: str) -> np.ndarray:
     """Microseconds (floats, from ``base``) as int64 nanoseconds; raises
     :class:`TimeOutOfRange` for one beyond :data:`MAX_US` (or not a number)."""
     v = np.frombuffer(us, dtype=np.float64) if len(us) else np.zeros(0)
+    if not abs(base) < MAX_US:  # the trace's start itself (NaN too)
+        raise TimeOutOfRange(
+            f"an event's time is {base:g} us, more than 64-bit nanoseconds hold "
+            f"(up to {MAX_US:.2g} us)"
+        )
     rel = v - base if base else v
     if not np.all(np.abs(rel) < MAX_US):  # NaN and infinities fail too
         bad = float(v[~(np.abs(rel) < MAX_US)][0])
@@ -428,6 +468,18 @@ class EventCollector:
         return i
 
     def add(self, events: list[Event]) -> None:
+        """Collect one batch; an integer no int64 column holds is one :class:`ValueOutOfRange`
+        naming its field."""
+        try:
+            self._add(events)
+        except OverflowError:
+            for e in events:
+                problem = _beyond_int64(e)
+                if problem:
+                    raise ValueOutOfRange(problem) from None
+            raise
+
+    def _add(self, events: list[Event]) -> None:
         """Collect one batch (the hot loop: locals bound up front, no per-event calls)."""
         classes, names, threads = self._classes, self._names, self._threads
         warn = self.warnings
@@ -531,7 +583,7 @@ class EventCollector:
             elif ph == "B" or ph == "E":
                 self.ignored[f"'{ph}' (begin/end) events"] += 1  # Kineto writes 'X' slices
             elif ph == "s" or ph == "f":
-                if e.cat not in _FLOW_CATEGORIES:
+                if type(e.cat) is not str or e.cat not in _FLOW_CATEGORIES:
                     continue
                 ts = e.ts
                 if type(ts) is not float and type(ts) is not int:

@@ -51,6 +51,33 @@ def _device_model(props: dict[str, Any]) -> str | None:
     return short_device_name(name) if name else devices.model_by_properties(props)
 
 
+def time_range(cols: Columns, trace_meta: dict[str, Any]) -> tuple[int, int]:
+    """(first, last) nanoseconds of the trace's events on the wall clock."""
+    first = min(int(t.min()) for t in (cols.cpu_ts, cols.gpu_ts) if t.size)
+    last = max(
+        int((t + d).max())
+        for t, d in ((cols.cpu_ts, cols.cpu_dur), (cols.gpu_ts, cols.gpu_dur))
+        if t.size
+    )
+    # Kineto writes microseconds since baseTimeNanoseconds (a wall-clock origin) when set.
+    base_ns = int(cols.base_us) * 1000 + _int(trace_meta.get("baseTimeNanoseconds"))
+    return base_ns + first, base_ns + last
+
+
+def time_range_problem(cols: Columns, trace_meta: dict[str, Any]) -> str | None:
+    """Why the trace's times cannot be 64-bit nanoseconds on the wall clock, or None."""
+    if not (cols.cpu_ts.size or cols.gpu_ts.size):
+        return None
+    first, last = time_range(cols, trace_meta)
+    if first >= -(2**63) and last < 2**63:
+        return None
+    base = _int(trace_meta.get("baseTimeNanoseconds"))
+    return (
+        f"baseTimeNanoseconds is {base}: counted from it, the trace's events end beyond "
+        "64-bit nanoseconds (after the year 2262)"
+    )
+
+
 def _ns(v: float) -> str:
     for scale, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "us")):
         if abs(v) >= scale:
@@ -69,15 +96,7 @@ def describe(
     """Profile meta: default metric, time range and the ``info:`` lines of ``aiflame info``."""
     n_gpu = int(cols.gpu_ts.size)
     meta: dict[str, object] = {"default_type": GPU_TIME if n_gpu else WALL_TIME}
-    first = min(int(t.min()) for t in (cols.cpu_ts, cols.gpu_ts) if t.size)
-    last = max(
-        int((t + d).max())
-        for t, d in ((cols.cpu_ts, cols.cpu_dur), (cols.gpu_ts, cols.gpu_dur))
-        if t.size
-    )
-    # Kineto writes microseconds since baseTimeNanoseconds (a wall-clock origin) when set.
-    base_ns = int(cols.base_us) * 1000 + _int(trace_meta.get("baseTimeNanoseconds"))
-    meta["time_range_ns"] = (base_ns + first, base_ns + last)
+    meta["time_range_ns"] = time_range(cols, trace_meta)
     if rank is not None:
         meta["rank"] = rank
         meta["info:rank"] = rank

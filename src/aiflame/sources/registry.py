@@ -119,7 +119,13 @@ def _guarded(mod: ModuleType, path: str, read: Any, *args: Any, **options: Any) 
     except RecursionError as e:
         raise InputError(path, f"cannot read as {mod.FORMAT}: nested too deeply") from e
     except Exception as e:  # a parser bug or corrupt data must still be one clear line
-        raise InputError(path, f"cannot read as {mod.FORMAT}: {type(e).__name__}: {e}") from e
+        raise InputError(path, unexpected(mod.FORMAT, e)) from e
+
+
+def unexpected(fmt: str, e: Exception) -> str:
+    """The last resort of a reader's failure: damage no check of the reader names (each
+    one found is given a message of its own that names the field)."""
+    return f"cannot read as {fmt}: damaged in a way the reader does not name ({e})"
 
 
 def trace_formats() -> list[str]:
@@ -257,7 +263,7 @@ def load_timeline(path: str, fmt: str | None = None, metric: str | None = None, 
     except (AiflameError, MemoryError, KeyboardInterrupt):
         raise
     except Exception as e:  # as load(): a parser bug or corrupt data is one clear line
-        raise InputError(path, f"cannot read as {mod.FORMAT}: {type(e).__name__}: {e}") from e
+        raise InputError(path, unexpected(mod.FORMAT, e)) from e
     timeline.meta.setdefault("source", path)
     return timeline
 
