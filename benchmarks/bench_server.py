@@ -19,7 +19,9 @@ SelectMergeStacktraces work: SQL, stacks, name tree, levels), cold and warm, for
 the clock (roll-up) and for "the last hour" (raw samples at both ends).
 
 ``attribution``: GPU-hour roll-ups of G GPUs over D days (what the agents' telemetry makes
-of them), and the attribution query by team, hourly and at 5-minute resolution.
+of them, the workloads' and the hosts' capacity), and the attribution query by team, hourly
+and at 5-minute resolution: in all, and its part that adds the capacity (the GPUs nobody
+holds, per host and over time) to what attribution answered before.
 """
 
 from __future__ import annotations
@@ -182,7 +184,10 @@ def ingest(args: argparse.Namespace) -> dict:
         async def agent(host, t_start: float) -> None:
             """One host, as an agent behaves: its own connection, a push and a telemetry
             document every period, at its own phase."""
-            conn = await asyncio.open_connection("127.0.0.1", port)
+            # Each host from an address of its own (all of 127/8 is loopback), as a fleet's
+            # hosts are: the server caps the connections of one address.
+            source = (fleet_sim.host_address(host.index), 0)
+            conn = await asyncio.open_connection("127.0.0.1", port, local_addr=source)
             phase = (host.index / len(fleet)) * period
             for k in range(periods):
                 due = t_start + phase + k * period
@@ -199,7 +204,7 @@ def ingest(args: argparse.Namespace) -> dict:
                         status = await post(conn, path, body, ctype)
                     except (OSError, asyncio.IncompleteReadError, ValueError, IndexError) as e:
                         status = type(e).__name__
-                        conn = await asyncio.open_connection("127.0.0.1", port)
+                        conn = await asyncio.open_connection("127.0.0.1", port, local_addr=source)
                     # Latency from when the request was due: a server that falls behind shows it.
                     lat[kind].append(time.time() - (due if kind == "push" else t0))
                     if status == 200:
@@ -488,6 +493,7 @@ def query(args: argparse.Namespace) -> dict:
 
 def attribution(args: argparse.Namespace) -> dict:
     from aiflame.server.query import attribution as attr
+    from aiflame.server.query.capacity import capacity as capacity_of
     from aiflame.server.store import migrations, schema
     from aiflame.server.store.connection import open_store
     from aiflame.server.store.url import parse_store_url
@@ -512,12 +518,26 @@ def attribution(args: argparse.Namespace) -> dict:
             "toString(w.number % 50)), "
             "'host', concat('gpu-node-', toString(w.number % {h:UInt32})), "
             "'gpu_model', 'NVIDIA H200'), "
-            f"6.4 * {step}, 4.1 * {step}, 6.4 * {step}, 2.9 * {step}, 6.4 * {step}, "
-            f"1.2e15 * {step}, 6.4 * {step}, 3000.0 * {step}, 6.4 * {step}, 5e8 * {step}, "
-            f"6.4 * {step}, {step} / 10 "
-            f"FROM numbers({{nb:UInt32}}) AS b, numbers({{nw:UInt32}}) AS w",
+            # a host's first job holds 6.4 GPUs on average, a second one 1.6 (8 in all)
+            + ", ".join(
+                f"{v} * {step} * if(w.number < {{h:UInt32}}, 1.0, 0.25)"
+                for v in (6.4, 4.1, 6.4, 2.9, 6.4, 1.2e15, 6.4, 3000.0, 6.4, 5e8, 6.4)
+            )
+            + f", {step} / 10 FROM numbers({{nb:UInt32}}) AS b, numbers({{nw:UInt32}}) AS w",
             {"s": start, "h": hosts, "nb": args.days * 86400 // step, "nw": workloads},
         )
+    # Every host's GPUs (8), whoever holds them: a tenth of the hosts keep 2 GPUs free.
+    capacity = (("gpu_capacity_1h", 3600), ("gpu_capacity_1m", 60))[: 1 if args.hourly_only else 2]
+    for table, step in capacity:
+        store.command(
+            f"INSERT INTO aiflame.{table} SELECT 'bench', "
+            f"toDateTime({{s:UInt32}} + {step} * b.number, 'UTC'), "
+            "concat('gpu-node-', toString(h.number)), 'NVIDIA H200', "
+            f"8.0 * {step}, 4.1 * {step}, 8.0 * {step}, 8 "
+            f"FROM numbers({{nb:UInt32}}) AS b, numbers({{nh:UInt32}}) AS h",
+            {"s": start, "nb": args.days * 86400 // step, "nh": hosts},
+        )
+    tables = (*tables, *capacity)
     fill_s = time.perf_counter() - t0
     rows = {t: store.rows(f"SELECT count() FROM aiflame.{t}")[0][0] for t, _ in tables}
     out = {
@@ -529,16 +549,23 @@ def attribution(args: argparse.Namespace) -> dict:
     }
     for name, step in (("hourly", 3600), ("5min", 300))[: 1 if args.hourly_only else 2]:
         q = attr.Query("bench", start * 1000, end * 1000, step, "team", "", 10)
-        times = []
+        times, cap_times = [], []
         for _ in range(3):
             t0 = time.perf_counter()
             r = attr.attribution(store, q)
             times.append(round(time.perf_counter() - t0, 3))
+            t0 = time.perf_counter()
+            capacity_of(store, q, attr._RAW)
+            cap_times.append(round(time.perf_counter() - t0, 3))
         out[name] = {
             "buckets": len(r["timestamps"]),
             "groups": r["groups_total"],
+            "hosts": len(r["hosts"]),
             "allocated_gpu_hours": round(r["fleet"]["allocated_gpu_hours"]),
+            "capacity_gpu_hours": round(r["fleet"]["capacity_gpu_hours"]),
+            "unallocated_gpu_hours": round(r["fleet"]["unallocated_gpu_hours"]),
             "seconds": times,
+            "of which capacity": cap_times,
         }
     store.close()
     return out

@@ -7,6 +7,11 @@ written by aiflame's pprof renderer, as an agent writes them: 8 ranks sampled at
 copy of the training script's Python frames (its own files), so the fleet holds 50x the
 distinct stacks of one job. Labels: 100 jobs, 20 teams, 50 models; telemetry: 8 GPUs per
 host, one or two workloads (docs/fleet-protocol.md).
+
+``mixed_fleet()`` is a small fleet as platform teams run them, for checking the numbers:
+a Slurm job on two hosts, Kubernetes pods without job ids (the agent's pod labels), an idle
+notebook, GPUs nobody holds; ``fleet_telemetry()`` its documents, ``fleet_truth()`` the
+GPU hours it holds (capacity and unallocated per host, allocated per workload).
 """
 
 from __future__ import annotations
@@ -209,3 +214,156 @@ def telemetry_body(host: Host, start: float, rng: random.Random) -> bytes:
         "workloads": workloads,
     }
     return json.dumps(doc).encode()
+
+
+# -- a mixed fleet: Slurm jobs, Kubernetes pods, an idle notebook, GPUs nobody holds --------
+@dataclass
+class SimWorkload:
+    """A workload as the agent reports it: its labels, the GPUs it holds on its host, the
+    mean utilization of those GPUs, and the labels of one of its processes (for traces)."""
+
+    labels: dict[str, str]
+    gpus: list[int]
+    util: float
+    process: dict[str, str]
+
+
+@dataclass
+class SimHost:
+    name: str
+    gpus: int
+    gpu_name: str
+    workloads: list[SimWorkload]
+
+
+def _pod(host: str, ns: str, pod: str, container: str, gpus: list[int], util: float, pid: int):
+    owner = pod.rsplit("-", 2)[0] if pod.count("-") >= 2 else pod
+    labels = {
+        "host": host,
+        "namespace": ns,
+        "pod": pod,
+        "container": container,
+        "service_name": f"{ns}/{owner}",
+    }
+    process = {**labels, "pid": str(pid), "comm": "python3", "command": "python3 serve.py"}
+    return SimWorkload(labels, gpus, util, process)
+
+
+def _job(host: str, job: str, rank0: int, gpus: list[int], util: float, pid: int):
+    labels = {
+        "host": host,
+        "job_id": job,
+        "job_user": "ana",
+        "job_name": "pretrain-7b",
+        "user": "ana",
+        "team": "llm",
+        "model": "llama-7b",
+        "service_name": "pretrain-7b",
+    }
+    process = {**labels, "pid": str(pid), "comm": "python", "rank": str(rank0)}
+    return SimWorkload(labels, gpus, util, process)
+
+
+def mixed_fleet() -> list[SimHost]:
+    """Six hosts of 8 GPUs: one Slurm job on two hosts; two inference pods (no job id)
+    and two GPUs nobody holds on a third; a training pod on a fourth; a notebook holding
+    one GPU and running nothing, beside seven free GPUs; a spare host nobody uses."""
+    h100, h200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
+    every = list(range(8))
+    notebook = {"host": "ws-1", "user": "alice", "service_name": "jupyter-lab"}
+    serving = "serving"
+    return [
+        SimHost("slurm-a", 8, h100, [_job("slurm-a", "4411", 0, every, 0.92, 5100)]),
+        SimHost("slurm-b", 8, h100, [_job("slurm-b", "4411", 8, every, 0.90, 5200)]),
+        SimHost(
+            "k8s-a",
+            8,
+            h200,
+            [
+                _pod("k8s-a", serving, "infer-qwen-7c9d8f6b5-x2kqp", "server", [0, 1], 0.55, 7100),
+                _pod(
+                    "k8s-a",
+                    serving,
+                    "infer-llama-5f6c7d8e9-bq9zt",
+                    "server",
+                    [2, 3, 4, 5],
+                    0.7,
+                    7200,
+                ),
+            ],
+        ),
+        SimHost(
+            "k8s-b",
+            8,
+            h200,
+            [_pod("k8s-b", "research", "train-bert-0", "trainer", every, 0.81, 8100)],
+        ),
+        SimHost(
+            "ws-1",
+            8,
+            h100,
+            [SimWorkload(notebook, [0], 0.0, {**notebook, "pid": "9100", "comm": "python3"})],
+        ),
+        SimHost("spare-1", 8, h100, []),
+    ]
+
+
+def fleet_telemetry(
+    hosts: list[SimHost], start: float, periods: int, period_s: float, seed: int = 3
+) -> list[bytes]:
+    """Every host's telemetry documents, one per period (docs/fleet-protocol.md): all its
+    GPUs listed, each workload with the GPUs it holds and their busy seconds."""
+    rng = random.Random(seed)
+    docs = []
+    for k in range(periods):
+        t0 = start + k * period_s
+        for h in hosts:
+            held = {g: w for w in h.workloads for g in w.gpus}
+            utils = {}
+            for g in range(h.gpus):  # a held GPU near its workload's mean, a free one idle
+                mean = held[g].util if g in held else 0.0
+                utils[g] = min(1.0, max(0.0, mean + rng.uniform(-0.05, 0.05))) if mean else 0.0
+            gpus = [
+                {"index": g, "uuid": f"GPU-{h.name}-{g}", "name": h.gpu_name,
+                 "util": round(utils[g], 4), "power_watts": 90.0 + 600 * utils[g]}
+                for g in range(h.gpus)
+            ]  # fmt: skip
+            workloads = [
+                {
+                    "labels": w.labels,
+                    "pids": [int(w.process["pid"])],
+                    "gpu_uuids": [f"GPU-{h.name}-{g}" for g in w.gpus],
+                    "allocated_gpu_seconds": period_s * len(w.gpus),
+                    "busy_gpu_seconds": period_s * sum(round(utils[g], 4) for g in w.gpus),
+                }
+                for w in h.workloads
+            ]
+            doc = {
+                "batch_id": f"sim-{h.name}-{k}",
+                "host": h.name,
+                "agent_version": "0.1.0",
+                "start": t0,
+                "end": t0 + period_s,
+                "gpus": gpus,
+                "workloads": workloads,
+            }
+            docs.append(json.dumps(doc).encode())
+    return docs
+
+
+def fleet_truth(hosts: list[SimHost], periods: int, period_s: float) -> dict[str, object]:
+    """What the simulation holds, in GPU hours: each host's capacity and unallocated
+    hours, each workload's allocated hours (by its labels)."""
+    hours = periods * period_s / 3600
+    return {
+        "capacity": {h.name: h.gpus * hours for h in hosts},
+        "unallocated": {
+            h.name: (h.gpus - sum(len(w.gpus) for w in h.workloads)) * hours for h in hosts
+        },
+        "allocated": [(w.labels, len(w.gpus) * hours) for h in hosts for w in h.workloads],
+    }
+
+
+def host_address(index: int) -> str:
+    """A loopback address of its own for simulated host ``index`` (127.1.0.1, 127.1.0.2...)."""
+    return f"127.1.{index // 250}.{index % 250 + 1}"

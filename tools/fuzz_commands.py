@@ -4,10 +4,12 @@ run ended.
 
     python tools/fuzz_commands.py --minutes 25 [--out fuzz-out] [--seed 1]
 
-Mutants come from tools/fuzz_mutants.py (bit flips, truncation, numbers at the edges,
-long lines and names, deep nesting, hostile names, invalid UTF-8, corrupt gzip and gzip
-bombs, damaged SQLite, pickle opcode mutations and bombs...). Each mutant is given to a
-few of: ``flamegraph``, ``convert`` to folded / pprof / speedscope / html, ``info``,
+Mutants come from tools/fuzz_mutants.py (bit flips, truncation, numbers at the edges of
+int64 and beyond, long lines and names, slices and stacks nested thousands deep, hostile
+names, invalid UTF-8, corrupt gzip and gzip bombs, damaged SQLite in WAL mode or with
+blobs for names, pickle opcode mutations and bombs, damaged HPCToolkit directories...).
+Each mutant is given to a few of: ``flamegraph``, ``convert`` to folded / pprof /
+speedscope / html / chrome (with a metric it may lack), ``info``,
 ``diff`` (against its seed), ``memory``, ``analyze`` (terminal, ``--json``, ``-o``),
 sometimes onto an odd output path (a directory, /dev/null, /dev/full, a FIFO, symlinks, a
 255+ byte name, an existing 0600 file) or with SIGINT / SIGTERM sent while it runs. Runs
@@ -15,14 +17,16 @@ are one at a time (the machine stays usable), each limited to 2 GiB of address s
 60 s.
 
 Outcomes: ``ok``; ``error`` (exit 1 and one line ``aiflame: error: ...``); and the
-failures: ``traceback``, ``internal`` (one line, but a bug), ``hang`` (killed at the
-timeout), ``memory`` (MemoryError or out of memory), ``crash`` (a signal), ``messy``
+failures: ``traceback``, ``internal`` (one line, but a bug), ``python-text`` (one line,
+but a Python exception's text rather than a message for a person), ``hang`` (killed at
+the timeout), ``memory`` (MemoryError or out of memory), ``crash`` (a signal), ``messy``
 (a failure that is not one line), ``partial`` (a failed run left an output or a temporary
 file), ``invalid`` (exit 0 but the output does not parse), ``clobbered`` (a device, FIFO or
 symlink replaced, a file's mode changed), ``raw-control`` (an escape or bidi character
-reached the terminal). Failing inputs are kept under OUT/failures/OUTCOME/, the commands
-and messages in OUT/failures.jsonl; analyze's failures are also listed, with tracebacks,
-in OUT/analyze-failures.txt. The table of counts per format and outcome is printed and
+reached the terminal), ``beside`` (a file appeared beside the input, or the input
+changed: SQLite's -wal/-shm files). Failing inputs are kept under OUT/failures/OUTCOME/,
+the commands and messages in OUT/failures.jsonl; analyze's failures are also listed, with
+tracebacks, in OUT/analyze-failures.txt. The table of counts per format and outcome is printed and
 written to OUT/summary.json.
 """
 
@@ -36,6 +40,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import resource
 import shutil
 import signal
@@ -51,13 +56,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fuzz_mutants
 
 ROOT = Path(__file__).resolve().parents[1]
-FAILURES = ("traceback", "internal", "hang", "memory", "crash", "messy", "partial",
-            "invalid", "clobbered", "raw-control")  # fmt: skip
+FAILURES = ("traceback", "internal", "python-text", "hang", "memory", "crash", "messy",
+            "partial", "invalid", "clobbered", "raw-control", "beside")  # fmt: skip
 OUTCOMES = ("ok", "error", *FAILURES)
 _RAW = ("\x1b", "\x07", "\x9b", "\u202e", "\u202d", "\u2066", "\u2067", "\u2068")
 TRACE_FORMATS = ("kineto", "trace-events", "nsys")
 # Profiles that analyze reads too (its GPU stall report of PC samples).
-ANALYZED_PROFILES = ("rocprofv3-pc", "iaprof", "nsight-compute")
+ANALYZED_PROFILES = ("rocprofv3-pc", "iaprof", "nsight-compute", "hpctoolkit")
+# A Python exception's own words in an error line: a message for a person names the field
+# and what was wrong with it instead.
+PYTHON_TEXT = re.compile(
+    r"\b[A-Z][A-Za-z]*(?:Error|Exception)\b|int too (?:big|large) to convert|"
+    r"invalid literal for|could not convert|not subscriptable|has no attribute|"
+    r"unsupported operand|not JSON serializable|string pattern on a bytes|"
+    r"index out of range|codec can't|object of type|NoneType|unhashable type|"
+    r"is not iterable|must be (?:real number|str\b|an integer)|cannot convert float|"
+    r"math domain error|division by zero|maximum recursion depth|negative dimensions|"
+    r"expected (?:str|bytes)|argument must be|not enough values to unpack|"
+    r"too many values to unpack|out of bounds for axis|in a way the reader does not name"
+)
 
 
 # -- commands -----------------------------------------------------------------------------
@@ -81,6 +98,7 @@ def commands_for(
         ("pprof", ".pb.gz"),
         ("speedscope", ".json"),
         ("html", ".html"),
+        ("chrome", ".json"),
     ):
         cmds.append(
             (
@@ -89,6 +107,14 @@ def commands_for(
                 out.with_suffix(ext),
             )
         )
+    metric = "gpu-time" if fmt in TRACE_FORMATS else "peak-bytes"
+    cmds.append(
+        (
+            "convert-chrome-metric",
+            ["convert", m, "-f", "chrome", "--metric", metric, "-o", str(out.with_suffix(".json"))],
+            out.with_suffix(".json"),
+        )
+    )
     cmds.append(
         ("diff-html", ["diff", s, m, "-o", str(out.with_suffix(".html"))], out.with_suffix(".html"))
     )
@@ -258,6 +284,8 @@ def classify(r: dict, signalled: bool) -> str:
         return "internal"
     if r["rc"] == 0:
         return "ok"
+    if r["rc"] == 1 and len(lines) == 1 and PYTHON_TEXT.search(lines[0]):
+        return "python-text"
     if signalled and r["rc"] in (130, 143, -signal.SIGINT, -signal.SIGTERM):
         return "error" if len(lines) <= 1 else "messy"
     if r["rc"] == 1 and len(lines) == 1 and lines[0].startswith("aiflame: error: "):
@@ -315,8 +343,11 @@ def validate(path: Path) -> str | None:
             profile_pb2.Profile().ParseFromString(gzip.decompress(data))
         elif name.endswith(".folded"):  # lines end at "\n" only, as folded readers see them
             for line in data.decode("utf-8", "surrogateescape").split("\n"):
-                if line and not line.rpartition(" ")[2].replace(".", "", 1).lstrip("-").isdigit():
+                stack, _, count = line.rpartition(" ")
+                if line and not count.replace(".", "", 1).lstrip("-").isdigit():
                     return f"not a folded line: {line[:80]!r}"
+                if line and (not stack.strip() or stack.startswith("#")):
+                    return f"a line a folded reader drops (no frame, or a comment): {line[:80]!r}"
     except Exception as e:
         return f"{type(e).__name__}: {str(e)[:200]}"
     return None
@@ -343,7 +374,8 @@ class Campaign:
         self.failures = open(self.out / "failures.jsonl", "a", encoding="utf-8")  # noqa: SIM115
         self.env = dict(os.environ, PYTHONPATH=str(Path(args.src).resolve()), COLUMNS="100")
         self.env.pop("AIFLAME_TRACEBACK", None)
-        self.seeds = fuzz_mutants.seed_files()
+        self.seeds = {**fuzz_mutants.seed_files(), **fuzz_mutants.directory_seeds()}
+        self.directories = set(fuzz_mutants.directory_seeds())
         self.bombs = fuzz_mutants.bombs(self.out / "cache")
         if args.formats:
             self.seeds = {f: s for f, s in self.seeds.items() if f in args.formats}
@@ -352,6 +384,9 @@ class Campaign:
         """(format, mutation, mutant file, its seed)."""
         fmt = self.rng.choice(sorted(self.seeds))
         seed = self.rng.choice(self.seeds[fmt])
+        if fmt in self.directories:
+            path = case / f"mutant-{fmt}{seed.suffix}"
+            return fmt, fuzz_mutants.mutate_directory(self.rng, seed, path), path, seed
         if self.rng.random() < 0.03:
             name, path = self.rng.choice(sorted(self.bombs.items()))
             return _bomb_format(name), "gzip-bomb", path, seed
@@ -393,6 +428,7 @@ class Campaign:
                     self.rng.uniform(0.2, 2.0),
                 )
             existed = output.read_bytes() if output is not None and output.is_file() else None
+            before = _listing(mutant)
             r = run_one(argv, self.args.timeout, self.args.memory_gib << 30, self.env, signalled)
             outcome = classify(r, signalled is not None)
             outcome, why = check_output(output, existed, r, outcome, signalled is not None)
@@ -403,6 +439,9 @@ class Campaign:
                 problem = odd.check()
                 if problem:
                     outcome, why = "clobbered", problem
+            after = _listing(mutant)
+            if after != before:
+                outcome, why = "beside", f"beside the input: {sorted(set(after) ^ set(before))[:3]}"
             self.runs += 1
             if self.runs % 100 == 0:
                 failed = sum(c[o] for c in self.counts.values() for o in FAILURES)
@@ -423,13 +462,19 @@ class Campaign:
     def keep(self, fmt: str, seed: Path, mutation: str, mutant: Path, name: str,
              argv: list[str], r: dict, outcome: str, why: str,
              odd: OddOutput | None) -> None:  # fmt: skip
-        data = mutant.read_bytes()
-        digest = hashlib.sha1(data).hexdigest()[:12]
         where = self.out / "failures" / outcome
         where.mkdir(parents=True, exist_ok=True)
-        kept = where / f"{fmt}-{digest}{''.join(mutant.suffixes)}"
-        if not kept.exists():
-            kept.write_bytes(data)
+        if mutant.is_dir():
+            digest = hashlib.sha1(repr(sorted(_listing(mutant).items())).encode()).hexdigest()
+            kept = where / f"{fmt}-{digest[:12]}{mutant.suffix}"
+            if not kept.exists():
+                shutil.copytree(mutant, kept)
+        else:
+            data = mutant.read_bytes()
+            digest = hashlib.sha1(data).hexdigest()[:12]
+            kept = where / f"{fmt}-{digest}{''.join(mutant.suffixes)}"
+            if not kept.exists():
+                kept.write_bytes(data)
         record = {
             "format": fmt, "seed": str(seed), "mutation": mutation, "command": name,
             "outcome": outcome, "why": why,
@@ -475,6 +520,18 @@ class Campaign:
                 f.write(f"== {r['outcome']} {r['format']} {r['mutation']} {r['input']}\n")
                 f.write(f"   aiflame {' '.join(r['argv'])}\n")
                 f.write((r.get("traceback") or r["stderr"]).strip()[-2500:] + "\n\n")
+
+
+def _listing(mutant: Path) -> dict[str, tuple[int, int]]:
+    """(size, mtime) of the input and of every other file beside it (or in it, for a
+    directory), the output folder left out."""
+    where = mutant if mutant.is_dir() else mutant.parent
+    out = {}
+    for p in where.rglob("*"):
+        if p.is_file() and "out" not in p.relative_to(where).parts[:1]:
+            st = p.stat()
+            out[str(p.relative_to(where))] = (st.st_size, st.st_mtime_ns)
+    return out
 
 
 def _mk(path: Path) -> Path:

@@ -619,6 +619,319 @@ def pprof_values(rng: random.Random, data: bytes) -> bytes:
     return gzip.compress(msg.SerializeToString(), mtime=0)
 
 
+# -- deep nesting and numbers at the edges, for every format ----------------------------
+#
+# Inputs of a few hundred kilobytes whose structure is nested thousands deep: each stage
+# (readers, transforms, writers, analysis) must stay linear in them, and an output that
+# spells every stack out (folded, pprof, speedscope) grows with the square of the depth.
+
+DEPTHS = (2_000, 5_000, 9_000, 40_000)
+INT64_EDGES = (
+    2**63 - 1, 2**63 - 1000, 2**63, 2**64 - 1, 2**64, -(2**63), -(2**63) - 1, 2**53 + 1,
+    9.3e18, -9.3e18, 1e19, 10**20,
+)  # fmt: skip
+SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+              "cudaMemcpy")  # fmt: skip
+
+
+def _events_of(doc: object) -> list | None:
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    return events if isinstance(events, list) else None
+
+
+def deep_slices(rng: random.Random, data: bytes) -> bytes:
+    """Chrome / Kineto traces: thousands of slices nested on one thread ('X' slices each
+    inside the one before, or 'B' events never ended), with synchronizing runtime calls
+    and kernel launches inside the innermost."""
+    doc = _load_json(data)
+    events = _events_of(doc)
+    if events is None:
+        return data
+    depth = rng.choice(DEPTHS[:3])
+    pid, tid = rng.choice([(1, 1), (0, 0), ("p", "t")])
+    times = (e.get("ts") for e in events if isinstance(e, dict))
+    t0 = next((t for t in times if isinstance(t, int | float)), 0)
+    if rng.random() < 0.6:
+        nested = [
+            {"ph": "X", "cat": rng.choice(["cpu_op", "python_function", "user_annotation"]),
+             "name": f"op{i % 7}", "pid": pid, "tid": tid, "ts": t0 + i,
+             "dur": 4 * depth - 2 * i, "args": {"External id": i}}
+            for i in range(depth)
+        ]  # fmt: skip
+    else:
+        nested = [{"ph": "B", "name": f"f{i % 5}", "pid": pid, "tid": tid, "ts": t0 + i}
+                  for i in range(depth)]  # fmt: skip
+    t = t0 + depth
+    for j in range(rng.choice([10, 500, 2000])):
+        call = rng.choice(SYNC_CALLS) if j % 2 else "cudaLaunchKernel"
+        nested.append({"ph": "X", "cat": "cuda_runtime", "name": call, "pid": pid, "tid": tid,
+                       "ts": t, "dur": 1, "args": {"correlation": 10**6 + j}})  # fmt: skip
+        if not j % 2:
+            args = {"correlation": 10**6 + j, "device": 0, "stream": 7}
+            nested.append({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7,
+                           "ts": t + 1, "dur": 1, "args": args})  # fmt: skip
+        t += 2
+    events.extend(nested)
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def speedscope_deep(rng: random.Random, data: bytes) -> bytes:
+    """speedscope: an evented profile opening frames thousands deep (closed or not), or a
+    sampled one whose samples are thousands of frames deep."""
+    doc = _load_json(data)
+    if not isinstance(doc, dict):
+        return data
+    depth = rng.choice(DEPTHS)
+    frames = [{"name": f"f{i}"} for i in range(rng.choice([1, 5, 300]))]
+    nf = len(frames)
+    if rng.random() < 0.6:
+        events = [{"type": "O", "frame": i % nf, "at": i} for i in range(depth)]
+        if rng.random() < 0.7:
+            events += [{"type": "C", "frame": (depth - 1 - i) % nf, "at": depth + i}
+                       for i in range(depth)]  # fmt: skip
+        profile = {"type": "evented", "name": "deep", "unit": "none", "startValue": 0,
+                   "endValue": 2 * depth, "events": events}  # fmt: skip
+    else:
+        sample = [i % nf for i in range(depth)]
+        profile = {"type": "sampled", "name": "deep", "unit": "none", "startValue": 0,
+                   "endValue": 3, "samples": [sample, sample[: depth // 2], [0]],
+                   "weights": [1, 1, 1]}  # fmt: skip
+    doc["shared"] = {"frames": frames}
+    doc["profiles"] = [profile, *(doc.get("profiles") or [])[:1]]
+    doc["$schema"] = "https://www.speedscope.app/file-format-schema.json"
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def json_int64_edges(rng: random.Random, data: bytes) -> bytes:
+    """Numbers at the edges of 64-bit integers (and floats beyond them) in the fields a
+    reader turns into int64 columns: times, durations, ids, a trace's base time."""
+    doc = _load_json(data)
+    if doc is None:
+        return data
+    paths = [(p, k) for p, k in _json_paths(doc) if isinstance(p[k], int | float)]  # type: ignore[index]
+    for parent, key in rng.sample(paths, min(len(paths), rng.choice([1, 3, 30]))):
+        parent[key] = rng.choice(INT64_EDGES)  # type: ignore[index]
+    if isinstance(doc, dict) and rng.random() < 0.5:
+        doc[rng.choice(["baseTimeNanoseconds", "displayTimeUnit"])] = rng.choice(INT64_EDGES)
+    return json.dumps(doc).encode()
+
+
+def text_int64_edges(rng: random.Random, data: bytes) -> bytes:
+    """Text formats: numbers replaced by values at the edges of int64."""
+    spans = [m.span() for m in _NUMBER.finditer(data, 0, min(len(data), 1 << 20))]
+    if not spans:
+        return data
+    out = bytearray(data)
+    for a, b in sorted(rng.sample(spans, min(len(spans), rng.choice([1, 3, 30]))), reverse=True):
+        out[a:b] = str(rng.choice(INT64_EDGES)).encode()
+    return bytes(out)
+
+
+def sqlite_deep(rng: random.Random, data: bytes) -> bytes:
+    """Nsight exports: thousands of nested NVTX ranges and nested runtime calls on one
+    thread, with synchronizing calls inside."""
+    depth = rng.choice(DEPTHS[:3])
+
+    def change(conn: sqlite3.Connection) -> None:
+        tid = conn.execute("SELECT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME LIMIT 1").fetchone()
+        gtid = tid[0] if tid else (1 << 24) + 1
+        start = conn.execute("SELECT MIN(start) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0]
+        start = start or 0
+        if "NVTX_EVENTS" in _tables(conn) and rng.random() < 0.5:
+            cols = _columns(conn, "NVTX_EVENTS")
+            rows = [(start + i, start + 4 * depth - i, f"range{i % 9}", 59, gtid)
+                    for i in range(depth)]  # fmt: skip
+            names = [c for c in ("start", "end", "text", "eventType", "globalTid") if c in cols]
+            conn.executemany(
+                f"INSERT INTO NVTX_EVENTS ({','.join(names)}) VALUES "
+                f"({','.join('?' * len(names))})",
+                [r[: len(names)] for r in rows],
+            )
+        else:
+            cols = _columns(conn, "CUPTI_ACTIVITY_KIND_RUNTIME")
+            name_id = conn.execute(
+                "SELECT MIN(nameId) FROM CUPTI_ACTIVITY_KIND_RUNTIME"
+            ).fetchone()[0]
+            values = {"start": None, "end": None, "globalTid": gtid, "correlationId": None,
+                      "nameId": name_id, "returnValue": 0, "eventClass": 0}  # fmt: skip
+            names = [c for c in values if c in cols]
+            rows = []
+            for i in range(depth):
+                values.update(start=start + i, end=start + 4 * depth - i, correlationId=10**7 + i)
+                rows.append([values[c] for c in names])
+            conn.executemany(
+                f"INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME ({','.join(names)}) VALUES "
+                f"({','.join('?' * len(names))})",
+                rows,
+            )
+
+    return _with_db(data, change)
+
+
+def sqlite_text_columns(rng: random.Random, data: bytes) -> bytes:
+    """Blobs, numbers and empty strings where an export keeps names (TEXT columns)."""
+
+    def change(conn: sqlite3.Connection) -> None:
+        for table in _tables(conn):
+            for _cid, col, decl, *_ in conn.execute(f'PRAGMA table_info("{table}")').fetchall():
+                if "TEXT" in (decl or "").upper() and rng.random() < 0.5:
+                    value = rng.choice([b"\x00\xffname", b"", 12345, 2**63 - 1, 1.5, "",
+                                        rng.choice(HOSTILE_NAMES)])  # fmt: skip
+                    where = rng.choice(["", " WHERE rowid % 3 = 0"])
+                    conn.execute(f'UPDATE "{table}" SET "{col}" = ?{where}', (value,))
+
+    return _with_db(data, change)
+
+
+def sqlite_int64_edges(rng: random.Random, data: bytes) -> bytes:
+    """Times, ids and sizes at the edges of int64 (and reals beyond them)."""
+
+    def change(conn: sqlite3.Connection) -> None:
+        tables = [t for t in _tables(conn) if t in _BUSY_TABLES] or _tables(conn)
+        for _ in range(rng.choice([1, 3])):
+            table = rng.choice(tables)
+            cols = _columns(conn, table)
+            if cols:
+                value = rng.choice([*INT64_EDGES[:8], 9.3e18, 1e300])
+                value = value if -(2**63) <= value < 2**63 or isinstance(value, float) else 9.3e18
+                where = rng.choice(["", " WHERE rowid % 5 = 0", " WHERE rowid = 1"])
+                conn.execute(f'UPDATE "{table}" SET "{rng.choice(cols)}" = ?{where}', (value,))
+
+    return _with_db(data, change)
+
+
+def sqlite_wal(rng: random.Random, data: bytes) -> bytes:
+    """The export switched to write-ahead logging (a reader must still leave no -wal or
+    -shm file beside it)."""
+
+    def change(conn: sqlite3.Connection) -> None:
+        conn.execute("PRAGMA journal_mode=WAL")
+
+    return _with_db(data, change)
+
+
+def pickle_deep(rng: random.Random, data: bytes) -> bytes:
+    """Memory snapshots whose allocations carry stacks thousands of frames deep (the
+    same deep stack for many of them, or ever deeper ones)."""
+    snap = _snapshot(data)
+    if not isinstance(snap, dict):
+        return data
+    depth = rng.choice(DEPTHS)
+    deep = [{"name": f"f{i % 7}", "filename": "x.py", "line": i} for i in range(depth)]
+    traces = snap.get("device_traces") or [[]]
+    entries = [e for t in traces if isinstance(t, list) for e in t if isinstance(e, dict)]
+    # Few entries: each deeper slice costs its frames in the pickle (memo references).
+    for e in rng.sample(entries, min(len(entries), rng.choice([1, 10, 50]))):
+        e["frames"] = deep if rng.random() < 0.7 else deep[: rng.randrange(1, depth)]
+    for seg in snap.get("segments", [])[:20]:
+        for b in seg.get("blocks", [])[:20] if isinstance(seg, dict) else []:
+            for h in b.get("history", []) or [] if isinstance(b, dict) else []:
+                if isinstance(h, dict):
+                    h["frames"] = deep
+    return pickle.dumps(snap, protocol=4)
+
+
+def pprof_edges(rng: random.Random, data: bytes) -> bytes:
+    """pprof: times, durations, the period and addresses at the edges of int64, and many
+    samples whose stacks are ever deeper paths of one chain of locations."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from aiflame.proto import profile_pb2 as pb
+
+    msg = pb.Profile()
+    try:
+        msg.ParseFromString(_plain(data))
+    except Exception:
+        return data
+    if rng.random() < 0.5:
+        edge = [2**63 - 1, -(2**63), 2**63 - 1000, -1]
+        msg.time_nanos = rng.choice(edge)
+        msg.duration_nanos = rng.choice(edge)
+        msg.period = rng.choice(edge)
+        for m in msg.mapping:
+            m.memory_start, m.memory_limit = 2**64 - 1, rng.choice([0, 2**64 - 1])
+    elif msg.location and msg.sample:
+        depth = rng.choice([2_000, 4_000])
+        chain = [msg.location[i % len(msg.location)].id for i in range(depth)]
+        step = rng.choice([2, 10, 100])  # up to 4 million location ids in 100 KB of gzip
+        for k in range(step, depth, step):
+            s = msg.sample.add()
+            s.location_id[:] = chain[:k]
+            s.value[:] = [1] * len(msg.sample_type)
+    return gzip.compress(msg.SerializeToString(), mtime=0)
+
+
+# -- directories (an HPCToolkit measurement directory or database) --------------------------
+
+DIRECTORY_SEEDS: dict[str, list[str]] = {
+    "hpctoolkit": [
+        "gpu_instructions/hpctoolkit/loops-cuda-nvidiapc-t.m",
+        "gpu_instructions/hpctoolkit/loops-cuda-nvidiapc-t.d",
+    ],
+}
+_STRUCT_HEAD = (
+    '<?xml version="1.0"?>\n<HPCToolkitStructure i="0" version="4.9" n="">\n'
+    '<LM i="2" n="{module}" has-calls="0" v="{{}}">\n<F i="3" n="x.cu">\n'
+    '<P i="4" n="main" l="35" v="{{[0xade0-0xade1)}}">\n'
+)
+
+
+def struct_deep(rng: random.Random, data: bytes) -> bytes:
+    """An hpcstruct of a few kilobytes (gzip) whose inlined calls or loops nest tens of
+    thousands deep, with statements inside."""
+    text = _plain(data).decode("utf-8", "replace")
+    m = re.search(r'<LM [^>]*n="([^"]*)"', text)
+    head = _STRUCT_HEAD.format(module=m.group(1) if m else "x")
+    depth = rng.choice([1_000, 40_000])
+    tag = rng.choice(['<A l="2" n="f">', '<L l="7">'])
+    body = (tag * depth + '<S l="9" v="{[0xa000-0xb000)}"/>' * rng.choice([1, 2000])).encode()
+    out = head.encode() + body
+    return gzip.compress(out, mtime=0) if data[:2] == b"\x1f\x8b" else out
+
+
+def struct_numbers(rng: random.Random, data: bytes) -> bytes:
+    """hpcstruct line numbers and address ranges at the edges (or not numbers at all)."""
+    text = _plain(data)
+    edge = rng.choice([b"99999999999999999999999", b"-1", b"x", b"", b"0x", b"1e309"])
+    out = re.sub(rb'\bl="\d+"', b'l="' + edge + b'"', text, count=rng.choice([1, 50]))
+    if rng.random() < 0.5:
+        out = re.sub(rb"0x[0-9a-f]+", b"0x" + b"f" * rng.choice([16, 40]), out, count=30)
+    return gzip.compress(out, mtime=0) if data[:2] == b"\x1f\x8b" else out
+
+
+def binary_int64_edges(rng: random.Random, data: bytes) -> bytes:
+    """Binary records: aligned 8-byte fields set to the edges of (u)int64."""
+    b = bytearray(data)
+    for _ in range(rng.choice([1, 4, 32])):
+        i = rng.randrange(0, max(1, len(b) - 8)) & ~7
+        value = rng.choice([2**64 - 1, 2**63, 2**63 - 1, 0, 1 << 40])
+        b[i : i + 8] = value.to_bytes(8, rng.choice(["big", "little"]))
+    return bytes(b)
+
+
+def mutate_directory(rng: random.Random, seed: Path, into: Path) -> str:
+    """Copy the directory ``seed`` to ``into`` and damage one of its files; the mutation's
+    name."""
+    import shutil
+
+    shutil.copytree(seed, into)
+    files = sorted(p for p in into.rglob("*") if p.is_file())
+    target = rng.choice(files)
+    data = target.read_bytes()
+    if ".hpcstruct" in target.name:
+        mutator = rng.choice([struct_deep, struct_deep, struct_numbers, *GENERIC])
+    else:
+        mutator = rng.choice([binary_int64_edges, binary_int64_edges, *GENERIC])
+    target.write_bytes(mutator(rng, data) or data)
+    return f"{target.relative_to(into)}: {mutator.__name__}"
+
+
+def directory_seeds() -> dict[str, list[Path]]:
+    return {
+        fmt: [DATA / p for p in paths if (DATA / p).is_dir()]
+        for fmt, paths in DIRECTORY_SEEDS.items()
+    }
+
+
 # -- bombs (built once: big to build, small to store) -------------------------------------
 
 
@@ -661,17 +974,36 @@ def bombs(cache: Path) -> dict[str, Path]:
 def mutators_for(fmt: str) -> list[Mutator]:
     out = list(GENERIC)
     if fmt in TEXT_FORMATS:
-        out += TEXT
+        out += [*TEXT, text_int64_edges]
     if fmt in JSON_FORMATS:
-        out += JSON * 2
+        out += JSON * 2 + [json_int64_edges] * 2
+    if fmt in ("kineto", "trace-events"):
+        out += [deep_slices] * 3
+    if fmt == "speedscope":
+        out += [speedscope_deep] * 3
     if fmt == "nsys":
-        out += SQLITE * 3
+        out += SQLITE * 3 + [sqlite_deep, sqlite_text_columns, sqlite_int64_edges, sqlite_wal] * 2
     if fmt == "torch-memory":
-        out += PICKLE * 3
+        out += PICKLE * 3 + [pickle_deep] * 2
     if fmt == "pprof":
-        out += [pprof_values] * 4
+        out += [pprof_values] * 4 + [pprof_edges] * 2
     out += [corrupt_gzip]
     return out
+
+
+def deep_nesting_for(fmt: str) -> Mutator | None:
+    """The mutation that nests ``fmt``'s structure thousands deep."""
+    return {"kineto": deep_slices, "trace-events": deep_slices, "speedscope": speedscope_deep,
+            "nsys": sqlite_deep, "torch-memory": pickle_deep, "pprof": pprof_edges,
+            **dict.fromkeys(TEXT_FORMATS[:5], deep_stack)}.get(fmt)  # fmt: skip
+
+
+def numeric_edges_for(fmt: str) -> Mutator:
+    """The mutation that puts numbers at the edges of int64 (and beyond) into ``fmt``."""
+    if fmt in JSON_FORMATS:
+        return json_int64_edges
+    return {"nsys": sqlite_int64_edges, "torch-memory": pickle_values,
+            "pprof": pprof_edges}.get(fmt, text_int64_edges)  # fmt: skip
 
 
 def mutate(rng: random.Random, fmt: str, seed: bytes) -> tuple[str, bytes]:
@@ -698,4 +1030,12 @@ def seed_files() -> dict[str, list[Path]]:
     return {fmt: [DATA / p for p in paths if (DATA / p).exists()] for fmt, paths in SEEDS.items()}
 
 
-__all__ = ["bombs", "mutate", "seed_files"]
+__all__ = [
+    "bombs",
+    "deep_nesting_for",
+    "directory_seeds",
+    "mutate",
+    "mutate_directory",
+    "numeric_edges_for",
+    "seed_files",
+]

@@ -13,8 +13,8 @@ neither of which changes a message or its wire/JSON form:
 - imports are re-rooted under ``aiflame/proto/pyroscope/``: the generated Python module of
   ``types/v1/types.proto`` would otherwise be imported as ``types.v1``, which is the standard
   library's ``types`` module. Proto package names (``push.v1``, ``querier.v1``, ``types.v1``,
-  ``google.v1``) are unchanged, so RPC paths such as ``/push.v1.PusherService/Push`` and
-  message full names are Pyroscope's own.
+  ``google.v1``, ``settings.v1``) are unchanged, so RPC paths such as
+  ``/push.v1.PusherService/Push`` and message full names are Pyroscope's own.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ FILES = [
     "push/v1/push.proto",
     "querier/v1/querier.proto",
     "google/v1/profile.proto",
+    "settings/v1/setting.proto",
+    "settings/v1/recording_rules.proto",
 ]
 ROOT = Path(__file__).resolve().parents[1] / "src"
 PREFIX = "aiflame/proto/pyroscope"
@@ -49,7 +51,7 @@ def strip_annotations(text: str) -> str:
 
 def reroot_imports(text: str) -> str:
     return re.sub(
-        r'^import "((?:types|push|querier|google)/v1/[^"]+)";',
+        r'^import "((?:types|push|querier|google|settings)/v1/[^"]+)";',
         rf'import "{PREFIX}/\1";',
         text,
         flags=re.M,

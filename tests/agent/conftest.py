@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from agent_helpers import CONTAINER_ID, HERE, POD_UID, SRC, need
+from agent_helpers import CONTAINER_ID, HERE, POD_UID, SRC, need, need_fleet_extra
 
 sys.path.append(str(HERE.parent / "ebpf"))  # bpfstate: what BPF objects a process holds
 
@@ -93,6 +93,7 @@ class AgentProcess:
 def start_agent(args: list[str], spool: Path, env: dict[str, str] | None = None) -> AgentProcess:
     """``aiflame agent ARGS --spool SPOOL`` started, its stderr collected; returns once it
     says it started."""
+    need_fleet_extra()
     full_env = {**os.environ, "PYTHONPATH": str(SRC), **(env or {})}
     proc = subprocess.Popen(
         [sys.executable, "-m", "aiflame", "agent", "--spool", str(spool), *args],

@@ -173,6 +173,55 @@ def test_search_highlights_and_counts_nested_matches_once(app):
     assert not app.visible("matched")
 
 
+KERNELS = {  # stack -> samples; total 100
+    "forward;softmax;cunn_SoftMaxForward": 30,
+    "forward;attention;softmax_warp_forward": 20,
+    "forward;all_reduce;ncclDevKernel_AllReduce_Sum_f32_RING_LL": 10,
+    "forward;mm;ampere_sgemm_128x64_nn": 40,
+}
+
+
+def test_search_ignores_case_as_editors_do(open_page, driver, tmp_path):
+    """A query in lower case ignores case; one with a capital matches case; "(?i)" (which
+    JavaScript's RegExp rejects) and the "Aa" button ignore it always."""
+    page = open_page(profile_of(KERNELS))
+    # "softmax" frames (20 + 30), "cunn_SoftMaxForward" (30), "softmax_warp_forward" (20)
+    page.search("softmax")
+    assert page.text("matched") == "matched: 50.0% (50 samples)"
+    page.search("(?i)softmax")
+    assert page.text("matched") == "matched: 50.0% (50 samples)"
+    assert page.text("search-status") == ""
+    page.search("SoftMax")  # a capital letter: case matters
+    assert page.text("matched") == "matched: 30.0% (30 samples)"
+    page.search("SOFTMAX")
+    assert page.text("matched") == "matched: 0.0% (0 samples)"
+    page.button("search-case")  # ignore case: the same query matches
+    assert page.js("return document.getElementById('search-case').getAttribute('aria-pressed')")
+    assert page.text("matched") == "matched: 50.0% (50 samples)"
+    page.button("search-case")
+    assert page.text("matched") == "matched: 0.0% (0 samples)"
+    # deep links: a lower-case search, "(?i)", and case=i
+    for fragment, search, ignore, share in (
+        ("search=nccl", "nccl", "false", "10.0%"),
+        ("search=%28%3Fi%29NCCL", "(?i)NCCL", "false", "10.0%"),
+        ("search=NCCL&case=i", "NCCL", "true", "10.0%"),
+        ("search=NCCL", "NCCL", "false", "0.0%"),
+    ):
+        driver.get(page.url + "#" + fragment)
+        applied = page.run_async(  # the hashchange handler has run: the box shows the link's
+            "const [search, ignore] = arguments; let n = 0; const t = setInterval(() => {"
+            " const box = document.getElementById('search').value;"
+            " const pressed = document.getElementById('search-case').getAttribute('aria-pressed');"
+            " if ((box === search && pressed === ignore) || ++n > 100) {"
+            "  clearInterval(t); done(box === search && pressed === ignore); } }, 20);",
+            search,
+            ignore,
+        )
+        assert applied, fragment
+        assert page.text("matched").startswith(f"matched: {share}"), fragment
+    assert page.console_errors() == []
+
+
 def test_hide_and_focus_from_the_context_menu(app):
     app.menu(app.find("io"), "hide")
     assert app.js("return aiflame.test.find('io');") == -1

@@ -299,7 +299,7 @@ def test_hostile_names_stay_text_and_nothing_is_fetched(driver, tmp_path):
     xs, ys = drawn(page)  # four points far apart
     page.click_at(round(xs[1]), round(ys[1]))  # both allocations live
     assert shown_total(page) == 4000
-    node = page.find(EVIL)
+    node = page.find(f"{EVIL} ({EVIL_FILE}:7)")  # a Python frame: its file and line too
     assert page.js("return aiflame.app.tree.self[aiflame.app.metric][arguments[0]];", node) == 1000
     page.hover(*page.centre(node))
     assert page.text("tooltip").startswith(EVIL)

@@ -3,6 +3,7 @@ Zoom, search with the matched share, the details line: what FlameGraph's SVGs do
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,64 @@ def test_the_script_cuts_labels_as_the_python_side(graph):
         "return arguments[0].map((c) => elide(c[0], c[1]));", [list(c) for c in cases]
     )
     assert got == [elide(n, w) for n, w in cases]
+
+
+CLOVERLEAF = DATA / "nsys" / "cloverleaf" / "perlmutter-cloverleaf-cuda.sqlite"
+LABEL_NAMES = [
+    "clover::par_ranged1d_kernel<update_halo_kernel::[lambda(int) (instance 13)]>",
+    "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>,"
+    " std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)",
+    "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<"
+    "at::native::(anonymous namespace)::masked_fill_kernel(at::TensorIterator&, c10::Scalar"
+    " const&)::{lambda()#1}::operator()() const::{lambda(bool, bool)#1}>(at::TensorIteratorBase"
+    "&, at::native::(anonymous namespace)::masked_fill_kernel(at::TensorIterator&, c10::Scalar"
+    " const&)::{lambda()#1}::operator()() const::{lambda(bool, bool)#1} const&)::"
+    "{lambda(int)#1}>(int, at::native::gpu_kernel_impl_nocast)",
+    "void dpsk::ep::internode::combine<__nv_bfloat16, 16, 24>(int*, void*)",
+    "forward (torch/nn/modules/linear.py:125)",
+    "Qwen2DecoderLayer_10",
+    "Memcpy DtoH (Device -> Pinned)",
+    "std::vector<int>",
+    "a<b",
+]
+
+
+def test_labels_are_the_same_in_the_page_the_svg_and_python(driver, tmp_path):
+    """The three label fitters (format.js, the SVG's script, render/svg.py) agree, and a
+    CloverLeaf lambda kernel keeps its function and instance where the middle cut of the
+    whole name left `clove…1)]>`."""
+    from aiflame.render.svg import elide
+
+    page, svg = tmp_path / "g.html", tmp_path / "g.svg"
+    assert main(["flamegraph", str(CLOVERLEAF), "-o", str(page)]) == 0
+    assert main(["flamegraph", str(CLOVERLEAF), "-o", str(svg), "--kernel-names", "short"]) == 0
+    rooms = list(range(3, 90, 3))
+    driver.get(page.resolve().as_uri())
+    in_page = driver.execute_async_script(
+        """const [names, rooms, done] = arguments;
+        const fit = (n) => rooms.map((r) => aiflame.fitLabel(n, r));
+        aiflame.ready.then(() => done(names.map(fit)));""",
+        LABEL_NAMES, rooms,
+    )  # fmt: skip
+    driver.get(svg.resolve().as_uri())
+    in_svg = driver.execute_script(
+        "return arguments[0].map((n) => arguments[1].map((r) => elide(n, r)));", LABEL_NAMES, rooms
+    )
+    in_python = [[elide(n, r) for r in rooms] for n in LABEL_NAMES]
+    assert in_svg == in_python
+    assert in_page == in_python
+    for labels in in_python:
+        assert all(len(label) <= r for label, r in zip(labels, rooms, strict=True))
+    clover = dict(zip(rooms, in_python[0], strict=True))
+    assert clover[45] == "par_ranged1d_kernel<update_halo_kernel::λ13>"
+    assert clover[30] == "par_r…ernel<update_h…nel::λ13>"
+    assert clover[21] == "par…nel<update…::λ13>"
+    # the SVG's own labels of CloverLeaf's lambda kernels: the function that defines the
+    # lambda and its instance, never the namespace's first letters and the name's last
+    drawn = [f for f in frames(driver) if "lambda" in f["name"] and len(f["text"]) >= 6]
+    assert len(drawn) >= 5
+    for f in drawn:
+        instance = re.search(r"\(instance (\d+)\)", f["name"]).group(1)
+        assert f["text"].endswith(instance) and not f["text"].startswith("clove…"), f
+        defined_in = f["name"].split("<", 1)[1].split("::[lambda", 1)[0]
+        assert defined_in.startswith(f["text"].split("…")[0].split("<")[-1]), f

@@ -150,9 +150,22 @@ def table(page: FlamePage) -> tuple[list[str], list[list[str]]]:
     )
     rows = page.js(
         """return [...document.querySelectorAll('#top-body tr')].map((tr) =>
-             [...tr.children].map((td) => td.textContent));"""
+             [tr.querySelector('td.fn > span:nth-child(2)').textContent,
+              ...[...tr.children].slice(1).map((td) => td.textContent)]);"""
     )
     return head, rows
+
+
+def folded_callers(page: FlamePage) -> dict[str, str]:
+    """The rows that have callers folded into them: name -> the badge's tooltip."""
+    return page.js(
+        """const out = {};
+        for (const tr of document.querySelectorAll('#top-body tr')) {
+          const badge = tr.querySelector('.wrappers');
+          if (badge) out[tr.querySelector('td.fn > span:nth-child(2)').textContent] = badge.title;
+        }
+        return out;"""
+    )
 
 
 def duration_ns(text: str) -> float:
@@ -185,7 +198,8 @@ def test_diff_table_has_base_test_delta_columns_sorted_by_change(diff_page):
     # First by size of the change, growth or shrinkage.
     sizes = [abs(duration_ns(r[3])) for r in rows]
     assert sizes == sorted(sizes, reverse=True)
-    assert rows[0][0] == "Linear > forward (torch/nn/modules/linear.py)"
+    # Linear > forward and linear change exactly as the one op they call: folded into it.
+    assert rows[0][0] == "aten::linear"
     assert rows[0][3].startswith("+")
 
     def click(column: str) -> list[list[str]]:
@@ -206,6 +220,32 @@ def test_diff_table_has_base_test_delta_columns_sorted_by_change(diff_page):
     assert values == sorted(values, reverse=True)
     names = [r[0] for r in click("name")]
     assert names == sorted(names, key=natural_key) and len(names) == len(base)
+
+
+def test_diff_table_folds_wrappers_into_the_function_that_changed(diff_page):
+    """The 13 frames from the process's `<module>` down to the model's forward change by
+    exactly the model's change: one row, not 14 identical ones before the first op."""
+    _head, rows = table(diff_page)
+    names = [r[0] for r in rows]
+    model = "Qwen2Model > forward (transformers/models/qwen2/modeling_qwen2.py)"
+    assert model in names
+    wrappers = ("<module> (<string>)", "spawn_main (multiprocessing/spawn.py)", "ProfilerStep#6")
+    for wrapper in wrappers:
+        assert wrapper not in names
+        assert wrapper in folded_callers(diff_page)[model].splitlines()
+    assert len(folded_callers(diff_page)[model].splitlines()) == 1 + 13
+    # A layer's change differs from the model's (the final norm and the embedding): a row.
+    assert "Qwen2DecoderLayer > forward (transformers/models/qwen2/modeling_qwen2.py)" in names
+    note = diff_page.text("top-note")
+    assert re.fullmatch(r"\d+ functions; \d+ callers whose .* folded into it \(show them\)", note)
+    folded = int(note.split("; ")[1].split()[0])
+    assert len(rows) + folded == int(diff_page.js("return aiflame.app.topDiffRows().length;"))
+    diff_page.driver.find_element("id", "top-unfold").click()
+    _head, every = table(diff_page)
+    assert len(every) == len(rows) + folded
+    same = [r for r in every if r[3] == rows[names.index(model)][3]]
+    assert {r[0] for r in same} >= {model, "<module> (<string>)", "ProfilerStep#6"}
+    assert diff_page.text("top-note").endswith("(fold them)")
 
 
 def test_focus_on_a_layer_shows_its_parts_once(flame):

@@ -12,8 +12,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import bpfstate
@@ -44,6 +47,7 @@ def built(tmp_path_factory) -> Path:
         [*CFLAGS, "-o", "target", HERE / "target.c", "-ldl"],
         [*lib, "-o", "libamdhip64.so.6", HERE / "fake_hip.c"],
         [*CFLAGS, "-o", "hip_target", HERE / "hip_target.c", "-ldl"],
+        [*CFLAGS, "-o", "first_calls", HERE / "first_calls.c", "-ldl"],
     ]  # fmt: skip
     for step in steps:
         subprocess.run(["gcc", *map(str, step)], cwd=out, check=True)
@@ -241,7 +245,7 @@ def test_record_memory_command_writes_the_profile(built, tmp_path):
 def test_one_link_per_probe_where_the_kernel_has_no_uprobe_multi(built, libcudart):
     options = CudaOptions(roles={"launch", "alloc"})  # fewer probes: each detaches slowly
     probes = run_probed([str(built / "target"), libcudart, "m2,l3,f4"], options, multi=False)
-    assert not probes.multi and next(iter(probes.attached.values())).links > 2
+    assert not probes.multi and next(iter(probes.files.values())).links > 2
     calls = probes.calls_profile()
     assert from_main(by_stack(calls, "api-calls")) == {
         "main;alloc_site_a;cudaMalloc": 2,
@@ -477,3 +481,211 @@ def test_record_memory_of_a_python_program(built, tmp_path):
         line.startswith("<module> (alloc.py:1);main (alloc.py:") and ";Model > allocate (" in line
         for line in stacks
     ), stacks
+
+
+# -- the first calls: made right after the library is loaded ---------------------------------
+
+FIRST_MALLOCS, FIRST_LAUNCHES = 37, 23
+FIRST_CALLS = {
+    "main;alloc_site;cudaMalloc": FIRST_MALLOCS,
+    "main;launch_site;cudaLaunchKernel;-;test::first_kernel(float*)": FIRST_LAUNCHES,
+}
+
+
+@pytest.fixture(scope="module")
+def linked_calls(built, libcudart) -> Path:
+    """first_calls.c linked with PyPI's libcudart: the dynamic loader maps it before main."""
+    lib = os.path.dirname(libcudart)
+    out = built / "linked_calls"
+    link = ["-ldl", f"-L{lib}", "-Wl,--no-as-needed", f"-l:{os.path.basename(libcudart)}"]
+    cmd = ["gcc", *CFLAGS, "-o", str(out), str(HERE / "first_calls.c"), *link, f"-Wl,-rpath,{lib}"]
+    subprocess.run(cmd, check=True)
+    return out
+
+
+def first_calls_argv(built: Path, linked: Path, libcudart: str, how: str) -> list[str]:
+    counts = [str(FIRST_MALLOCS), str(FIRST_LAUNCHES)]
+    if how == "linked":
+        return [str(linked), "-", *counts]
+    return [str(built / "first_calls"), libcudart, *counts]
+
+
+@pytest.mark.parametrize("how", ["dlopen", "linked"])
+def test_calls_right_after_the_library_loads_are_all_seen_in_a_launched_program(
+    built, linked_calls, libcudart, tmp_path, how
+):
+    """37 cudaMalloc and 23 cudaLaunchKernel the moment libcudart is loaded (dlopen, or by
+    the dynamic loader before main): every one is counted at its call site."""
+    argv = first_calls_argv(built, linked_calls, libcudart, how)
+    out = tmp_path / "run.pb.gz"
+    rec = record("--ebpf", out, argv)
+    assert rec.returncode == 0, rec.stderr
+    from aiflame.sources.registry import load
+
+    profile = load(str(out))
+    assert from_main(by_stack(profile, "api-calls")) == FIRST_CALLS
+    memory = tmp_path / "memory.folded"
+    rec = record("--memory", memory, argv)
+    assert rec.returncode == 0, rec.stderr
+    assert f"{FIRST_MALLOCS} failed allocation calls" in rec.stderr  # no GPU: all fail
+
+
+@pytest.mark.parametrize("system_wide", [False, True], ids=["its-parent", "system-wide"])
+def test_calls_right_after_dlopen_in_a_process_started_later(built, libcudart, system_wide):
+    """A process that starts once the recording runs (a child of a recorded process, or any
+    process with --all and the agent) is stopped when it maps libcudart until its probes
+    are in: none of its first calls is missed."""
+    argv = first_calls_argv(built, built, libcudart, "dlopen")
+    rec = CudaRecorder(follow_children=True, system_wide=system_wide)
+    rec.start()
+    try:
+        if system_wide:
+            proc = subprocess.Popen(argv)
+        else:  # a shell that starts the program a moment later
+            proc = subprocess.Popen(["sh", "-c", 'sleep 0.3; "$@"; true', "sh", *argv])
+            rec.add_target(proc.pid)
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            rec.tick(50)
+        assert proc.wait(timeout=5) == 0
+        profile = rec.finish()
+    finally:
+        rec.close()
+    assert profile is not None
+    assert from_main(by_stack(profile, "api-calls")) == FIRST_CALLS
+    assert rec.probes is not None and rec.probes.stats()["processes stopped until probed"] >= 1
+
+
+IMPORT_TIME = """
+import ctypes
+import sys
+
+
+class Weights:
+    def load(self, rt, n):
+        for i in range(n):
+            p = ctypes.c_void_p()
+            rt.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(4096 * (i + 1)))
+
+
+Weights().load(ctypes.CDLL(sys.argv[1]), int(sys.argv[2]))
+"""
+
+
+def test_python_allocating_the_moment_it_loads_libcudart(libcudart, tmp_path):
+    """A script that allocates at import, right after loading the runtime: every call, with
+    its Python call site."""
+    prog = tmp_path / "weights.py"
+    prog.write_text(IMPORT_TIME)
+    out = tmp_path / "memory.folded"
+    argv = [sys.executable, str(prog), libcudart, str(FIRST_MALLOCS)]
+    cmd = [sys.executable, "-m", "aiflame", "record", "--memory", "--metric"]
+    cmd += ["failed-alloc-count", "-o", str(out), "--", *argv]
+    rec = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert rec.returncode == 0, rec.stderr
+    stacks = dict(line.rsplit(" ", 1) for line in out.read_text().splitlines())
+    assert sum(int(v) for v in stacks.values()) == FIRST_MALLOCS, stacks
+    for stack in stacks:
+        frames = stack.split(";")
+        assert frames[:2] == ["<module> (weights.py:1)", "Weights > load (weights.py:7)"], frames
+        assert frames[-1] == "cudaMalloc"
+
+
+HOLDER = """
+import sys, time
+from aiflame.collectors.ebpf.cuda_session import CudaRecorder
+
+rec = CudaRecorder(system_wide=True)
+rec.start()
+print("recording", flush=True)
+time.sleep(60)  # never reads its events: a process it stops stays stopped meanwhile
+"""
+
+
+def test_a_stopped_process_goes_on_if_the_recorder_dies(built, libcudart):
+    """The recorder is killed (SIGKILL) while a process waits, stopped, for its probes: the
+    watchdog continues it, and it runs to its end."""
+    import signal
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True, env=os.environ
+    )
+    proc = None
+    try:
+        assert holder.stdout.readline().strip() == "recording"
+        proc = subprocess.Popen(first_calls_argv(built, built, libcudart, "dlopen"))
+        deadline = time.monotonic() + 30
+        while thread_state(proc.pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert thread_state(proc.pid) == "T", "the process was not stopped at its mmap"
+        holder.send_signal(signal.SIGKILL)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        holder.wait()
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def thread_state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[0].decode()
+    except OSError:
+        return ""
+
+
+def test_a_shells_foreground_job_is_not_stopped(built, libcudart):
+    """A program run from an interactive shell in a terminal is its foreground job: a stop
+    would give the terminal back to the shell, so it is not stopped (and said so)."""
+    script = systools.find("script")
+    if script is None:
+        systools.unavailable("needs script (apt-get install bsdutils)")
+    argv = " ".join(first_calls_argv(built, built, libcudart, "dlopen"))
+    rec = CudaRecorder(system_wide=True)
+    rec.start()
+    try:
+        shell = subprocess.Popen(
+            [script, "-qec", f"bash --norc -ic 'sleep 0.3; {argv}; echo finished'", "/dev/null"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while shell.poll() is None and time.monotonic() < deadline:
+            rec.tick(50)
+        assert "finished" in shell.stdout.read()
+        rec.finish()
+    finally:
+        rec.close()
+    stats = rec.probes.stats()
+    assert stats["foreground jobs not stopped"] >= 1, stats
+    assert any("foreground jobs were not stopped" in note for note in rec.notes), rec.notes
+
+
+def test_a_program_in_a_chroot_with_its_own_dynamic_loader(built, libcudart, tmp_path):
+    """A program of another root (as in a container, seen through /proc/PID/root) runs its
+    own dynamic loader: it waits at its exec until that loader is watched, and its first
+    calls are all seen."""
+    import pythons
+
+    roots = [pythons.CHROOTS / r for r in ("sid", "noble", "jammy")]  # glibc 2.34+
+    root = next((r for r in roots if (r / "usr/bin").is_dir()), None)
+    if root is None:
+        pytest.skip(f"needs a Debian sid or Ubuntu noble/jammy chroot in {pythons.CHROOTS}")
+    inside = Path(tempfile.mkdtemp(prefix="aiflame-test-", dir=root / "tmp"))
+    try:
+        shutil.copy(built / "first_calls", inside)
+        shutil.copy(libcudart, inside / "libcudart.so.12")
+        at = "/" + str(inside.relative_to(root))
+        argv = [shutil.which("chroot") or "chroot", str(root), f"{at}/first_calls"]
+        argv += [f"{at}/libcudart.so.12", str(FIRST_MALLOCS), str(FIRST_LAUNCHES)]
+        out = tmp_path / "run.pb.gz"
+        rec = record("--ebpf", out, argv)
+    finally:
+        shutil.rmtree(inside, ignore_errors=True)
+    assert rec.returncode == 0, rec.stderr
+    from aiflame.sources.registry import load
+
+    assert from_main(by_stack(load(str(out)), "api-calls")) == FIRST_CALLS

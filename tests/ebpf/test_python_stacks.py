@@ -1,4 +1,5 @@
-"""Python stacks walked by the BPF program, on real interpreters of each supported version.
+"""Python stacks walked by the BPF program, on real interpreters of each version (3.8-3.15:
+tests/pythons.py finds them, in chroots where CI installed them).
 
 The program below runs known functions in two threads (a class method calling a function
 in the main thread, another function in a second thread) and one that calls into zlib (C
@@ -20,11 +21,14 @@ from pathlib import Path
 import pytest
 from test_cpu_sampling import sample
 
+import pythons
 from aiflame.collectors.ebpf.cpu_profile import build_profile
 from aiflame.collectors.ebpf.pyruntime import find_python
+from aiflame.collectors.ebpf.sampler import RawProfile
 from aiflame.model import FrameKind, Profile
 from aiflame.symbolize.process import SymbolResolver
 from aiflame.symbolize.pyframes import PythonNaming
+from pythons import Interpreter
 
 pytestmark = pytest.mark.usefixtures("ebpf")
 
@@ -70,19 +74,6 @@ main()
 """
 
 
-def interpreters() -> list[str]:
-    """This interpreter, and the other supported CPythons installed here (pyenv, Debian's
-    static, non-PIE /usr/bin/python3.11)."""
-    found = {os.path.realpath(sys.executable): sys.executable}
-    patterns = ["/usr/bin/python3.1[1-3]"]
-    pyenv = os.path.expanduser("~/.pyenv/versions")
-    patterns += [f"{pyenv}/3.{m}.*/bin/python3.{m}" for m in (11, 12, 13)]
-    for pattern in patterns:
-        for exe in sorted(glob.glob(pattern)):
-            found.setdefault(os.path.realpath(exe), exe)
-    return list(found.values())
-
-
 def named(func: str, owner: str = "") -> str:
     """How the frame of ``def func`` in PROGRAM is named (the line of its ``def``)."""
     lines = textwrap.dedent(PROGRAM).split("\n")
@@ -98,13 +89,20 @@ def python_frames(profile: Profile, stack: int) -> list[str]:
     return [f.name for f in profile.stack_frames(stack) if f.kind == FrameKind.PYTHON]
 
 
-@pytest.mark.parametrize("exe", interpreters())
-def test_each_thread_gets_its_python_stack(exe, tmp_path):
-    prog = tmp_path / "threads.py"
-    prog.write_text(textwrap.dedent(PROGRAM))
-    raw, pid = sample([exe, str(prog)], freq=499)
-    assert raw.python_modules.get(pid), raw.python_unsupported
-    profile, _ = build_profile(raw, SymbolResolver(), naming=PythonNaming([str(tmp_path)]))
+def sample_program(python: Interpreter) -> tuple[Profile, RawProfile]:
+    """PROGRAM run by ``python`` and sampled, its Python frames walked in the kernel."""
+    with python.workdir() as (here, inside):
+        (here / "threads.py").write_text(textwrap.dedent(PROGRAM))
+        raw, pid = sample(python.argv(f"{inside}/threads.py"), freq=499)
+        assert raw.python_modules.get(pid), raw.python_unsupported
+        naming = PythonNaming([inside])
+        profile, _ = build_profile(raw, SymbolResolver(), naming=naming)
+    return profile, raw
+
+
+@pytest.mark.parametrize("python", pythons.params())
+def test_each_thread_gets_its_python_stack(python):
+    profile, _ = sample_program(pythons.need(python))
 
     by_leaf: Counter = Counter()
     total = 0.0
@@ -158,13 +156,10 @@ def test_interpreter_found_in_this_process():
     }
 
 
-@pytest.mark.parametrize("exe", interpreters())
-def test_gil_label_held_in_python_released_in_zlib(exe, tmp_path):
+@pytest.mark.parametrize("python", pythons.params())
+def test_gil_label_held_in_python_released_in_zlib(python):
     """zlib.compress lets go of the GIL around deflate(); pure Python code holds it."""
-    prog = tmp_path / "threads.py"
-    prog.write_text(textwrap.dedent(PROGRAM))
-    raw, _ = sample([exe, str(prog)], freq=499)
-    profile, _ = build_profile(raw, SymbolResolver(), naming=PythonNaming([str(tmp_path)]))
+    profile, _ = sample_program(pythons.need(python))
     gil: dict[str, Counter] = {"spin": Counter(), "zlib": Counter()}
     for i, stack in enumerate(profile.sample_stack):
         frames = profile.stack_frames(int(stack))

@@ -227,6 +227,8 @@ def test_subprocesses_are_followed_with_their_pid(tmp_path):
         (["-o", "out.png", "--", "python", "x.py"], "cannot tell the output format"),
         ([], "nothing to record"),
         (["-m", "bogus", "--", "python", "x.py"], "--metric bogus: record writes cpu-samples"),
+        # without eBPF only Python is sampled: what was tried is said, and no file written
+        (["-o", "out.folded", "--", "sleep", "0.2"], "(sleep) ran no Python interpreter"),
     ],
 )
 def test_errors_are_one_line(tmp_path, args, fragment):
@@ -234,6 +236,7 @@ def test_errors_are_one_line(tmp_path, args, fragment):
     lines = [ln for ln in rec.stderr.splitlines() if ln.strip()]
     assert rec.returncode == 1 and len(lines) == 1, rec.stderr
     assert lines[0].startswith("aiflame: error: ") and fragment in lines[0]
+    assert not (tmp_path / "out.folded").exists()
 
 
 def test_attaching_to_a_non_python_process_is_one_line(tmp_path):
@@ -245,7 +248,8 @@ def test_attaching_to_a_non_python_process_is_one_line(tmp_path):
         sleeper.wait()
     lines = [ln for ln in rec.stderr.splitlines() if ln.strip()]
     assert rec.returncode == 1 and len(lines) == 1, rec.stderr
-    assert "does not look like a Python program" in lines[0]
+    assert "(sleep) ran no Python interpreter, which py-spy needs" in lines[0]
+    assert "the eBPF sampler, which samples any program, was turned off (--no-ebpf)" in lines[0]
 
 
 TRAIN = """

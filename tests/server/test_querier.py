@@ -7,6 +7,7 @@ Diff, label matchers, and the legacy /ingest (folded and pprof)."""
 from __future__ import annotations
 
 import gzip
+import heapq
 import json
 import time
 
@@ -51,6 +52,27 @@ def levels_to_tree(fg) -> dict[tuple[str, ...], tuple[int, int]]:
     return out
 
 
+def pyroscope_truncated(tree: dict[tuple[str, ...], tuple[int, int]], max_nodes: int):
+    """Pyroscope's truncation (pkg/model/tree.go minValue, flamegraph.go): the nodes whose
+    total is at least the max_nodes-th largest (the root not counted, ties kept), the rest
+    of each kept node's children folded into its "other" child."""
+    totals = [total for path, (total, _) in tree.items() if path]
+    if len(totals) <= max_nodes:
+        return dict(tree)
+    floor = heapq.nlargest(max_nodes, totals)[-1]
+    out = {(): tree[()]}
+    for path, (total, self_v) in sorted(tree.items(), key=lambda kv: len(kv[0])):
+        if not path or path[:-1] not in out or path[-1] == "other":
+            continue
+        if total >= floor:
+            out[path] = (total, self_v)
+        else:
+            other = (*path[:-1], "other")
+            was = out.get(other, (0, 0))
+            out[other] = (was[0] + total, was[1] + total)
+    return out
+
+
 def expected_tree(profiles, col: int = 1) -> dict[tuple[str, ...], tuple[int, int]]:
     tree: dict[tuple[str, ...], list[int]] = {(): [0, 0]}
     for p in profiles:
@@ -91,12 +113,17 @@ def test_merge_stacktraces_decodes_to_the_pushed_stacks(pushed):
     assert got == want
     assert fg.total == want[()][0] and fg.names[0] == "total"
     assert fg.max_self == max(s for _, s in want.values())
-    # max_nodes: at most that many nodes, the rest folded into "other", totals kept.
-    req.max_nodes = 50
-    small = c.connect("SelectMergeStacktraces", req, q.SelectMergeStacktracesResponse).flamegraph
-    tree = levels_to_tree(small)
-    assert len(tree) <= 50
-    assert small.total == fg.total and "other" in small.names
+    # max_nodes: Pyroscope's truncation, which fills the budget: exactly the max_nodes
+    # largest nodes (ties kept), the rest folded into an "other" child of their parent.
+    for budget in (16, 50):
+        req.max_nodes = budget
+        small = c.connect("SelectMergeStacktraces", req, q.SelectMergeStacktracesResponse)
+        tree = levels_to_tree(small.flamegraph)
+        assert tree == pyroscope_truncated(want, budget)
+        real = [p for p in tree if p and p[-1] != "other"]
+        ranked = sorted((t for p, (t, _) in want.items() if p), reverse=True)
+        assert len(real) == budget + ranked[budget:].count(ranked[budget - 1])
+        assert small.flamegraph.total == fg.total and "other" in small.flamegraph.names
     # JSON codec (Connect's protojson), as a browser or curl would call it.
     status, data = c.post(
         "/querier.v1.QuerierService/SelectMergeStacktraces",
@@ -219,8 +246,10 @@ def test_legacy_ingest_folded_and_pprof(server):
         "sampleRate": 100,
         "spyName": "pyspy",
     }
-    assert c.post("/ingest", folded, "text/plain", params=params)[0] == 200
-    assert c.post("/ingest", folded, "text/plain", params=params)[0] == 200  # retried: once
+    key = {"Idempotency-Key": "legacy-1"}
+    assert c.post("/ingest", folded, "text/plain", params=params, headers=key)[0] == 200
+    # retried with its key: stored once
+    assert c.post("/ingest", folded, "text/plain", params=params, headers=key)[0] == 200
     raw = payloads.pprof_bytes(payloads.cpu_profile(7, now * 10**9))
     params2 = {
         "name": "legacy-app.cpu{env=prod}",

@@ -11,6 +11,7 @@ import payloads
 from srvclient import Client
 
 from aiflame.cli.main import main as cli
+from aiflame.render.html import extract_data
 
 BERT = (
     payloads.DATA
@@ -71,9 +72,13 @@ def test_kineto_trace_is_analyzed_like_aiflame_analyze(server, tenant, tmp_path)
     eff = rank.get("efficiency") or {}
     if eff.get("mfu") is not None:
         assert abs(got["mfu"] - eff["mfu"]) < 1e-12
-    # Its flame graph page, from the same trace.
+    # Its flame graph page, from the same trace, with the GPU's idle time on the CPU
+    # stacks that kept it waiting (gpu-idle): in all, the report's idle time.
     status, page, _headers = c.request("GET", "/api/v1/traces/t-bert-0001/flamegraph")
     assert status == 200 and b'id="aiflame-data"' in page
+    header, _ = extract_data(page.decode("utf-8"))
+    types = {x["name"]: x["total"] for x in header["types"]}
+    assert abs(types["gpu-idle"] - tb["idle"] * 1e3) < 0.5  # ns
     # Listed, with its findings counted.
     listed = c.get_json("/api/v1/traces", selector='{job_id="bert-1"}')["traces"]
     assert [t["trace_id"] for t in listed] == ["t-bert-0001"]

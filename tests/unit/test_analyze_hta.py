@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aiflame.analysis import hta_compat
+from aiflame.analysis import analyze, hta_compat
 from aiflame.analysis.report import idle_analysis
 from aiflame.analysis.schema import to_builtins
 from aiflame.analysis.timeline import time_breakdown
@@ -147,7 +147,8 @@ def test_hta_itself_agrees(tmp_path, monkeypatch):
             rows = {r["stream"]: r for r in to_builtins(hta_compat.idle_by_stream(t))}
             for row in table.itertuples():
                 key = f"{row.idle_category}_us"
-                assert rows[str(row.stream)][key] == pytest.approx(row.idle_time, abs=0.006)
+                # HTA's table: sums of gaps rounded to 0.01 us
+                assert rows[str(row.stream)][key] == pytest.approx(row.idle_time, abs=0.02)
     finally:
         logging.disable(logging.NOTSET)
 
@@ -158,3 +159,63 @@ def test_step_filter_keeps_work_launched_before_the_last_step():
     bert, same = ours("tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz")
     assert same.gpu_ts.size == bert.gpu_ts.size  # one step: nothing dropped
     assert np.all(kept.gpu_launch >= 0)
+
+
+def report_fields(name: str) -> dict:
+    (r,) = analyze([str(DATA / name)]).ranks
+    return to_builtins(r)
+
+
+# Traces with two or more ProfilerStep annotations, where HTA leaves out the last step.
+MULTI_STEP = ("hta/trace_filter/sampled_rank-0.json.gz", "hta/trace_filter/sampled_rank-1.json.gz")
+
+
+@pytest.mark.parametrize("name", MULTI_STEP)
+def test_report_fields_are_htas_numbers_after_its_last_step_filter(name):
+    """The report's hta_* fields are what HTA itself prints for a trace of several steps
+    (its last step left out), not the whole trace's numbers."""
+    r = report_fields(name)
+    temporal = r["hta_temporal_breakdown"]
+    assert temporal["left_out_activities"] > 0
+    for key, theirs in EXPECTED[name]["temporal"].items():
+        assert temporal[key] == pytest.approx(theirs, abs=0.001), key
+    rows = {x["stream"]: x for x in r["idle_by_stream_hta"]}
+    for stream, cats in EXPECTED[name]["idle_by_stream"].items():
+        for key, theirs in cats.items():
+            assert rows[stream][key] == pytest.approx(theirs, abs=0.006), (stream, key)
+    # the whole trace differs: the filter is what makes them equal
+    assert r["time_breakdown"]["idle"] != pytest.approx(temporal["idle_us"], rel=1e-3)
+
+
+def test_report_fields_equal_hta_itself_on_traces_of_several_steps(tmp_path, monkeypatch):
+    pytest.importorskip("hta", reason="needs HTA (pip install -e '.[compare]')")
+    monkeypatch.setenv("HTA_DISABLE_NS_ROUNDING", "1")
+    logging.disable(logging.WARNING)
+    warnings.filterwarnings("ignore")
+    from hta.trace_analysis import TraceAnalysis
+
+    try:
+        # DDP (3 steps) and a 128-rank job's sampled rank (2 steps): the report as written
+        for name in ("hta/nccl_parser_config/nccl_data.json.gz", MULTI_STEP[0]):
+            d = tmp_path / name.replace("/", "_")
+            d.mkdir()
+            shutil.copy(DATA / name, d)
+            ta = TraceAnalysis(trace_dir=str(d))
+            temporal = ta.get_temporal_breakdown(visualize=False).iloc[0]
+            r = report_fields(name)
+            mine = r["hta_temporal_breakdown"]
+            assert mine["left_out_activities"] > 0
+            assert mine["idle_us"] == pytest.approx(float(temporal["idle_time(us)"]), abs=0.001)
+            assert mine["compute_us"] == pytest.approx(
+                float(temporal["compute_time(us)"]), abs=0.001
+            )
+            assert mine["total_us"] == pytest.approx(float(temporal["kernel_time(us)"]), abs=0.001)
+            table, _ = ta.get_idle_time_breakdown(ranks=ta.t.get_ranks(), visualize=False)
+            rows = {x["stream"]: x for x in r["idle_by_stream_hta"]}
+            assert {str(s) for s in table["stream"]} == set(rows)
+            for row in table.itertuples():
+                key = f"{row.idle_category}_us"
+                # HTA's table: sums of gaps rounded to 0.01 us
+                assert rows[str(row.stream)][key] == pytest.approx(row.idle_time, abs=0.02)
+    finally:
+        logging.disable(logging.NOTSET)

@@ -68,3 +68,28 @@ def test_traces_of_separate_runs_are_summed_but_have_no_straggler(tmp_path, caps
         sum(r["time_breakdown"]["total"] for r in report["ranks"])
     )
     assert "not one job" in text and "straggler" not in text
+
+
+def test_the_job_comes_first_and_each_rank_is_a_row(capsys):
+    """Of several ranks the terminal shows the job, then a row per rank; a rank's full
+    report is asked for with --rank (every rank's is in --json and -o)."""
+    assert main(["analyze", *map(str, RANKS)]) == 0
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    assert lines[0].startswith("job ─") and lines[1].startswith("job: 2 ranks")
+    rows = [line for line in lines if line.startswith(("rank 0", "rank 1"))]
+    assert [r.split()[1] for r in rows] == ["0", "1"]
+    assert "queued work waits on a dependency" in rows[1]
+    assert "Top kernels by GPU time" not in text and "--rank all" in text
+    assert len(lines) < 40
+    assert main(["analyze", *map(str, RANKS), "--rank", "1"]) == 0
+    one = capsys.readouterr().out
+    assert one.splitlines()[: len(rows) + 12] == lines[: len(rows) + 12]  # the job, the rows
+    assert one.count("Top kernels by GPU time") == 1 and "rank 1 ─" in one
+    assert "rank 0 ─" not in one
+    assert main(["analyze", *map(str, RANKS), "--rank", "all"]) == 0
+    every = capsys.readouterr().out
+    assert every.count("Top kernels by GPU time") == 2 and "--rank all" not in every
+    assert main(["analyze", *map(str, RANKS), "--rank", "7"]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == "aiflame: error: --rank 7: no such rank among the traces (0, 1)"

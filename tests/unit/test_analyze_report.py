@@ -13,14 +13,15 @@ import pytest
 from rich.console import Console
 
 from aiflame.analysis.busy_timeline import busy_timeline
+from aiflame.analysis.links import StackFinder, fragment
 from aiflame.analysis.report import analyze
 from aiflame.analysis.schema import to_builtins
 from aiflame.analysis.timeline import time_breakdown
-from aiflame.cli.analyze_links import StackFinder, fragment
 from aiflame.cli.main import main
 from aiflame.render.analyze_html import roofline_data
 from aiflame.render.analyze_terminal import render_terminal, render_text
 from aiflame.render.html import extract_data
+from aiflame.sources.kineto_names import python_frame
 from aiflame.sources.registry import load_trace_input as load_input
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "kineto" / "tracelens"
@@ -56,9 +57,10 @@ def test_piped_report_is_plain_and_fits_100_columns(capsys):
     assert "\x1b[" not in out
     assert max(len(line) for line in out.splitlines()) <= 100
     assert all(line == line.rstrip() for line in out.splitlines())
-    # The numbers are the JSON's: computation 307.197 us, two high findings.
+    # The numbers are the JSON's: computation 307.197 us, one high finding (launch-bound
+    # phases and the dispatch around them: one fix, one finding).
     assert re.search(r"^computation\s+307\.20 us\s+7\.9%", out, re.M)
-    assert out.count("[high]") == 2 and "fix:" in out and "from:" in out and "estimate:" in out
+    assert out.count("[high]") == 1 and "fix:" in out and "from:" in out and "estimate:" in out
 
 
 def test_terminal_report_has_colour_on_a_terminal_and_keeps_its_width():
@@ -122,16 +124,23 @@ def test_launch_bound_link_zooms_to_a_launching_stack():
     report = analyze([loaded.trace])
     finder = StackFinder(loaded.profile())
     f = next(f for f in report.ranks[0].findings if f.rule == "launch_bound")
-    main_frag, per_stack = fragment(f, finder, {"gpu-time", "wall-time"}, None)
+    main_frag, per_stack = fragment(f, finder, {"gpu-time", "wall-time", "gpu-idle"}, None)
     q = parse_qs(main_frag)
-    assert q["metric"] == ["wall-time"]
+    assert q["metric"] == ["gpu-idle"]  # the idle the launches leave
     assert re.match(q["search"][0], "cudaLaunchKernel")
-    path = q["path"]
-    # The stack is cut at 12 frames; the link has the full path from the root.
-    stack = f.top_stacks[0].stack
-    assert len(path) > len(stack) and path[-1] == stack[-1] == "aten::index_select"
-    assert path[0].startswith("ProfilerStep#") or "forward" in " ".join(path)
+    # The launch-bound phases and the dispatch around them are one finding (one fix).
+    assert f.merged == ["host_overhead"]
     assert len(per_stack) == len(f.top_stacks) and per_stack[0] == main_frag
+    for stack, frag in zip(f.top_stacks, per_stack, strict=True):
+        path = parse_qs(frag)["path"]
+        # The stack is cut at 12 frames; the link has the full path from the root, to the
+        # stack's innermost frame as the flame graph names it (a Python frame by its class)
+        assert len(path) > len(stack.stack)
+        inner = python_frame(stack.stack[-1], "raw")
+        assert path[-1] == stack.stack[-1] or path[-1].endswith(
+            f"{inner.func} ({inner.file}:{inner.line})"
+        )
+        assert path[0].startswith("ProfilerStep#") or "forward" in " ".join(path)
 
 
 def test_stacks_of_repeated_steps_are_one_and_link_to_a_step():

@@ -131,3 +131,22 @@ def test_info_of_several_inputs_describes_them_merged(good, tmp_path):
     assert r.returncode == 0, r.stderr
     assert out.startswith("sources:     2 inputs, merged:")
     assert "total 10" in out and "stacks:      2 distinct" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (("flamegraph", "x.json"), ("-o/--output", "aiflame flamegraph --help")),
+        (("convert", "x.json"), ("-o/--output", "aiflame convert --help")),
+        (("diff", "a"), ("TEST", "aiflame diff --help")),
+        (("memory", "x"), ("-o/--output", "aiflame memory --help")),
+        (("flamegraph", "--no-such-flag", "x", "-o", "y.html"), ("--no-such-flag",)),
+        (("no-such-command",), ("no-such-command", "aiflame --help")),
+    ],
+)
+def test_usage_mistakes_are_one_line(args, fragments):
+    """A missing -o or an unknown flag is one line naming it and where the usage is, not
+    argparse's page of usage."""
+    r = aiflame(*args)
+    assert r.returncode == 2
+    assert_one_line_error(r, *fragments)

@@ -216,3 +216,44 @@ def test_no_allocation_at_all():
     assert "memory_timeline" not in p.meta and "peak_bytes" not in p.meta
     assert by_stack(p, "failed-alloc-count") == {"oom;cudaMalloc": 1}
     assert p.meta["memory_counts"]["failed_frees"] == 1
+
+
+def test_continuous_periods_keep_what_was_live_at_each_process_peak():
+    """The agent's live memory, one period at a time: in-use is what was live at the
+    process's peak in the period (allocations carried from earlier periods included), not
+    what is left at its end; a period without events peaks at its start."""
+    from aiflame.collectors.ebpf.cuda_memory import LiveMemory
+
+    log = pattern_log()
+    end_of_pattern = int(log.memory_events()["ts"].max()) + 10_000
+    now, late = Clock(), 0x7F0000000000
+    now.t = end_of_pattern + 1_000_000
+    for api, size, ptr, site in (
+        ("cudaMalloc", 4 * MiB, late, 0x800),  # live 7.5 MiB: this period's peak
+        ("cudaFree", 0, late, 0x800),
+        ("cudaFree", 0, 0x7E0000000000, 0x100),  # one kept block freed: live 2.5
+    ):
+        args = [0x10, size] if api == "cudaMalloc" else [ptr]
+        log(record(api, now(), args=args, result=ptr if size else 0, duration=400,
+                   stack=[site], pid=100, tid=100))  # fmt: skip
+    events = log.memory_events()
+    first, third = events[events["ts"] < end_of_pattern], events[events["ts"] > end_of_pattern]
+    live = LiveMemory()
+    names = {**SITES, 0x800: "late"}
+
+    def inuse(sites) -> dict[str, tuple[int, int]]:
+        return {
+            names[log.stacks[stack][-1]]: (s.inuse_bytes, s.inuse_count)
+            for (_pid, stack, _api), s in sites.items()
+            if s.inuse_count
+        }
+
+    assert inuse(live.period(first)) == {
+        "keep": (3 * MiB, 3), "driver": (MiB // 2, 1), "peak": (8 * MiB, 1),
+    }  # fmt: skip
+    assert inuse(live.period(events[:0])) == {"keep": (3 * MiB, 3), "driver": (MiB // 2, 1)}
+    sites = live.period(third)
+    assert inuse(sites) == {"keep": (3 * MiB, 3), "driver": (MiB // 2, 1), "late": (4 * MiB, 1)}
+    late_site = next(s for (_, st, _), s in sites.items() if log.stacks[st][-1] == 0x800)
+    assert (late_site.alloc_bytes, late_site.alloc_count) == (4 * MiB, 1)
+    assert inuse(live.period(events[:0])) == {"keep": (2 * MiB, 2), "driver": (MiB // 2, 1)}

@@ -12,6 +12,7 @@ import pytest
 from aiflame.cli.main import main
 from aiflame.errors import AiflameError
 from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
+from aiflame.render import stackpaths
 from aiflame.render.folded import render_diff_folded, stack_strings
 from aiflame.sources import load
 from aiflame.sources.folded_diff import load_diff
@@ -209,10 +210,11 @@ def test_render_refuses_a_plain_profile():
         render_diff_folded(build(BASE))
 
 
-def test_stack_strings_agree_with_stack_names():
+def test_stack_strings_agree_with_stack_names(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(stackpaths, "_CELLS", 5)  # many chunks, a stack deeper than one
     p = load(str(DIFF / "own_before.txt"))
     ids = np.arange(len(p.stacks))
-    assert stack_strings(p, ids, chunk=3) == [";".join(p.stack_names(s)) for s in ids]
+    assert stack_strings(p, ids) == [";".join(p.stack_names(s)) for s in ids]
     assert stack_strings(p, np.array([], dtype=np.int64)) == []
 
 

@@ -4,8 +4,12 @@ clear error (an AiflameError); never another exception, a hang or memory without
 hypothesis draws the damage to a real file of tests/data: byte edits (flips, values set,
 cuts, insertions, repeats), or a format-aware mutation of tools/fuzz_mutants.py (numbers
 at the edges, long names, hostile names, deep nesting, SQLite and pickle damage, pickle
-bombs...) seeded by it. Each example runs in a child process limited to 1 GiB more address
-space and 60 s (tests/limited.py), so a failure is a failed test, not a swapping machine.
+bombs...) seeded by it. Every format is also given its own deep nesting (slices, stacks,
+NVTX ranges, snapshot frames, pprof location chains thousands deep) and its numbers at the
+edges of int64 and beyond, and GPU traces are analyzed too; HPCToolkit directories get one
+file damaged (an hpcstruct nested 40,000 deep, int64 edges in binary records). Each
+example runs in a child process limited to 1 GiB more address space and 60 s
+(tests/limited.py), so a failure is a failed test, not a swapping machine.
 
 A few seconds per importer by default, the same examples each run; with
 ``AIFLAME_FUZZ_SECONDS=N`` each importer is fuzzed for N seconds with fresh examples. An
@@ -21,8 +25,10 @@ import hashlib
 import os
 import random
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -48,7 +54,8 @@ SEEDS = {k: v for k, v in fuzz_mutants.seed_files().items() if k != "nsight-comp
 
 
 def check_file(path: str) -> str:
-    """Load ``path`` and write it in every output format (in the limited child)."""
+    """Load ``path`` and write it in every output format; analyze it when it is a GPU
+    trace (in the limited child)."""
     from aiflame.errors import AiflameError
     from aiflame.render.registry import FORMATS, render
     from aiflame.sources.registry import load
@@ -60,7 +67,15 @@ def check_file(path: str) -> str:
     for fmt in FORMATS:
         with contextlib.suppress(AiflameError):  # a clear refusal (pprof beyond int64...)
             render(profile, fmt)
+    if profile.meta.get("format") in TRACE_FORMATS:
+        from aiflame.analysis import analyze
+
+        with contextlib.suppress(AiflameError):
+            analyze([path])
     return "read"
+
+
+TRACE_FORMATS = ("kineto", "trace-events", "nsys")
 
 
 # -- mutations ----------------------------------------------------------------------------
@@ -111,6 +126,30 @@ def mutants(draw: st.DrawFn, fmt: str) -> tuple[str, bytes]:
     return f"{seed.name}: byte edits", data
 
 
+@st.composite
+def structured(draw: st.DrawFn, fmt: str, kind: str) -> tuple[str, bytes]:
+    """A real input of ``fmt`` nested thousands deep (``kind`` "deep": slices, stacks,
+    NVTX ranges, snapshot frames...) or with numbers at the edges of int64 and beyond
+    ("edges"), by the mutations of tools/fuzz_mutants.py, seeded by hypothesis."""
+    seed = draw(st.sampled_from(SEEDS[fmt]))
+    data = seed.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    if kind == "deep":
+        mutation = fuzz_mutants.deep_nesting_for(fmt)
+        assert mutation is not None, f"no deep-nesting mutation for {fmt}"
+    else:
+        mutation = fuzz_mutants.numeric_edges_for(fmt)
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    try:
+        out = mutation(rng, data)
+    except Exception:  # a mutation that does not apply to this seed (as mutate() does)
+        out = data
+    if draw(st.booleans()):
+        out = gzip.compress(out, mtime=0)
+    return f"{seed.name}: {mutation.__name__}", out
+
+
 def _keep(fmt: str, data: bytes) -> Path:
     where = KEPT / fmt
     where.mkdir(parents=True, exist_ok=True)
@@ -133,15 +172,15 @@ def _verdict(path: Path) -> str | None:
 # -- the tests ----------------------------------------------------------------------------
 
 
-def _fuzz(fmt: str, tmp_path: Path) -> None:
+def _fuzz(fmt: str, tmp_path: Path, strategy: Any = None, examples: int = EXAMPLES) -> None:
     @settings(
-        max_examples=EXAMPLES if not SECONDS else 50,
+        max_examples=examples if not SECONDS else 50,
         deadline=None,
         database=None,
         derandomize=not SECONDS,
         suppress_health_check=list(HealthCheck),
     )
-    @given(mutants(fmt))
+    @given(strategy if strategy is not None else mutants(fmt))
     def one(mutant: tuple[str, bytes]) -> None:
         what, data = mutant
         path = tmp_path / "mutant"
@@ -160,6 +199,45 @@ def _fuzz(fmt: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("fmt", sorted(SEEDS))
 def test_importer_survives_mutants(fmt: str, tmp_path: Path) -> None:
     _fuzz(fmt, tmp_path)
+
+
+@pytest.mark.parametrize("kind", ["deep", "edges"])
+@pytest.mark.parametrize("fmt", sorted(SEEDS))
+def test_importer_survives_deep_nesting_and_numbers_at_the_edges(
+    fmt: str, kind: str, tmp_path: Path
+) -> None:
+    """Every format nested thousands deep, and with int64's edges in its numbers: read
+    (and written, and analyzed) within the limits, or refused in one line."""
+    _fuzz(fmt, tmp_path, structured(fmt, kind), examples=2)
+
+
+@st.composite
+def damaged_directories(draw: st.DrawFn, into: Path) -> tuple[str, Path]:
+    seed = draw(st.sampled_from(fuzz_mutants.directory_seeds()["hpctoolkit"]))
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    target = Path(tempfile.mkdtemp(dir=into)) / seed.name
+    return fuzz_mutants.mutate_directory(rng, seed, target), target
+
+
+def test_hpctoolkit_directories_survive_damage(tmp_path: Path) -> None:
+    """An HPCToolkit measurement directory or database with one file damaged (an
+    hpcstruct nested 40,000 deep, int64 edges in binary records, byte edits)."""
+
+    @settings(
+        max_examples=6 if not SECONDS else 50,
+        deadline=None,
+        database=None,
+        derandomize=not SECONDS,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(damaged_directories(tmp_path))
+    def one(damaged: tuple[str, Path]) -> None:
+        what, path = damaged
+        problem = _verdict(path)
+        if problem:
+            pytest.fail(f"hpctoolkit ({what}), in {path}: {problem}")
+
+    one()
 
 
 def _kept_inputs() -> list[Path]:

@@ -9,6 +9,7 @@ few lines of struct unpacking, from ``profile.db`` with the database reader, fro
 
 from __future__ import annotations
 
+import gzip
 import itertools
 import json
 import os
@@ -466,3 +467,67 @@ def test_one_hpcrun_file_and_the_cli(tmp_path):
     out = tmp_path / "m.html"
     assert main(["flamegraph", str(MEAS), "-o", str(out)]) == 0
     assert out.stat().st_size > 1000
+
+
+def test_cubins_say_their_sm():
+    from aiflame.symbolize.cubin import cubin_sm
+
+    assert cubin_sm(GPUBIN.read_bytes()) == 80  # the first CUDA ELF ABI: e_flags' low byte
+    toys = DATA.parent
+    assert cubin_sm((toys / "parca_otel_ebpf_profiler" / "toy.cubin").read_bytes()) == 75
+    assert cubin_sm((toys / "parcagpu" / "pc_sample_toy.cubin").read_bytes()) == 121
+    assert cubin_sm(b"\x7fELF not a cubin") is None
+
+
+@needs_nvdisasm
+def test_a_volta_cubin_says_which_nvdisasm_reads_it(tmp_path, capsys):
+    """CUDA 13's nvdisasm refuses sm_70 (V100) cubins: the samples stay, by offset, and one
+    warning says why and which nvdisasm would read them."""
+    from aiflame.symbolize import cubin
+
+    tool = cubin.find_nvdisasm()
+    assert tool is not None
+    if cubin._major_version(tool) < 13:
+        pytest.skip(f"{tool} is older than CUDA 13 and reads sm_70 cubins")
+    m = partial_copy(tmp_path, [f"structs/{GPU_STRUCT.name}"])
+    gpubin = m / "gpubins" / GPUBIN.name
+    data = bytearray(gpubin.read_bytes())
+    flags = int.from_bytes(data[48:52], "little")
+    data[48:52] = ((flags & ~0xFF) | 70).to_bytes(4, "little")  # the same code, for a V100
+    gpubin.write_bytes(bytes(data))
+    out = tmp_path / "v100.html"
+    assert main(["flamegraph", str(m), "-o", str(out)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    warning = [line for line in err if line.startswith("aiflame: warning:")]
+    assert len(warning) == 1, err
+    assert "sm_70 cubin" in warning[0] and "CUDA 12" in warning[0]
+    assert "AIFLAME_NVDISASM" in warning[0] and GPUBIN.name in warning[0]
+    with pytest.warns(UserWarning, match="sm_70 cubin"):
+        p = load(str(m))
+    instructions = {
+        f.name
+        for s in np.unique(p.sample_stack)
+        for f in p.stack_frames(int(s))
+        if f.kind == FrameKind.GPU_INSTRUCTION
+    }
+    assert instructions and all(n.startswith("+0x") for n in instructions)
+
+
+def test_hpcstruct_names_left_mangled_are_demangled(tmp_path):
+    """Inlined and procedure names that hpcstruct wrote mangled read as C++."""
+    m = partial_copy(tmp_path, [])
+    host = m / "structs" / "testmeas-loops-cuda.hpcstruct.gz"
+    text = gzip.decompress(host.read_bytes()).decode()
+    inlined = 'n="dim3::dim3(unsigned int, unsigned int, unsigned int)"'
+    assert inlined in text
+    host.write_bytes(gzip.compress(text.replace(inlined, 'n="_ZN4dim3C1Ejjj"').encode()))
+    from aiflame.sources import hpcstruct
+
+    names = {
+        sc.name
+        for s in hpcstruct.read_structure(str(host))
+        for sc in s._scope  # every scope of the module's tree
+        if sc.kind == hpcstruct.INLINED
+    }
+    assert "dim3::dim3(unsigned int, unsigned int, unsigned int)" in names
+    assert not [n for n in names if n.startswith("_Z")]

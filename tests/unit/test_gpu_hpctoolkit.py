@@ -153,3 +153,25 @@ def test_flamegraph_of_the_database(tmp_path):
     out = tmp_path / "hpc.html"
     assert main(["flamegraph", str(SOURCE_DB), "-o", str(out)]) == 0
     assert out.stat().st_size > 1000
+
+
+# -- names hpcstruct left mangled --------------------------------------------------------------
+
+
+def test_mangled_function_names_are_demangled_and_only_kernels_are_kernels(tmp_path, capsys):
+    """hpcstruct writes a function's mangled name where it could not demangle it: the
+    database's function table then holds `_Z...` names. They read as C++ in the graph and
+    in analyze, whose kernels are the launched ones only."""
+    db = tmp_path / "mangled.d"
+    shutil.copytree(SOURCE_DB, db)
+    meta = db / "meta.db"
+    data = meta.read_bytes()
+    assert data.count(b"kernmain()\x00") == 1
+    # the same length in the string table: `_Z6kernmav` is the mangled kernma()
+    meta.write_bytes(data.replace(b"kernmain()\x00", b"_Z6kernmav\x00"))
+    p = load(str(db))
+    names = {f.name for s in np.unique(p.sample_stack) for f in p.stack_frames(int(s))}
+    assert "kernma()" in names and not [n for n in names if n.startswith("_Z")]
+    assert main(["analyze", str(db)]) == 0
+    report = capsys.readouterr().out
+    assert "kernma()  657,063 samples (100%)" in report and "_Z6kernmav" not in report

@@ -104,3 +104,24 @@ def test_names_from_the_profile_reach_the_terminal_spelled_out(tmp_path, capsys)
     assert main(["analyze", str(hostile)]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out and "vector-<U+001B>[2J<U+001B>[H.cpp:82" in out
+
+
+def test_device_functions_below_a_kernel_are_not_kernels():
+    """HPCToolkit puts the device functions a kernel calls below it: their samples are the
+    launched kernel's, and the report lists that kernel alone."""
+    from aiflame.model import FrameKind, ProfileBuilder
+
+    b = ProfileBuilder([gpu.GPU_SAMPLES])
+    host = b.stacks.intern((b.frame("main", FrameKind.NATIVE), b.frame("-", FrameKind.DELIMITER)))
+    kernel = b.stacks.intern((b.frame("kern(float*)", FrameKind.GPU_KERNEL),), host)
+    device_fn = b.stacks.intern((b.frame("helper(float)", FrameKind.GPU_KERNEL),), kernel)
+    for parent, line, value in ((kernel, 3, 10.0), (device_fn, 7, 30.0)):
+        sid = b.stacks.intern(
+            (b.frame(f"k.cu:{line}", FrameKind.GPU_SOURCE), b.frame("STL_X", FrameKind.GPU_STALL)),
+            parent,
+        )
+        b.add(sid, value)
+    report = analyze_stalls(b.build())
+    (k,) = report.kernels
+    assert k.kernel == "kern(float*)" and k.samples == 40.0
+    assert [(x.name, x.samples) for x in k.lines] == [("k.cu:7", 30.0), ("k.cu:3", 10.0)]

@@ -43,3 +43,26 @@ def test_analyze_a_directory_of_ranks(tmp_path, capsys):
         "sampled_rank-1.json.gz",
     ]
     assert report["job"]["ranks"] == 2
+
+
+def test_traces_that_are_not_ranks_of_one_job_are_not_merged_silently(tmp_path, capsys):
+    """A folder of three models' traces: the merged graph says so, and how to see each."""
+    h100 = Path(__file__).parents[1] / "data/kineto/tracelens/h100"
+    models = tmp_path / "models"
+    models.mkdir()
+    for name in (
+        "Falconsai_nsfw_image_detection__1016002.json.gz",
+        "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+        "gaunernst_bert-small-uncased__1016001.json.gz",
+    ):
+        shutil.copy(h100 / name, models / name)
+    out = tmp_path / "m.html"
+    assert main(["flamegraph", str(models), "-o", str(out)]) == 0
+    (warning,) = [ln for ln in capsys.readouterr().err.splitlines() if "warning" in ln]
+    assert warning.startswith("aiflame: warning: 3 inputs that are not ranks of one job merged")
+    assert "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz" in warning and "--group-by file" in warning
+    assert main(["flamegraph", str(models), "-o", str(out), "--group-by", "file"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    # the ranks of one job merge as expected, without a word
+    assert main(["flamegraph", str(RANKS), "-o", str(out)]) == 0
+    assert "warning" not in capsys.readouterr().err

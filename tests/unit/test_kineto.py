@@ -485,10 +485,31 @@ def test_mangled_rocm_kernel_names_are_demangled() -> None:
     )
 
 
-def test_devices_the_trace_does_not_name() -> None:
+def test_devices_the_trace_does_not_name(tmp_path) -> None:
     # vLLM's trace of 8 MI300X lists their properties with empty names: "8 x " read as cut off
+    # and the title read "(no name in the trace) (graph_execution)": their properties
+    # (64-wide wavefronts, gfx 9.4, 304 CUs, 192 GiB) are an MI300X's
     profile = trace("tracelens/vllm/graph_execution.json.gz")
-    assert profile.meta["info:devices"] == "8 x (no name in the trace)"
+    assert profile.meta["info:devices"] == "8 x MI300X (unnamed in the trace, by its properties)"
+    assert profile.meta["device"] == "MI300X"
+    from aiflame.cli.main import main
+
+    page = tmp_path / "vllm.html"
+    assert (
+        main(["flamegraph", str(DATA / "tracelens/vllm/graph_execution.json.gz"), "-o", str(page)])
+        == 0
+    )
+    assert "<title>Flame graph of MI300X (graph_execution)</title>" in page.read_text()
+
+
+def test_devices_nothing_identifies_are_described_and_left_out_of_titles() -> None:
+    from aiflame.sources.kineto_info import _device_model, _device_name
+
+    props = {"name": "", "warpSize": 64, "computeMajor": 9, "computeMinor": 5, "numSms": 256,
+             "totalGlobalMem": 288 * 10**9}  # fmt: skip
+    assert _device_name(props) == "unnamed GPU (256 CUs, 288 GB, gfx95x)"
+    assert _device_model(props) is None
+    assert _device_model({"name": "NVIDIA H100 80GB HBM3"}) == "H100"
 
 
 def test_cpu_time_is_the_old_name_of_wall_time() -> None:

@@ -44,6 +44,17 @@ ALLOWED = {
         "proto",
         "collectors",
     },
+    # the MCP server (aiflame mcp): the analyses of files and a server's API, for AI agents
+    "mcp": {
+        "model",
+        "errors",
+        "symbolize",
+        "sources",
+        "transforms",
+        "analysis",
+        "render",
+        "proto",
+    },
 }
 
 
@@ -101,6 +112,15 @@ def test_nothing_but_the_cli_imports_the_agent():
         and "agent" in imported_packages(path)
     ]
     assert not importers, "the agent is imported by " + ", ".join(importers)
+
+
+def test_nothing_but_the_cli_imports_the_mcp_server():
+    importers = [
+        path.relative_to(SRC).as_posix()
+        for path in SRC.rglob("*.py")
+        if path.relative_to(SRC).parts[0] not in ("mcp", "cli") and "mcp" in imported_packages(path)
+    ]
+    assert not importers, "aiflame.mcp is imported by " + ", ".join(importers)
 
 
 def test_the_walker_sees_imports(tmp_path):

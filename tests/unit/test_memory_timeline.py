@@ -169,7 +169,7 @@ def test_allocation_with_no_value_of_its_own_is_kept_for_earlier_moments(tmp_pat
     assert mem["live"].tolist() == [612, 512, 1536, 1024]  # after each event
     names = [flame["strings"][flame["frame_name"][f]] for f in flame["frame"][1:]]
     assert tm.FREED_ONLY in names  # kept, though every metric gives it 0
-    node = 1 + names.index("gone_early")
+    node = 1 + names.index("gone_early (/x/m.py:1)")
     (row,) = np.nonzero(mem["node"] == node)[0]
     assert (mem["alloc"][row], mem["free"][row], mem["size"][row]) == (0, 1, 100)
     assert all(v[node] == 0 for v in flame["self"])

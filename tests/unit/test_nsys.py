@@ -248,7 +248,7 @@ def test_degrades_without_nvtx_backtraces_or_samples(writable_copy: Path) -> Non
     conn.commit()
     conn.close()
     p = load(str(writable_copy))
-    assert [t.name for t in p.sample_types] == ["gpu-time", "kernel-count", "gpu-bytes"]
+    assert [t.name for t in p.sample_types] == ["gpu-time", "kernel-count", "gpu-bytes", "gpu-idle"]
     stacks = {tuple(f.name for f in frames) for frames, _, _ in gpu_samples(p)}
     (pid,) = query("SELECT DISTINCT pid FROM PROCESSES WHERE name = './saxpy-mpi-cuda'")[0]
     assert {labels["pid"] for _, _, labels in gpu_samples(p)} == {str(pid)}

@@ -109,3 +109,25 @@ def test_unreadable_and_odd_files(tmp_path: Path):
     warns.write_text('def f():\n    return "\\d"\n')  # an invalid escape: no warning printed
     assert r.function_at(str(warns), 2).name == "f"
     assert ClassResolver(enabled=False).function_at(str(warns), 2) is None
+
+
+def test_a_changed_file_is_indexed_again(tmp_path: Path):
+    """Indexes are cached by path and checked against the file's modification time and
+    size: a long-running profiler sees the source as it is now."""
+    src = tmp_path / "net.py"
+    src.write_text("class Net:\n    def forward(self):\n        return 1\n")
+    resolver = ClassResolver()
+    assert resolver.class_of(str(src), 2, "forward") == "Net"
+    src.write_text("\n\nclass Other:\n    def forward(self):\n        return 1\n")
+    os.utime(src, ns=(1, 1))  # a modification time of its own, whatever the clock says
+    assert resolver.class_of(str(src), 4, "forward") == "Other"
+    assert resolver.class_of(str(src), 2, "forward") is None
+
+
+def test_the_cache_is_bounded(tmp_path: Path):
+    resolver = ClassResolver(max_files=2)
+    for i in range(4):
+        src = tmp_path / f"m{i}.py"
+        src.write_text(f"class C{i}:\n    def f(self):\n        return {i}\n")
+        assert resolver.class_of(str(src), 2, "f") == f"C{i}"
+    assert len(resolver._files) == 2

@@ -4,6 +4,7 @@ same through the ``aiflame convert`` command line."""
 from __future__ import annotations
 
 import gzip
+import json
 from pathlib import Path
 
 import numpy as np
@@ -86,6 +87,28 @@ def test_frame_kinds_survive_pprof(tmp_path):
     assert len(kinds) >= 8  # python, cpp, runtime, delimiter, gpu x3, kernel, jit
     again = through(profile, "pprof", tmp_path)
     assert frame_rows(again) == frame_rows(profile)
+
+
+def test_frame_kinds_survive_speedscope(tmp_path, data_dir):
+    """The kinds (the page's colours) of a GPU trace's frames come back from speedscope:
+    the GPU kernels, the delimiter, runtime calls, operators, Python."""
+    trace = data_dir / "kineto/tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz"
+    profile = load(str(trace))
+    again = through(profile, "speedscope", tmp_path)
+
+    def by_stack(p, col: int) -> dict:  # labels and modules are not written to speedscope
+        out: dict = {}
+        for (frames, _labels), v in frame_rows(p, col).items():
+            key = tuple((n, k, f, line) for n, k, f, line, _module in frames)
+            out[key] = out.get(key, 0.0) + v
+        return out
+
+    ours = by_stack(profile, profile.type_index("gpu-time"))
+    assert by_stack(again, again.type_index(None)) == pytest.approx(ours)
+    kinds = {FrameKind(k) for k in again.frames.kind}
+    assert {FrameKind.GPU_KERNEL, FrameKind.DELIMITER, FrameKind.RUNTIME, FrameKind.PYTHON} <= kinds
+    doc = json.loads((tmp_path / "rt.speedscope.json").read_text())
+    assert {f.get("aiflameKind") for f in doc["shared"]["frames"]} >= {"gpu-kernel", "delimiter"}
 
 
 def test_fractional_values_survive_pprof(tmp_path):

@@ -226,7 +226,8 @@ def test_export_follows_the_file_format(tmp_path):
     frames = doc["shared"]["frames"]
     assert all(0 <= i < len(frames) for stack in out["samples"] for i in stack)
     assert [] in out["samples"]  # py-spy's samples without a Python stack are kept
-    assert {"name": "fib", "file": "/tmp/pyspy/work.py", "line": 7} in frames
+    fib = {"name": "fib", "file": "/tmp/pyspy/work.py", "line": 7, "aiflameKind": "python"}
+    assert fib in frames
     # Reading it back gives the same stacks and values.
     path = tmp_path / "out.speedscope.json"
     path.write_text(json.dumps(doc))

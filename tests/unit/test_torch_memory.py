@@ -7,6 +7,7 @@ import gzip
 import io
 import os
 import pickle
+import re
 import shutil
 import textwrap
 from collections import defaultdict
@@ -79,10 +80,16 @@ def viz_stack(p: Profile, stack: int, basename: bool) -> str:
         if fr.kind == FrameKind.LABEL:
             out.append(VIZ_NO_FRAMES[fr.name][1 if basename else 0])
             continue
-        name = fr.name.rsplit(" > ", 1)[-1] if fr.kind == FrameKind.PYTHON else fr.name
+        name = function(fr.name) if fr.kind == FrameKind.PYTHON else fr.name
         file = fr.file.rsplit("/", 1)[-1] if basename else fr.file
         out.append(f"{file}:{fr.line}:{name}")
     return ";".join(out)
+
+
+def module_from_line_1(stack: str) -> str:
+    """PyTorch prints the line a module's code runs; aiflame names a module's code as one
+    function from line 1, as traces and live recordings do."""
+    return re.sub(r":\d+:<module>(?=;|$)", ":1:<module>", stack)
 
 
 def unknown_file_as_empty(stack: str) -> str:
@@ -269,7 +276,7 @@ def test_allocation_times_bracket_the_peak(profile):
 
 
 def memoryviz_reference() -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = defaultdict(dict)
+    out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     text = gzip.decompress((DATA / "memoryviz_timeline_reference.txt.gz").read_bytes()).decode()
     for line in text.splitlines():
         if line.startswith("# max_size"):
@@ -278,8 +285,8 @@ def memoryviz_reference() -> dict[str, dict[str, int]]:
             continue
         metric, rest = line.split("\t")
         stack, value = rest.rsplit(" ", 1)
-        out[metric][unknown_file_as_empty(stack)] = int(value)
-    return out
+        out[metric][unknown_file_as_empty(module_from_line_1(stack))] += int(value)
+    return {k: dict(v) for k, v in out.items()}
 
 
 def test_peak_and_allocations_by_stack_equal_pytorchs_memory_timeline(profile):
@@ -330,7 +337,7 @@ def pytorch_viz_lines(folded: str) -> dict[str, dict[str, int]]:
         if state == "inactive" or parts[state_at + 1] == "<gaps>":
             out["gaps"][prefix] += int(value)
         else:
-            out["blocks"][unknown_file_as_empty(stack)] += int(value)
+            out["blocks"][unknown_file_as_empty(module_from_line_1(stack))] += int(value)
     return {k: {s: v for s, v in d.items() if v} for k, d in out.items()}
 
 
@@ -411,6 +418,9 @@ def small_snapshot() -> dict:
     return {"segments": [seg, old], "device_traces": [trace]}
 
 
+A, B = "a (/x/m.py:1)", "b (/x/m.py:2)"  # small_snapshot()'s frames, named as traces name them
+
+
 def test_replay_rules_on_a_small_trace(tmp_path):
     p = tm.load(Input(write_pickle(tmp_path / "s.pickle", small_snapshot())), resolve_classes=False)
     # Before the trace: 100 (freed at t=2) + 2000 (a block never seen in the trace).
@@ -419,15 +429,15 @@ def test_replay_rules_on_a_small_trace(tmp_path):
     tl = p.meta["memory_timeline"]
     assert tl["live_bytes"] == [2100, 2000, 2512, 3536, 3024, 3280]
     assert tl["reserved_bytes"] == [6144] * 6  # segment_alloc at t=1 brought 2048 to 6144
-    assert folded(p, "peak-bytes") == {"a": 512, "b": 1024, tm.BEFORE_RECORDING: 2000}
-    assert folded(p, "alloc-bytes") == {"a": 768, "b": 1024}
-    assert folded(p, "alloc-count") == {"a": 2, "b": 1}
+    assert folded(p, "peak-bytes") == {A: 512, B: 1024, tm.BEFORE_RECORDING: 2000}
+    assert folded(p, "alloc-bytes") == {A: 768, B: 1024}
+    assert folded(p, "alloc-count") == {A: 2, B: 1}
     assert p.meta["oom_events"] == [
         {"time_us": 7, "size": 1 << 40, "device_free": 123, "device": 0}
     ]
     assert folded(p, "reserved-bytes") == {
-        "a": 256,  # the live trace allocation holding the first block
-        "b": 1024,
+        A: 256,  # the live trace allocation holding the first block
+        B: 1024,
         tm.BEFORE_RECORDING: 2000,
         f"{tm.FRAGMENTATION};{tm.FREE_BLOCK}": 2560,
         f"{tm.FRAGMENTATION};{tm.ROUNDING}": 256 + 48,
@@ -435,14 +445,15 @@ def test_replay_rules_on_a_small_trace(tmp_path):
     freed_only = [
         i for i in range(len(p)) if p.stack_names(int(p.sample_stack[i]))[0] == tm.FREED_ONLY
     ]
-    assert p.stack_names(int(p.sample_stack[freed_only[0]])) == [tm.FREED_ONLY, "b"]
+    assert p.stack_names(int(p.sample_stack[freed_only[0]])) == [tm.FREED_ONLY, B]
 
 
 def test_segment_frames_go_under_fragmentation(tmp_path):
     data = small_snapshot()
     data["device_traces"][0][0]["frames"] = [frame("reserve_here", "/x/m.py", 9)]
     p = tm.load(Input(write_pickle(tmp_path / "s.pickle", data)), resolve_classes=False)
-    assert f"{tm.FRAGMENTATION};reserve_here;{tm.FREE_BLOCK}" in folded(p, "reserved-bytes")
+    reserve = "reserve_here (/x/m.py:9)"
+    assert f"{tm.FRAGMENTATION};{reserve};{tm.FREE_BLOCK}" in folded(p, "reserved-bytes")
 
 
 def test_no_trace_times_legacy_list_and_two_devices(tmp_path):
@@ -473,9 +484,15 @@ def test_timeline_is_decimated_but_keeps_the_peak():
 # -- frames -----------------------------------------------------------------------------------
 
 
+def function(frame_name: str) -> str:
+    """The function of a Python frame's name: ``forward`` of ``Model > forward (m.py:3)``."""
+    return re.sub(r" \([^()]*:\d+\)$", "", frame_name).rsplit(" > ", 1)[-1]
+
+
 def test_frame_kinds_and_omitted_frames(profile):
     kinds = {
-        profile.frames.get(i).name: profile.frames.get(i).kind for i in range(len(profile.frames))
+        function(profile.frames.get(i).name): profile.frames.get(i).kind
+        for i in range(len(profile.frames))
     }
     assert kinds["forward"] == FrameKind.PYTHON and kinds["<module>"] == FrameKind.PYTHON
     assert kinds["PyMethod_New"] == FrameKind.NATIVE
@@ -493,7 +510,7 @@ def test_frame_modes_all_and_compact(profile):
     assert "_PyEval_EvalFrameDefault" in names and "torch::unwind::unwind()" in names
     compact = tm.build_profile(raw, frames="compact", resolve_classes=False)
     glue = {"PyMethod_New", "PyType_GetModule", "_PyRun_SimpleFileObject", "__libc_init_first"}
-    kept = {compact.frames.name_of(i) for i in range(len(compact.frames))}
+    kept = {function(compact.frames.name_of(i)) for i in range(len(compact.frames))}
     assert glue <= {profile.frames.name_of(i) for i in range(len(profile.frames))}
     assert not glue & kept and {"forward", "_call_impl", "<module>"} <= kept
     assert "at::_ops::bmm::call(at::Tensor const&, at::Tensor const&)" in kept  # C++ stays
@@ -560,15 +577,33 @@ def test_methods_are_named_by_their_class_when_the_source_is_readable(tmp_path):
     trace = [event("alloc", 100 * i, 10, i, fr) for i, fr in enumerate(frames_of.values())]
     data = {"segments": [], "device_traces": [trace]}
     p = tm.load(Input(write_pickle(tmp_path / "c.pickle", data)))
+    # named as traces and live recordings name them: the class, the file, the first line
     assert set(folded(p, "alloc-bytes")) == {
-        "Attention > __init__",
-        "__call__;Attention > forward",
-        "Outer.Inner > forward",
-        "helper",
-        "forward",  # a function inside a function has no class
+        f"Attention > __init__ ({f}:2)",
+        f"__call__ (/nowhere/module.py:5);Attention > forward ({f}:5)",
+        f"Outer.Inner > forward ({f}:10)",
+        f"helper ({f}:13)",
+        f"forward ({f}:14)",  # a function inside a function has no class
     }
     bare = tm.load(Input(str(tmp_path / "c.pickle")), resolve_classes=False)
-    assert "Attention > __init__" not in {bare.frames.name_of(i) for i in range(len(bare.frames))}
+    names = {bare.frames.name_of(i) for i in range(len(bare.frames))}
+    assert f"__init__ ({f}:3)" in names  # without the source: the line running, no class
+
+
+def test_snapshot_frames_of_one_function_are_one_frame(tmp_path):
+    """Allocations at two lines of one method are one frame (the function), as in traces."""
+    src = tmp_path / "net.py"
+    src.write_text("class Net:\n    def forward(self):\n        a = 1\n        b = 2\n")
+    f = str(src)
+    data = {
+        "segments": [],
+        "device_traces": [
+            [event("alloc", 100, 10, 1, [frame("forward", f, 3)])],
+            [event("alloc", 200, 10, 2, [frame("forward", f, 4)])],
+        ],
+    }
+    p = tm.load(Input(write_pickle(tmp_path / "n.pickle", data)))
+    assert folded(p, "alloc-bytes") == {f"Net > forward ({f}:2)": 20}
 
 
 @pytest.mark.skipif(
@@ -600,7 +635,7 @@ def test_cli_memory_writes_each_metric(tmp_path, capsys):
     assert any(ln.startswith(tm.FRAGMENTATION) for ln in out.read_text().splitlines())
     assert main(["memory", str(SNAPSHOT), "-o", str(out), "--frames", "compact"]) == 0
     compact = out.read_text()
-    assert "PyMethod_New" not in compact and ";forward;" in compact
+    assert "PyMethod_New" not in compact and ";forward (" in compact
     assert main(["memory", str(SNAPSHOT), "-o", str(out)]) == 0
     assert out.read_text() == compact  # compact is the default: the op on the first screen
     assert main(["memory", str(SNAPSHOT), "-o", str(out), "--frames", "pytorch"]) == 0

@@ -21,6 +21,11 @@
     password_file = "/etc/aiflame/pyroscope-token"   # or token_file: Bearer
     tenant = ""                       # X-Scope-OrgID
 
+    [otlp]                            # the same profiles to an OpenTelemetry collector
+    url = "http://otel-collector:4318"   # OTLP/HTTP (no path: /v1development/profiles)
+    headers = { Authorization = "Bearer ..." }   # sent as they are; or token_file: Bearer
+    tenant = ""                       # X-Scope-OrgID
+
     [profiling]
     cpu_hz = 19                       # a prime, jittered: never in step with periodic work
     cpu_budget_percent = 1.0          # of one core, for all of the agent
@@ -71,6 +76,7 @@ unreadable token file) is one line and exit status 2.
 
 from __future__ import annotations
 
+import re
 import socket
 import tomllib
 from dataclasses import dataclass, field
@@ -96,6 +102,7 @@ class Remote:
     tenant: str = ""
     api: str = "push"
     ca_file: str = ""
+    headers: dict[str, str] = field(default_factory=dict)  # sent as they are (OTLP)
 
 
 @dataclass
@@ -108,6 +115,7 @@ class AgentConfig:
     dcgm_metrics: str = "keep"  # DCGM_MODES
     server: Remote = field(default_factory=Remote)
     pyroscope: Remote = field(default_factory=Remote)
+    otlp: Remote = field(default_factory=lambda: Remote(api="otlp"))
     cpu_hz: int = 19
     cpu_budget: float = 0.01  # of one core
     min_cpu_hz: int = 2
@@ -197,6 +205,7 @@ _REMOTE = {
     "tenant": ("tenant", str),
     "api": ("api", str),
     "ca_file": ("ca_file", str),
+    "headers": ("headers", dict),
 }
 
 
@@ -254,7 +263,7 @@ def load_file(path: str, config: AgentConfig | None = None) -> AgentConfig:
             setattr(config, attr, _convert(value, kind, key))
         elif key == "relabel":
             config.relabel = _relabel_rules(value, path)
-        elif key in ("server", "pyroscope"):
+        elif key in ("server", "pyroscope", "otlp"):
             if not isinstance(value, dict):
                 raise ConfigError(f"{path}: [{key}] must be a table")
             remote = getattr(config, key)
@@ -300,11 +309,15 @@ def validate(c: AgentConfig) -> AgentConfig:
         raise ConfigError(
             f"telemetry interval {c.telemetry_interval:g} s: expected 0.1 s to the period"
         )
-    for remote, what in ((c.server, "server"), (c.pyroscope, "pyroscope")):
+    for remote, what in ((c.server, "server"), (c.pyroscope, "pyroscope"), (c.otlp, "otlp")):
         if remote.url and not remote.url.startswith(("http://", "https://")):
             raise ConfigError(f"{what} URL {remote.url!r}: expected http:// or https://")
-        if remote.api not in ("push", "ingest"):
-            raise ConfigError(f"{what} api {remote.api!r}: expected push or ingest")
+        apis = ("otlp",) if what == "otlp" else ("push", "ingest")
+        if remote.api not in apis:
+            raise ConfigError(f"{what} api {remote.api!r}: expected {' or '.join(apis)}")
+        bad = [k for k, v in remote.headers.items() if not _HEADER.match(k) or _CTL.search(v)]
+        if bad:
+            raise ConfigError(f"{what} header {bad[0]!r}: not a valid HTTP header")
     if c.api_listen and not c.api_token:
         raise ConfigError("the API listens on TCP only with a token: give --token-file")
     for addr, what in ((c.metrics_listen, "metrics listen"), (c.api_listen, "API listen")):
@@ -331,11 +344,16 @@ def validate(c: AgentConfig) -> AgentConfig:
     return c
 
 
+_HEADER = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")  # an HTTP field name (RFC 9110 token)
+_CTL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # not in a field value
+
+
 def _host_port(addr: str) -> bool:
     _, sep, port = addr.rpartition(":")
     return bool(sep) and port.isdigit() and 0 <= int(port) < 65536
 
 
 def spool_queues(c: AgentConfig) -> list[str]:
-    queues = [name for name, r in (("server", c.server), ("pyroscope", c.pyroscope)) if r.url]
+    remotes = (("server", c.server), ("pyroscope", c.pyroscope), ("otlp", c.otlp))
+    queues = [name for name, r in remotes if r.url]
     return queues or ["local"]

@@ -35,7 +35,7 @@ from aiflame.agent.metrics import AgentCollector, AgentCounters, serve_metrics
 from aiflame.agent.nvml import Nvml
 from aiflame.agent.pod_resources import PodResources
 from aiflame.agent.profiler import PROCESS_CPU, ContinuousProfiler
-from aiflame.agent.push import Destination, HttpClient, Retry, Sender, check
+from aiflame.agent.push import Destination, HttpClient, Retry, Sender, check, otlp_endpoint
 from aiflame.agent.snapshots import SnapshotManager, SnapshotRequest
 from aiflame.agent.spool import Spool
 from aiflame.agent.telemetry import Telemetry, encode_document
@@ -212,6 +212,12 @@ class Agent:
             dest = Destination("pyroscope", p.url, kinds=frozenset({"profile"}), api=p.api,
                                token=p.token, basic_user=p.user, basic_password=p.password,
                                tenant=p.tenant, ca_file=p.ca_file)  # fmt: skip
+            self.senders.append(Sender(self.spool, dest, self.stop_event))
+        if c.otlp.url:
+            o = c.otlp
+            dest = Destination("otlp", otlp_endpoint(o.url), kinds=frozenset({"profile"}),
+                               api="otlp", token=o.token, tenant=o.tenant, ca_file=o.ca_file,
+                               extra_headers=dict(o.headers))  # fmt: skip
             self.senders.append(Sender(self.spool, dest, self.stop_event))
         for s in self.senders:
             s.start()

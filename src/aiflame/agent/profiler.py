@@ -17,8 +17,11 @@ profile         sample types (pprof ``type/unit``)                              
                 ``copy/bytes``                                                  and copy probes
 ==============  ==============================================================  ===========
 
-``alloc_*`` is what the process allocated in the period; ``inuse_*`` what it holds at the
-end of it (allocations carried from earlier periods included), by allocation stack.
+``alloc_*`` is what the process allocated in the period; ``inuse_*`` what it held at its
+peak in the period (the first moment its live GPU memory was highest, allocations carried
+from earlier periods included), by allocation stack. The memory profiles' period type is
+``space/bytes``, as Go's heap profiles have it, so their Pyroscope profile types are the
+ones Grafana knows (``memory:inuse_space:bytes:space:bytes``...).
 Kernel threads have no process of their own to speak of: their samples make one profile
 (``service_name=kernel``), each stack under its thread's name.
 
@@ -234,7 +237,7 @@ class ContinuousProfiler:
             self.notes.append(self.sampler.python_unavailable)
         if self.want_cuda:
             try:
-                self.probes = CudaProbes(CudaOptions())
+                self.probes = CudaProbes(CudaOptions(every_process=True))
             except BpfError as e:
                 self.notes.append(f"CUDA/HIP API probes not used: {e}")
         self._period_start = self.clock()
@@ -439,7 +442,9 @@ class ContinuousProfiler:
                 out.append(CutProfile(pid, GPU_API, _without_labels(p), n))
             if pid in sites_by_pid:
                 p = self._memory_profile(pid, sites_by_pid[pid], symbolize)
-                p.meta = pprof_meta(start_ns, duration_ns, default_type=3)
+                p.meta = pprof_meta(
+                    start_ns, duration_ns, default_type=3, period_type=["space", "bytes"], period=1
+                )
                 n = sum(s.alloc_count for s in sites_by_pid[pid].values())
                 out.append(CutProfile(pid, MEMORY, p, n))
         return self._by_series(out)

@@ -10,6 +10,10 @@ sends it (docs/fleet-protocol.md):
   labels, and one ``RawSample`` with the gzipped pprof and the profile's UUID (the server
   stores an id it already has once); or Pyroscope's older ``POST /ingest`` (``--pyroscope-api
   ingest``), one profile per request;
+* profiles to an OpenTelemetry collector (``--otlp``): OTLP/HTTP, ``POST
+  /v1development/profiles`` (or the URL's own path), a gzipped protobuf
+  ``ExportProfilesServiceRequest`` of several profiles at once (proto/otlp_export.py), with
+  the configured headers (auth);
 * telemetry: ``POST /api/v1/telemetry`` (gzipped JSON), the server only;
 * traces: ``POST /api/v1/traces`` with ``X-Aiflame-Trace-Id`` and ``X-Aiflame-Labels``.
 
@@ -23,6 +27,7 @@ honouring ``Retry-After``. Order is kept: nothing newer is sent past an entry th
 from __future__ import annotations
 
 import base64
+import gzip
 import http.client
 import json
 import random
@@ -33,6 +38,7 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from aiflame import __version__
 from aiflame.agent.spool import Entry, Spool
 from aiflame.proto.pyroscope.push.v1 import push_pb2
 from aiflame.proto.pyroscope.types.v1 import types_pb2
@@ -41,6 +47,7 @@ PUSH_PATH = "/push.v1.PusherService/Push"
 INGEST_PATH = "/ingest"
 TELEMETRY_PATH = "/api/v1/telemetry"
 TRACES_PATH = "/api/v1/traces"
+OTLP_PROFILES_PATH = "/v1development/profiles"
 BACKOFF_START_S, BACKOFF_MAX_S = 1.0, 300.0
 MAX_BATCH_ENTRIES, MAX_BATCH_BYTES = 32, 4 << 20
 TIMEOUT_S = 30.0
@@ -54,12 +61,13 @@ class Destination:
     name: str  # the spool queue: "server" or "pyroscope"
     url: str
     kinds: frozenset[str] = frozenset({"profile", "telemetry", "trace"})
-    api: str = "push"  # profiles: "push" or "ingest" (Pyroscope's older API)
+    api: str = "push"  # profiles: "push", "ingest" (Pyroscope's older API) or "otlp"
     token: str = ""  # Authorization: Bearer
     basic_user: str = ""  # HTTP basic auth (Grafana Cloud: the stack's user id)
     basic_password: str = ""
     tenant: str = ""  # X-Scope-OrgID
     ca_file: str = ""
+    extra_headers: dict[str, str] = field(default_factory=dict)  # e.g. an OTLP backend's auth
 
     def headers(self) -> dict[str, str]:
         h = {"User-Agent": USER_AGENT}
@@ -70,6 +78,7 @@ class Destination:
             h["Authorization"] = f"Bearer {self.token}"
         if self.tenant:
             h["X-Scope-OrgID"] = self.tenant
+        h.update(self.extra_headers)
         return h
 
 
@@ -178,6 +187,45 @@ def push_request(items: list[tuple[Entry, bytes]]) -> bytes:
             series.labels.append(types_pb2.LabelPair(name=name, value=value))
         series.samples.add(raw_profile=payload, ID=entry.id)
     return req.SerializeToString()
+
+
+def otlp_endpoint(url: str) -> str:
+    """The OTLP/HTTP profiles endpoint of ``url``: its own path, else the signal's path (as
+    OpenTelemetry SDKs treat a base endpoint)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.path.strip("/"):
+        return url
+    return urllib.parse.urlunsplit(parts._replace(path=OTLP_PROFILES_PATH))
+
+
+def otlp_request(items: list[tuple[Entry, bytes]]) -> bytes:
+    """A gzipped OTLP ``ExportProfilesServiceRequest`` of spooled profiles."""
+    from aiflame.proto.otlp_export import Item, export_request
+
+    profiles = []
+    for entry, payload in items:
+        labels = dict((entry.meta or {}).get("labels") or {})  # type: ignore[call-overload]
+        labels.setdefault("service_name", "unknown")
+        profiles.append(Item(payload, {str(k): str(v) for k, v in labels.items()}, entry.id))
+    try:
+        request = export_request(profiles, __version__)
+    except ValueError as e:
+        raise Rejected(str(e)) from None
+    return gzip.compress(request.SerializeToString(), compresslevel=6)
+
+
+def otlp_partial(body: bytes) -> str:
+    """What an OTLP answer says it refused ("" when it took everything)."""
+    from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2
+
+    try:
+        answer = profiles_service_pb2.ExportProfilesServiceResponse.FromString(body)
+    except Exception:
+        return ""
+    ps = answer.partial_success
+    if ps.rejected_profiles:
+        return f"{ps.rejected_profiles} profile(s) rejected: {ps.error_message[:200]}"
+    return ""
 
 
 def _number(value: object) -> float:
@@ -291,7 +339,7 @@ class Sender(threading.Thread):
             if entry.kind not in self.dest.kinds:
                 self.spool.done(entry)  # not for this destination (e.g. a trace for Pyroscope)
                 continue
-            groupable = entry.kind == "profile" and self.dest.api == "push"
+            groupable = entry.kind == "profile" and self.dest.api in ("push", "otlp")
             alone = entry.id in self._single
             if out and (not groupable or alone or size + len(payload) > MAX_BATCH_BYTES):
                 break
@@ -307,6 +355,14 @@ class Sender(threading.Thread):
             return
         entry, payload = batch[0]
         headers = self.dest.headers()
+        if entry.kind == "profile" and self.dest.api == "otlp":
+            headers.update({"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"})
+            status, h, body = self.client.request("POST", "", otlp_request(batch), headers)
+            check(status, h, body)
+            refused = otlp_partial(body)
+            if refused:  # the rest was taken: the entries are done, the loss is counted
+                self.stats.fail("partial", refused)
+            return
         if entry.kind == "profile" and self.dest.api == "push":
             headers.update({"Content-Type": "application/proto", "Connect-Protocol-Version": "1"})
             status, h, body = self.client.request("POST", PUSH_PATH, push_request(batch), headers)

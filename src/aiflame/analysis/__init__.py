@@ -48,6 +48,13 @@ def read(
             f"the capture trace matched {attached.matched:,} of the {attached.replayed:,} "
             "replayed graph activities (the rest keep no operator)"
         )
+    if attached.ambiguous:
+        t.notes.append(
+            f"{attached.ambiguous:,} graph launches fit more than one graph of the capture "
+            "trace (graphs of other batch sizes launch the same kernels): matched to the first "
+            "that fits; their operators' FLOPs rates are reported but no roofline finding is "
+            "drawn from them"
+        )
     if attached.matched and t.gpu_origin is not None and not isinstance(cap, TraceData):
         _replay_flame(found, cap, t.gpu_origin - found.trace.cpu_ts.size)
     found.trace = t

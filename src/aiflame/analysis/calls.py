@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-
 import numpy as np
 
 from aiflame.model.trace import TraceData
+from aiflame.transforms.gpu_idle import blocking_copy_calls, is_sync_call, name_mask, sync_calls
 
-# Runtime/driver calls that return only when the GPU has done the work they wait for.
-# cudaMemcpy (no Async) and its driver/HIP kin are synchronous with respect to the host.
-_SYNC_CALL = re.compile(
-    r"^(cuda|hip)(DeviceSynchronize|StreamSynchronize|EventSynchronize|ThreadSynchronize"
-    r"|Memcpy|Memcpy2D|Memcpy3D|MemcpyDtoH|MemcpyHtoD|MemcpyWithStream"
-    r"|MemcpyFromSymbol|MemcpyToSymbol)$"
-    r"|^cu(CtxSynchronize|StreamSynchronize|EventSynchronize|Memcpy|MemcpyDtoH(_v2)?"
-    r"|MemcpyHtoD(_v2)?)$"
-    r"|^synchronize(Stream)?$"  # MTIA
-)
+__all__ = [
+    "COPY_OPS",
+    "SYNC_OPS",
+    "blocking_copy_calls",
+    "is_sync_call",
+    "name_mask",
+    "op_calls",
+    "sync_calls",
+]
 
 # Operators that make the host wait for a GPU value (the ``.item()``/``.cpu()`` family), and
 # the copy ops, which block when they copy to the host or from pageable host memory; they are
@@ -38,29 +35,18 @@ SYNC_OPS = frozenset(
 COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_", "aten::cpu", "aten::clone"})
 
 
-def is_sync_call(name: str) -> bool:
-    return _SYNC_CALL.match(name) is not None
+def op_calls(t: TraceData, op: np.ndarray) -> np.ndarray:
+    """Per GPU activity, an id of the operator *call* it belongs to (``op``: its operator
+    slice, -1: none, which stays -1).
 
-
-def name_mask(
-    t: TraceData, pred: Callable[[str], object], used: np.ndarray | None = None
-) -> np.ndarray:
-    """Per name index: ``pred(name)``; with ``used`` (name ids), asked of those names only
-    (the others are False)."""
-    if used is None:
-        return np.fromiter((bool(pred(n)) for n in t.names), dtype=bool, count=len(t.names))
-    out = np.zeros(len(t.names), dtype=bool)
-    ids = np.unique(used)
-    names = t.names
-    out[ids] = np.fromiter((bool(pred(names[i])) for i in ids.tolist()), bool, ids.size)
-    return out
-
-
-def sync_calls(t: TraceData) -> np.ndarray:
-    """Ids of the runtime calls that block the host on the GPU (on this trace's timeline:
-    not those of an attached capture)."""
-    if t.cpu_is_runtime is None or t.cpu_ts.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    runtime = t.cpu_name[t.cpu_is_runtime]
-    calls = np.nonzero(t.cpu_is_runtime & name_mask(t, is_sync_call, runtime)[t.cpu_name])[0]
-    return calls[calls < t.own_slices()]
+    An operator slice is one call. A captured operator that graph replays run (its
+    activities' ``gpu_origin`` points into the capture) is one call per replay: N launches
+    of the graph run it N times, each with its FLOPs, so the activity is keyed by (operator,
+    the replay's graph launch)."""
+    ids = op.astype(np.int64).copy()
+    if t.gpu_origin is None:
+        return ids
+    replayed = (t.gpu_origin >= 0) & (op >= 0) & (t.gpu_launch >= 0)
+    base = np.int64(t.cpu_ts.size + 1)
+    ids[replayed] = base + op[replayed] * base + t.gpu_launch[replayed]
+    return ids

@@ -15,12 +15,20 @@ overlap with the gap is charged to the cause its slice stands for:
 ``sync``             a synchronizing runtime call (device/stream/event synchronize)
 ``copy``             a memcpy runtime call (synchronous, or staging pageable memory)
 ``allocation``       ``cudaMalloc``/``cudaFree`` and kin, which synchronize the device
-``initialization``   any other runtime call of ``INIT_CALL_MS`` or more (context creation,
-                     lazy module loading, cuDNN/cuBLAS setup: once per process)
+``initialization``   one-time setup (:mod:`coldstart`): runtime calls of ``INIT_CALL_MS``
+                     or more, slow first launches of kernels (lazy module loading), library
+                     handles; in a cold trace the first allocations and operator calls
 ``launch_overhead``  a launch call or another runtime call
 ``cpu_ops``          an operator that launches no GPU work (it computes on the CPU)
 ``python_overhead``  Python code and operator dispatch between launches
-``untraced``         no slice open on the thread: the trace does not show what it did
+``host_code``        a native frame of the program (an Nsight Systems backtrace) running
+                     no runtime call: its own CPU code
+``host_free``        after a free of ``FREE_MIN_BYTES`` or more of host memory (the
+                     ``[memory]`` events of ``profile_memory=True``), where no operator or
+                     runtime call runs: the CPU freeing the last batch
+``untraced``         no slice open on the thread, or only an annotation (``ProfilerStep#N``,
+                     a ``record_function`` block) with nothing running inside it: the trace
+                     does not show what it did (it is not dispatch)
 ===================  ===============================================================
 
 Innermost first: a runtime call is what it is wherever it runs; then the enclosing context
@@ -41,11 +49,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from aiflame.analysis.calls import is_sync_call, name_mask
-from aiflame.analysis.idle import EVENT, HOST, KERNEL, SYNC, UNLINKED, Gaps
+from aiflame.analysis.coldstart import one_time
+from aiflame.analysis.idle import HOST, SYNC, Gaps
 from aiflame.analysis.schema import IdleCause, Stack
-from aiflame.analysis.stacks import slice_depths, top_stacks
+from aiflame.analysis.stacks import top_stacks
 from aiflame.model.trace import TraceData
-from aiflame.transforms.segments import Segments, innermost_segments, window_overlaps
+from aiflame.transforms.gpu_idle import P_HOST, PARTS, Charges, charge
 
 CAUSES: dict[str, str] = {  # the labels a report shows
     "data_loading": "data loading (DataLoader)",
@@ -54,19 +63,19 @@ CAUSES: dict[str, str] = {  # the labels a report shows
     "sync": "CPU blocked in synchronizing calls",
     "copy": "memcpy calls (synchronous or pageable copies)",
     "allocation": "GPU memory allocation and freeing",
-    "initialization": "one-time initialization in runtime calls (50 ms or more each)",
+    "initialization": "one-time initialization: first launches (module loading), library "
+    "handles, first allocations, runtime calls of 50 ms or more",
     "launch_overhead": "kernel launch and other runtime calls",
     "cpu_ops": "operators computing on the CPU",
     "python_overhead": "Python and operator dispatch between launches",
+    "host_code": "the program's own CPU code between GPU calls",
+    "host_free": "freeing large host memory (CPU tensors such as the last batch)",
     "untraced": "CPU work the trace does not show",
     "launch_latency": "GPU launch latency between queued kernels",
     "dependency": "queued work waiting on a dependency",
     "unlinked": "work launched outside the trace",
 }
 KEYS = tuple(CAUSES)
-# A runtime call this long, while the GPU idles, is one-time setup: launches, allocations
-# and stream creation take microseconds once the context, modules and handles exist.
-INIT_CALL_MS = 50
 INDEX = {k: i for i, k in enumerate(KEYS)}
 HOST_CAUSES = frozenset(KEYS[: KEYS.index("untraced") + 1])
 
@@ -169,7 +178,7 @@ def _context_flags(t: TraceData, w: _Within) -> np.ndarray:
     return _or_up(own[t.cpu_name[w.keep]], w.parent)
 
 
-def _launching(t: TraceData) -> np.ndarray:
+def launching(t: TraceData) -> np.ndarray:
     """Per CPU slice: does it (or a slice inside it) launch GPU work?"""
     out = np.zeros(t.cpu_ts.size, dtype=bool)
     cur = np.unique(t.gpu_launch[t.gpu_launch >= 0])
@@ -203,111 +212,108 @@ def slice_causes(t: TraceData, slices: np.ndarray, within: np.ndarray | None = N
     alloc = name_mask(t, _ALLOC.search, rt_names)[name]
     # An operator computing on the CPU: it launches nothing and neither does an operator
     # around it (an empty/view inside a GPU operator is that operator's dispatch).
-    launching = _launching(t)[w.keep]
-    mark = t.cpu_is_op[w.keep] & launching
+    launches = launching(t)[w.keep]
+    mark = t.cpu_is_op[w.keep] & launches
     in_gpu_op = _or_up(np.where(w.parent >= 0, mark[np.maximum(w.parent, 0)], False), w.parent)
-    cpu_op = t.cpu_is_op[s] & ~launching[at] & ~in_gpu_op[at]
+    cpu_op = t.cpu_is_op[s] & ~launches[at] & ~in_gpu_op[at]
     cpu_op &= ~name_mask(t, _DISPATCH_OPS.search, name[cpu_op])[name]
     cause = np.full(s.size, INDEX["python_overhead"], dtype=np.int8)
+    # Not dispatch: an annotation (ProfilerStep#N, a record_function block; in traces of
+    # 2021 an "operator" without a namespace) with nothing inside it running: the work
+    # there is not in the trace. A native frame of a program's backtrace (Nsight Systems):
+    # its own code.
+    annotation = name_mask(t, lambda n: "::" not in n, name[t.cpu_is_op[s]])[name]
+    annotation &= t.cpu_is_op[s]
+    if t.cpu_is_annotation is not None:
+        annotation |= t.cpu_is_annotation[s]
+    cause[annotation] = INDEX["untraced"]
+    if t.format == "nsys":
+        cause[~t.cpu_is_op[s] & ~runtime] = INDEX["host_code"]
     cause[cpu_op] = INDEX["cpu_ops"]
     cause[(ctx & _DATA) > 0] = INDEX["data_loading"]
     # Inside preprocessing (e.g. in a DataLoader's fetch), but not the model work an
     # engine's input step launches (vLLM's _preprocess runs the embedding on the GPU).
-    on_gpu = launching[at] | in_gpu_op[at]
+    on_gpu = launches[at] | in_gpu_op[at]
     cause[((ctx & _PREPROCESS) > 0) & ~on_gpu] = INDEX["preprocessing"]
     cause[(ctx & _COLLECTIVE) > 0] = INDEX["collective"]
     cause[runtime] = INDEX["launch_overhead"]
     cause[runtime & alloc] = INDEX["allocation"]
-    cause[runtime & (t.cpu_dur[s] >= INIT_CALL_MS * 1_000_000)] = INDEX["initialization"]
     cause[runtime & sync] = INDEX["sync"]
     cause[runtime & copy] = INDEX["copy"]
+    # Setup a warm process does not pay again (first launches, handles, first allocations,
+    # an operator's first call creating its library's handle): wherever it runs.
+    first = one_time(t, launching(t))[s] > 0
+    cause[first & ~(runtime & (sync | copy))] = INDEX["initialization"]
     out[ok] = cause[back]
     return out
 
 
-def _overlapping(t: TraceData, threads: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """The CPU slices on ``threads`` overlapping any window ``[lo, hi)`` (windows disjoint
-    and in time order, as idle gaps are); closed under enclosing slices, which contain them."""
-    on = np.isin(t.threads(), threads)
-    k = np.searchsorted(hi, t.cpu_ts, side="right")
-    kk = np.minimum(k, max(lo.size - 1, 0))
-    hit = on & (k < lo.size) & (lo[kk] < t.cpu_ts + t.cpu_dur)
-    return np.nonzero(hit)[0]
-
-
 def explain(t: TraceData, g: Gaps) -> Explained:
-    """Every idle gap cut into parts charged to causes (see the module docstring)."""
-    parts: list[tuple[np.ndarray, ...]] = []
-    # The part of each gap the host is to blame for: all of a host or sync wait; of an
-    # event wait, the time the launch call was still running (the work was not queued yet).
-    host_ns = np.zeros(g.start.size, dtype=np.int64)
-    hostish = (g.category == HOST) | (g.category == SYNC)
-    host_ns[hostish] = g.length[hostish]
-    ev = np.nonzero(g.category == EVENT)[0]
-    if ev.size:
-        call = t.gpu_launch[g.next[ev]]
-        still = t.cpu_ts[call] + t.cpu_dur[call] - g.start[ev]
-        host_ns[ev] = np.clip(still, 0, g.length[ev])
-    host = np.nonzero(host_ns > 0)[0]
-    sync_ns = np.zeros(g.start.size, dtype=np.float64)
-    is_sync = g.category == SYNC
-    if np.any(is_sync):
-        call = g.sync_call[is_sync]
-        blocked_before = np.maximum(g.start[is_sync] - t.cpu_ts[call], 0)
-        sync_ns[is_sync] = np.minimum(g.length[is_sync], blocked_before)
-        k = np.nonzero(is_sync)[0]
-        parts.append((k, call, np.full(k.size, INDEX["sync"], np.int8), sync_ns[k]))
-    if host.size and t.cpu_ts.size:
-        end = g.start[host] + host_ns[host]
-        keep = _overlapping(t, np.unique(g.thread[host]), g.start[host], end)
-        seg = _segments(t, keep)
-        win, s, overlap = window_overlaps(seg, g.thread[host], g.start[host], end)
-        gap = host[win]
-        # What is left of a sync gap after its call's share is spread over the CPU's work.
-        scale = (host_ns[gap] - sync_ns[gap]) / np.maximum(host_ns[gap], 1)
-        ns = overlap * scale
-        sl = seg.slice[s]
-        parts.append((gap, sl, slice_causes(t, sl, keep), ns))
-        covered = np.bincount(gap, weights=ns, minlength=g.start.size)
-        left = host_ns[host] - sync_ns[host] - covered[host]
-        keep = left > 0.5
-        parts.append(
-            (
-                host[keep],
-                np.full(int(keep.sum()), -1, np.int64),
-                np.full(int(keep.sum()), INDEX["untraced"], np.int8),
-                left[keep],
-            )
-        )
-    elif host.size:
-        parts.append(
-            (host, np.full(host.size, -1), np.full(host.size, INDEX["untraced"], np.int8),
-             host_ns[host] - sync_ns[host])
-        )  # fmt: skip
-    for cat, cause in ((KERNEL, "launch_latency"), (EVENT, "dependency"), (UNLINKED, "unlinked")):
-        k = np.nonzero(g.category == cat)[0]
-        rest = (g.length[k] - host_ns[k]).astype(np.float64)
-        k, rest = k[rest > 0], rest[rest > 0]
-        if k.size:
-            launch = t.gpu_launch[g.next[k]]
-            parts.append((k, launch, np.full(k.size, INDEX[cause], np.int8), rest))
-    if not parts:
-        z = np.zeros(0, dtype=np.int64)
-        return Explained(z, z, z.astype(np.int8), z.astype(np.float64))
-    gap_a, sl_a, cause_a, ns_a = (np.concatenate(c) for c in zip(*parts, strict=True))
+    """Every idle gap cut into parts charged to causes: the CPU slices
+    :func:`~aiflame.transforms.gpu_idle.charge` charges, each by what its slice stands for
+    (:func:`slice_causes`), the other parts by their kind; then what follows a large free
+    of host memory in a part no operator explains is that free's (:func:`_frees`)."""
+    c = charge(t, g)
+    by_part = np.array([INDEX.get(k, -1) for k in PARTS], dtype=np.int8)
+    cause = by_part[c.part]
+    host = c.part == P_HOST
+    if np.any(host):
+        cause[host] = slice_causes(t, c.slice[host], c.within)
+    e = Explained(c.gap, c.slice, cause, c.ns)
+    return _frees(t, g, c, e) if t.host_free_ts is not None and t.host_free_ts.size else e
+
+
+# Freed at once, this much host memory takes the CPU long enough to count (unmapping a
+# batch the DataLoader's workers passed in shared memory: milliseconds for tens of MB).
+FREE_MIN_BYTES = 1 << 20
+
+
+def _frees(t: TraceData, g: Gaps, c: Charges, e: Explained) -> Explained:
+    """Split the parts where the CPU ran no operator and no runtime call (Python, an
+    annotation, no slice) at the first large host free inside them: from the free to the
+    part's end, the time is the free's (``host_free``)."""
+    assert t.host_free_ts is not None and t.host_free_thread is not None
+    assert t.host_free_bytes is not None and c.lo is not None and c.hi is not None
+    big = t.host_free_bytes >= FREE_MIN_BYTES
+    if not np.any(big):
+        return e
+    f_ts, f_th = t.host_free_ts[big], t.host_free_thread[big]
+    order = np.argsort(f_ts, kind="stable")
+    f_ts, f_th = f_ts[order], f_th[order]
+    # untraced (no slice, or an annotation with nothing running inside), or Python's own
+    # time; not an operator's (it frees what it works on)
+    loose = e.cause == INDEX["untraced"]
+    if t.cpu_ts.size:
+        py = (e.cause == INDEX["python_overhead"]) & (c.slice >= 0)
+        py &= ~t.cpu_is_op[np.maximum(c.slice, 0)]
+        loose |= py
+    cand = np.nonzero(loose & (c.hi > c.lo))[0]
+    if cand.size == 0:
+        return e
+    thread = g.thread[c.gap[cand]]
+    at = np.full(cand.size, -1, dtype=np.int64)  # the first free inside each part
+    for th in np.unique(thread).tolist():
+        q = np.nonzero(thread == th)[0]
+        mine = f_ts[f_th == th]
+        if mine.size == 0:
+            continue
+        k = np.searchsorted(mine, c.lo[cand[q]])
+        inside = (k < mine.size) & (mine[np.minimum(k, mine.size - 1)] < c.hi[cand[q]])
+        at[q[inside]] = mine[k[inside]]
+    hit = at >= 0
+    if not np.any(hit):
+        return e
+    p = cand[hit]
+    share = (c.hi[p] - at[hit]) / (c.hi[p] - c.lo[p])
+    moved = np.floor(e.ns[p] * share)
+    ns = e.ns.copy()
+    ns[p] -= moved
     return Explained(
-        gap_a.astype(np.int64), sl_a.astype(np.int64), cause_a.astype(np.int8),
-        ns_a.astype(np.float64),
-    )  # fmt: skip
-
-
-def _segments(t: TraceData, keep: np.ndarray) -> Segments:
-    """The innermost-slice segments of the slices ``keep`` (closed under enclosing ones)."""
-    w = _within(t, keep)
-    depth = slice_depths(t)[keep]
-    seg = innermost_segments(t.threads()[keep], t.cpu_ts[keep], t.cpu_dur[keep], w.parent, depth)
-    seg.slice = np.where(seg.slice >= 0, keep[np.maximum(seg.slice, 0)], -1)
-    return seg
+        np.concatenate([e.gap, e.gap[p]]),
+        np.concatenate([e.slice, e.slice[p]]),
+        np.concatenate([e.cause, np.full(p.size, INDEX["host_free"], np.int8)]),
+        np.concatenate([ns, moved]),
+    )
 
 
 def dominant(e: Explained, gaps: int) -> np.ndarray:

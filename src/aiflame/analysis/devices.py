@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiflame.analysis.schema import Device
+from aiflame.model.devices import alias_by_properties, describe
 
 
 @dataclass(frozen=True)
@@ -86,43 +87,11 @@ def by_name(name: str) -> DeviceSpec | None:
     return _BY_ALIAS.get(name.strip().lower())
 
 
-# Devices by their properties, for traces whose deviceProperties name is empty (ROCm
-# builds of PyTorch write ''): (warp size, compute major, minor, SM/CU count) -> alias; the
-# memory size tells apart the variants that share a chip.
-_BY_PROPERTIES = {
-    (64, 9, 4, 304): "mi300x",  # gfx942
-    (64, 9, 0, 110): "mi250x",  # gfx90a, one GCD
-    (64, 9, 0, 104): "mi210",
-    (32, 10, 0, 148): "b200",
-    (32, 9, 0, 132): "h100",  # an H200 has the same SMs and 141 GB
-    (32, 9, 0, 114): "h100 pcie",
-    (32, 8, 0, 108): "a100",
-    (32, 8, 9, 142): "l40s",
-    (32, 8, 9, 58): "l4",
-    (32, 8, 6, 72): "a10",
-    (32, 7, 0, 80): "v100",
-    (32, 7, 5, 40): "t4",
-    (32, 7, 5, 68): "2080 ti",
-}
-
-
 def by_properties(props: dict[str, Any]) -> DeviceSpec | None:
     """The table entry whose chip has these properties (warp size, compute capability or
     gfx version, SM/CU count, memory), or None when they match none."""
-    key = tuple(props.get(k) for k in ("warpSize", "computeMajor", "computeMinor", "numSms"))
-    alias = _BY_PROPERTIES.get(key)  # type: ignore[arg-type]
-    if alias is None:
-        return None
-    mem = props.get("totalGlobalMem")
-    gb = mem / 1e9 if isinstance(mem, int | float) else None
-    if gb is not None:
-        if alias == "h100" and gb > 100:
-            alias = "h200"
-        elif alias == "a100" and gb < 60:
-            alias = "a100 40gb"
-        elif alias == "mi300x" and gb > 220:
-            return None  # an MI325X (256 GB): not in the table
-    return _BY_ALIAS.get(alias)
+    alias = alias_by_properties(props)
+    return _BY_ALIAS.get(alias) if alias else None
 
 
 def identify(props: dict[str, Any]) -> DeviceSpec | None:
@@ -165,28 +134,13 @@ def identify(props: dict[str, Any]) -> DeviceSpec | None:
     return None
 
 
-def _describe(props: dict[str, Any]) -> str:
-    """``304 CUs, 206 GB, gfx94x``: what the trace says about an unnamed device."""
-    parts = []
-    amd = props.get("warpSize") == 64
-    if isinstance(props.get("numSms"), int):
-        parts.append(f"{props['numSms']} {'CUs' if amd else 'SMs'}")
-    mem = props.get("totalGlobalMem")
-    if isinstance(mem, int | float):
-        parts.append(f"{mem / 1e9:.0f} GB")
-    major, minor = props.get("computeMajor"), props.get("computeMinor")
-    if isinstance(major, int) and isinstance(minor, int):
-        parts.append(f"gfx{major}{minor}x" if amd else f"compute capability {major}.{minor}")
-    return ", ".join(parts) or "no name"
-
-
 def device_name(props: dict[str, Any]) -> str:
     """The device's name, or for an unnamed one what its properties identify."""
     name = str(props.get("name") or "").strip()
     if name:
         return name
     spec = by_properties(props)
-    return f"{spec.name} (by its properties)" if spec else f"unnamed GPU ({_describe(props)})"
+    return f"{spec.name} (by its properties)" if spec else f"unnamed GPU ({describe(props)})"
 
 
 def parse_peaks(text: str) -> dict[str, float]:
@@ -223,8 +177,7 @@ def resolve(
             what = (
                 f"device '{named}' is not"
                 if named
-                else "the trace names no device, and its properties "
-                f"({_describe(props[0])}) are not"
+                else f"the trace names no device, and its properties ({describe(props[0])}) are not"
             )
             why = (
                 f"{what} in the table of known GPUs; "
@@ -233,7 +186,7 @@ def resolve(
         elif not str(props[0].get("name") or "").strip():
             base = DeviceSpec(
                 base.name, base.tflops, base.tb_per_s,
-                f"table, identified by its properties ({_describe(props[0])})",
+                f"table, identified by its properties ({describe(props[0])})",
                 base.memory_gb, base.aliases,
             )  # fmt: skip
     else:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from aiflame.analysis.calls import name_mask
+from aiflame.analysis.calls import name_mask, op_calls
 from aiflame.analysis.devices import DeviceSpec
 from aiflame.analysis.opmodels import MODELLED, OpCost, op_cost
 from aiflame.analysis.schema import (
@@ -35,7 +35,7 @@ from aiflame.analysis.schema import (
     TimeSum,
 )
 from aiflame.model.trace import TraceData
-from aiflame.transforms.correlate import busy_time
+from aiflame.transforms.correlate import busy_time, outermost_marked
 
 
 def charged_op(t: TraceData, launch: np.ndarray | None = None) -> np.ndarray:
@@ -47,30 +47,27 @@ def charged_op(t: TraceData, launch: np.ndarray | None = None) -> np.ndarray:
     if t.cpu_ts.size == 0:
         return out
     modelled = t.cpu_is_op & name_mask(t, lambda n: n in MODELLED)[t.cpu_name]
-    cur = (t.gpu_launch if launch is None else launch).copy()
-    todo = cur >= 0
-    while np.any(todo):
-        c = np.maximum(cur, 0)
-        hit = todo & modelled[c]
-        out[hit] = cur[hit]
-        cur = np.where(todo, t.cpu_parent[c], -1)
-        todo &= cur >= 0
+    start = t.gpu_launch if launch is None else launch
+    has = start >= 0
+    out[has] = outermost_marked(t.cpu_parent, modelled)[start[has]]
     return out
 
 
 def modelled_calls(
     t: TraceData, launch: np.ndarray | None = None
 ) -> list[tuple[int, OpCost, int, int]]:
-    """(op slice, cost, kernel time ns, longest activity) of each modelled call with GPU work."""
+    """(op slice, cost, kernel time ns, longest activity) of each modelled call with GPU
+    work; a captured op replayed N times is N calls (:func:`calls.op_calls`)."""
     op = charged_op(t, launch)
     idx = np.nonzero(op >= 0)[0]
     if idx.size == 0:
         return []
-    order = np.argsort(op[idx], kind="stable")
-    idx = idx[order]
+    call = op_calls(t, op)[idx]
+    order = np.argsort(call, kind="stable")
+    idx, call = idx[order], call[order]
     ops = op[idx]
-    starts = np.flatnonzero(np.r_[True, ops[1:] != ops[:-1]])
-    ends = np.r_[starts[1:], ops.size]
+    starts = np.flatnonzero(np.r_[True, call[1:] != call[:-1]])
+    ends = np.r_[starts[1:], call.size]
     out: list[tuple[int, OpCost, int, int]] = []
     cache: dict[tuple[int, int], OpCost | None] = {}
     for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from aiflame.analysis.calls import op_calls
 from aiflame.analysis.schema import GemmRow, TimeSum
 from aiflame.model.trace import TraceData
 from aiflame.transforms.correlate import busy_time
@@ -74,9 +75,15 @@ def gemm_shape(op: str, dims: Any, types: Any) -> Shape | None:
         else:
             (m, k), (_, n) = a, b
             bb = 1
-        return Shape(op, int(bb), int(m), int(n), int(k), dtype, bias)
-    except (IndexError, TypeError, ValueError):
+        shape = Shape(op, int(bb), int(m), int(n), int(k), dtype, bias)
+    except (IndexError, TypeError, ValueError, OverflowError):
         return None  # shapes not recorded (record_shapes=False) or an unexpected layout
+    if not all(0 <= d < _MOST_DIM for d in (shape.b, shape.m, shape.n, shape.k)):
+        return None  # a damaged trace's dims (2**64, 1e300): no real GEMM has them
+    return shape
+
+
+_MOST_DIM = 2**31  # a dimension beyond this: FLOPs no float holds exactly, not a real GEMM
 
 
 @dataclass
@@ -106,15 +113,17 @@ class _Calls:
 
 
 def gemm_table(t: TraceData) -> list[GemmRow]:
-    """One row per (op, shape, dtype), largest total kernel time first."""
+    """One row per (op, shape, dtype), largest total kernel time first (a captured op
+    replayed N times counts N calls: :func:`calls.op_calls`)."""
     launched = t.gpu_op >= 0
     if not t.op_shapes or not np.any(launched):
         return []
-    ops = t.gpu_op[launched]
     idx = np.nonzero(launched)[0]
-    order = np.argsort(ops, kind="stable")
-    ops, idx = ops[order], idx[order]
-    starts = np.searchsorted(ops, np.unique(ops))
+    call = op_calls(t, t.gpu_op)[idx]
+    order = np.argsort(call, kind="stable")
+    idx, call = idx[order], call[order]
+    ops = t.gpu_op[idx]
+    starts = np.flatnonzero(np.r_[True, call[1:] != call[:-1]])
     rows: dict[Shape, _Calls] = {}
     for lo, hi in zip(starts.tolist(), [*starts[1:].tolist(), ops.size], strict=True):
         op = int(ops[lo])

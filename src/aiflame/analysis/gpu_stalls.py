@@ -224,7 +224,10 @@ def analyze_stalls(profile: Profile, top: int = 5) -> StallReport:
         for f in frames:
             k = kinds[f]
             if k == FrameKind.GPU_KERNEL:
-                kernel = profile.frames.name_of(f)
+                # the launched kernel is the outermost: device functions it calls (HPCToolkit
+                # names them below it) are part of its samples, not kernels of their own
+                if kernel is None:
+                    kernel = profile.frames.name_of(f)
             elif k == FrameKind.GPU_SOURCE and kernel is not None:
                 line = profile.frames.name_of(f)  # innermost wins
             elif k == FrameKind.GPU_INSTRUCTION:

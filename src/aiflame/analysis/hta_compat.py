@@ -27,8 +27,10 @@ from aiflame.analysis.calls import name_mask
 from aiflame.analysis.schema import HtaStreamIdle, HtaTemporal
 from aiflame.model.trace import TraceData
 from aiflame.transforms.correlate import busy_time
+from aiflame.transforms.gpu_idle import KERNEL_WAIT_US  # HTA's consecutive_kernel_delay
 
-KERNEL_WAIT_US = 30.0  # HTA's consecutive_kernel_delay, as it acts on microsecond traces
+__all__ = ["KERNEL_WAIT_US", "hta_view", "idle_by_stream", "step_filter", "temporal_breakdown"]
+
 _NOT_COMPUTE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)|^Memcpy|^Memset|^dma")
 
 
@@ -36,8 +38,10 @@ def is_hta_compute(name: str) -> bool:
     return _NOT_COMPUTE.match(name) is None
 
 
-def temporal_breakdown(t: TraceData) -> HtaTemporal | None:
-    """HTA's idle / compute / non-compute / total (``kernel_time``) in microseconds."""
+def temporal_breakdown(t: TraceData, left_out: int = 0) -> HtaTemporal | None:
+    """HTA's idle / compute / non-compute / total (``kernel_time``) in microseconds.
+
+    ``left_out``: how many activities :func:`step_filter` took out of ``t`` (reported)."""
     if t.gpu_ts.size == 0:
         return None
     total = int((t.gpu_ts + t.gpu_dur).max() - t.gpu_ts.min())
@@ -49,6 +53,7 @@ def temporal_breakdown(t: TraceData) -> HtaTemporal | None:
         compute_us=compute / 1e3,
         non_compute_us=(busy - compute) / 1e3,
         total_us=total / 1e3,
+        left_out_activities=left_out,
     )
 
 
@@ -85,6 +90,14 @@ def _stream_row(t: TraceData, s: int, host: int, kernel: int, other: int) -> Hta
         kernel_wait_us=float(kernel) / 1e3,
         other_us=float(other) / 1e3,
     )
+
+
+def hta_view(t: TraceData) -> tuple[TraceData, int]:
+    """The trace as HTA analyses it (:func:`step_filter` applied), and how many GPU
+    activities the filter left out."""
+    keep = step_filter(t)
+    dropped = int(keep.size - np.count_nonzero(keep))
+    return (t.select_gpu(keep) if dropped else t), dropped
 
 
 def step_filter(t: TraceData) -> np.ndarray:

@@ -20,96 +20,29 @@ rather than per stream) and at what the launching thread was doing when the GPU 
 HTA's categories are host_wait = ``host_wait`` + ``sync_wait``, kernel_wait =
 ``kernel_wait``, other = ``event_wait`` + ``unlinked`` (HTA classifies gaps per stream;
 :mod:`hta_compat` does that). What the CPU did during the host and sync waits, time-weighted
-over each gap, is :mod:`causes`' account (``Idle.causes``).
+over each gap, is :mod:`causes`' account (``Idle.causes``). The gaps themselves are found
+by :mod:`aiflame.transforms.gpu_idle`, which the ``gpu-idle`` flame graphs share.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from aiflame.analysis.calls import sync_calls
-from aiflame.analysis.hta_compat import KERNEL_WAIT_US
 from aiflame.analysis.schema import HtaIdle, Idle, IdleCategory, IdleSummary, Stack
 from aiflame.analysis.stacks import top_stacks
 from aiflame.model.trace import TraceData
+from aiflame.transforms.gpu_idle import (
+    CATEGORIES,
+    EVENT,
+    HOST,
+    KERNEL,
+    SYNC,
+    UNLINKED,
+    Gaps,
+    gap_table,
+)
 
-CATEGORIES = ("host_wait", "sync_wait", "kernel_wait", "event_wait", "unlinked")
-HOST, SYNC, KERNEL, EVENT, UNLINKED = range(5)
-
-
-@dataclass
-class Gaps:
-    """Per gap of the GPU timeline (start order): where it starts, its length (ns), its
-    category (index into CATEGORIES), the activity ending it, the CPU thread that launched
-    that activity, and the synchronizing call the thread was in when the GPU ran dry."""
-
-    start: np.ndarray
-    length: np.ndarray
-    category: np.ndarray
-    next: np.ndarray
-    thread: np.ndarray
-    sync_call: np.ndarray  # -1 unless sync_wait
-
-    @property
-    def end(self) -> np.ndarray:
-        return self.start + self.length
-
-
-def _raw_gaps(t: TraceData) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(gap start, gap end, the activity that ends the gap) of the whole GPU timeline."""
-    if t.gpu_ts.size < 2:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty
-    order = np.argsort(t.gpu_ts, kind="stable")
-    start = t.gpu_ts[order]
-    end = np.maximum.accumulate(start + t.gpu_dur[order])
-    at = np.nonzero(start[1:] > end[:-1])[0] + 1
-    return end[at - 1], start[at], order[at]
-
-
-def _in_sync(t: TraceData, thread: np.ndarray, when: np.ndarray) -> np.ndarray:
-    """Per (thread, time): the synchronizing call on that thread spanning the time, or -1."""
-    out = np.full(when.shape[0], -1, dtype=np.int64)
-    calls = sync_calls(t)
-    if calls.size == 0:
-        return out
-    threads = t.threads()
-    for th in np.unique(thread).tolist():
-        mine = calls[threads[calls] == th]
-        if mine.size == 0:
-            continue
-        mine = mine[np.argsort(t.cpu_ts[mine], kind="stable")]
-        q = np.nonzero(thread == th)[0]
-        k = np.searchsorted(t.cpu_ts[mine], when[q], side="right") - 1
-        c = mine[np.maximum(k, 0)]
-        hit = (k >= 0) & (t.cpu_ts[c] + t.cpu_dur[c] >= when[q])
-        out[q[hit]] = c[hit]
-    return out
-
-
-def gap_table(t: TraceData, kernel_wait_us: float = KERNEL_WAIT_US) -> Gaps:
-    """Every gap of the GPU timeline, classified (see the module docstring)."""
-    g0, g1, nxt = _raw_gaps(t)
-    length = g1 - g0
-    launch = t.gpu_launch[nxt]
-    linked = (launch >= 0) & (t.cpu_ts.size > 0)
-    lc = np.where(linked, launch, 0)
-    thread = t.threads()[lc] if t.cpu_ts.size else np.zeros(lc.size, np.int64)
-    host = np.zeros(g0.size, dtype=bool)
-    if t.cpu_ts.size:
-        host = linked & (t.cpu_ts[lc] > g0)  # HTA: launch began after the GPU ran dry
-    sync = np.full(g0.size, -1, dtype=np.int64)
-    if np.any(host):
-        sync[host] = _in_sync(t, thread[host], g0[host])
-    cat = np.full(g0.size, UNLINKED, dtype=np.int8)
-    cat[linked] = EVENT
-    cat[linked & ~host & (length < kernel_wait_us * 1e3)] = KERNEL
-    cat[host] = HOST
-    cat[host & (sync >= 0)] = SYNC
-    thread = np.where(linked, thread, -1)
-    return Gaps(g0, length, cat, nxt, thread, np.where(cat == SYNC, sync, -1))
+__all__ = ["CATEGORIES", "EVENT", "HOST", "KERNEL", "SYNC", "UNLINKED", "Gaps", "gap_table"]
 
 
 def classify(

@@ -37,6 +37,7 @@ from aiflame.analysis.schema import (
     Sync,
     Workload,
 )
+from aiflame.analysis.stacks import TOP_STACKS
 from aiflame.analysis.timeline import TimeBreakdown, time_breakdown
 from aiflame.analysis.workload import detect
 from aiflame.model.trace import TraceData
@@ -76,12 +77,43 @@ class Context:
         e = self.explained
         return float(e.ns[e.of(*keys)].sum())
 
-    def idle_stacks(self, *keys: str) -> list[Stack]:
+    def idle_stacks(self, *keys: str, where: np.ndarray | None = None) -> list[Stack]:
+        """The costliest stacks of the idle the causes ``keys`` explain (``where``: of the
+        parts so marked only)."""
+        m = self.explained.of(*keys)
+        return self.stacks_of(m if where is None else m & where)
+
+    def stacks_of(self, parts: np.ndarray) -> list[Stack]:
+        """The costliest stacks of these parts of :attr:`explained` (a mask), as the
+        ``gpu-idle`` flame graph has them: idle no slice explains is its ``[GPU idle:
+        unexplained]`` stack."""
         from aiflame.analysis.stacks import top_stacks
+        from aiflame.sources.gpu_idle_samples import NO_SLICE, UNEXPLAINED
 
         e = self.explained
-        m = e.of(*keys)
-        return top_stacks(self.t, e.slice[m], e.ns[m])
+        found = top_stacks(self.t, e.slice[parts], e.ns[parts])
+        loose = parts & (e.slice < 0) & (e.cause == causes.INDEX["untraced"])
+        if np.any(loose):
+            ns = float(e.ns[loose].sum())
+            n = int(np.unique(e.gap[loose]).size)
+            found.append(Stack(stack=[UNEXPLAINED, NO_SLICE], cost_us=ns / 1e3, count=n))
+            found = sorted(found, key=lambda st: -st.cost_us)[:TOP_STACKS]
+        return found
+
+    @cached_property
+    def in_launch_bound_phases(self) -> np.ndarray:
+        """Per part of :attr:`explained`: did its gap start in a launch-bound phase?"""
+        e = self.explained
+        out = np.zeros(e.gap.size, dtype=bool)
+        if self.launch is None or not self.launch.launch_bound.phases:
+            return out
+        phases = launch.launch_bound_phases(self.t, launch.per_launch(self.t), self.gaps, e)
+        g0 = int(self.t.gpu_ts.min())
+        start = self.gaps.start[e.gap]
+        for p in phases:
+            a, b = g0 + round(p.start_us * 1e3), g0 + round(p.end_us * 1e3)
+            out |= (start >= a) & (start < b)
+        return out
 
     @cached_property
     def launch(self) -> Launch | None:
@@ -99,6 +131,17 @@ class Context:
     def efficiency(self) -> Efficiency:
         b = self.breakdown
         return efficiency(self.t, self.spec, b.total, b.busy, 10_000, self.t.op_launch())
+
+    @cached_property
+    def trusted_efficiency(self) -> Efficiency:
+        """:attr:`efficiency` without the graph replays whose capture match is not certain
+        (several captured graphs fit them): what findings about rates may rest on."""
+        t = self.t
+        if not t.replays_ambiguous or t.gpu_origin is None:
+            return self.efficiency
+        b = self.breakdown
+        launch = np.where(t.gpu_origin >= 0, -1, t.gpu_launch)
+        return efficiency(t, self.spec, b.total, b.busy, 10_000, launch)
 
     @cached_property
     def category(self) -> np.ndarray:
@@ -124,6 +167,9 @@ class Draft:
     items: list[Item] = field(default_factory=list)
     top_stacks: list[Stack] = field(default_factory=list)
     flame: FlameView = field(default_factory=FlameView)
+    # drafts whose fix is the same are one finding (default: the same fix text)
+    fix_key: str | None = None
+    merged: list[str] = field(default_factory=list)
 
     @property
     def cost_ns(self) -> float:
@@ -151,9 +197,58 @@ def severity(cost_ns: float, total_ns: float) -> str:
     return "high" if part >= HIGH else "medium" if part >= MEDIUM else "low"
 
 
+def merge_same_fix(drafts: list[Draft]) -> list[Draft]:
+    """Drafts with the same fix (``fix_key``, else the fix's text) as one: the costliest
+    one's title, summary first and fix, with the others' costs, evidence, items and stacks
+    added (a user applies one fix once, and wins what all of them claim)."""
+    groups: dict[str, list[Draft]] = {}
+    for d in drafts:
+        groups.setdefault(d.fix_key or d.fix, []).append(d)
+    out = []
+    for group in groups.values():
+        if len(group) == 1:
+            out.append(group[0])
+            continue
+        group.sort(key=lambda d: -d.cost_ns)
+        head, rest = group[0], group[1:]
+        parts: dict[str, float] = {}
+        for d in group:
+            for k, v in d.parts.items():
+                parts[k] = parts.get(k, 0.0) + v
+        stacks: dict[tuple[str, ...], list[float]] = {}
+        for d in group:
+            for st in d.top_stacks:
+                acc = stacks.setdefault(tuple(st.stack), [0.0, 0])
+                acc[0] += st.cost_us
+                acc[1] += st.count
+        ranked = sorted(stacks.items(), key=lambda kv: -kv[1][0])[:TOP_STACKS]
+        # the others' shares second, where a report shows only the first few figures
+        also = [us(f"plus: {d.title}", d.cost_ns) for d in rest]
+        figures = [*head.figures[:1], *also, *head.figures[1:]]
+        out.append(
+            Draft(
+                rule=head.rule,
+                title=head.title,
+                parts=parts,
+                summary=" ".join(d.summary for d in group),
+                assumption=head.assumption,
+                fix=head.fix,
+                figures=figures,
+                items=[i for d in group for i in d.items],
+                top_stacks=[Stack(stack=list(k), cost_us=v[0], count=int(v[1])) for k, v in ranked],
+                flame=head.flame,
+                fix_key=head.fix_key,
+                merged=[d.rule for d in rest],
+            )
+        )
+    return out
+
+
 def reconcile(c: Context, drafts: list[Draft]) -> list[Finding]:
-    """Findings from the drafts: where they claim more of a part of the timeline than it
-    has, their claims on it are scaled down; then ranked by cost."""
+    """Findings from the drafts, those with the same fix merged (:func:`merge_same_fix`):
+    where they claim more of a part of the timeline than it has, their claims on it are
+    scaled down; then ranked by cost."""
+    drafts = merge_same_fix(drafts)
     b = c.breakdown
     have = {
         "idle": b.idle,
@@ -185,6 +280,7 @@ def reconcile(c: Context, drafts: list[Draft]) -> list[Finding]:
             items=d.items,
             top_stacks=d.top_stacks,
             flame=d.flame,
+            merged=d.merged,
         )
         for d in drafts
         if worth(c, d.cost_ns)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from aiflame.analysis.calls import op_calls
 from aiflame.analysis.schema import Histogram, Row, ShortKernels
 from aiflame.model.trace import Kind, TraceData
 
@@ -58,11 +59,11 @@ def top_kernels(t: TraceData, top: int = 20) -> list[Row]:
 
 def top_ops(t: TraceData, top: int = 20) -> list[Row]:
     """Operators by the GPU time of the activity they launch directly (shares of all GPU
-    activity time); count = op calls."""
+    activity time); count = op calls (a captured op once per graph replay running it)."""
     m = t.gpu_op >= 0
-    ops = t.gpu_op[m]
+    ops = op_calls(t, t.gpu_op)[m]
     dur = t.gpu_dur[m].astype(np.float64)
-    keys = t.cpu_name[ops]
+    keys = t.cpu_name[t.gpu_op[m]]
     if keys.size == 0:
         return []
     uniq, inv = np.unique(keys, return_inverse=True)
@@ -71,6 +72,19 @@ def top_ops(t: TraceData, top: int = 20) -> list[Row]:
     first = np.unique(ops, return_index=True)[1]
     np.add.at(calls, inv[first], 1)
     return _rows(keys, dur, calls, t.names, top, float(t.gpu_dur.sum()))
+
+
+def unattributed_why(t: TraceData, replayed: np.ndarray) -> str | None:
+    """What the GPU time launched by no operator is (``replayed``: per activity, was it
+    launched by a graph launch): graph replays, launches outside ops, or both; None when
+    every activity has its operator."""
+    none = t.gpu_op < 0
+    parts = []
+    if np.any(none & replayed):
+        parts.append("graph replays")
+    if np.any(none & ~replayed):
+        parts.append("launches outside ops")
+    return " and ".join(parts) or None
 
 
 def unattributed_us(t: TraceData) -> float:

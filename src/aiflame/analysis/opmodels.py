@@ -168,6 +168,24 @@ def attention_cost(op: str, dims: list, types: list, concrete: list | None) -> O
 
 def op_cost(op: str, dims: Any, types: Any, concrete: Any = None) -> OpCost | None:
     """The model of one call, or None (not a modelled op, or shapes not recorded)."""
+    cost = _op_cost(op, dims, types, concrete)
+    # Shapes of damaged traces (dims of 2**64, 1e300) give counts no operator does.
+    if cost is None or not all(0 <= _size(v) < _MOST for v in (cost.flops, cost.bytes)):
+        return None
+    return cost
+
+
+_MOST = 2.0**63  # FLOPs or bytes of one call beyond this: shapes that are not real
+
+
+def _size(v: float | int | None) -> float:
+    try:
+        return float(v or 0)
+    except OverflowError:
+        return math.inf
+
+
+def _op_cost(op: str, dims: Any, types: Any, concrete: Any) -> OpCost | None:
     if not isinstance(dims, list) or not isinstance(types, list):
         return None
     try:
@@ -182,6 +200,6 @@ def op_cost(op: str, dims: Any, types: Any, concrete: Any = None) -> OpCost | No
             return conv_cost(op, dims, types, concrete)
         if op in _ATTENTION:
             return attention_cost(op, dims, types, concrete)
-    except (IndexError, TypeError, ValueError, ZeroDivisionError):
+    except (IndexError, TypeError, ValueError, ZeroDivisionError, OverflowError):
         return None  # an unexpected layout: better no number than a wrong one
     return None

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 import numpy as np
 
-from aiflame.analysis import categories, devices, gemm, hta_compat, insights, kernels, throughput
+from aiflame.analysis import (
+    categories,
+    comm,
+    devices,
+    gemm,
+    hta_compat,
+    insights,
+    kernels,
+    throughput,
+)
 from aiflame.analysis.causes import cause_rows, stacks_by_category
 from aiflame.analysis.hta_compat import KERNEL_WAIT_US
 from aiflame.analysis.idle import classify
@@ -35,6 +44,8 @@ class Options:
     peak_tflops: dict[str, float] | None = None  # --peak-tflops, by precision ("*": all)
     peak_tb_per_s: float | None = None  # --peak-bandwidth
     batch_size: int | None = None  # --batch-size
+    # --comm-kernels: patterns (any case) of kernels that are communication
+    comm_kernels: list[str] = field(default_factory=list)
 
 
 # What an nsys export lacks, in its own words rather than a Kineto trace's.
@@ -164,6 +175,7 @@ def analyze_rank(
 ) -> RankReport:
     """The report of one trace (one rank): per GPU and, over all its GPUs, the same."""
     o = options or Options(top=top)
+    comm.apply(t, comm.compile_patterns(o.comm_kernels))
     spec, spec_why = devices.resolve(t.device_info, o.device, o.peak_tflops, o.peak_tb_per_s)
     ctx = insights.Context(t, spec)
     b = ctx.breakdown
@@ -187,6 +199,7 @@ def analyze_rank(
     idle = idle_analysis(ctx) if has_gpu else None
     outside = _outside(t, b.busy)
     graphs = _graphs(t, capture)
+    hta_t, left_out = hta_compat.hta_view(t)
     return RankReport(
         path=t.path,
         rank=t.rank,
@@ -197,13 +210,14 @@ def analyze_rank(
         time_breakdown=b.to_record(),
         time_breakdown_by_device=by_device,
         launch_not_in_trace=outside,
-        hta_temporal_breakdown=hta_compat.temporal_breakdown(t),
+        hta_temporal_breakdown=hta_compat.temporal_breakdown(hta_t, left_out),
         idle=idle,
-        idle_by_stream_hta=hta_compat.idle_by_stream(t),
+        idle_by_stream_hta=hta_compat.idle_by_stream(hta_t),
         op_categories=categories.summary(t, ctx.category),
         top_kernels=kernels.top_kernels(t, o.top),
         top_ops=kernels.top_ops(t, o.top),
         top_ops_unattributed_us=kernels.unattributed_us(t),
+        top_ops_unattributed_why=kernels.unattributed_why(t, graph_launches(t)),
         graph_replays=graphs,
         short_kernels=kernels.short_kernels(t),
         launch=ctx.launch,

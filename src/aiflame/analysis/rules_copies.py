@@ -16,6 +16,7 @@ from aiflame.analysis import memcpy
 from aiflame.analysis.calls import name_mask
 from aiflame.analysis.causes import INDEX
 from aiflame.analysis.insights import Context, Draft, count, us, worth
+from aiflame.analysis.rules_host import PIN_MEMORY_FIX_KEY
 from aiflame.analysis.schema import Figure, FlameView
 from aiflame.analysis.stacks import top_stacks
 from aiflame.analysis.words import duration
@@ -69,6 +70,22 @@ def _split(c: Context) -> dict[str, float]:
     }
 
 
+def copy_parts(c: Context, kind: str) -> np.ndarray:
+    """Mask of the parts of ``c.explained`` charged to copy calls of this kind
+    (``pageable``, ``synchronous``, ``small``, ``other``)."""
+    idx, kinds = _copy_kinds(c)
+    t, e = c.t, c.explained
+    of_call = np.full(t.cpu_ts.size, _OTHER, dtype=np.int8)
+    launch = t.gpu_launch[idx]
+    ok = launch >= 0
+    np.maximum.at(of_call, launch[ok], kinds[ok])
+    want = {"pageable": _PAGEABLE, "synchronous": _SYNCHRONOUS, "small": _SMALL}.get(kind, _OTHER)
+    m = (e.cause == INDEX["copy"]) & (e.slice >= 0)
+    out = np.zeros(e.gap.size, dtype=bool)
+    out[m] = of_call[e.slice[m]] == want
+    return out
+
+
 def copy_idle(c: Context) -> dict[str, float]:
     """Idle ns of copy calls by what they copied: ``pageable`` uploads, ``synchronous``
     copies (downloads, calls without Async), ``small`` ones and ``other`` (asynchronous)."""
@@ -76,6 +93,20 @@ def copy_idle(c: Context) -> dict[str, float]:
     if found is None:
         found = c.__dict__["_copy_idle"] = _split(c)
     return found
+
+
+def synchronous_directions(c: Context) -> dict[str, float]:
+    """GPU time of the synchronous copies (downloads, copy calls without Async) by
+    direction: ``download``, ``upload``, ``device copy``."""
+    idx, kind = _copy_kinds(c)
+    mine = idx[kind == _SYNCHRONOUS]
+    out: dict[str, float] = {}
+    words = {"DtoH": "download", "HtoD": "upload", "DtoD": "device copy"}
+    for j in mine.tolist():
+        word = words.get(memcpy.parse(c.t.names[int(c.t.gpu_name[j])])[0])
+        if word is not None:
+            out[word] = out.get(word, 0.0) + float(c.t.gpu_dur[j])
+    return out
 
 
 def _copy_draft(c: Context, which: int) -> tuple[np.ndarray, float, float] | None:
@@ -129,6 +160,8 @@ def pageable_copies(c: Context) -> Draft | None:
         assumption="assumes pinned, asynchronous copies issued ahead of use overlap with "
         "kernels: wins their exposed time and the idle while the CPU staged them",
         fix=pick(_PAGEABLE_FIXES, c.workload),
+        # with a DataLoader, pin_memory=True: also host_memory's fix (one finding)
+        fix_key=PIN_MEMORY_FIX_KEY if c.workload.kind not in ("cuda-app", "hip-app") else None,
         figures=[
             us("exposed copy time", exposed),
             us("GPU idle in the copy calls", idle_ns),
@@ -140,7 +173,10 @@ def pageable_copies(c: Context) -> Draft | None:
             ),
             us("copy time on the GPU", gpu_ns),
         ],
-        top_stacks=top_stacks(t, launched, t.cpu_dur[launched].astype(np.float64)),
+        # the idle while the CPU staged them, as the gpu-idle flame graph has it; else the
+        # copy calls by their CPU time
+        top_stacks=c.stacks_of(copy_parts(c, "pageable"))
+        or top_stacks(t, launched, t.cpu_dur[launched].astype(np.float64)),
         flame=FlameView(metric="gpu-time", search=r"Pageable|^\[memcpy HtoD\]$"),
     )
 

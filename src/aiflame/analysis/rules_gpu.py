@@ -14,6 +14,7 @@ import re
 import numpy as np
 
 from aiflame.analysis import categories as cats
+from aiflame.analysis import comm as comm_kinds
 from aiflame.analysis.insights import Context, Draft, count, share, us, worth
 from aiflame.analysis.schema import Figure, FlameView, Item
 from aiflame.analysis.stacks import top_stacks
@@ -25,17 +26,7 @@ from aiflame.model.trace import Kind
 ROOFLINE_LOW = 0.3  # below_roofline: shapes under this share of their roofline
 CHAIN_REACH = 6  # eager attention: kernels between a softmax and the GEMMs around it
 FUSIBLE_SHARE = 0.2  # elementwise_fusion: of all GPU activity time, at least
-_COLLECTIVE = re.compile(
-    r"all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|send_?recv|sendrecv|"
-    r"reduce|send|recv",
-    re.I,
-)
 _SOFTMAX = re.compile(r"softmax", re.I)
-
-
-def _collective(name: str) -> str:
-    m = _COLLECTIVE.search(name)
-    return m.group(0).replace("_", "").lower() if m else name[:60]
 
 
 _COMM_FIXES = {
@@ -51,10 +42,20 @@ _COMM_FIXES = {
     "jax": "let XLA overlap collectives with computation (async collectives, the "
     "latency-hiding scheduler)",
 }
+# Expert-parallel all-to-all (dispatch/combine): overlapped by micro-batching, not buckets.
+_EP_FIX = (
+    "overlap the expert-parallel all-to-all with computation: split each step into two "
+    "micro-batches so one's dispatch and combine run under the other's attention and experts "
+    "(DualPipe-style scheduling; DeepEP's low-latency kernels with the receive hook take no "
+    "SMs while they wait), give communication fewer SMs, and balance the experts' load: every "
+    "rank's all-to-all waits for the busiest one"
+)
+_EP_ITEMS = re.compile(r"dispatch|combine|notify", re.I)
 
 
 def exposed_communication(c: Context) -> Draft | None:
-    """Collectives (NCCL/RCCL kernels) that no computation overlaps, and the CPU waiting
+    """Collectives (NCCL/RCCL, expert-parallel dispatch/combine, any kernel :mod:`comm`
+    recognises) that no computation overlaps, and the CPU waiting
     in collectives while the GPU idles.
 
     Cost: the breakdown's exposed communication (if fully overlapped, it is won) plus the
@@ -73,7 +74,9 @@ def exposed_communication(c: Context) -> Draft | None:
     bare = t.gpu_dur[comm] - covered(
         t.gpu_ts[comm], t.gpu_dur[comm], t.gpu_ts[compute], t.gpu_dur[compute]
     )
-    kinds = np.array([_collective(t.names[int(n)]) for n in t.gpu_name[comm]], dtype=object)
+    kinds = np.array(
+        [comm_kinds.collective(t.names[int(n)]) for n in t.gpu_name[comm]], dtype=object
+    )
     scale = b.exposed_communication / bare.sum() if bare.sum() else 0.0
     items = []
     for k in np.unique(kinds).tolist() if comm.size else []:
@@ -107,7 +110,7 @@ def exposed_communication(c: Context) -> Draft | None:
         assumption="assumes the exposed communication could run under computation (bucketing, "
         "prefetch, overlap): wins its time; a rank waiting for a slower one wins only when "
         "the straggler is fixed",
-        fix=pick(_COMM_FIXES, c.workload),
+        fix=_EP_FIX if items and _EP_ITEMS.search(items[0].name) else pick(_COMM_FIXES, c.workload),
         figures=[
             us("exposed communication", b.exposed_communication),
             us("communication in all", b.communication),
@@ -117,7 +120,10 @@ def exposed_communication(c: Context) -> Draft | None:
         items=items[:5],
         top_stacks=c.idle_stacks("collective")
         or top_stacks(t, t.gpu_launch[comm], bare.astype(np.float64)),
-        flame=FlameView(metric="gpu-time", search=r"(?i)nccl|rccl"),
+        flame=FlameView(
+            metric="gpu-time",
+            search=comm_kinds.search(t.names[i] for i in np.unique(t.gpu_name[comm]).tolist()),
+        ),
     )
 
 
@@ -232,7 +238,7 @@ def eager_attention(c: Context) -> Draft | None:
             us("per block (median)", float(np.median(per_chain))),
         ],
         top_stacks=top_stacks(t, launch, per_chain, include_self=False),
-        flame=FlameView(metric="gpu-time", search=r"(?i)softmax"),
+        flame=FlameView(metric="gpu-time", search="softmax"),
     )
 
 
@@ -316,7 +322,7 @@ def elementwise_fusion(c: Context) -> Draft | None:
         ],
         items=items,
         top_stacks=top_stacks(t, t.op_launch()[hit], saved[hit]),
-        flame=FlameView(metric="gpu-time", search=r"(?i)elementwise|vectorized|reduce"),
+        flame=FlameView(metric="gpu-time", search="elementwise|vectorized|reduce"),
     )
 
 
@@ -335,9 +341,11 @@ def below_roofline(c: Context) -> Draft | None:
 
     Pattern: shapes whose achieved TFLOP/s is under ``ROOFLINE_LOW`` of the roofline at
     their arithmetic intensity (needs the device's peaks). Cost: the time they would save
-    at their roofline, ``kernel time x (1 - achieved / roofline)``.
+    at their roofline, ``kernel time x (1 - achieved / roofline)``. A captured op that N
+    graph replays run is N calls (its FLOPs each time); replays whose capture match is not
+    certain are left out.
     """
-    e = c.efficiency
+    e = c.trusted_efficiency
     low = [r for r in e.ops if r.pct_of_roofline is not None and r.pct_of_roofline < ROOFLINE_LOW]
     cost = 1e3 * sum(r.kernel_time_us.sum * (1 - (r.pct_of_roofline or 0)) for r in low)
     if not low or not worth(c, cost):

@@ -6,12 +6,15 @@ idle time (the GPU would have had work queued), so these costs never overlap.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
-from aiflame.analysis import causes
+from aiflame.analysis import causes, coldstart
 from aiflame.analysis.insights import Context, Draft, count, share, us, worth
 from aiflame.analysis.launch import OVERHEAD_CAUSES
-from aiflame.analysis.schema import FlameView, Item
+from aiflame.analysis.schema import FlameView, Item, SyncStat
+from aiflame.analysis.sync import TO_PAGEABLE
 from aiflame.analysis.words import duration, frames
 from aiflame.analysis.workload import pick
 
@@ -37,7 +40,7 @@ def _idle_draft(
     title: str,
     doing: str,
     fixes: dict[str, str],
-    metric: str = "wall-time",
+    metric: str = "gpu-idle",
     ns: float | None = None,
     assumption: str = IDLE_ASSUMPTION,
 ) -> Draft | None:
@@ -125,6 +128,9 @@ def cpu_ops(c: Context) -> Draft | None:
     )  # fmt: skip
 
 
+# launch_bound and host_overhead: the same fix (fewer launches, less host work between
+# them), so one finding when both fire.
+LAUNCH_FIX_KEY = "launch and dispatch overhead"
 _LAUNCH_FIXES = {
     "default": "capture the step in CUDA graphs (torch.compile(mode='reduce-overhead') or "
     "torch.cuda.graphs), fuse small ops with torch.compile, or raise the batch size so each "
@@ -184,8 +190,11 @@ def launch_bound(c: Context) -> Draft | None:
             us("median kernel", p.median_gpu_us * 1e3),
             share("GPU busy in the longest phase", p.gpu_busy_share),
         ],
-        top_stacks=p.top_stacks,
-        flame=FlameView(metric="wall-time", search=r"^(cuda|hip)(Graph)?Launch|^cuLaunch"),
+        # where the idle of launching and dispatch in the phases is, as the gpu-idle
+        # flame graph shows it (else, the stacks that launch most in the longest phase)
+        top_stacks=c.idle_stacks(*OVERHEAD_CAUSES, where=c.in_launch_bound_phases) or p.top_stacks,
+        flame=FlameView(metric="gpu-idle", search=r"^(cuda|hip)(Graph)?Launch|^cuLaunch"),
+        fix_key=LAUNCH_FIX_KEY,
     )
 
 
@@ -198,7 +207,7 @@ def host_overhead(c: Context) -> Draft | None:
     """
     in_phases = c.launch.launch_bound.overhead_idle_us * 1e3 if c.launch else 0.0
     cost = c.idle_of(*OVERHEAD_CAUSES) - in_phases
-    return _idle_draft(
+    draft = _idle_draft(
         c, "host_overhead", OVERHEAD_CAUSES, "the GPU waits on Python and operator dispatch "
         "between kernels", "running Python and dispatching operators between launches",
         {**_LAUNCH_FIXES, "default": "cut the host work between kernels: torch.compile fuses "
@@ -206,6 +215,12 @@ def host_overhead(c: Context) -> Draft | None:
          "replay the step without it; move logging and bookkeeping out of the step"},
         ns=cost,
     )  # fmt: skip
+    if draft is not None:
+        draft.fix_key = LAUNCH_FIX_KEY  # launch_bound's fix: one finding with it
+        # its idle outside the launch-bound phases, whose stacks are launch_bound's
+        outside = c.idle_stacks(*OVERHEAD_CAUSES, where=~c.in_launch_bound_phases)
+        draft.top_stacks = outside or draft.top_stacks
+    return draft
 
 
 _SYNC_FIXES = {
@@ -216,6 +231,42 @@ _SYNC_FIXES = {
     "work with streams and events (cudaEventRecord, cudaStreamWaitEvent) and synchronize "
     "once, where the host needs the results",
 }
+_UPLOAD_SYNC_FIXES = {
+    "default": "create inputs where they are used: torch.tensor(data, device=...) and .to(device) "
+    "of a pageable CPU tensor copy, then wait for the GPU; build constant tensors on the GPU "
+    "once, outside the step, or pin the host tensors (pin_memory()) and copy them with "
+    ".to(device, non_blocking=True) ahead of use",
+    "app": "copy from pinned host memory (cudaMallocHost/cudaHostRegister) with cudaMemcpyAsync "
+    "and synchronize once, where the results are needed",
+}
+_DIRECTION_WORDS = {"download": "downloads", "upload": "uploads", "device copy": "device copies"}
+
+
+def _waits_on(by_copy: dict[str, SyncStat]) -> str:
+    """`` (3 downloads, 1 upload)``: the copies the blocking calls wait on."""
+    parts = [
+        f"{v.count:,} {_DIRECTION_WORDS[k] if v.count != 1 else k}"
+        for k, v in by_copy.items()
+        if k in _DIRECTION_WORDS
+    ]
+    return f" (waiting on {', '.join(parts)})" if parts else ""
+
+
+def _copy_examples(c: Context) -> str:
+    """What the synchronous copies are, by their direction."""
+    from aiflame.analysis.rules_copies import synchronous_directions
+
+    found = synchronous_directions(c)
+    app = c.workload.kind in ("cuda-app", "hip-app")
+    words = {
+        "download": "downloads" if app else "downloads such as .cpu() and .item()",
+        "upload": "uploads" if app else "uploads such as torch.tensor(..., device=...)",
+        "device copy": "device-to-device copies",
+    }
+    named = [words[k] for k in sorted(found, key=lambda k: -found[k]) if k in words]
+    return ", ".join(named) or "cudaMemcpy"
+
+
 # The calls blocked with no GPU work in the trace: what they waited on is elsewhere.
 _UNSEEN_WAIT_FIX = (
     "first find what the calls waited on, since the GPU ran none of this trace's work "
@@ -237,7 +288,7 @@ def sync_stalls(c: Context) -> Draft | None:
     copies (downloads, copy calls without Async) that are not pageable uploads.
     """
     s = c.sync
-    from aiflame.analysis.rules_copies import copy_idle
+    from aiflame.analysis.rules_copies import copy_idle, copy_parts
 
     other_copies = copy_idle(c)["synchronous"]
     cost = c.idle_of("sync") + other_copies
@@ -259,18 +310,20 @@ def sync_stalls(c: Context) -> Draft | None:
     inside = s.gpu_idle_inside_us * 1e3 if s is not None else 0.0
     unseen = blocked > 0 and inside >= WAITED_ON_UNSEEN * blocked
     total = c.total_ns
-    calls = "|".join(sorted(s.by_call)) if s is not None else ""
-    examples = pick(
-        {"default": "downloads such as .cpu() and .item()", "app": "cudaMemcpy, downloads"},
-        c.workload,
-    )
+    names = {re.escape(k.removesuffix(TO_PAGEABLE)) for k in s.by_call} if s else set()
+    calls = "|".join(sorted(names))
+    # the upload fix where the calls that cost most wait on uploads (torch.tensor(..., device=))
+    caused = {k: v.gpu_idle_caused_us for k, v in s.by_copy.items()} if s is not None else {}
+    uploads = caused.get("upload", 0.0) > 0.5 * sum(caused.values())
     in_copies = (
         f"the GPU idles {duration(other_copies)} while the CPU waits in synchronous copies "
-        f"({examples})"
+        f"({_copy_examples(c)})"
     )
     n_calls = s.calls if s else 0
     if n_calls:
-        said = f"The CPU blocks {duration(blocked)} in {n_calls:,} synchronizing calls"
+        said = f"The CPU blocks {duration(blocked)} in {n_calls:,} synchronizing call"
+        said += "s" if n_calls != 1 else ""
+        said += _waits_on(s.by_copy) if s is not None else ""
         said += f", and {in_copies}" if other_copies else ""
     else:
         said = in_copies[0].upper() + in_copies[1:]
@@ -280,7 +333,7 @@ def sync_stalls(c: Context) -> Draft | None:
         if unseen
         else ""
     )
-    fix = pick(_SYNC_FIXES, c.workload)
+    fix = pick(_UPLOAD_SYNC_FIXES if uploads else _SYNC_FIXES, c.workload)
     return Draft(
         rule="sync_stalls",
         title="synchronizing calls stop the CPU from queuing work ahead of the GPU",
@@ -308,8 +361,10 @@ def sync_stalls(c: Context) -> Draft | None:
             ),
         ],
         items=items,
-        top_stacks=s.top_stacks if s else [],
-        flame=FlameView(metric="wall-time", search=f"^({calls})(_v\\d+)?$" if calls else None),
+        # the idle they cost, as the gpu-idle flame graph has it; else where they blocked
+        top_stacks=c.stacks_of(c.explained.of("sync") | copy_parts(c, "synchronous"))
+        or (s.top_stacks if s else []),
+        flame=FlameView(metric="gpu-idle", search=f"^({calls})(_v\\d+)?$" if calls else None),
     )
 
 
@@ -332,26 +387,109 @@ def allocation(c: Context) -> Draft | None:
     )  # fmt: skip
 
 
+def _calls(n: int) -> str:
+    return f"{n:,} call{'s' if n != 1 else ''}"
+
+
 def initialization(c: Context) -> Draft | None:
-    """The trace records one-time setup: runtime calls of 50 ms or more (CUDA context
-    creation, lazy module loading on a first launch, cuDNN/cuBLAS handles and workspaces)
-    while the GPU idles. Cost: their idle time, which a later step does not pay. Fix:
-    profile the steady state; warm up before serving."""
-    return _idle_draft(
-        c, "initialization", ("initialization",), "the trace records one-time initialization, "
-        "not the steady state", "in runtime calls of 50 ms or more (context creation, lazy "
-        "module loading, cuDNN/cuBLAS setup: paid once per process)", {
-            "default": "profile steady-state steps: torch.profiler.profile(schedule="
-            "torch.profiler.schedule(wait=1, warmup=2, active=3)) or start the trace after "
-            "a warm-up step; where every run pays it (serving, short jobs), warm up before "
-            "the first request or load modules eagerly (CUDA_MODULE_LOADING=EAGER)",
+    """The trace records a cold start: one-time setup while the GPU idles (:mod:`coldstart`:
+    runtime calls of 50 ms or more, slow first launches of kernels while their modules
+    load, module loading and library handles, and in such a trace the first allocations
+    and the first calls of operators). Cost: their idle time, which a warm process does
+    not pay. Fix: profile after a warm-up; load modules eagerly where every run pays it."""
+    cost = c.idle_of("initialization")
+    if not worth(c, cost):
+        return None
+    e = c.explained
+    m = e.of("initialization") & (e.slice >= 0)
+    kind = coldstart.one_time(c.t, causes.launching(c.t))[e.slice[m]]
+    by_kind = np.bincount(kind, weights=e.ns[m], minlength=len(coldstart.KINDS))
+    order = [k for k in np.argsort(-by_kind).tolist() if k and by_kind[k] > 0]
+    items = [
+        Item(
+            name=coldstart.KINDS[k],
+            cost_us=float(by_kind[k]) / 1e3,
+            detail=_calls(np.unique(e.slice[m][kind == k]).size),
+        )
+        for k in order
+    ]
+    named = ", ".join(coldstart.KINDS[k].split(" (")[0] for k in order[:3]) or "setup"
+    draft = _idle_draft(
+        c, "initialization", ("initialization",), "the trace records a cold start: one-time "
+        "initialization, not the steady state", f"setting up what a warm process already has "
+        f"({named})", {
+            "default": "profile after a warm-up: run a step (or a request) first, or profile "
+            "steady-state steps with torch.profiler.profile(schedule=torch.profiler.schedule("
+            "wait=1, warmup=2, active=3)); where every run pays it (serving, short jobs), load "
+            "the kernels' modules eagerly (CUDA_MODULE_LOADING=EAGER) and warm up before the "
+            "first request",
             "app": "time and profile after a warm-up: create the context early (cudaFree(0) "
-            "or cudaSetDevice), run each kernel once, allocate buffers up front, and record "
-            "with nsys --capture-range=cudaProfilerApi around the steady-state loop",
+            "or cudaSetDevice), run each kernel once (or set CUDA_MODULE_LOADING=EAGER), "
+            "allocate buffers up front, and record with nsys --capture-range=cudaProfilerApi "
+            "around the steady-state loop",
         },
         assumption="assumes the calls are one-time setup, so a steady-state step pays none "
         "of this idle (a process that runs only this step pays all of it)",
     )  # fmt: skip
+    if draft is not None:
+        draft.items = items
+        launches = np.unique(e.slice[m][kind == coldstart.FIRST_LAUNCH]).size
+        draft.figures.append(count("slow first launches of kernels", launches))
+    return draft
+
+
+def host_code(c: Context) -> Draft | None:
+    """The GPU waits while the program's own CPU code runs between GPU calls (native
+    frames of an Nsight Systems backtrace, no runtime call inside them). Cost: that idle
+    time. Fix: do that work while the GPU runs, or on the GPU."""
+    return _idle_draft(
+        c, "host_code", ("host_code",), "the GPU waits while the program's CPU code runs",
+        "running the program's own code between GPU calls", {
+            "default": "do the CPU work while the GPU runs: queue the GPU work first and "
+            "compute on the CPU meanwhile (or on another thread), move the computation to the "
+            "GPU, and sample the CPU side (aiflame record) to see what the code does",
+            "app": "overlap the CPU work with the GPU's: launch the kernels and asynchronous "
+            "copies first, then do the CPU work while they run (or on another thread, with "
+            "streams and events), move it to the GPU, and sample it (nsys profile "
+            "--sample=cpu, aiflame record) to make it faster",
+        },
+    )  # fmt: skip
+
+
+_DATALOADER = re.compile(r"DataLoader|torch/utils/data/")
+# The DataLoader's pin-memory thread takes the batches off the training thread: one fix
+# for uploads from pageable memory and for freeing the workers' batches.
+PIN_MEMORY_FIX_KEY = "pin_memory"
+PIN_MEMORY_FIX = (
+    "pin the batches: DataLoader(pin_memory=True) copies each batch out of the workers' "
+    "shared memory into pinned memory on its own thread (which then frees it, not the "
+    "training thread) and the pinned batch uploads asynchronously with .to(device, "
+    "non_blocking=True); or tensor.pin_memory() for tensors made outside a DataLoader"
+)
+
+
+def host_memory(c: Context) -> Draft | None:
+    """The GPU waits while the CPU frees large host memory: after a ``[memory]`` free of a
+    megabyte or more (``profile_memory=True``) the launching thread runs no operator until
+    the next work (the training loop dropping the last batch; the DataLoader's workers
+    passed it in shared memory, which the main thread unmaps). Cost: that idle time.
+    Fix: with a DataLoader, ``pin_memory=True`` (its thread frees the shared batches; the
+    same fix as ``pageable_copies``, so one finding), else reuse host buffers."""
+    if not c.idle_of("host_free"):
+        return None
+    names = c.t.names
+    loader = any(_DATALOADER.search(names[int(i)]) for i in np.unique(c.t.cpu_name).tolist())
+    draft = _idle_draft(
+        c, "host_memory", ("host_free",), "the GPU waits while the CPU frees large host "
+        "memory", "freeing large host tensors (the last batch)", {
+            "default": "reuse host buffers instead of making new large CPU tensors every "
+            "step (preallocate, pin and copy_ into them), and let the last batch go while "
+            "the GPU still runs (del it once the step is queued)",
+        },
+    )  # fmt: skip
+    if draft is not None and loader:
+        draft.fix, draft.fix_key = PIN_MEMORY_FIX, PIN_MEMORY_FIX_KEY
+    return draft
 
 
 def unexplained_idle(c: Context) -> Draft | None:
@@ -359,8 +497,8 @@ def unexplained_idle(c: Context) -> Draft | None:
     what the CPU did. Cost: that idle time. Fix: record the CPU side (Python stacks)."""
     return _idle_draft(
         c, "unexplained_idle", ("untraced",), "the GPU waits on CPU work the trace does not "
-        "show", "doing something the trace does not record (no slice open on the launching "
-        "thread)", {
+        "show", "doing something the trace does not record (no operator, Python function or "
+        "runtime call running on the launching thread)", {
             "default": "record what the CPU does there: torch.profiler with with_stack=True "
             "(Python frames), or sample the process (aiflame record)",
             "app": "record the CPU side: nsys profile --sample=cpu --cudabacktrace=all, or "
@@ -379,7 +517,7 @@ def dependency_waits(c: Context) -> Draft | None:
             "default": "look at what the waiting kernels depend on: cross-stream waits "
             "(cudaStreamWaitEvent, torch.cuda.Stream.wait_stream), events recorded late, or "
             "collectives waiting for another rank",
-        }, metric="gpu-time",
+        },
     )  # fmt: skip
 
 
@@ -393,7 +531,7 @@ def launch_gaps(c: Context) -> Draft | None:
             "default": "fewer, larger kernels (fusion with torch.compile) and CUDA graphs cut "
             "the per-kernel launch latency",
             "app": "fuse small kernels, or launch them as a CUDA graph",
-        }, metric="gpu-time",
+        },
     )  # fmt: skip
 
 
@@ -406,6 +544,8 @@ RULES = [
     sync_stalls,
     allocation,
     initialization,
+    host_code,
+    host_memory,
     unexplained_idle,
     dependency_waits,
     launch_gaps,

@@ -37,16 +37,18 @@ class Breakdown(Record):
 
 
 class HtaTemporal(Record):
-    """HTA's ``get_temporal_breakdown``."""
+    """HTA's ``get_temporal_breakdown``, over the GPU activity HTA keeps: with two or more
+    ``ProfilerStep`` annotations, what was launched before the last step began."""
 
     idle_us: float
     compute_us: float
     non_compute_us: float
     total_us: float
+    left_out_activities: int = 0  # by HTA's last-step filter (also left out of idle_by_stream_hta)
 
 
 class HtaStreamIdle(Record):
-    """HTA's ``get_idle_time_breakdown`` of one stream."""
+    """HTA's ``get_idle_time_breakdown`` of one stream (after HTA's last-step filter)."""
 
     stream: str | None
     host_wait_us: float
@@ -240,6 +242,8 @@ class Sync(Record):
     by_call: dict[str, SyncStat]
     by_cause: dict[str, SyncStat]
     top_stacks: list[Stack]
+    # by the copy the call (or its operator) issued: download, upload, device copy, no copy
+    by_copy: dict[str, SyncStat] = {}
 
 
 class CopyKind(Record):
@@ -423,6 +427,9 @@ class Finding(Record):
     items: list[Item] = []
     top_stacks: list[Stack] = []
     flame: FlameView = msgspec.field(default_factory=FlameView)
+    # rules whose findings had the same fix and were merged into this one (their costs,
+    # stacks and items are in it)
+    merged: list[str] = []
 
 
 class Workload(Record):
@@ -453,6 +460,8 @@ class RankReport(Record):
     top_kernels: list[Row]
     top_ops: list[Row]
     top_ops_unattributed_us: float  # GPU time launched by no op (graph replays...)
+    # what that time is: "graph replays", "launches outside ops", or both (null: none)
+    top_ops_unattributed_why: str | None
     graph_replays: GraphReplays | None
     short_kernels: ShortKernels
     launch: Launch | None

@@ -3,7 +3,9 @@ annotations, runtime calls) of a CPU slice, and the costliest such stacks of a s
 
 A stack is a list of names, root first, as in the flame graph, so a finding's stacks can be
 looked up there. The profiler's step annotations (``ProfilerStep#12``) are named
-``ProfilerStep#*`` in stacks, so the same code in every step is one stack.
+``ProfilerStep#*`` in stacks and module instances (``nn.Module: Linear_7``) by their class
+(``nn.Module: Linear``), so the same code in every step and every layer is one stack, as in
+the flame graph, whose module instances merge.
 """
 
 from __future__ import annotations
@@ -14,12 +16,67 @@ import numpy as np
 
 from aiflame.analysis.schema import Stack
 from aiflame.model.trace import TraceData
-from aiflame.transforms.segments import depths
+from aiflame.transforms.correlate import first_open
+from aiflame.transforms.gpu_idle import slice_depths
 
 STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
+_INSTANCE = re.compile(r"^(nn\.Module: [A-Za-z_][\w.]*?)_\d+$")
 ANY_STEP = "ProfilerStep#*"
 STACK_DEPTH = 12  # innermost frames kept per stack
 TOP_STACKS = 3
+
+
+def _one_of_many(name: str) -> str:
+    """A name as stacks print it: ``ProfilerStep#*`` for every step, ``nn.Module: Linear``
+    for every instance of a module (as the flame graph merges them)."""
+    if STEP_NAME.match(name):
+        return ANY_STEP
+    m = _INSTANCE.match(name)
+    return m.group(1) if m else name
+
+
+_GLUE = re.compile(r"^(_call_impl|_wrapped_call_impl|decorate_context|inner|_fn|wrapper)\b")
+_PY_METHOD = re.compile(r"\(\d+\): (?P<func>.+)$")  # file.py(12): fn, a function with source
+
+
+def _module_call_owner(t: TraceData) -> np.ndarray:
+    """Per CPU slice: itself, or for a module frame (``nn.Module: X_N``) and the call
+    machinery under it (``_call_impl``...), the method the call runs (its first child
+    with a source file, through the machinery)."""
+    n = t.cpu_ts.size
+    owner = np.arange(n)
+    names = t.names
+    module = np.fromiter((x.startswith("nn.Module: ") for x in names), bool, len(names))
+    if n == 0 or not np.any(module[t.cpu_name]):
+        return owner
+    func = [m.group("func") if (m := _PY_METHOD.search(x)) else None for x in names]
+    glue = np.fromiter((f is not None and _GLUE.match(f) is not None for f in func), bool)
+    method = np.fromiter((f is not None for f in func), bool, len(names)) & ~glue
+    parent = t.cpu_parent
+    up = np.maximum(parent, 0)
+    # a module frame, or machinery under one (a few frames deep: a handful of passes)
+    in_call = module[t.cpu_name]
+    under = glue[t.cpu_name] & (parent >= 0)
+    for _ in range(16):
+        grown = in_call | (under & in_call[up])
+        if np.array_equal(grown, in_call):
+            break
+        in_call = grown
+    stand = np.full(n, -1, dtype=np.int64)
+    kids = np.nonzero((parent >= 0) & method[t.cpu_name] & ~module[t.cpu_name])[0]
+    kids = kids[in_call[parent[kids]]]
+    kids = kids[np.argsort(-t.cpu_ts[kids], kind="stable")]
+    stand[parent[kids]] = kids  # the earliest child is written last: it wins
+    for _ in range(16):  # a machinery frame's method stands for the frames above it too
+        c = np.nonzero(in_call & ~module[t.cpu_name] & (stand >= 0) & (parent >= 0))[0]
+        p = parent[c]
+        ok = in_call[p] & (stand[p] < 0)
+        if not np.any(ok):
+            break
+        stand[p[ok]] = stand[c[ok]]
+    folded = in_call & (stand >= 0)
+    owner[folded] = stand[folded]
+    return owner
 
 
 class _Index:
@@ -28,7 +85,13 @@ class _Index:
     are built level by level with numpy, names only for the stacks a query reports."""
 
     def __init__(self, t: TraceData) -> None:
-        self.names = [ANY_STEP if STEP_NAME.match(n) else n for n in t.names]
+        self.names = [_one_of_many(n) for n in t.names]
+        # names that read the same are one (every step's ProfilerStep, every instance of a
+        # module): the id of the first of them
+        first: dict[str, int] = {}
+        canon = np.fromiter(
+            (first.setdefault(n, i) for i, n in enumerate(self.names)), np.int64, len(self.names)
+        )
         n = t.cpu_ts.size
         self.of_slice = np.zeros(n, dtype=np.int64)  # stack id of each slice (0: empty)
         depth = slice_depths(t)
@@ -42,14 +105,18 @@ class _Index:
                 continue
             par = t.cpu_parent[level]
             up = np.where(par >= 0, self.of_slice[np.maximum(par, 0)], 0)
-            key = up * (len(self.names) + 1) + t.cpu_name[level]
-            uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
+            name = canon[t.cpu_name[level]]
+            key = up * (len(self.names) + 1) + name
+            uniq, at, inv = _distinct(key)
             self.of_slice[level] = next_id + inv
-            up_parts.append(up[first])
-            name_parts.append(t.cpu_name[level][first].astype(np.int64))
+            up_parts.append(up[at])
+            name_parts.append(name[at])
             next_id += uniq.size
         self.up = np.concatenate(up_parts)
         self.name = np.concatenate(name_parts)
+        # A module call's own time (its module frame, torch's call machinery) is its
+        # method's, as the flame graph merges them into one ``Class > method`` frame.
+        self.of_slice = self.of_slice[_module_call_owner(t)]
 
     def cut(self, k: int) -> tuple[str, ...]:
         """The innermost ``STACK_DEPTH`` names of stack ``k``, root first."""
@@ -60,12 +127,21 @@ class _Index:
         return tuple(reversed(out))
 
 
-def slice_depths(t: TraceData) -> np.ndarray:
-    """Enclosing slices of each CPU slice (computed once per trace)."""
-    found = t.__dict__.get("_depths")
-    if found is None:
-        found = t.__dict__["_depths"] = depths(t.cpu_parent)
-    return found
+def _distinct(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``np.unique(key, return_index=True, return_inverse=True)``, by a dict for the few
+    keys of a level of slices nested thousands deep (numpy's sort costs more there)."""
+    if key.size > 16:
+        return np.unique(key, return_index=True, return_inverse=True)
+    seen: dict[int, int] = {}
+    first: list[int] = []
+    inv: list[int] = []
+    for i, k in enumerate(key.tolist()):
+        j = seen.get(k)
+        if j is None:
+            j = seen[k] = len(first)
+            first.append(i)
+        inv.append(j)
+    return np.asarray(list(seen), dtype=np.int64), np.asarray(first), np.asarray(inv)
 
 
 def _index(t: TraceData) -> _Index:
@@ -133,6 +209,7 @@ def innermost_at(t: TraceData, thread: np.ndarray, when: np.ndarray) -> np.ndarr
     if t.cpu_ts.size == 0 or when.size == 0:
         return out
     threads = t.threads()
+    end = t.cpu_ts + t.cpu_dur
     order = np.lexsort((t.cpu_ts, threads))
     th_sorted = threads[order]
     for th in np.unique(thread).tolist():
@@ -144,14 +221,6 @@ def innermost_at(t: TraceData, thread: np.ndarray, when: np.ndarray) -> np.ndarr
         k = np.searchsorted(t.cpu_ts[mine], when[q], side="right") - 1
         cur = np.where(k >= 0, mine[np.maximum(k, 0)], -1)
         # The last slice starting before the point, or one of its ancestors, contains it
-        # (slices on a thread nest); walk up until one does.
-        todo = cur >= 0
-        w = when[q]
-        while np.any(todo):
-            c = np.maximum(cur, 0)
-            inside = todo & (t.cpu_ts[c] + t.cpu_dur[c] > w)
-            out[q[inside]] = cur[inside]
-            todo &= ~inside
-            cur = np.where(todo, t.cpu_parent[c], -1)
-            todo &= cur >= 0
+        # (slices on a thread nest): the first of them still running then.
+        out[q] = first_open(t.cpu_parent, end, cur, when[q])
     return out

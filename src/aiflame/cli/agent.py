@@ -1,8 +1,8 @@
 """The per-host daemon of a GPU fleet: continuous profiles of every process (CPU with
 Python frames, CUDA/HIP API calls, GPU memory by allocation stack), GPU telemetry through
 NVML, on-demand PyTorch traces (libkineto's IPC fabric, as Dynolog serves it), /metrics
-for Prometheus; pushed to aiflame server and/or Grafana Pyroscope, spooled on disk while
-they cannot be reached. See docs/agent.md."""
+for Prometheus; pushed to aiflame server, Grafana Pyroscope and/or an OpenTelemetry
+collector (OTLP), spooled on disk while they cannot be reached. See docs/agent.md."""
 
 from __future__ import annotations
 
@@ -29,6 +29,19 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--pyroscope-token-file", metavar="FILE", help="Bearer token instead")
     p.add_argument("--pyroscope-tenant", metavar="ID", help="X-Scope-OrgID")
+    p.add_argument(
+        "--otlp",
+        metavar="URL",
+        help="also send profiles to an OpenTelemetry collector over OTLP/HTTP "
+        "(e.g. http://collector:4318; a URL without a path gets /v1development/profiles)",
+    )
+    p.add_argument(
+        "--otlp-header",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a header of every OTLP request (e.g. Authorization=Bearer ...); repeatable",
+    )
+    p.add_argument("--otlp-token-file", metavar="FILE", help="OTLP: Bearer token from FILE")
     p.add_argument(
         "--spool", metavar="DIR", help="spool directory (default /var/lib/aiflame/spool)"
     )
@@ -131,6 +144,15 @@ def build_config(args: argparse.Namespace):
         c.pyroscope.token = read_secret(args.pyroscope_token_file, "--pyroscope-token-file")
     if args.pyroscope_tenant is not None:
         c.pyroscope.tenant = args.pyroscope_tenant
+    if args.otlp is not None:
+        c.otlp.url = args.otlp
+    for item in args.otlp_header or ():
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"--otlp-header {item!r}: expected NAME=VALUE")
+        c.otlp.headers[name.strip()] = value.strip()
+    if args.otlp_token_file:
+        c.otlp.token = read_secret(args.otlp_token_file, "--otlp-token-file")
     if args.token_file:
         c.api_token = read_secret(args.token_file, "--token-file")
     if args.no_cuda:
@@ -172,6 +194,15 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_CONFIG
+    if config.otlp.url:
+        try:
+            import opentelemetry.proto.profiles.v1development.profiles_pb2  # noqa: F401
+        except ImportError:
+            print(
+                "aiflame: error: --otlp needs opentelemetry-proto: pip install 'aiflame[fleet]'",
+                file=sys.stderr,
+            )
+            return EXIT_CONFIG
     from aiflame.agent.daemon import run_agent
 
     try:

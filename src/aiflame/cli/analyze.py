@@ -11,7 +11,7 @@ import argparse
 
 from aiflame.analysis import read
 from aiflame.analysis.report import analyze
-from aiflame.analysis.schema import to_json
+from aiflame.analysis.schema import Report, to_json
 from aiflame.cli.analyze_flags import add_efficiency_flags, efficiency_options
 from aiflame.cli.analyze_output import write_html_report
 from aiflame.cli.browser import add_open, check_open, open_page
@@ -46,13 +46,20 @@ def configure(p: argparse.ArgumentParser) -> None:
         "kernels are attributed to the ops and Python frames that captured them",
     )
     p.add_argument("--top", type=int, default=10, metavar="N", help="rows per table (10)")
+    p.add_argument(
+        "--rank",
+        action="append",
+        metavar="N",
+        help="of several traces, also print this rank's full report (a rank number or file "
+        "name; repeatable; 'all' for every rank): by default the job and a row per rank",
+    )
     add_efficiency_flags(p)
     add_open(p)
     add_module_options(p)  # the flame graph page of -o
 
 
 def run(args: argparse.Namespace) -> int:
-    from aiflame.cli.analyze_gpu import split_inputs, stall_report
+    from aiflame.analysis.gpu_inputs import split_inputs, stall_report
     from aiflame.render.gpu_stalls_text import format_report
     from aiflame.sources.registry import expand_inputs, load_trace_input
 
@@ -97,10 +104,21 @@ def run(args: argparse.Namespace) -> int:
             print(text)
         else:
             write_output(args.json, text + "\n")
+    if args.rank and "all" not in args.rank and len(report.ranks) > 1:
+        _check_ranks(report, args.rank)
     if args.json != "-":
-        render_terminal(report, args.top)
+        render_terminal(report, args.top, detail=args.rank)
         if stalls is not None:
             print(format_report(stalls.to_json()), end="")
     if args.open:
         open_page(args.output)
     return 0
+
+
+def _check_ranks(report: Report, wanted: list[str]) -> None:
+    from aiflame.render.analyze_terminal import chosen_ranks
+
+    for w in wanted:
+        if not chosen_ranks(report, [w]):
+            names = ", ".join(r.rank or r.name for r in report.ranks)
+            raise AiflameError(f"--rank {w}: no such rank among the traces ({names})")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from aiflame.analysis.comm import compile_patterns
 from aiflame.analysis.devices import KNOWN, by_name, parse_peaks
 from aiflame.analysis.report import Options
 from aiflame.errors import AiflameError
@@ -53,6 +54,15 @@ def add_efficiency_flags(p: argparse.ArgumentParser) -> None:
         help="peak memory bandwidth in TB/s for the roofline; overrides the table",
     )
     p.add_argument(
+        "--comm-kernels",
+        action="append",
+        default=[],
+        metavar="REGEX",
+        help="kernels whose name matches this regular expression (any case) are communication, "
+        "besides the collective and expert-parallel kernels recognised by name and stream "
+        "(repeatable)",
+    )
+    p.add_argument(
         "--batch-size",
         type=_positive(int),
         metavar="N",
@@ -64,8 +74,10 @@ def efficiency_options(args: argparse.Namespace) -> Options:
     if args.device and by_name(args.device) is None:
         known = ", ".join(s.aliases[0] for s in KNOWN if s.aliases)
         raise AiflameError(f"unknown --device '{args.device}' (known: {known})")
+    compile_patterns(args.comm_kernels)  # a bad pattern fails before the (slow) reading
     return Options(
         top=max(args.top, 1),
+        comm_kernels=list(args.comm_kernels),
         device=args.device,
         peak_tflops=args.peak_tflops,
         peak_tb_per_s=args.peak_bandwidth,

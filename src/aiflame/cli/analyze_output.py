@@ -11,9 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from aiflame.analysis.busy_timeline import busy_timeline
-from aiflame.analysis.schema import Report, to_builtins
-from aiflame.cli.analyze_links import StackFinder, combine, fragment, section_fragments
+from aiflame.analysis.schema import Report
 from aiflame.cli.output import write_outputs
 from aiflame.errors import AiflameError
 from aiflame.sources.trace_input import TraceInput
@@ -42,32 +40,19 @@ def _root_names(inputs: list[TraceInput], report: Report) -> list[str | None]:
 
 
 def write_html_report(out: str, inputs: list[TraceInput], report: Report) -> None:
-    from aiflame.render.analyze_html import render_report_html
-    from aiflame.render.html import render_html
+    from aiflame.render.analyze_pages import report_pages
 
     if out == "-":
         raise AiflameError("-o needs a file name: the report links to a flame graph page beside it")
-    roots = _root_names(inputs, report)
-    flame = combine([i.profile() for i in inputs], roots)
-    finder = StackFinder(flame)
-    metrics = {t.name for t in flame.sample_types}
-    links, sections = [], []
-    for r, root in zip(report.ranks, roots, strict=True):
-        links.append(
-            [dict(zip(("main", "stacks"), fragment(f, finder, metrics, root), strict=True))
-             for f in r.findings]
-        )  # fmt: skip
-        sections.append(section_fragments(to_builtins(r), finder, metrics, root))
     flame_file = flame_path(out)
     title = "aiflame analyze: " + ", ".join(os.path.basename(r.path) for r in report.ranks)
-    page = render_report_html(
-        to_builtins(report),
-        timelines=[busy_timeline(i.trace) for i in inputs],
-        links=links,
-        section_links=sections,
-        flame_href=os.path.basename(flame_file),
-        title=title,
+    page, flame_page = report_pages(
+        [i.profile() for i in inputs],
+        [i.trace for i in inputs],
+        report,
+        _root_names(inputs, report),
+        os.path.basename(flame_file),
+        title,
     )
-    flame_page = render_html(flame, title="Flame graph: " + title[16:])
     write_outputs([(flame_file, flame_page), (out, page)])  # both or neither
     print(f"wrote {out} and {flame_file}", file=sys.stderr)

@@ -26,7 +26,6 @@ from aiflame.errors import AiflameError
 from aiflame.model import Profile
 from aiflame.model.profile import value_problem
 from aiflame.render.titles import diff_names, file_stem
-from aiflame.sources import load_many
 
 HELP = "compare two profiles as a differential flame graph"
 
@@ -153,22 +152,19 @@ def diff_of(args: argparse.Namespace) -> Profile:
             names = [args.base, args.test]
         title = f"{names[0]} vs {names[1]}"
     else:
-        from aiflame.transforms.cut import GPU_SIDE, cut_at_kinds, has_kinds
-        from aiflame.transforms.diff import diff_profiles
+        from aiflame.analysis.compare import diff_inputs
 
-        options = trace_load_options(args)
-        base = load_many([args.base], args.input_format, **options)
-        test = load_many([args.test], args.input_format, **options)
-        title, *names = diff_names(base, test)
-        level = args.level
-        if level == "auto":
-            level = "ops" if has_kinds(base, GPU_SIDE) or has_kinds(test, GPU_SIDE) else "full"
-        if level == "ops":
-            base = cut_at_kinds(base, python_lines=False)
-            test = cut_at_kinds(test, python_lines=False)
-        diff = diff_profiles(
-            base, test, metric=args.metric, normalize=args.normalize, strip_hex=args.strip_hex
+        base, test, diff = diff_inputs(
+            args.base,
+            args.test,
+            metric=args.metric,
+            normalize=args.normalize,
+            strip_hex=args.strip_hex,
+            level=args.level,
+            input_format=args.input_format,
+            **trace_load_options(args),
         )
+        title, *names = diff_names(base, test)
     if diff.is_empty():
         raise AiflameError(nothing_to_compare(args))
     named = cast("dict[str, Any]", diff.meta["diff"])

@@ -10,6 +10,7 @@ import signal
 import sys
 import warnings
 from collections.abc import Sequence
+from typing import NoReturn
 
 from aiflame import __version__
 from aiflame.cli.output import drop_stdout
@@ -20,22 +21,35 @@ SUBCOMMANDS = (
     "convert",
     "diff",
     "info",
+    "top",
     "memory",
     "record",
     "analyze",
     "server",
     "agent",
     "trace",
+    "mcp",
 )
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A parser whose usage errors are one line, as every other error of aiflame is: the
+    full usage is ``--help``'s."""
+
+    help_prog: str | None = None  # the chosen subcommand's, for arguments the top level rejects
+
+    def error(self, message: str) -> NoReturn:
+        hint = self.help_prog or self.prog
+        self.exit(EXIT_USAGE, f"aiflame: error: {message} (see {hint} --help)\n")
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser of every subcommand, or, with ``only``, of that one alone: the others
     are named but not imported, so that a command loads only what it uses."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="aiflame",
         description="Full-stack flame graphs for AI workloads: CPU, GPU time, GPU memory.",
     )
@@ -60,7 +74,10 @@ def chosen_command(argv: Sequence[str]) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(chosen_command(argv))
+    command = chosen_command(argv)
+    parser = build_parser(command)
+    if command is not None and isinstance(parser, OneLineParser):
+        parser.help_prog = f"aiflame {command}"
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):
         parser.print_help(sys.stderr)

@@ -90,7 +90,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--ebpf",
         action="store_true",
         help="require the eBPF CPU sampler (used by default as root): Python (CPython "
-        "3.11-3.13, walked in the kernel), native, JIT and kernel frames of every thread in "
+        "3.8-3.15, walked in the kernel), native, JIT and kernel frames of every thread in "
         "cpu-samples",
     )
     ebpf.add_argument("--no-ebpf", action="store_true", help="never use the eBPF sampler")
@@ -114,6 +114,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     add_metric(p)
     add_module_options(p)
+    p.add_argument(
+        "--import-frames",
+        action="store_true",
+        help="keep the frames of Python's import machinery (importlib): by default each run "
+        "of them is one [import] frame between a module and the modules it imports",
+    )
     p.add_argument("--title", help="title of the HTML page")
     add_open(p)
     p.add_argument(
@@ -226,6 +232,7 @@ def run(args: argparse.Namespace) -> int:
     from aiflame.cli.progress import TailProgress
     from aiflame.cli.record_summary import summary_lines
     from aiflame.collectors.session import RecordOptions, Session, print_status_line
+    from aiflame.transforms.imports import fold_imports
 
     cmd = _command(args)
     _check(args, cmd)
@@ -267,15 +274,15 @@ def run(args: argparse.Namespace) -> int:
             print(f"aiflame: {note}", file=sys.stderr)
         written: list[str] = []
         if result.profile is not None and not result.profile.is_empty():
-            profile = result.profile
+            profile = result.profile if args.import_frames else fold_imports(result.profile)
             if args.metric and args.metric not in {t.name for t in profile.sample_types}:
                 shown = profile.sample_types[profile.type_index(None)].name
                 print(f"aiflame: no {args.metric} was recorded; showing {shown}", file=sys.stderr)
                 args.metric = None
-            written = _write(result.profile, args, cmd, progress)
+            written = _write(profile, args, cmd, progress)
             progress.done()
             width = shutil.get_terminal_size((100, 24)).columns
-            for line in summary_lines(result.profile, width=width):
+            for line in summary_lines(profile, width=width):
                 print(visible(line), file=sys.stderr)  # names of the program's functions
             for path in written:
                 print(f"aiflame: wrote {path}", file=sys.stderr)

@@ -16,7 +16,7 @@ The torch traces, if any, are loaded with the Kineto importer and merged in.
 
 With eBPF (``ebpf`` "auto" as root, or "on"), :mod:`.ebpf.recording` samples every thread
 of the target and its children in the kernel instead: ``cpu-samples`` then holds native,
-JIT and kernel frames, and, for CPython 3.11-3.13, the Python frames too, which the BPF
+JIT and kernel frames, and, for CPython 3.8-3.15, the Python frames too, which the BPF
 program walks itself: no py-spy process then (``python_in_kernel``). For other
 interpreters, py-spy's Python stacks are kept beside as ``python-samples``.
 ``system_wide`` records every process with eBPF alone.
@@ -64,6 +64,9 @@ PYTHON_SAMPLES = SampleType("python-samples", "count")  # py-spy's, beside eBPF'
 NATIVE_SAMPLES = SampleType("native-samples", "count")
 TRUNCATED_FOR_PYTHON_VIEW = 0.5  # share of cut-short eBPF stacks that makes py-spy's the default
 READY_TIMEOUT_S = 10.0  # for the interpreter to come up before sampling starts anyway
+# With eBPF, a launched program that maps no interpreter this long after it started is
+# taken for what it is (a C/C++ program, a shell): no py-spy is started for it.
+NO_INTERPRETER_S = 0.5
 SAMPLER_EXIT_GRACE_S = 10.0
 INTERRUPT_GRACE_S = 5.0
 EXPORT_SLACK_S = 60.0  # for a torch window to export its trace after it ends
@@ -113,12 +116,15 @@ class Session:
         self.notes: list[str] = []
         self.failures: list[str] = []  # why a sampler recorded nothing
         self.python_in_kernel = False  # the eBPF sampler walks the target's Python stacks
+        self.no_python = False  # eBPF saw no interpreter in the target: no py-spy, no notes
         self._signals: list[int] = []
         self._own_perf_maps = False  # we asked oneDNN for them: ours to delete
         self.naming: PythonNaming | None = None  # Python frames named alike by every recorder
+        self.target_name = ""  # the program launched, or the command of the PID attached to
 
     # -- public entry points ------------------------------------------------------------------
     def launch(self, argv: list[str]) -> RecordResult:
+        self.target_name = os.path.basename(argv[0])
         self._start_ebpf(follow_children=True)  # before the program: a failure runs nothing
         self._need_pyspy()
         env = self._target_env()
@@ -138,6 +144,7 @@ class Session:
 
     def attach(self, pid: int) -> RecordResult:
         procs.check_attachable(pid)
+        self.target_name = procs.name(pid)
         self._start_ebpf(follow_children=self.options.subprocesses)
         self._need_pyspy()
         if self.ebpf is not None:
@@ -262,20 +269,26 @@ class Session:
         """Until the bootstrap reports an interpreter is up (py-spy can read it then).
 
         With --subprocesses any process of the tree will do: the program may be a shell
-        script that starts Python.
+        script that starts Python. With eBPF, not for a program that maps no interpreter
+        (a C or C++ program: eBPF samples it from its start, py-spy has nothing to read).
         """
         pattern = "proc-*.json" if self.options.subprocesses else f"proc-{target.pid}.json"
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline and target.poll() is None and not self._signals:
+        start = time.monotonic()
+        wait = min(READY_TIMEOUT_S, self.options.duration or READY_TIMEOUT_S)
+        while time.monotonic() - start < wait and target.poll() is None and not self._signals:
             if next(Path(self.dir).glob(pattern), None) is not None:
                 return
+            if self.ebpf is not None and time.monotonic() - start >= NO_INTERPRETER_S:
+                state = self.ebpf.python_state(target.pid)
+                if state == "walked" or (state == "none" and not self.options.subprocesses):
+                    return  # py-spy is not needed for its Python stacks, or has none to read
             self._idle(0.01)
 
     # -- sampling -----------------------------------------------------------------------------
     def _configs(self) -> list[tuple[str, SamplerConfig]]:
         o = self.options
         out: list[tuple[str, SamplerConfig]] = []
-        if self.pyspy_missing:
+        if self.pyspy_missing or self.no_python:
             return out
         if not self.python_in_kernel:
             out.append(("cpu", SamplerConfig(o.rate, False, False, o.subprocesses, o.duration)))
@@ -289,8 +302,11 @@ class Session:
         return out
 
     def _start_samplers(self, pid: int) -> None:
-        if self.ebpf is not None and self.options.python_in_kernel:
-            self.python_in_kernel = self.ebpf.walks_python(pid)
+        if self.ebpf is not None:
+            state = self.ebpf.python_state(pid)
+            self.python_in_kernel = self.options.python_in_kernel and state == "walked"
+            # no interpreter in it (and none to follow): eBPF samples it alone, silently
+            self.no_python = state == "none" and not self.options.subprocesses
         if self._configs() and self.pyspy is None:
             try:
                 self.pyspy = find_pyspy()
@@ -416,7 +432,12 @@ class Session:
         if profile is not None:
             profile.meta["info:recorded"] = f"{elapsed:.1f} s"
         if profile is None and not self.failures:
-            self.failures.append(f"nothing was sampled in {elapsed:.1f} s (too short a run?)")
+            tried = ""
+            if self.ebpf is not None:
+                tried = f": eBPF saw it on no CPU at {self.options.rate} Hz and no CUDA/HIP call"
+            self.failures.append(
+                f"nothing was sampled in {elapsed:.1f} s{tried} (too short a run?)"
+            )
         if profile is None and self.failures:
             self.notes.extend(self.failures[1:])
         failure = self.failures[0] if profile is None and self.failures else None
@@ -485,7 +506,7 @@ class Session:
             out = os.path.join(self.dir, f"pyspy-{name}.json")
             if not os.path.exists(out) or os.path.getsize(out) == 0:
                 failure = self._sampler_failure(name, root_pid)
-                if failure not in self.failures:
+                if failure is not None and failure not in self.failures:
                     self.failures.append(failure)
                 continue
             spec = StreamSpec(
@@ -503,9 +524,9 @@ class Session:
         gpu_samples = load_gpu_samples(self.dir, labels, self.notes)  # --gpu-pc-sampling
         gpu_samples = join_with_windows(torch_profiles, gpu_samples)
         if self.ebpf_profile is not None:
-            if self.failures:  # py-spy's Python stacks are a bonus beside eBPF's
+            if self.failures and self._python_ran():  # py-spy's stacks: a bonus beside eBPF's
                 self.notes.extend(f"no Python stacks: {f}" for f in self.failures)
-                self.failures.clear()
+            self.failures.clear()
             torch_profiles.insert(0, self.ebpf_profile)
         if not total and not torch_profiles and not gpu_samples:
             return None
@@ -578,19 +599,43 @@ class Session:
             meta["info:torch window"] = f"{self.options.torch_window:g} s"
         return meta
 
-    def _sampler_failure(self, name: str, pid: int) -> str:
+    def _python_ran(self, pid: int = 0) -> bool:
+        """Whether an interpreter ran in the recorded processes: the bootstrap's report,
+        one the eBPF sampler found, or one in the mappings of ``pid`` now."""
+        if next(Path(self.dir).glob("proc-*.json"), None) is not None:
+            return True
+        if self.ebpf is not None and self.ebpf.pythons_seen():
+            return True
+        from aiflame.collectors.ebpf.pyruntime import maps_interpreter
+
+        try:
+            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+                return pid > 0 and maps_interpreter(f.read())
+        except OSError:
+            return False
+
+    def _sampler_failure(self, name: str, pid: int) -> str | None:
+        if not self._python_ran(pid):
+            # with eBPF py-spy was an extra for Python: nothing to say of a program without
+            return None if self.ebpf is not None else self._not_python(pid)
         if not self.samplers:  # the program ended before sampling could start
-            if next(Path(self.dir).glob("proc-*.json"), None) is None:
-                return (
-                    "no Python interpreter started (not a Python program? "
-                    "--subprocesses follows Python started by a script)"
-                )
             return "the program exited before sampling could start"
         try:
             log = Path(self.dir, f"pyspy-{name}.log").read_text(errors="replace")
         except OSError:
             log = ""
         return explain_failure(log, pid, exited=not procs.alive(pid))
+
+    def _not_python(self, pid: int) -> str:
+        """What was tried on a program that ran no Python interpreter (without eBPF)."""
+        if self.options.ebpf == "off":
+            ebpf = "the eBPF sampler, which samples any program, was turned off (--no-ebpf)"
+        else:
+            why = self.ebpf_unavailable or "it did not run"
+            ebpf = f"the eBPF sampler, which samples any program, could not run ({why})"
+        follow = "" if self.options.subprocesses else " (--subprocesses follows its children)"
+        what = f"process {pid} ({self.target_name or procs.name(pid)})"
+        return f"{what} ran no Python interpreter, which py-spy needs{follow}; {ebpf}"
 
     def _remove_perf_maps(self, pids: set[int]) -> None:
         """Perf maps we asked oneDNN to write are ours to clean up once read."""

@@ -13,20 +13,56 @@ from typing import Any
 
 import numpy as np
 
-# Collective kernels by name (substring, any case): NCCL/RCCL and vLLM's custom all-reduce as
-# TraceLens matches them, and the libraries that move data between GPUs in kernels of their
-# own (DeepEP/MoRI expert-parallel dispatch and combine, NVSHMEM, MSCCL++, the all-reduce
-# kernels of PyTorch symmetric memory, TensorRT-LLM and vLLM's quick reduce), which TraceLens
-# would count as computation.
+# Communication kernels, recognised by what they do, whatever library wrote them:
+# - by library (substring, any case): NCCL/RCCL and vLLM's custom all-reduce as TraceLens
+#   matches them, and the libraries that move data between GPUs in kernels of their own
+#   (DeepEP/MoRI, NVSHMEM and its InfiniBand GPUDirect Async transport IBGDA, MSCCL/MSCCL++,
+#   UCCL, the all-reduce kernels of PyTorch symmetric memory, TensorRT-LLM and vLLM's quick
+#   reduce), which TraceLens would count as computation;
+# - by namespace: expert-parallel libraries (``deep_ep::``, DeepSeek's ``dpsk::ep::``,
+#   ``...::internode::``, ``intranode::``, ``internode_ll::``);
+# - by the kernel function's own name: expert-parallel dispatch and combine and their
+#   notifications (``notify_dispatch``, ``cached_notify``, ``dispatch_ll``, MoRI's
+#   ``EpDispatchInterNodeKernel``), all-to-all (``a2a``), send/receive, all-gather,
+#   reduce-scatter, all-reduce, broadcast, collective permutes.
 COMM_PATTERN = re.compile(
-    r"nccl|rccl|cross_device_reduce|deep_ep::|mori::|mscclpp|nvshmem|allreduce|_all_reduce",
+    r"nccl|rccl|cross_device_reduce|deep_ep::|mori::|mscclpp|msccl|nvshmem|ibgda|uccl|"
+    r"allreduce|_all_reduce",
     re.IGNORECASE,
 )
+_COMM_NAMESPACE = re.compile(r"(^|[\s:<(])(\w+_)?ep::|(^|::)(intra|inter)node(_ll)?::", re.I)
+_COMM_FUNCTION = re.compile(
+    r"^(ep_?)?(cached_)?(notify_)?(dispatch|combine)(_ll|_?kernel|_inter_?node|_intra_?node)*$|"
+    r"^ep_?(dispatch|combine)|^cached_notify|all_?to_?all|all_?gather|reduce_?scatter|"
+    r"all_?reduce|^(send|recv|send_?recv|isend|irecv|broadcast|bcast|ppermute|"
+    r"collective_?permute)(_?kernel)?$",
+    re.IGNORECASE,
+)
+_A2A = re.compile(r"A2A|(^|_)a2a(_|$)")  # all-to-all, as a word: moeA2ADispatchKernel, a2a_send
+
+
+def kernel_function(name: str) -> tuple[str, str]:
+    """(qualified name, function name) of a kernel's name as profilers write it:
+    ``void dpsk::ep::internode::combine<false, 8>(int4*, ...)`` ->
+    (``dpsk::ep::internode::combine``, ``combine``)."""
+    s = name.strip().replace("(anonymous namespace)", "anonymous")
+    s = s.removeprefix("void ").strip()
+    cut = [i for i in (s.find("<"), s.find("(")) if i >= 0]
+    head = s[: min(cut)] if cut else s
+    head = head.split()[-1] if head.split() else head  # a return type before the name
+    return head, head.rsplit("::", 1)[-1]
 
 
 def is_communication(name: str) -> bool:
     """A collective or GPU-to-GPU transfer kernel, by its name."""
-    return COMM_PATTERN.search(name) is not None
+    if COMM_PATTERN.search(name) is not None:
+        return True
+    head, function = kernel_function(name)
+    return (
+        _COMM_NAMESPACE.search(head) is not None
+        or _COMM_FUNCTION.search(function) is not None
+        or _A2A.search(function) is not None
+    )
 
 
 class Kind:
@@ -80,8 +116,17 @@ class TraceData:
     # CPU slices are this trace's own (the capture's follow them, at the capture's times).
     gpu_origin: np.ndarray | None = None
     cpu_own: int | None = None
+    # Graph launches that fit several captured graphs (the capture of other batch sizes
+    # names the same kernels): matched to the first, so their operators' shapes may not be
+    # the replay's.
+    replays_ambiguous: int = 0
     cpu_kernel: np.ndarray | None = None  # the kernel a launch call names (index), -1: none
     op_concrete: dict[int, Any] = field(default_factory=dict)  # op -> Concrete Inputs
+    # Host memory freed (profile_memory=True's ``[memory]`` events of the CPU device, the
+    # frees only): when, on which thread (as cpu_thread), how many bytes.
+    host_free_ts: np.ndarray | None = None
+    host_free_thread: np.ndarray | None = None
+    host_free_bytes: np.ndarray | None = None
     notes: list[str] = field(default_factory=list)  # what the source could not give
 
     def threads(self) -> np.ndarray:

@@ -102,6 +102,7 @@ def _rows_table(
     width: int,
     unattributed_us: float = 0.0,
     total_us: float = 0.0,
+    unattributed_why: str = "",
 ) -> Table:
     t = Table(
         title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
@@ -123,7 +124,7 @@ def _rows_table(
         )
     if unattributed_us and total_us:
         t.add_row(
-            Text("[no op: graph replays, launches outside ops]", style="italic"),
+            Text(f"[no op: {unattributed_why or 'launches outside ops'}]", style="italic"),
             time_us(unattributed_us), "", "", f"{100 * unattributed_us / total_us:.1f}%",
         )  # fmt: skip
     return t
@@ -336,6 +337,7 @@ def render_rank(console: Console, r: RankReport, top: int) -> None:
             _rows_table(
                 "Top ops (share of all GPU time)", r.top_ops, top, console.width,
                 r.top_ops_unattributed_us, sum(x.time_us for x in r.op_categories),
+                r.top_ops_unattributed_why or "",
             )
         )  # fmt: skip
     sk = r.short_kernels
@@ -395,35 +397,98 @@ def job_lines(job: Job | None) -> list[str]:
     return lines
 
 
-def _render_all(console: Console, report: Report, top: int) -> None:
-    for r in report.ranks:
-        render_rank(console, r, top)
+_SHORT_PART = {
+    "computation": "compute",
+    "exposed_communication": "exp. comm",
+    "exposed_memcpy": "exp. copy",
+    "idle": "idle",
+}
+
+
+def _ranks_table(ranks: list[RankReport], width: int) -> Table:
+    """One row per rank: its breakdown and its costliest finding."""
+    t = Table(
+        title="Ranks", title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
+        pad_edge=False, padding=(0, 1), show_edge=False,
+    )  # fmt: skip
+    t.add_column("rank", no_wrap=True, overflow="ellipsis", max_width=24)
+    for key, _name in PARTS:
+        t.add_column(_SHORT_PART[key], justify="right", no_wrap=True)
+    t.add_column("top finding", no_wrap=True, overflow="ellipsis", max_width=max(20, width - 50))
+    for r in ranks:
+        tb = r.time_breakdown
+        shares = [
+            percent(float(getattr(tb, key)), tb.total) if tb.total else "-" for key, _ in PARTS
+        ]
+        top = r.findings[0].title if r.findings else "none"
+        t.add_row(Text(r.name), *shares, Text(top))
+    return t
+
+
+def chosen_ranks(report: Report, wanted: list[str]) -> list[RankReport]:
+    """The ranks ``--rank`` names: a rank number, a rank's name or file name, or ``all``."""
+    if "all" in wanted:
+        return list(report.ranks)
+    keys = set(wanted)
+    return [
+        r for r in report.ranks if {r.rank or "", r.name, r.path, r.path.rsplit("/", 1)[-1]} & keys
+    ]
+
+
+def _render_all(
+    console: Console, report: Report, top: int, detail: list[str] | None = None
+) -> None:
+    if len(report.ranks) == 1:
+        render_rank(console, report.ranks[0], top)
+        return
+    # Several ranks: the job first, a row per rank, each rank's report on request.
     lines = job_lines(report.job)
     if lines:
         console.rule(Text("job", style="bold"), align="left")
         for line in lines:
             console.print(Text(line))
+    console.print(_ranks_table(report.ranks, console.width))
+    shown = chosen_ranks(report, detail or [])
+    for r in shown:
+        render_rank(console, r, top)
+    if len(shown) < len(report.ranks):
+        console.print(
+            Text(
+                "each rank's report: --rank N (a rank, repeatable) or --rank all; "
+                "--json and -o hold every rank's",
+                style="italic",
+            )
+        )
 
 
-def render_terminal(report: Report, top: int = 10, console: Console | None = None) -> None:
+def render_terminal(
+    report: Report,
+    top: int = 10,
+    console: Console | None = None,
+    detail: list[str] | None = None,
+) -> None:
+    """The report; of several ranks, the job and a row per rank first, the full report of
+    the ranks in ``detail`` (numbers, names or ``all``) after."""
     console = console or make_console()
     report = visible_data(report)  # names from the trace: no escape sequence reaches the terminal
     if console.is_terminal:
-        _render_all(console, report, top)
+        _render_all(console, report, top, detail)
         return
     # Into a pipe or file: plain text without the tables' trailing padding.
     with console.capture() as cap:
-        _render_all(console, report, top)
+        _render_all(console, report, top, detail)
     text = "\n".join(line.rstrip() for line in cap.get().splitlines())
     console.file.write(text + "\n")
 
 
-def render_text(report: Report, top: int = 10, width: int = MAX_WIDTH) -> str:
+def render_text(
+    report: Report, top: int = 10, width: int = MAX_WIDTH, detail: list[str] | None = None
+) -> str:
     """The report as plain text (no styles), as it is printed into a pipe."""
     import io
 
     buf = io.StringIO()
-    render_terminal(report, top, make_console(buf, width))
+    render_terminal(report, top, make_console(buf, width), detail)
     return buf.getvalue()
 
 

@@ -146,11 +146,11 @@ def render_chrome_trace(timeline: Timeline, compress: bool = False) -> Iterator[
 
     if not compress:
         for part in text():
-            yield part.encode("utf-8")
+            yield part.encode("utf-8", "replace")  # a lone surrogate (JSON escape): "?"
         return
     gz = zlib.compressobj(6, zlib.DEFLATED, 31)  # gzip framing, no timestamp: reproducible
     for part in text():
-        chunk = gz.compress(part.encode("utf-8"))
+        chunk = gz.compress(part.encode("utf-8", "replace"))
         if chunk:
             yield chunk
     yield gz.flush()

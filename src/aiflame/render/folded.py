@@ -1,6 +1,8 @@
 """Folded stacks output: ``root;...;leaf VALUE`` lines, sorted, names as stored (a ``;``
 inside a name written ``\\;``, see :mod:`aiflame.model.folded`; line breaks inside a name
-written as spaces: one stack is one line)."""
+written as spaces: one stack is one line; a stack of one blank frame written
+``[no name]`` and a root frame starting with ``#`` (a comment line to folded readers) as
+``\\#``, so that no sample is lost when the output is read again)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import numpy as np
 
 from aiflame.model import Profile
 from aiflame.model.folded import escape_name
-from aiflame.model.stacks import depths_of
+from aiflame.render.stackpaths import check_written, expanded, frames_per_stack, path_sums
 
 
 def one_line(text: str) -> str:
@@ -30,15 +32,14 @@ def format_value(v: float) -> str:
 def folded_lines(profile: Profile, metric: str | None = None) -> Iterator[str]:
     """One line per distinct stack with a non-zero value, sorted like stackcollapse output."""
     col = profile.type_index(metric)
-    lines = []
-    for stack, value in profile.iter_stack_values(col):
-        if value == 0 or stack < 0:
-            continue
-        lines.append((one_line(";".join(map(escape_name, profile.stack_names(stack)))), value))
+    pairs = [(s, v) for s, v in profile.iter_stack_values(col) if v != 0 and s >= 0]
+    ids = np.asarray([s for s, _ in pairs], dtype=np.int64)
+    texts = stack_strings(profile, ids, "folded output")
     # Stacks may repeat once names are taken alone (frames differing only in kind/file).
     merged: dict[str, float] = {}
-    for stack_str, value in lines:
+    for stack_str, (_, value) in zip(texts, pairs, strict=True):
         merged[stack_str] = merged.get(stack_str, 0.0) + value
+    del texts
     for stack_str in sorted(merged):
         yield f"{stack_str} {format_value(merged[stack_str])}"
 
@@ -58,71 +59,47 @@ def format_perl_number(v: float) -> str:
     return f"{v:.15g}"
 
 
-def stack_strings(profile: Profile, wanted: np.ndarray, chunk: int = 16384) -> list[str]:
+def folded_name(name: str) -> str:
+    """``name`` as one frame of a folded line: ``;`` escaped, line breaks as spaces."""
+    return one_line(escape_name(name))
+
+
+# A stack of one blank frame would be a line of a count alone, which folded readers drop:
+# it is written so (a blank frame among others stays blank, as stackcollapse writes it).
+NO_NAME = "[no name]"
+
+
+def stack_strings(profile: Profile, wanted: np.ndarray, what: str = "folded output") -> list[str]:
     """``root;...;leaf`` of each stack id in ``wanted``, in the same order.
 
-    The ancestors of a chunk of stacks are gathered with numpy into a (stack, level) grid of
-    name pieces, and each row is one ``str.join``: a per-frame Python walk would cost an
-    interpreter step per frame, several times slower on deep profiles. A chunk holding a
-    stack deeper than _DEEP frames is done again with each such stack joined alone, so that
-    the grid stays small (one stack of 100,000 frames would make it billions of cells).
+    Each stack is one ``str.join`` of its frames' pieces, spelled out a chunk of frames at a
+    time (:mod:`aiflame.render.stackpaths`): the work is what is written, and an output far
+    larger than the profile is refused before it is built (``what`` names it).
     """
     names = profile.strings.strings
-    piece = np.array(
-        [";" + one_line(escape_name(names[n])) for n in profile.frames.name] + [""], dtype=object
-    )
-    parent = profile.stacks.parents_array()
-    frame = profile.stacks.frames_array()
+    pieces = [";" + folded_name(names[n]) for n in profile.frames.name]
     wanted = np.asarray(wanted, dtype=np.int64)
-    depth: np.ndarray | None = None  # frames per stack, computed once a deep one is seen
+    lengths = np.fromiter((len(p) for p in pieces), dtype=np.int64, count=len(pieces))
+    chars = path_sums(profile.stacks, lengths)[wanted]
+    depth = frames_per_stack(profile.stacks)[wanted]
+    check_written(
+        what,
+        int(chars.sum()) + 8 * len(wanted),
+        int(depth.sum()),
+        int(depth.max(initial=0)),
+        len(profile.stacks),
+    )
+    piece = np.array([*pieces, ""], dtype=object)
+    frame = profile.stacks.frames_array()
     out: list[str] = []
-    for start in range(0, len(wanted), chunk):
-        cur = wanted[start : start + chunk]
-        texts = _grid_strings(cur, parent, frame, piece, _DEEP)
-        if texts is None:
-            if depth is None:
-                depth = np.append(depths_of(parent) + 1, 0)
-            deep = depth[cur] > _DEEP
-            texts = _grid_strings(np.where(deep, -1, cur), parent, frame, piece, None)
-            assert texts is not None  # no depth limit: always a result
-            for k in np.flatnonzero(deep).tolist():
-                texts[k] = _alone(int(cur[k]), parent, frame, piece)
-        out.extend(texts)
-    return out
+    for nodes, starts, ends in expanded(profile.stacks, wanted, root_first=True):
+        flat = piece[frame[nodes]].tolist()
+        out.extend("".join(flat[a:b])[1:] for a, b in zip(starts, ends, strict=True))
+    # A line starting with "#" is a comment to folded readers: such a root is written "\#".
+    return [COMMENT_ESCAPE + t[1:] if t[:1] == "#" else t if t.strip() else NO_NAME for t in out]
 
 
-_DEEP = 4096  # frames beyond which a stack is joined alone
-
-
-def _grid_strings(
-    cur: np.ndarray, parent: np.ndarray, frame: np.ndarray, piece: np.ndarray, most: int | None
-) -> list[str] | None:
-    """The strings of stacks ``cur`` (-1: "") by the grid, or None when one is deeper
-    than ``most`` levels."""
-    pad = len(piece) - 1  # the empty piece, left of short stacks
-    levels: list[np.ndarray] = []  # leaf first
-    while True:
-        live = cur >= 0
-        if not live.any():
-            break
-        if most is not None and len(levels) >= most:
-            return None
-        at = np.where(live, cur, 0)
-        levels.append(np.where(live, frame[at], pad))
-        cur = np.where(live, parent[at], -1)
-    if not levels:
-        return ["" for _ in range(len(cur))]
-    grid = piece[np.stack(levels[::-1], axis=1)]
-    return ["".join(row)[1:] for row in grid.tolist()]
-
-
-def _alone(sid: int, parent: np.ndarray, frame: np.ndarray, piece: np.ndarray) -> str:
-    pieces = []
-    while sid >= 0:
-        pieces.append(piece[frame[sid]])
-        sid = int(parent[sid])
-    pieces.reverse()
-    return "".join(pieces)[1:]
+COMMENT_ESCAPE = "\\#"
 
 
 def render_diff_folded(profile: Profile, truncate: bool = False) -> str:
@@ -142,7 +119,7 @@ def render_diff_folded(profile: Profile, truncate: bool = False) -> str:
     ids, inverse = np.unique(stacks[has_stack], return_inverse=True)
     base = np.bincount(inverse, profile.values[has_stack, bcol], minlength=len(ids))
     test = np.bincount(inverse, profile.values[has_stack, tcol], minlength=len(ids))
-    texts = stack_strings(profile, ids)
+    texts = stack_strings(profile, ids, "differential folded output")
     if len(set(texts)) < len(texts):  # frames differing only in kind/file share a name path
         merged: dict[str, list[float]] = {}
         for text, b, t in zip(texts, base.tolist(), test.tolist(), strict=True):

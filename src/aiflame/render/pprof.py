@@ -16,7 +16,7 @@ from aiflame.errors import AiflameError
 from aiflame.model import Profile
 from aiflame.proto import conventions as conv
 from aiflame.proto import profile_pb2 as pb
-from aiflame.render.stackpaths import leaf_first_paths
+from aiflame.render.stackpaths import check_frames, leaf_first_paths
 
 # Level 1 is what Go's runtime/pprof uses: the protobuf is mostly varints that compress
 # well anyway, and level 6 costs several times the time for a few percent.
@@ -127,6 +127,8 @@ class _Writer:
         groups, ints = groups[keep], ints[keep]
         stacks = groups // nlab - 1
         label_ids = (groups % nlab).tolist()
+        # Each sample spells its stack out: 8 bytes per frame as the message holds them.
+        check_frames("pprof output", p.stacks, stacks, 8)
         labels = self.label_protos()
         add = self.message.sample.add
         paths = leaf_first_paths(p.stacks, stacks, loc_of[self.stack_frames])
@@ -157,6 +159,12 @@ class _Writer:
         if p.sample_types:
             msg.default_sample_type = self.s(p.sample_types[p.type_index(None)].name)
         start, duration = _time_span(p)
+        for what, value in (("start", start), ("duration", duration)):
+            if not -(2**63) <= value < 2**63:
+                raise AiflameError(
+                    f"pprof holds 64-bit nanoseconds: the profile's {what} is {value:,} ns, "
+                    "beyond them"
+                )
         msg.time_nanos, msg.duration_nanos = start, duration
         period_type = meta.get("period_type")
         if isinstance(period_type, (list, tuple)) and len(period_type) == 2:

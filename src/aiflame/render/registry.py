@@ -51,6 +51,10 @@ def render(
     profile: Profile, fmt: str, metric: str | None = None, title: str | None = None
 ) -> bytes:
     """Serialise ``profile`` as ``fmt``; single-metric formats take ``metric``."""
+    try:
+        profile.type_index(metric)
+    except KeyError as e:  # a metric the profile lacks: the message names what it has
+        raise AiflameError(str(e.args[0])) from None
     if fmt == "folded":
         from aiflame.render.folded import render_folded
 

@@ -31,6 +31,7 @@ FONT_SIZE = 12
 FONT_WIDTH = 0.59  # average glyph width relative to the font size (Verdana), as flamegraph.pl
 XPAD = 10
 MIN_WIDTH = 0.1  # pixels
+_LEVEL_COST = 100  # nodes a numpy step per level is worth (deeper: placed node by node)
 _TOP = FONT_SIZE * 3  # title, buttons
 _BOTTOM = FONT_SIZE * 2 + 10  # details line
 _SUBTITLE = FONT_SIZE * 2
@@ -82,7 +83,67 @@ def elide(name: str, chars: int) -> str:
     func, params = _split_signature(name)
     if params and len(func) + len(params) <= chars:
         return func + params
+    template = _template_parts(func)
+    if template:
+        return _fit_template(*template, chars)
     return _elide_middle(func, chars)
+
+
+def _template_parts(name: str) -> tuple[str, str] | None:
+    """``ns::kern<args>`` -> (``ns::kern``, ``args``); None for other names."""
+    if not name.endswith(">"):
+        return None
+    depth = 0
+    for i in range(len(name) - 1, 0, -1):
+        c = name[i]
+        if c == ">":
+            depth += 1
+        elif c == "<":
+            depth -= 1
+            if depth == 0:
+                head = name[:i]
+                return (head, name[i + 1 : -1]) if _IDENTIFIER_END.search(head) else None
+    return None
+
+
+_IDENTIFIER_END = re.compile(r"[A-Za-z0-9_]$")
+_LAMBDA_EDG = re.compile(r"\[lambda\([^()]*\) \(instance (\d+)\)\]")  # nvcc's
+_LAMBDA_ITANIUM = re.compile(r"\{lambda\([^()]*\)#(\d+)\}")
+_QUALIFIERS = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_]*::)+(?=[A-Za-z_~])")
+
+
+def _is_one_argument(key: str) -> bool:
+    """``PdV_kernel::λ2``, not ``4, FillFunctor<float>`` nor ``…, MulFunctor<float>``."""
+    if ELLIPSIS in key or not re.search(r"[A-Za-z_]{3}", key):
+        return False
+    depth = 0
+    for c in key:
+        if c in "<([{":
+            depth += 1
+        elif c in ">)]}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            return False
+    return True
+
+
+def _fit_template(head: str, args: str, room: int) -> str:
+    """A templated kernel's label keeps what tells it apart from its siblings: the
+    function's own name (namespaces go first) and its arguments, lambdas written ``λN`` and
+    names unqualified but for where a lambda is defined, each cut in the middle when both do
+    not fit (``par_r…ernel<update_h…nel::λ13>``, not ``clove…1)]>``)."""
+    key = _LAMBDA_EDG.sub(r"λ\1", args)
+    key = _LAMBDA_ITANIUM.sub(r"λ\1", key)
+    key = _QUALIFIERS.sub("", key.replace("(anonymous namespace)::", ""))
+    short_head = head.rsplit("::", 1)[-1]
+    for h in (head, short_head):
+        if len(h) + len(key) + 2 <= room:
+            return f"{h}<{key}>"
+    avail = room - 2
+    if avail < 12:  # room for one of the two: the argument where it alone tells kernels apart
+        return _elide_middle(key if _is_one_argument(key) else short_head, room)
+    key_room = min(len(key), avail - min(len(short_head), max(4, avail * 2 // 5)))
+    return f"{_elide_middle(short_head, avail - key_room)}<{_elide_middle(key, key_room)}>"
 
 
 def _split_signature(text: str) -> tuple[str, str]:
@@ -158,12 +219,22 @@ def layout(
     offset = np.zeros(len(tree))
     offset[sibs] = before
     x = np.zeros(len(tree))
-    depth = tree.depth
-    live_depth = depth[live]
-    for d in range(int(live_depth.max()) + 1 if live.size else 0):
-        at = live[live_depth == d]
-        up = tree.parent[at]
-        x[at] = offset[at] + np.where(up >= 0, x[np.maximum(up, 0)], 0.0)
+    # A parent's id is below its children's: ascending ids place every parent first.
+    # Level by level while levels are wide; node by node for slices nested deep.
+    depth = tree.depth[live]
+    by_level = np.argsort(depth, kind="stable")
+    bounds = np.searchsorted(depth[by_level], np.arange(int(depth.max(initial=-1)) + 2))
+    if (len(bounds) - 1) * _LEVEL_COST > live.size:
+        up_l, off_l, x_l = tree.parent.tolist(), offset.tolist(), x.tolist()
+        for i in live.tolist():
+            p = up_l[i]
+            x_l[i] = off_l[i] + (x_l[p] if p >= 0 else 0.0)
+        x = np.asarray(x_l)
+    else:
+        for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            at = live[by_level[lo:hi]]
+            up = tree.parent[at]
+            x[at] = offset[at] + np.where(up >= 0, x[np.maximum(up, 0)], 0.0)
     width = total * scale
     drawn = live[width[live] >= min_width]
     return drawn, x[drawn] * scale + XPAD, width[drawn], grand

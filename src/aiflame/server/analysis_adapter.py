@@ -8,6 +8,7 @@ It uses the analysis library call (``aiflame.analysis.read`` and ``analyze``, ty
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from aiflame.sources.inputs import Input
@@ -22,16 +23,42 @@ def trace_format(path: str) -> str:
     return detect(Input(path)).FORMAT
 
 
-def analyze_file(path: str) -> dict[str, Any]:
-    """The analysis report of one trace, as ``aiflame analyze --json`` writes it."""
+def analyze_file(path: str, name: str = "") -> dict[str, Any]:
+    """The analysis report of one trace, as ``aiflame analyze --json`` writes it; ``name``
+    stands for the file (a temporary file of the server's) where the report names it."""
     from aiflame.analysis import read
     from aiflame.analysis.report import Options, analyze
     from aiflame.analysis.schema import to_builtins
 
     found = read(path)
     report = analyze([found.trace], options=Options())
+    if name:
+        _rename(report, path, name)
     out: dict[str, Any] = to_builtins(report)
     return out
+
+
+def _rename(report: Any, path: str, name: str) -> None:
+    """The report names its trace by ``name``, not by the server's temporary file."""
+    stem = os.path.basename(path)
+    for r in report.ranks:
+        r.path = name
+        if r.name and stem.startswith(r.name):  # named after the file, not a rank
+            r.name = name
+
+
+def report_pages(path: str, name: str, flame_href: str) -> tuple[str, str]:
+    """The HTML report ``aiflame analyze -o`` writes for the trace, and the flame graph page
+    it links into (at ``flame_href``)."""
+    from aiflame.analysis import read
+    from aiflame.analysis.report import Options, analyze
+    from aiflame.render.analyze_pages import report_pages as pages
+
+    found = read(path)
+    report = analyze([found.trace], options=Options())
+    _rename(report, path, name)
+    title = f"aiflame analyze: {name}"
+    return pages([found.profile()], [found.trace], report, [None], flame_href, title)
 
 
 def flame_page(path: str, title: str) -> str:

@@ -7,18 +7,29 @@ stores nothing.
 
 from __future__ import annotations
 
+import errno
 import logging
 import traceback
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from aiflame.server import connect, routes_api, routes_ingest, routes_query, routes_ui
-from aiflame.server.errors import RequestError
+from aiflame.server import (
+    connect,
+    routes_api,
+    routes_drilldown,
+    routes_ingest,
+    routes_otlp,
+    routes_query,
+    routes_ui,
+)
+from aiflame.server.admission import AdmitQueries
+from aiflame.server.errors import Overloaded, RequestError
 from aiflame.server.state import ServerState
+from aiflame.server.store.connection import query_error
 
 log = logging.getLogger("aiflame.server")
 
@@ -28,6 +39,7 @@ INGEST_POSTS = (
     "/api/v1/telemetry",
     "/api/v1/traces",
     "/api/v1/agents/heartbeat",
+    routes_otlp.HTTP_PATH,
 )
 ADMIN_POSTS = ("/api/v1/trace-requests",)
 OPEN = ("/ready", "/healthz")
@@ -49,10 +61,12 @@ def scope_of(method: str, path: str) -> str | None:
 
 
 def _is_connect(path: str) -> bool:
-    return path.startswith(("/push.v1.", "/querier.v1."))
+    return path.startswith(("/push.v1.", "/querier.v1.", "/settings.v1."))
 
 
-def error_response(request_path: str, e: RequestError) -> Response:
+def error_response(request_path: str, e: RequestError, content_type: str = "") -> Response:
+    if request_path == routes_otlp.HTTP_PATH:
+        return routes_otlp.error_response(e, routes_otlp.codec_of_content_type(content_type))
     if _is_connect(request_path):
         return connect.error_response(e)
     headers = {"Retry-After": str(max(1, int(e.retry_after)))} if e.retry_after else {}
@@ -76,6 +90,7 @@ class Guard:
         needed = scope_of(method, path)
         counters = self.state.counters
         started = False
+        ctype = dict(scope["headers"]).get(b"content-type", b"").decode("latin-1")
 
         async def tracking_send(message: Message) -> None:
             nonlocal started
@@ -93,8 +108,20 @@ class Guard:
             if started:
                 raise
             counters.count(counters.rejected, type(e).__name__)
-            await error_response(path, e)(scope, receive, tracking_send)
-        except Exception:
+            await error_response(path, e, ctype)(scope, receive, tracking_send)
+        except ClientDisconnect:
+            pass  # the client left (or was cut off: connections.py): nobody to answer
+        except Exception as e:
+            # The store's own errors are said as what they are (a 400 for a query its
+            # arguments make invalid, a 503 for a store that fails); a full disk is a 503.
+            mapped = query_error(e, self.state.config.query_timeout_s) or _resource_error(e)
+            if mapped is not None:
+                if mapped.status >= 500:
+                    log.warning("%s %s: %s", method, path, mapped.message)
+                if not started:
+                    counters.count(counters.rejected, type(mapped).__name__)
+                    await error_response(path, mapped, ctype)(scope, receive, tracking_send)
+                return
             # A bug of the server (never a client's mistake): logged once, answered 500.
             log.error("%s %s failed:\n%s", method, path, traceback.format_exc())
             if not started:
@@ -102,7 +129,24 @@ class Guard:
                 await resp(scope, receive, tracking_send)
 
 
+_RESOURCE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EMFILE, errno.ENFILE)
+
+
+def _resource_error(e: BaseException) -> RequestError | None:
+    """A full disk (or no file descriptor left) while serving a request: the server cannot
+    do it now, which is a 503 with Retry-After, not a bug."""
+    if isinstance(e, OSError) and e.errno in _RESOURCE_ERRNOS:
+        return Overloaded(f"the server cannot write now ({e.strerror})", retry_after=10)
+    return None
+
+
 async def ready(request: Request) -> Response:
+    """For load balancers: 503 while the store (or the write-ahead log) cannot write."""
+    state: ServerState = request.app.state.server
+    why = state.ready()
+    if why is not None:
+        retry = str(state.writer.health.retry_after_s())
+        return PlainTextResponse(f"not ready: {why}\n", 503, headers={"Retry-After": retry})
     return PlainTextResponse("ready\n")
 
 
@@ -120,16 +164,18 @@ def build_app(state: ServerState) -> ASGIApp:
         Route("/api/v1/telemetry", routes_ingest.post_telemetry, methods=["POST"]),
         Route("/api/v1/traces", routes_ingest.post_trace, methods=["POST"]),
         Route("/api/v1/agents/heartbeat", routes_ingest.heartbeat, methods=["POST"]),
+        Route(routes_otlp.HTTP_PATH, routes_otlp.export, methods=["POST"]),
         Route("/querier.v1.QuerierService/{method}", routes_query.querier, methods=["POST"]),
         *routes_api.ROUTES,
+        *routes_drilldown.ROUTES,
         *routes_ui.ROUTES,
     ]
 
     async def on_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestError)
         state.counters.count(state.counters.rejected, type(exc).__name__)
-        return error_response(request.url.path, exc)
+        return error_response(request.url.path, exc, request.headers.get("content-type", ""))
 
     app = Starlette(routes=routes, exception_handlers={RequestError: on_error})
     app.state.server = state
-    return Guard(app, state)
+    return Guard(AdmitQueries(app, state.admission), state)

@@ -46,6 +46,7 @@ def parse_retention(values: list[str]) -> dict[str, int]:
 class ServerConfig:
     store: str = DEFAULT_STORE
     listen: str = "127.0.0.1:4040"
+    otlp_grpc_listen: str = ""  # OTLP/gRPC profiles (HOST:PORT, e.g. 127.0.0.1:4317); "" off
     tls_cert: str | None = None
     tls_key: str | None = None
     token_file: str | None = None
@@ -66,7 +67,21 @@ class ServerConfig:
     # bucket are summed into one. Queries read the samples themselves for what is newer
     # (store/rollups.py).
     rollup_interval_s: float = 600.0
-    store_connections: int = 8
+    store_connections: int = 8  # the queries' lane; the writer has connections of its own
+    # Readers cannot starve ingest: every query runs with a time limit in the store, and at
+    # most this many at once per token and tenant (and in all); beyond, a 429 + Retry-After.
+    query_timeout_s: float = 30.0
+    queries_per_client: int = 4
+    queries_total: int = 16
+    # Connections: a request's headers must arrive within header_timeout_s of its first byte
+    # (and that byte within idle_timeout_s of the connection or the previous answer), its body at
+    # body_min_bytes_per_s on average after body_timeout_s; a client address holds at most
+    # max_client_connections open connections (0: no cap). See server/connections.py.
+    idle_timeout_s: float = 30.0  # a connection waiting for its first or next request
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 10.0
+    body_min_bytes_per_s: int = 16 << 10
+    max_client_connections: int = 256
     wal_dir: str = "./aiflame-wal"  # the write-ahead log when the store is a ClickHouse server
     wal_fsync: bool = False
     log_level: str = "info"

@@ -36,6 +36,13 @@ class NotFound(RequestError):
     connect_code = "not_found"
 
 
+class Conflict(RequestError):
+    """A write older than what is stored (a setting changed by someone else since)."""
+
+    status = 409
+    connect_code = "already_exists"
+
+
 class PayloadTooLarge(RequestError):
     status = 413
     connect_code = "resource_exhausted"
@@ -51,3 +58,18 @@ class Overloaded(RequestError):
 
     status = 503
     connect_code = "unavailable"
+
+
+class Unstorable(RequestError):
+    """The store refused a request's rows while it takes others' (the request is set aside,
+    not retried): what the checks at the door should have refused."""
+
+    status = 422
+    connect_code = "invalid_argument"
+
+
+class TooManyRequests(RequestError):
+    """A client has more requests in flight than its share: retry after a moment."""
+
+    status = 429
+    connect_code = "resource_exhausted"

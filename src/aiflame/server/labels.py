@@ -12,6 +12,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from aiflame.server import validate
 from aiflame.server.errors import BadRequest
 
 # Pyroscope SDKs send OpenTelemetry-style names (``otel.scope.name``): dots are allowed.
@@ -154,6 +155,7 @@ class _Scanner:
 
 def parse_selector(text: str) -> list[Matcher]:
     """Matchers of ``{a="b", ...}`` (``metric{...}`` matches ``__name__`` too); ``""`` is all."""
+    validate.check_selector_size(text or "")
     s = _Scanner(text or "")
     matchers: list[Matcher] = []
     if not s.peek():
@@ -167,6 +169,9 @@ def parse_selector(text: str) -> list[Matcher]:
         name = s.name()
         op = s.op()
         matchers.append(Matcher(name, op, s.string()))
+        validate.check_matcher_count(len(matchers))
+        if op in ("=~", "!~"):
+            validate.check_regex(matchers[-1].value, name)
         if s.peek() == ",":
             s.pos += 1
         elif s.peek() != "}":

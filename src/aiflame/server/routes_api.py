@@ -8,7 +8,6 @@ Times are Unix milliseconds, seconds, or Grafana's relative forms (``now``, ``no
 from __future__ import annotations
 
 import json
-import re
 import time
 import uuid
 from typing import Any
@@ -18,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from aiflame.server import validate
 from aiflame.server.bodies import read_body
 from aiflame.server.errors import BadRequest, NotFound
 from aiflame.server.labels import check_labels, matchers_sql, parse_selector
@@ -28,29 +28,17 @@ from aiflame.server.routes_ingest import tenant_of
 from aiflame.server.state import ServerState, run_blocking
 from aiflame.server.store.writer import Work
 
-_REL = re.compile(r"now(?:-(\d+)([smhdw]))?\Z")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _MS = pa.timestamp("ms", tz="UTC")
 
 
-def parse_time(text: str | None, default_ms: int) -> int:
-    if text is None or text == "":
-        return default_ms
-    m = _REL.match(text.strip())
-    if m:
-        now = int(time.time() * 1000)
-        return now - (int(m.group(1)) * _UNITS[m.group(2)] * 1000 if m.group(1) else 0)
-    try:
-        v = float(text)
-    except ValueError:
-        raise BadRequest(f"invalid time {text[:40]!r} (Unix ms or s, or now-6h)") from None
-    return int(v * 1000) if v < 1e11 else int(v)
+def parse_time(text: str | None, default_ms: int, field: str = "time") -> int:
+    return validate.time_ms(text, field, default_ms)
 
 
 def _range(request: Request, default_s: int = 3600) -> tuple[int, int]:
     now = int(time.time() * 1000)
-    end = parse_time(request.query_params.get("to"), now)
-    start = parse_time(request.query_params.get("from"), end - default_s * 1000)
+    end = parse_time(request.query_params.get("to"), now, "to")
+    start = parse_time(request.query_params.get("from"), max(0, end - default_s * 1000), "from")
     if end <= start:
         raise BadRequest("'to' must be after 'from'")
     return start, end
@@ -60,11 +48,8 @@ def _int(request: Request, name: str, default: int, lo: int = 0, hi: int = 10**9
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return default
-    try:
-        v = int(float(raw))
-    except ValueError:
-        raise BadRequest(f"{name} must be a number") from None
-    return max(lo, min(hi, v))
+    v = validate.number(raw, name, -1e18, 1e18)
+    return max(lo, min(hi, int(v)))
 
 
 def _state(request: Request) -> ServerState:
@@ -93,6 +78,7 @@ def _attribution_query(request: Request) -> attribution.Query:
         group_by=request.query_params.get("group_by", "team"),
         selector=request.query_params.get("selector", ""),
         top=_int(request, "top", 10, 0, 1000),
+        sort=request.query_params.get("sort") or "allocated",
     )
 
 
@@ -113,7 +99,7 @@ async def get_attribution(request: Request) -> Response:
 async def get_findings(request: Request) -> Response:
     state = _state(request)
     start, end = _range(request, 7 * 86400)
-    key = request.query_params.get("workload_label", "job_id")
+    key = request.query_params.get("workload_label") or findings.WORKLOAD
     result = await run_blocking(
         findings.fleet_findings,
         state.store,
@@ -153,6 +139,20 @@ def _workload(
         params,
     )
     traces = _trace_list(state, tenant, start, end, f'{{{label}="{_esc(value)}"}}', 100)
+    # Ranks are labels of processes, not of workloads: the profiles and traces carry them.
+    ranks: dict[str, set[str]] = {}
+    for host, found in state.store.rows(
+        f"SELECT labels['host'], groupUniqArray(labels['rank']) FROM {db}.series "
+        "WHERE tenant = {t:String} AND labels[{k:String}] = {v:String} "
+        "AND mapContains(labels, 'rank') "
+        "AND hour >= toStartOfHour(fromUnixTimestamp64Milli({t0:Int64}, 'UTC')) "
+        "AND hour < fromUnixTimestamp64Milli({t1:Int64}, 'UTC') GROUP BY labels['host']",
+        params,
+    ):
+        ranks.setdefault(host, set()).update(found)
+    for t in traces:
+        if t["labels"].get("rank"):
+            ranks.setdefault(t["labels"].get("host", ""), set()).add(t["labels"]["rank"])
     return {
         "label": label,
         "value": value,
@@ -162,17 +162,21 @@ def _workload(
         "hosts": [
             {
                 "host": h,
-                "ranks": sorted(r for r in ranks if r),
+                "ranks": sorted((r for r in ranks.get(h, ()) if r), key=_rank_order),
                 "gpu_models": sorted(g for g in gpus if g),
                 "allocated_gpu_hours": alloc,
                 "busy_gpu_hours": busy,
                 "gpus": n,
             }
-            for h, ranks, gpus, alloc, busy, n in hosts
+            for h, _, gpus, alloc, busy, n in hosts
         ],
         "profile_types": [r[0] for r in types],
         "traces": traces,
     }
+
+
+def _rank_order(rank: str) -> tuple[int, str]:
+    return (int(rank), "") if rank.isdigit() else (1 << 62, rank)
 
 
 def _esc(v: str) -> str:
@@ -305,6 +309,33 @@ async def trace_flamegraph(request: Request) -> Response:
     return HTMLResponse(page)
 
 
+async def trace_report(request: Request) -> Response:
+    """The trace's HTML report, as ``aiflame analyze -o`` writes it, linking into the
+    trace's flame graph page."""
+    state = _state(request)
+    tenant, trace_id = tenant_of(request), request.path_params["trace_id"]
+    key = f"{tenant}/{trace_id}/report"
+    page = state.page_cache.get(key)
+    if page is None:
+        blob = await run_blocking(state.trace_blob, tenant, trace_id)
+        if blob is None:
+            raise NotFound(f"no trace {trace_id}")
+        query = request.url.query
+        fut = state.analyzer.report(
+            blob, f"trace {trace_id}", "flamegraph" + (f"?{query}" if query else "")
+        )
+        import asyncio
+
+        try:
+            page = await asyncio.wrap_future(fut)
+        except Exception as e:
+            raise BadRequest(f"this trace has no report: {e}") from None
+        if len(state.page_cache) > 32:
+            state.page_cache.clear()
+        state.page_cache[key] = str(page)
+    return HTMLResponse(page)
+
+
 # -- flame graphs of a selection --------------------------------------------------------------
 def _flame_page(
     state: ServerState, tenant: str, params: dict[str, str], start: int, end: int
@@ -326,8 +357,8 @@ def _flame_page(
     if diff_sel is not None or params.get("diff_from"):
         from aiflame.transforms.diff import diff_profiles
 
-        d0 = parse_time(params.get("diff_from"), start)
-        d1 = parse_time(params.get("diff_to"), end)
+        d0 = parse_time(params.get("diff_from"), start, "diff_from")
+        d1 = parse_time(params.get("diff_to"), end, "diff_to")
         base_sel = Selection.make(
             tenant, pt, diff_sel if diff_sel is not None else selector, d0, d1
         )
@@ -391,10 +422,7 @@ async def telemetry_labels(request: Request) -> Response:
 async def post_trace_request(request: Request) -> Response:
     state = _state(request)
     tenant = tenant_of(request)
-    try:
-        doc = json.loads(await read_body(request, 65536) or b"{}")
-    except ValueError:
-        raise BadRequest("the body is not JSON") from None
+    doc = validate.json_loads(await read_body(request, 65536))
     if (
         not isinstance(doc, dict)
         or not isinstance(doc.get("selector"), dict)
@@ -420,8 +448,8 @@ async def post_trace_request(request: Request) -> Response:
     if iterations is not None and not (isinstance(iterations, int) and 1 <= iterations <= 1000):
         raise BadRequest("iterations must be an integer from 1 to 1000")
     start_time = doc.get("start_time")
-    if start_time is not None and not isinstance(start_time, int | float):
-        raise BadRequest("start_time must be Unix seconds")
+    if start_time is not None:
+        start_time = validate.number(start_time, "start_time", 0, validate.MAX_TIME_MS / 1000)
     expires_s = doc.get("expires_s", 600)
     if not isinstance(expires_s, int | float) or not 10 <= expires_s <= 86400:
         raise BadRequest("expires_s must be from 10 to 86400")
@@ -546,12 +574,37 @@ async def metrics(request: Request) -> Response:
         "# TYPE aiflame_server_pprof_dictionaries_total counter",
         f'aiflame_server_pprof_dictionaries_total{{cache="hit"}} {state.dictionaries.hits}',
         f'aiflame_server_pprof_dictionaries_total{{cache="miss"}} {state.dictionaries.misses}',
+        *_protection_metrics(state),
         "# TYPE aiflame_server_wal_bytes gauge",
         f"aiflame_server_wal_bytes {state.wal.size}",
         "# TYPE aiflame_server_uptime_seconds gauge",
         f"aiflame_server_uptime_seconds {time.time() - state.started:.0f}",
     ]
     return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+
+
+def _protection_metrics(state: ServerState) -> list[str]:
+    """What the server refused or cut off to keep ingest going, and whether it can write."""
+    from aiflame.server.connections import COUNTS
+
+    health = state.writer.health
+    return [
+        "# TYPE aiflame_server_store_writable gauge",
+        f"aiflame_server_store_writable {int(health.ok and state.wal_health.ok)}",
+        "# TYPE aiflame_server_store_failures_total counter",
+        f"aiflame_server_store_failures_total {health.failures + state.wal_health.failures}",
+        "# TYPE aiflame_server_set_aside_total counter",
+        f"aiflame_server_set_aside_total {state.writer.set_aside}",
+        "# TYPE aiflame_server_queries_refused_total counter",
+        f"aiflame_server_queries_refused_total {state.admission.refused}",
+        "# TYPE aiflame_server_connections_cut_total counter",
+        f'aiflame_server_connections_cut_total{{reason="idle"}} {COUNTS.idle_closed}',
+        f'aiflame_server_connections_cut_total{{reason="header_timeout"}} {COUNTS.header_timeouts}',
+        f'aiflame_server_connections_cut_total{{reason="body_too_slow"}} {COUNTS.body_timeouts}',
+        f'aiflame_server_connections_cut_total{{reason="client_cap"}} {COUNTS.refused}',
+        "# TYPE aiflame_server_open_connections gauge",
+        f"aiflame_server_open_connections {sum(COUNTS.open_by_client.values())}",
+    ]
 
 
 ROUTES = [
@@ -562,6 +615,7 @@ ROUTES = [
     Route("/api/v1/traces", list_traces, methods=["GET"]),
     Route("/api/v1/traces/{trace_id}", get_trace),
     Route("/api/v1/traces/{trace_id}/flamegraph", trace_flamegraph),
+    Route("/api/v1/traces/{trace_id}/report", trace_report),
     Route("/api/v1/flamegraph", flamegraph),
     Route("/api/v1/labels", get_labels),
     Route("/api/v1/telemetry/labels", telemetry_labels),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import hashlib
 import re
 import time
 import uuid
@@ -12,14 +12,21 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from aiflame.proto.pyroscope.push.v1 import push_pb2
-from aiflame.server import connect
+from aiflame.server import connect, validate
 from aiflame.server.bodies import GZIP_MAGIC, content_decoded, gunzip, read_body
 from aiflame.server.errors import BadRequest
+from aiflame.server.ingest import heartbeat as heartbeat_doc
 from aiflame.server.ingest import legacy, telemetry
 from aiflame.server.ingest.profiles import profile_item
-from aiflame.server.ingest.push import check_time, content_key, decode_pprof, push_items
+from aiflame.server.ingest.push import (
+    check_time,
+    client_key,
+    content_key,
+    decode_pprof,
+    push_items,
+)
 from aiflame.server.labels import TENANT_DEFAULT, check_labels
-from aiflame.server.state import ServerState, run_blocking
+from aiflame.server.state import ServerState, run_ingest
 from aiflame.server.store.wal import Record
 from aiflame.server.store.writer import Work
 from aiflame.server.traces import check_upload, trace_columns
@@ -73,6 +80,7 @@ def decode_push(state: ServerState, rec: Record) -> list[Work]:
         strings=state.strings,
         min_time_ms=state.retention_floor_ms("profiles"),
         dictionaries=state.dictionaries,
+        request_key=rec.meta.get("request_key"),
     )
     return _profile_works(items)
 
@@ -84,18 +92,12 @@ def decode_ingest(state: ServerState, rec: Record) -> list[Work]:
     if fmt not in legacy.FORMATS:
         raise BadRequest(f"unknown format {fmt!r} (accepted: {', '.join(legacy.FORMATS)})")
     now = rec.received_ms / 1000
-    try:
-        start = float(q.get("from") or now - 10)
-        until = float(q.get("until") or now)
-        rate = float(q.get("sampleRate") or 100)
-    except ValueError:
-        raise BadRequest("from, until and sampleRate must be numbers") from None
-    if rate <= 0 or rate > 1e6:
-        raise BadRequest("sampleRate must be between 0 and 1e6")
-    if start > 1e11:  # sent in milliseconds or nanoseconds: normalize to seconds
-        start /= 1e3 if start < 1e14 else 1e9
-    if until > 1e11:
-        until /= 1e3 if until < 1e14 else 1e9
+    start = validate.unix_seconds(q.get("from"), "from", now - 10)
+    until = validate.unix_seconds(q.get("until"), "until", now)
+    rate = validate.number(q.get("sampleRate") or 100, "sampleRate", 0.01, 1e6)
+    if until < start:
+        raise BadRequest("until must not be before from")
+    validate.not_in_future(int(until * 1000), rec.received_ms, "until")
     if q.get("spyName"):
         labels.setdefault("spy_name", q["spyName"][:64])
     labels = legacy.name_labels(labels, suffix)
@@ -115,7 +117,7 @@ def decode_ingest(state: ServerState, rec: Record) -> list[Work]:
         cols,
         labels,
         tenant=rec.tenant,
-        profile_id=content_key({**labels, "__from": str(start)}, raw),
+        profile_id=_ingest_id(rec, labels, start, raw),
         received_ms=rec.received_ms,
         pprof_bytes=len(rec.body),
         strings=state.strings,
@@ -125,22 +127,56 @@ def decode_ingest(state: ServerState, rec: Record) -> list[Work]:
     return _profile_works([item])
 
 
+def _ingest_id(rec: Record, labels: dict[str, str], start: float, raw: bytes) -> str:
+    """An ``/ingest`` profile's identity: the client's ``Idempotency-Key`` within its labels
+    (a retry with the key is stored once), else the request it came in (never merged with
+    another client's identical bytes); a record of an older version: its content."""
+    key = rec.meta.get("__idempotency_key")
+    if key:
+        h = hashlib.blake2b(digest_size=16)
+        for k in sorted(labels):
+            h.update(f"{k}\x00{labels[k]}\x01".encode())
+        h.update(key.encode())
+        return "key-" + h.hexdigest()
+    if rec.meta.get("__request_key"):
+        return rec.meta["__request_key"]
+    return content_key({**labels, "__from": str(start)}, raw)
+
+
 def decode_telemetry(state: ServerState, rec: Record) -> list[Work]:
     limit = state.limits.max_telemetry_bytes
     doc = telemetry.parse(_encoding(rec.body, rec.meta.get("encoding", ""), limit))
     if doc.end * 1000 < state.retention_floor_ms("telemetry"):
         raise BadRequest("telemetry older than the retention of telemetry")
+    validate.not_in_future(int(doc.end * 1000), rec.received_ms, "end")
     tables = telemetry.tables(doc, rec.tenant, rec.received_ms, state.limits.max_labels)
     rows = sum(len(next(iter(t.values()))) for t in tables.values())
     return [Work(tables=tables, key=("telemetry_batches", rec.tenant, doc.batch_id), rows=rows)]
 
 
-DECODERS = {"push": decode_push, "ingest": decode_ingest, "telemetry": decode_telemetry}
+def decode_otlp(state: ServerState, rec: Record) -> list[Work]:
+    from aiflame.server.routes_otlp import decode_for_replay  # imports this module
+
+    return decode_for_replay(state, rec)
+
+
+DECODERS = {
+    "push": decode_push,
+    "ingest": decode_ingest,
+    "telemetry": decode_telemetry,
+    "otlp": decode_otlp,
+}
+
+
+def _request_key() -> str:
+    """The name of one received request (kept in its log record): the identity of the
+    profiles it carries without a key of their own."""
+    return "req-" + uuid.uuid4().hex
 
 
 async def _accept(state: ServerState, rec: Record) -> list[Work]:
     """Decode (a bad request ends here as a 4xx), log, and hand to the writer."""
-    works = await run_blocking(DECODERS[rec.kind], state, rec)
+    works = await run_ingest(DECODERS[rec.kind], state, rec)
     state.accept(rec, works)
     return works
 
@@ -153,7 +189,11 @@ async def push(request: Request) -> Response:
         kind="push",
         tenant=tenant_of(request),
         received_ms=int(time.time() * 1000),
-        meta={"codec": codec, "encoding": request.headers.get("content-encoding", "")},
+        meta={
+            "codec": codec,
+            "encoding": request.headers.get("content-encoding", ""),
+            "request_key": _request_key(),
+        },
         body=await read_body(request, state.limits.max_body_bytes),
     )
     works = await _accept(state, rec)
@@ -165,9 +205,14 @@ async def push(request: Request) -> Response:
 async def ingest(request: Request) -> Response:
     """``POST /ingest?name=app.cpu{k=v}&format=pprof|folded|lines&from&until&sampleRate``."""
     state: ServerState = request.app.state.server
-    meta = dict(request.query_params)
+    # (names beginning with "__" are the server's own, below)
+    meta = {k: v for k, v in request.query_params.items() if not k.startswith("__")}
     meta["__content_type"] = request.headers.get("content-type", "")
     meta["__encoding"] = request.headers.get("content-encoding", "")
+    meta["__request_key"] = _request_key()
+    key = request.headers.get("idempotency-key")
+    if key:
+        meta["__idempotency_key"] = client_key(key.strip().strip('"'), "Idempotency-Key")
     rec = Record(
         kind="ingest",
         tenant=tenant_of(request),
@@ -209,9 +254,10 @@ async def post_trace(request: Request) -> Response:
     raw_labels = request.headers.get("x-aiflame-labels")
     if raw_labels:
         try:
-            parsed = json.loads(raw_labels.encode("latin-1").decode("utf-8"))
-        except (ValueError, UnicodeError):
-            raise BadRequest("X-Aiflame-Labels is not a JSON object") from None
+            text = raw_labels.encode("latin-1").decode("utf-8")
+        except UnicodeError:
+            raise BadRequest("X-Aiflame-Labels is not UTF-8") from None
+        parsed = validate.json_loads(text.encode(), "X-Aiflame-Labels")
         if not isinstance(parsed, dict):
             raise BadRequest("X-Aiflame-Labels is not a JSON object")
         labels = check_labels(
@@ -220,7 +266,7 @@ async def post_trace(request: Request) -> Response:
     blob = await read_body(request, state.limits.max_trace_bytes)
     if request.headers.get("content-encoding", "").lower() in ("gzip", "x-gzip"):
         pass  # stored as it came: the readers inflate gzip by its magic bytes
-    fmt = await run_blocking(check_upload, blob, 8 * state.limits.max_trace_bytes, state.tmpdir)
+    fmt = await run_ingest(check_upload, blob, 8 * state.limits.max_trace_bytes, state.tmpdir)
     now_ms = int(time.time() * 1000)
     row = {
         "tenant": tenant,
@@ -258,33 +304,16 @@ async def heartbeat(request: Request) -> Response:
     """``POST /api/v1/agents/heartbeat``: the agent's state; answers its pending requests."""
     state: ServerState = request.app.state.server
     tenant = tenant_of(request)
-    body = content_decoded(request, await read_body(request, 1 << 20), 1 << 20)
-    try:
-        doc = json.loads(body or b"{}")
-    except ValueError:
-        raise BadRequest("the body is not JSON") from None
-    host = doc.get("host") if isinstance(doc, dict) else None
-    if not isinstance(host, str) or not host or len(host) > 255:
-        raise BadRequest("a heartbeat needs 'host'")
+    body = content_decoded(
+        request, await read_body(request, heartbeat_doc.MAX_BODY), heartbeat_doc.MAX_BODY
+    )
+    hb = heartbeat_doc.parse(body)
     now_ms = int(time.time() * 1000)
-    started = doc.get("started")
-    started_ms = int(float(started) * 1000) if isinstance(started, int | float) else now_ms
-    gpus = doc.get("gpus") if isinstance(doc.get("gpus"), list) else []
-    tables = {
-        "agents": {
-            "tenant": [tenant],
-            "host": [host],
-            "agent_version": [str(doc.get("agent_version", ""))[:64]],
-            "started": pa.array([started_ms], _MS),
-            "last_seen": pa.array([now_ms], _MS),
-            "gpus": [json.dumps(gpus)[:65536]],
-            "spool_bytes": pa.array([max(0, int(doc.get("spool_bytes") or 0))], pa.uint64()),
-            "sampling_rate_hz": pa.array([float(doc.get("sampling_rate_hz") or 0)], pa.float32()),
-        }
-    }
+    tables = {"agents": heartbeat_doc.agent_row(hb, tenant, now_ms)}
+    host = hb.host
     from aiflame.server.query.requests import deliveries_for
 
-    pending, delivery = await run_blocking(deliveries_for, state, tenant, host, now_ms)
+    pending, delivery = await run_ingest(deliveries_for, state, tenant, host, now_ms)
     if delivery:
         # Handed out once: the delivery is stored before the agent hears of it.
         tables["trace_deliveries"] = delivery

@@ -12,6 +12,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from aiflame.server.admission import QueryAdmission
 from aiflame.server.auth import TokenCheck
 from aiflame.server.config import ServerConfig
 from aiflame.server.errors import Overloaded, RequestError
@@ -19,6 +20,7 @@ from aiflame.server.ingest.dictionaries import DictionaryCache
 from aiflame.server.ingest.hashing import StringHashes
 from aiflame.server.store import migrations
 from aiflame.server.store.connection import Store, open_store
+from aiflame.server.store.health import StoreHealth
 from aiflame.server.store.url import parse_store_url
 from aiflame.server.store.wal import Record, WriteAheadLog
 from aiflame.server.store.writer import Work, Writer, recover
@@ -26,6 +28,7 @@ from aiflame.server.traces import TraceAnalyzer
 
 log = logging.getLogger("aiflame.server")
 _JANITOR_S = 60.0
+_INSERT_THREADS = 4  # the writer's inserts of one batch, one table each, at once
 _GRACE_S = 120.0  # a batch open this long on another replica was abandoned
 
 
@@ -48,16 +51,25 @@ class ServerState:
         self.limits = config.limits
         self.tokens = TokenCheck(config.token_file)
         self.url = parse_store_url(config.store)
-        self.store: Store = open_store(self.url, config.store_connections)
-        migrations.migrate(self.store, config.retention_s)
+        # Queries run on the read lane (with their time limit), the writer on its own
+        # connections: readers holding every read connection never hold up a batch.
+        self.store: Store = open_store(
+            self.url,
+            config.store_connections,
+            write_pool_size=_INSERT_THREADS + 2,
+            read_settings={"max_execution_time": config.query_timeout_s},
+        )
+        self.write_store = self.store.writes()
+        migrations.migrate(self.write_store, config.retention_s)
         # What a killed process left: batches half-written, committed ones not rolled up
         # (this replica's at once, another's once it has been gone a while).
         self.replica = socket.gethostname()
-        recover(self.store, replica=self.replica)
-        recover(self.store, older_than_s=_GRACE_S, replica=self.replica, others=True)
+        recover(self.write_store, replica=self.replica)
+        recover(self.write_store, older_than_s=_GRACE_S, replica=self.replica, others=True)
         _warm_up()
         self.writer = Writer(
-            self.store,
+            self.write_store,
+            insert_threads=_INSERT_THREADS,
             flush_interval_s=config.flush_interval_s,
             logged_interval_s=config.logged_flush_interval_s,
             batch_rows=config.batch_rows,
@@ -74,8 +86,10 @@ class ServerState:
         self.analyzer = TraceAnalyzer(self.writer, self.tmpdir, config.analysis_workers)
         wal_dir = os.path.join(base, "wal") if self.url.kind == "chdb" else config.wal_dir
         self.wal = WriteAheadLog(wal_dir, fsync=config.wal_fsync)
+        self.wal_health = StoreHealth("wal")
         self._replay_wal()
         self.page_cache: dict[str, str] = {}
+        self.admission = QueryAdmission(config.queries_per_client, config.queries_total)
         self._stop = threading.Event()
         self._janitor = threading.Thread(target=self._janitor_loop, daemon=True)
         self._janitor.start()
@@ -87,9 +101,34 @@ class ServerState:
         rows = sum(w.rows for w in works)
         if self.writer.behind(rows) or self.wal.over_limit():
             raise Overloaded("the store is behind; retry later", retry_after=2)
-        segment = self.wal.append(record)
-        fut = self.writer.submit(works, durable=True)
+        try:
+            segment = self.wal.append(record)
+        except OSError as e:  # a full disk: said, and retried by the client
+            self.wal_health.failed(e, "logging a push")
+            raise Overloaded(
+                f"cannot log the push ({e.strerror or e}); retry later",
+                retry_after=self.wal_health.retry_after_s(),
+            ) from None
+        self.wal_health.succeeded()
+        fut = self.writer.submit(works, durable=True, on_reject=self._set_aside(record))
         fut.add_done_callback(lambda f: self.wal.committed(segment))
+
+    def _set_aside(self, record: Record):  # type: ignore[no-untyped-def]
+        return lambda error: self.wal.set_aside(record, str(error).strip()[:2000])
+
+    def ready(self) -> str | None:
+        """Why the server cannot take pushes now (None: it can): the store cannot write,
+        or the write-ahead log cannot (probed again here while it failed)."""
+        if not self.writer.health.ok:
+            return f"the store cannot write: {self.writer.health.last_error}"
+        if not self.wal_health.ok:
+            try:
+                self.wal.probe()
+            except OSError as e:
+                self.wal_health.failed(e, "logging a push")
+                return f"the write-ahead log cannot write: {e.strerror or e}"
+            self.wal_health.succeeded()
+        return None
 
     def _replay_wal(self) -> None:
         """Pushes acknowledged by a process that died before storing them."""
@@ -100,11 +139,12 @@ class ServerState:
         for rec in self.wal.replay(upto):
             try:
                 works = DECODERS[rec.kind](self, rec)
-            except RequestError as e:  # e.g. older than the retention by now
+            except RequestError as e:  # e.g. older than the retention by now: kept aside
                 skipped += 1
                 log.warning("wal: a logged %s cannot be stored: %s", rec.kind, e.message)
+                self.wal.set_aside(rec, e.message)
                 continue
-            futures.append(self.writer.submit(works, durable=True))
+            futures.append(self.writer.submit(works, durable=True, on_reject=self._set_aside(rec)))
         for f in futures:
             f.result()
         if futures or skipped:
@@ -135,7 +175,7 @@ class ServerState:
     def _janitor_loop(self) -> None:
         while not self._stop.wait(_JANITOR_S):
             try:
-                recover(self.store, _GRACE_S, replica=self.replica, others=True)
+                recover(self.write_store, _GRACE_S, replica=self.replica, others=True)
             except Exception as e:
                 log.warning("janitor: %s", e)
 
@@ -195,8 +235,17 @@ def _warm_up() -> None:
 
 
 def run_blocking(fn, *args):  # type: ignore[no-untyped-def]
-    """Run CPU-bound request work off the event loop."""
+    """Run a query's work off the event loop (the readers' threads)."""
     return asyncio.get_running_loop().run_in_executor(_POOL, fn, *args)
 
 
+def run_ingest(fn, *args):  # type: ignore[no-untyped-def]
+    """Run ingest's work (decoding a push) off the event loop, on threads of its own that
+    no reader can occupy."""
+    return asyncio.get_running_loop().run_in_executor(_INGEST_POOL, fn, *args)
+
+
 _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="aiflame-req")
+_INGEST_POOL = concurrent.futures.ThreadPoolExecutor(
+    max_workers=4, thread_name_prefix="aiflame-ingest"
+)

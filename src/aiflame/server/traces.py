@@ -15,9 +15,11 @@ import json
 import logging
 import multiprocessing
 import os
+import signal
 import tempfile
 import time
 import zlib
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -82,9 +84,28 @@ def write_temp(blob: bytes, tmpdir: str) -> str:
 _WORKER_NICE = 10  # analysis can wait; ingest and queries cannot
 
 
-def _limit_memory() -> None:
-    """A worker's setup: bounded memory, and below the server's requests in CPU priority
-    (a process of its own: its nice value slows nothing the server's threads wait on)."""
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with(parent: int) -> None:
+    """Have the kernel kill this worker when the server dies, even by SIGKILL (a worker left
+    behind would hold memory and the resource tracker for as long as it lives)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the pipe to the server is all there is
+        pass
+    if os.getppid() != parent:  # the server died before the line above
+        os._exit(1)
+
+
+def _worker_setup(parent: int) -> None:
+    """A worker's setup: dies with the server, bounded memory, and below the server's
+    requests in CPU priority (a process of its own: its nice value slows nothing the
+    server's threads wait on)."""
+    _die_with(parent)
     with contextlib.suppress(OSError):
         os.nice(_WORKER_NICE)
     try:
@@ -95,13 +116,13 @@ def _limit_memory() -> None:
         pass
 
 
-def _analyze_job(path: str) -> dict[str, Any]:
+def _analyze_job(path: str, name: str = "") -> dict[str, Any]:
     """In a worker process: the format and report of a trace file, or the error."""
     try:
         fmt = analysis_adapter.trace_format(path)
         if fmt not in analysis_adapter.ANALYZABLE:
             return {"format": fmt, "report": None}
-        return {"format": fmt, "report": analysis_adapter.analyze_file(path)}
+        return {"format": fmt, "report": analysis_adapter.analyze_file(path, name)}
     except MemoryError:
         return {"error": "the analysis ran out of memory"}
     except Exception as e:
@@ -121,25 +142,55 @@ def _flame_job(path: str, title: str) -> str:
             os.unlink(path)
 
 
+def _report_job(path: str, name: str, flame_href: str) -> str:
+    try:
+        if analysis_adapter.trace_format(path) not in analysis_adapter.ANALYZABLE:
+            raise ValueError("a memory snapshot has no analysis report: open its flame graph")
+        return analysis_adapter.report_pages(path, name, flame_href)[0]
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
 class TraceAnalyzer:
     def __init__(self, writer: Writer, tmpdir: str, workers: int = 1) -> None:
         self.writer = writer
         self.tmpdir = tmpdir
         Path(tmpdir).mkdir(parents=True, exist_ok=True)
-        ctx = multiprocessing.get_context("spawn")  # never fork a process hosting chDB
-        self.pool = concurrent.futures.ProcessPoolExecutor(
-            max_workers=max(1, workers), mp_context=ctx, initializer=_limit_memory
-        )
+        self.workers = max(1, workers)
+        self.pool = self._new_pool()
         self.pending: dict[tuple[str, str], concurrent.futures.Future] = {}
+
+    def _new_pool(self) -> concurrent.futures.ProcessPoolExecutor:
+        ctx = multiprocessing.get_context("spawn")  # never fork a process hosting chDB
+        return concurrent.futures.ProcessPoolExecutor(
+            max_workers=self.workers,
+            mp_context=ctx,
+            initializer=_worker_setup,
+            initargs=(os.getpid(),),
+        )
+
+    def _submit(self, fn: Any, *args: Any) -> concurrent.futures.Future:
+        try:
+            return self.pool.submit(fn, *args)
+        except BrokenProcessPool:  # a worker died (memory, a signal): new workers
+            log.warning("traces: an analysis worker died; starting new ones")
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.pool = self._new_pool()
+            return self.pool.submit(fn, *args)
 
     def enqueue(self, tenant: str, trace_id: str, row: dict[str, Any], blob: bytes) -> None:
         path = write_temp(blob, self.tmpdir)
-        fut = self.pool.submit(_analyze_job, path)
+        fut = self._submit(_analyze_job, path, f"trace {trace_id}")
         self.pending[(tenant, trace_id)] = fut
         fut.add_done_callback(lambda f: self._done(tenant, trace_id, row, f))
 
     def flame(self, blob: bytes, title: str) -> concurrent.futures.Future:
-        return self.pool.submit(_flame_job, write_temp(blob, self.tmpdir), title)
+        return self._submit(_flame_job, write_temp(blob, self.tmpdir), title)
+
+    def report(self, blob: bytes, name: str, flame_href: str) -> concurrent.futures.Future:
+        """The HTML report of ``aiflame analyze -o`` for the trace."""
+        return self.pool.submit(_report_job, write_temp(blob, self.tmpdir), name, flame_href)
 
     def _done(
         self, tenant: str, trace_id: str, row: dict[str, Any], fut: concurrent.futures.Future

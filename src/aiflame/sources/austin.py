@@ -47,7 +47,6 @@ SPECIAL = {"GC": "[GC]", "INVALID": "[invalid frame]"}
 
 _HEAD = re.compile(r"^(?:P\d+;T[^;\s]+|Thread [0-9A-Fa-fx]+)[; ]")
 _ALT_LINE = re.compile(r"\);L(\d+)")  # Austin 2's "function (file);L12"
-_PAREN_FRAME = re.compile(r"^(.*?) \((.*):(\d+)\)$")  # Austin 2's "function (file:12)"
 _PY_FILE = re.compile(r"\.py[xw]?$|^<")  # a Python source, or <frozen ...>, <string>
 
 
@@ -60,6 +59,19 @@ def sniff(head: bytes, path: str) -> bool:
     samples = [ln for ln in (lines[:-1] or lines) if not ln.startswith("# ")]
     good = sum(1 for ln in samples if _HEAD.match(ln))
     return bool(samples) and good >= max(1, (len(samples) + 1) // 2)
+
+
+def _paren_frame(text: str) -> tuple[str, str, int] | None:
+    r"""(function, file, line) of Austin 2's ``function (file:12)``, or None. Split by hand:
+    a pattern like ``(.*?) \((.*):(\d+)\)`` backtracks for minutes on a long name full of
+    " (" (the first " (" is where the file starts, the last ":" where its line does)."""
+    if not text.endswith(")"):
+        return None
+    head, colon, line = text[:-1].rpartition(":")
+    function, paren, file = head.partition(" (")
+    if not (colon and paren and line.isdecimal()):
+        return None
+    return function, file, int(line)
 
 
 @dataclass
@@ -161,9 +173,9 @@ class _Frames:
         return fid
 
     def _parse(self, text: str) -> int:
-        m = _PAREN_FRAME.match(text)
+        m = _paren_frame(text)
         if m:  # Austin 1 and 2
-            function, file, line = m.group(1), m.group(2), int(m.group(3))
+            function, file, line = m
         else:
             file, sep, rest = text.rpartition(":")
             file, sep2, function = file.rpartition(":")
@@ -171,7 +183,7 @@ class _Frames:
                 return self.b.frame(text, guess_kind(text))
             if not file and function in SPECIAL and not rest:
                 return self.b.frame(SPECIAL[function], FrameKind.LABEL)
-            line = int(rest) if rest.isdigit() else 0
+            line = int(rest) if rest.isdecimal() else 0
         if file == "kernel":  # austinp -k
             return self.b.frame(function, FrameKind.KERNEL)
         if _PY_FILE.search(file) or not file:

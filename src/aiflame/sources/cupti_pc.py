@@ -17,6 +17,7 @@ named by its offset alone.
 from __future__ import annotations
 
 import os
+import warnings
 from collections import defaultdict
 
 from aiflame.errors import InputError
@@ -64,7 +65,8 @@ def find_cubins(path: str) -> dict[int, cubins.Cubin]:
                 continue
             try:
                 c = cubins.load_cubin_file(os.path.join(d, name))
-            except cubins.CubinError:
+            except cubins.CubinError as e:
+                warnings.warn(f"{e}: no SASS for its samples", stacklevel=1)
                 continue
             out[c.crc] = c
     return out

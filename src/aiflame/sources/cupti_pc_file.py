@@ -140,8 +140,10 @@ def is_dump(head: bytes) -> bool:
 def read_dump(data: bytes) -> list[Buffer]:
     try:
         return _read(data)
-    except (struct.error, IndexError) as e:
-        raise DumpError(f"truncated or corrupt PC sampling file ({e})") from None
+    except (struct.error, IndexError):
+        raise DumpError(
+            "truncated or corrupt PC sampling file (a record runs past the end of the data)"
+        ) from None
 
 
 def _read(data: bytes) -> list[Buffer]:

@@ -2,7 +2,8 @@
 FlameGraph's stackcollapse-*.pl, inferno, py-spy ``--format raw`` and many others.
 
 Counts may be fractional. Lines that start with ``#`` are comments (Austin's metadata,
-the headers some tools write), never frames; other lines that do not parse are skipped and counted
+the headers some tools write), never frames (aiflame writes a root frame starting with
+``#`` as ``\\#``); other lines that do not parse are skipped and counted
 (``meta['ignored_lines']``), as flamegraph.pl does. ``\\;`` inside a frame name is a
 ``;`` of the name (see :mod:`aiflame.model.folded`).
 """
@@ -79,6 +80,8 @@ def read_counts(source: Input) -> tuple[dict[str, float], int]:
         for line in f:
             if line[:1] == "#":
                 continue  # a comment: '# mode: wall' would otherwise be a frame
+            if line[:2] == "\\#":  # a root frame starting with '#', as aiflame writes it
+                line = line[1:]
             # The usual "stack 123": taken here without parse_line's copies of the line
             # (a line can be a megabyte); anything else goes through parse_line.
             stack, sep, count = line.rpartition(" ")

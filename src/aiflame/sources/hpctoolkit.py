@@ -44,6 +44,7 @@ from aiflame.sources import hpcrun_fmt
 from aiflame.sources import hpctoolkit_db as db
 from aiflame.sources import hpctoolkit_meas as meas_dir
 from aiflame.sources.inputs import Input
+from aiflame.symbolize.cxa import demangle_all
 from aiflame.symbolize.kinds import DELIMITER, guess_kind
 
 FORMAT = "hpctoolkit"
@@ -156,6 +157,8 @@ def _read_beside(path: str, folder: str, name: str) -> bytes:
 class _Importer:
     def __init__(self, meta: db.MetaDB, profiles: list[db.ProfileValues]) -> None:
         self.meta = meta
+        # hpcstruct leaves a name mangled where it could not demangle it
+        self.readable = demangle_all(fn.name for fn in meta.functions if fn.name)
         self.profiles = [p for p in profiles if not p.is_summary] or profiles[:1]
         self.b = ProfileBuilder([])
         self.contexts = meta.contexts
@@ -240,7 +243,7 @@ class _Importer:
         if c.ctx_id in m.entry_names:
             return None, False  # "main thread": the thread label says it
         if c.lexical_type == db.LEX_FUNCTION:
-            name = fn.name if fn and fn.name else "[unknown function]"
+            name = self.readable.get(fn.name, fn.name) if fn and fn.name else "[unknown function]"
             if name == GPU_KERNEL_PLACEHOLDER:
                 return self.b.frame(DELIMITER, FrameKind.DELIMITER), True
             file = m.files[fn.file] if fn and fn.file >= 0 else ""

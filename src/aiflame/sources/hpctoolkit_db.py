@@ -45,7 +45,7 @@ class _Reader:
     def _unpack(self, fmt: str, at: int) -> tuple:
         try:
             return struct.unpack_from("<" + fmt, self.data, at)
-        except struct.error:
+        except (struct.error, OverflowError):  # a pointer beyond the file (or any file)
             raise FormatError(f"{self.what}: field at {at:#x} beyond the end of the file") from None
 
     def u8(self, at: int) -> int:

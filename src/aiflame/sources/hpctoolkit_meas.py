@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import warnings
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -224,9 +225,9 @@ class GpuBinary:
             with open(local, "rb") as f:
                 data = f.read()
             image = ElfImage(data, local)
-        except (OSError, ElfError):
+            names = image.section_names
+        except (OSError, ElfError):  # unreadable or damaged: its PCs go unnamed
             return
-        names = image.section_names
         for i, sh in enumerate(image.sections):
             name = names[i] if i < len(names) else ""
             if name.startswith(".text.") and int(sh["size"]):
@@ -238,8 +239,9 @@ class GpuBinary:
         if cubins.is_cubin(data) and cubins.find_nvdisasm():
             try:
                 self.cubin = cubins.load_cubin(data, need_crc=False)
-            except cubins.CubinError:
+            except cubins.CubinError as e:
                 self.cubin = None
+                warnings.warn(f"{local}: {e}: no SASS, instructions named by offset", stacklevel=1)
 
     def _section(self, offset: int) -> tuple[int, str] | None:
         k = bisect_right(self._starts, offset) - 1

@@ -17,6 +17,8 @@ Each becomes ``comm (pid) ; CPU frames ; - ; kernel ; instruction @ +0xOFF ; sta
 
 from __future__ import annotations
 
+import math
+
 from aiflame.errors import InputError
 from aiflame.model import FrameKind, Profile, ProfileBuilder, gpu
 from aiflame.model.stacks import EMPTY_STACK
@@ -158,19 +160,41 @@ class _Importer:
                 elif tag == "eustall" and len(f) >= 3 + len(STALL_TYPES):
                     if kernel is None:
                         raise InputError(path, f"line {n}: eustall before any kernel line")
-                    offset, insn = int(f[1], 16), strings.get(f[2], "")
+                    offset = _number(f[1], 16, "instruction offset")
+                    insn = strings.get(f[2], "")
                     for stall, value in zip(STALL_TYPES, f[3 : 3 + len(STALL_TYPES)], strict=True):
-                        if int(value) > 0:
-                            self.add(
-                                kernel[0], kernel[1], kernel[2], insn, offset, stall, int(value)
-                            )
+                        count = _number(value, 10, f"{stall} count")
+                        if count > 0:
+                            self.add(kernel[0], kernel[1], kernel[2], insn, offset, stall, count)
                 elif tag == "e" and len(f) >= 5:
                     stack = strings.get(f[1])
                     if stack is None:
                         raise InputError(path, f"line {n}: stack string {f[1]} is not defined")
-                    self.folded_stack(stack, float(f[4]), path, n)
-            except ValueError as e:
+                    self.folded_stack(stack, _count(f[4]), path, n)
+            except _BadField as e:
                 raise InputError(path, f"line {n}: {e}") from None
+
+
+class _BadField(ValueError):
+    """A field of a line that is not what it should be (the message names it)."""
+
+
+def _number(text: str, base: int, what: str) -> int:
+    try:
+        return int(text, base)
+    except ValueError:
+        kind = "a hexadecimal number" if base == 16 else "a whole number"
+        raise _BadField(f"{what} {text[:40]!r} is not {kind}") from None
+
+
+def _count(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise _BadField(f"sample count {text[:40]!r} is not a number")
+    return value
 
 
 def _split_count(line: str) -> tuple[str, float | None]:

@@ -162,7 +162,9 @@ class _GuardedStream(io.RawIOBase):
         except EOFError:
             raise InputError(self._path, "truncated gzip data") from None
         except (gzip.BadGzipFile, zlib.error, OSError) as e:
-            raise InputError(self._path, f"corrupt gzip data ({e})") from None
+            # zlib says "Error -3 while decompressing data: invalid distance too far back"
+            reason = str(e).rpartition("decompressing data: ")[2] or str(e)
+            raise InputError(self._path, f"corrupt gzip data ({reason})") from None
         if not n:
             return 0
         self._size += n

@@ -42,13 +42,21 @@ from aiflame.errors import AiflameError, InputError
 from aiflame.model import FrameKind, Profile, ProfileBuilder, gpu
 from aiflame.model.stacks import EMPTY_STACK
 from aiflame.model.trace import TraceData
+from aiflame.sources.gpu_idle_samples import add_gpu_idle
 from aiflame.sources.inputs import Input
-from aiflame.sources.kineto_events import Cls, Columns, EventCollector, TimeOutOfRange
-from aiflame.sources.kineto_info import describe
+from aiflame.sources.kineto_events import (
+    Cls,
+    Columns,
+    EventCollector,
+    TimeOutOfRange,
+    ValueOutOfRange,
+)
+from aiflame.sources.kineto_info import describe, time_range_problem
 from aiflame.sources.kineto_json import TraceStream
 from aiflame.sources.kineto_names import PyFrame, python_frame
 from aiflame.sources.kineto_samples import (
     DELIMITER,
+    GPU_IDLE_TIME,
     SAMPLE_TYPES,
     UNLINKED_ROOT,
     Labels,
@@ -164,7 +172,7 @@ def trace_input(
     ``kernel_args``: read the kernel names launch calls carry (the trace of a graph's
     capture, which is matched to the replays by them)."""
     try:
-        cols, meta = read_columns(source, shapes=True, kernels=kernel_args)
+        cols, meta = read_columns(source, shapes=True, kernels=kernel_args, memory=True)
     except NoKinetoEvents as no_events:
         from aiflame.sources import trace_events
 
@@ -197,12 +205,18 @@ def read_columns(
     collector = EventCollector(shapes, memory, kernels=kernels)
     with source.open_binary() as f:
         stream = TraceStream(f, source.path, collector.event_type)
-        for batch in stream.batches():
-            collector.add(batch)
+        try:
+            for batch in stream.batches():
+                collector.add(batch)
+        except ValueOutOfRange as e:
+            raise InputError(source.path, str(e)) from None
     try:
         cols = collector.freeze()
     except TimeOutOfRange as e:
         raise InputError(source.path, str(e)) from None
+    problem = time_range_problem(cols, stream.meta)
+    if problem:
+        raise InputError(source.path, problem)
     _demangle_kernels(cols)
     if cols.cpu_ts.size == 0 and cols.gpu_ts.size == 0:
         what = ", ".join(f"{n} {c}" for c, n in cols.ignored.most_common(4))
@@ -360,6 +374,13 @@ def build_profile(
         captured = _captured_stacks(builder, cols, launch, stack_of, replays, python_names)
         graft = captured if graft is None else np.where(captured >= 0, captured, graft)
     unlinked = add_gpu_samples(builder, kernels, cols, launch, stack_of, labels, graft)
+    trace = from_columns(cols, trace_meta, path, (cpu_corr, gpu_corr), nesting, launch)
+    none = np.full(1, -1, dtype=np.int64)
+
+    def thread_labels(th: np.ndarray) -> np.ndarray:
+        return labels.ids(th, np.broadcast_to(none, th.shape), np.broadcast_to(none, th.shape))
+
+    add_gpu_idle(builder, GPU_IDLE_TIME, trace, stack_of, thread_labels)
 
     builder.meta.update(describe(cols, unlinked, warnings, rank, trace_meta, use_call_stacks))
     if len(launch) and stack_of.size:

@@ -140,6 +140,28 @@ class MemoryEvent(Event, gc=False):
     args: MemoryArgs | None = None
 
 
+class AnalysisArgs(KernelArgs, gc=False):
+    """All of the above: shapes, launch calls' kernels and ``[memory]`` fields (what
+    ``aiflame analyze`` reads)."""
+
+    nbytes: Any = msgspec.field(default=None, name="Bytes")
+    addr: Any = msgspec.field(default=None, name="Addr")
+    device_type: Any = msgspec.field(default=None, name="Device Type")
+    device_id: Any = msgspec.field(default=None, name="Device Id")
+    total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
+
+
+class AnalysisEvent(Event, gc=False):
+    args: AnalysisArgs | None = None
+
+
+def _event_type(shapes: bool, memory: bool, kernels: bool) -> type[Event]:
+    if memory and (shapes or kernels):
+        return AnalysisEvent
+    return MemoryEvent if memory else KernelEvent if kernels else ShapeEvent if shapes else Event
+
+
 MEMORY_EVENT = "[memory]"
 # c10::DeviceType values as Kineto writes them in "Device Type" (ROCm reports CUDA, 1).
 DEVICE_TYPES = {0: "cpu", 1: "cuda", 6: "hip", 9: "xla", 12: "xpu", 13: "mps", 19: "mtia"}
@@ -172,7 +194,25 @@ def coerce_event(
             "labels": raw.get("labels"),
             "sort_index": raw.get("sort_index"),
         }
-        if memory:
+        memory_fields = {
+            "nbytes": raw.get("Bytes"),
+            "addr": raw.get("Addr"),
+            "device_type": raw.get("Device Type"),
+            "device_id": raw.get("Device Id"),
+            "total_allocated": raw.get("Total Allocated"),
+            "total_reserved": raw.get("Total Reserved"),
+        }
+        if memory and (shapes or kernels):
+            args = AnalysisArgs(
+                **fields,
+                input_dims=raw.get("Input Dims"),
+                input_type=raw.get("Input type"),
+                concrete_inputs=raw.get("Concrete Inputs"),
+                bytes=raw.get("bytes"),
+                kernel=raw.get("kernel"),
+                **memory_fields,
+            )
+        elif memory:
             args = MemoryArgs(
                 **fields,
                 nbytes=raw.get("Bytes"),
@@ -196,9 +236,7 @@ def coerce_event(
         else:
             args = Args(**fields)
     get = item.get
-    event_type = (
-        MemoryEvent if memory else KernelEvent if kernels else ShapeEvent if shapes else Event
-    )
+    event_type = _event_type(shapes, memory, kernels)
     return event_type(
         get("ph"),
         get("cat"),
@@ -221,10 +259,50 @@ class TimeOutOfRange(ValueError):
     """An event time or duration that no nanosecond column can hold."""
 
 
+class ValueOutOfRange(ValueError):
+    """An id, size or address beyond what an int64 column holds."""
+
+
+# (JSON key, where it is) of the integers kept in int64 columns.
+_INT64_FIELDS = (
+    ("correlation", "args"),
+    ("bytes", "args"),
+    ("Bytes", "args"),
+    ("Addr", "args"),
+    ("id", "event"),
+)
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _beyond_int64(e: Any) -> str | None:
+    """What of event ``e`` no int64 holds, said in a sentence, or None."""
+    attrs = {"correlation": "correlation", "bytes": "bytes", "Bytes": "nbytes", "Addr": "addr"}
+    for key, where in _INT64_FIELDS:
+        if where == "event":
+            v = e.get(key) if isinstance(e, dict) else getattr(e, key, None)
+        else:
+            args = e.get("args") if isinstance(e, dict) else getattr(e, "args", None)
+            if isinstance(args, dict):
+                v = args.get(key)
+            else:
+                v = getattr(args, attrs[key], None) if args is not None else None
+        if type(v) is str and v.lstrip("-").isdigit():
+            v = int(v)
+        if type(v) is int and not _INT64[0] <= v <= _INT64[1]:
+            field = f"args.{key}" if where == "args" else key
+            return f"an event's {field} is {v}, beyond 64-bit integers"
+    return None
+
+
 def us_to_ns(us: array, base: float, what: str) -> np.ndarray:
     """Microseconds (floats, from ``base``) as int64 nanoseconds; raises
     :class:`TimeOutOfRange` for one beyond :data:`MAX_US` (or not a number)."""
     v = np.frombuffer(us, dtype=np.float64) if len(us) else np.zeros(0)
+    if not abs(base) < MAX_US:  # the trace's start itself (NaN too)
+        raise TimeOutOfRange(
+            f"an event's time is {base:g} us, more than 64-bit nanoseconds hold "
+            f"(up to {MAX_US:.2g} us)"
+        )
     rel = v - base if base else v
     if not np.all(np.abs(rel) < MAX_US):  # NaN and infinities fail too
         bad = float(v[~(np.abs(rel) < MAX_US)][0])
@@ -330,12 +408,8 @@ class EventCollector:
     def __init__(self, shapes: bool = False, memory: bool = False, kernels: bool = False) -> None:
         """``kernels``: read the kernel names of launch calls too (implies ``shapes``)."""
         shapes = shapes or kernels
-        if shapes and memory:
-            raise ValueError("shapes and memory are read by separate collectors")
         self.shapes, self.memory, self.kernels = shapes, memory, kernels
-        self.event_type: type[Event] = (
-            MemoryEvent if memory else KernelEvent if kernels else ShapeEvent if shapes else Event
-        )
+        self.event_type: type[Event] = _event_type(shapes, memory, kernels)
         self._shape_ids: dict[bytes, int] = {}
         self._shape_list: list[tuple[Any, Any, Any]] = []
         self.cpu_shape = array("i")
@@ -394,6 +468,18 @@ class EventCollector:
         return i
 
     def add(self, events: list[Event]) -> None:
+        """Collect one batch; an integer no int64 column holds is one :class:`ValueOutOfRange`
+        naming its field."""
+        try:
+            self._add(events)
+        except OverflowError:
+            for e in events:
+                problem = _beyond_int64(e)
+                if problem:
+                    raise ValueOutOfRange(problem) from None
+            raise
+
+    def _add(self, events: list[Event]) -> None:
         """Collect one batch (the hot loop: locals bound up front, no per-event calls)."""
         classes, names, threads = self._classes, self._names, self._threads
         warn = self.warnings
@@ -497,7 +583,7 @@ class EventCollector:
             elif ph == "B" or ph == "E":
                 self.ignored[f"'{ph}' (begin/end) events"] += 1  # Kineto writes 'X' slices
             elif ph == "s" or ph == "f":
-                if e.cat not in _FLOW_CATEGORIES:
+                if type(e.cat) is not str or e.cat not in _FLOW_CATEGORIES:
                     continue
                 ts = e.ts
                 if type(ts) is not float and type(ts) is not int:

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from aiflame.model import devices
 from aiflame.sources.kineto_events import Cls, Columns
 from aiflame.sources.kineto_samples import GPU_TIME, UNLINKED_ROOT, WALL_TIME
 from aiflame.transforms import correlate
@@ -35,6 +36,48 @@ def short_device_name(name: str) -> str:
     return " ".join(words) or name.strip()
 
 
+def _device_name(props: dict[str, Any]) -> str:
+    name = str(props.get("name") or "").strip()
+    if name:
+        return name
+    model = devices.model_by_properties(props)
+    if model:
+        return f"{model} (unnamed in the trace, by its properties)"
+    return f"unnamed GPU ({devices.describe(props)})"
+
+
+def _device_model(props: dict[str, Any]) -> str | None:
+    name = str(props.get("name") or "").strip()
+    return short_device_name(name) if name else devices.model_by_properties(props)
+
+
+def time_range(cols: Columns, trace_meta: dict[str, Any]) -> tuple[int, int]:
+    """(first, last) nanoseconds of the trace's events on the wall clock."""
+    first = min(int(t.min()) for t in (cols.cpu_ts, cols.gpu_ts) if t.size)
+    last = max(
+        int((t + d).max())
+        for t, d in ((cols.cpu_ts, cols.cpu_dur), (cols.gpu_ts, cols.gpu_dur))
+        if t.size
+    )
+    # Kineto writes microseconds since baseTimeNanoseconds (a wall-clock origin) when set.
+    base_ns = int(cols.base_us) * 1000 + _int(trace_meta.get("baseTimeNanoseconds"))
+    return base_ns + first, base_ns + last
+
+
+def time_range_problem(cols: Columns, trace_meta: dict[str, Any]) -> str | None:
+    """Why the trace's times cannot be 64-bit nanoseconds on the wall clock, or None."""
+    if not (cols.cpu_ts.size or cols.gpu_ts.size):
+        return None
+    first, last = time_range(cols, trace_meta)
+    if first >= -(2**63) and last < 2**63:
+        return None
+    base = _int(trace_meta.get("baseTimeNanoseconds"))
+    return (
+        f"baseTimeNanoseconds is {base}: counted from it, the trace's events end beyond "
+        "64-bit nanoseconds (after the year 2262)"
+    )
+
+
 def _ns(v: float) -> str:
     for scale, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "us")):
         if abs(v) >= scale:
@@ -53,26 +96,20 @@ def describe(
     """Profile meta: default metric, time range and the ``info:`` lines of ``aiflame info``."""
     n_gpu = int(cols.gpu_ts.size)
     meta: dict[str, object] = {"default_type": GPU_TIME if n_gpu else WALL_TIME}
-    first = min(int(t.min()) for t in (cols.cpu_ts, cols.gpu_ts) if t.size)
-    last = max(
-        int((t + d).max())
-        for t, d in ((cols.cpu_ts, cols.cpu_dur), (cols.gpu_ts, cols.gpu_dur))
-        if t.size
-    )
-    # Kineto writes microseconds since baseTimeNanoseconds (a wall-clock origin) when set.
-    base_ns = int(cols.base_us) * 1000 + _int(trace_meta.get("baseTimeNanoseconds"))
-    meta["time_range_ns"] = (base_ns + first, base_ns + last)
+    meta["time_range_ns"] = time_range(cols, trace_meta)
     if rank is not None:
         meta["rank"] = rank
         meta["info:rank"] = rank
     devices = trace_meta.get("deviceProperties")
     if isinstance(devices, list) and devices:
-        # vLLM's traces of ROCm devices leave the name empty: say so rather than "8 x "
-        names = Counter(
-            str(d.get("name") or "(no name in the trace)") for d in devices if isinstance(d, dict)
-        )
+        # vLLM's traces of ROCm devices leave the name empty: the model their properties
+        # identify, else what they are ("unnamed GPU (304 CUs, 206 GB, gfx94x)")
+        known = [d for d in devices if isinstance(d, dict)]
+        names = Counter(_device_name(d) for d in known)
         meta["info:devices"] = ", ".join(f"{n} x {name}" for name, n in names.items())
-        meta["device"] = "+".join(dict.fromkeys(short_device_name(n) for n in names))
+        models = [m for m in (_device_model(d) for d in known) if m]
+        if models:  # for titles: only what names a model
+            meta["device"] = "+".join(dict.fromkeys(models))
     counts = np.bincount(cols.cpu_cls, minlength=8)
     meta["info:cpu slices"] = (
         f"{counts[Cls.PYTHON]:,} Python functions, {counts[Cls.OP]:,} operators, "

@@ -10,6 +10,7 @@ import numpy as np
 
 from aiflame.model import FrameKind, ProfileBuilder, SampleType
 from aiflame.model.stacks import EMPTY_STACK
+from aiflame.sources.gpu_idle_samples import GPU_IDLE
 from aiflame.sources.kineto_events import Columns
 from aiflame.transforms import correlate
 
@@ -17,8 +18,9 @@ SAMPLE_TYPES = (
     SampleType("gpu-time", "nanoseconds"),
     SampleType("kernel-count", "count"),
     SampleType("wall-time", "nanoseconds"),  # of CPU slices: wall clock, not CPU
+    GPU_IDLE,  # the GPU's idle time on the CPU stacks that kept it waiting
 )
-GPU_TIME, KERNEL_COUNT, WALL_TIME = 0, 1, 2
+GPU_TIME, KERNEL_COUNT, WALL_TIME, GPU_IDLE_TIME = 0, 1, 2, 3
 UNLINKED_ROOT = "[launch not in trace]"
 DELIMITER = "-"
 _DENSE_KEYS = 1 << 22  # (stack, labels) pairs counted in a table up to this many

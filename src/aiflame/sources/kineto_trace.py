@@ -50,11 +50,20 @@ def rank_of(meta: dict[str, Any]) -> str | None:
 
 
 def from_columns(
-    cols: Columns, meta: dict[str, Any], path: str, correlation: tuple[np.ndarray, np.ndarray]
+    cols: Columns,
+    meta: dict[str, Any],
+    path: str,
+    correlation: tuple[np.ndarray, np.ndarray],
+    nesting: correlate.Nesting | None = None,
+    launch: np.ndarray | None = None,
 ) -> TraceData:
-    """``correlation``: the (CPU, GPU) correlation id columns, flow arrows filled in."""
-    nesting = correlate.nest(cols.cpu_thread, cols.cpu_ts, cols.cpu_dur, _RANK[cols.cpu_cls])
-    launch = launches(cols, *correlation)
+    """``correlation``: the (CPU, GPU) correlation id columns, flow arrows filled in;
+    ``nesting``, ``launch``: the slices' nesting and the activities' launches where the
+    caller has them (the flame graph's, computed the same way)."""
+    if nesting is None:
+        nesting = correlate.nest(cols.cpu_thread, cols.cpu_ts, cols.cpu_dur, _RANK[cols.cpu_cls])
+    if launch is None:
+        launch = launches(cols, *correlation)
     is_op = cols.cpu_cls == Cls.OP
     devices = meta.get("deviceProperties")
     if not isinstance(devices, list):
@@ -67,6 +76,7 @@ def from_columns(
             shapes[i] = (dims, types)
             if given is not None:
                 concrete[i] = given
+    frees = _host_frees(cols)
     return TraceData(
         path=path,
         rank=rank_of(meta),
@@ -93,4 +103,17 @@ def from_columns(
         gpu_bytes=cols.gpu_bytes,
         op_concrete=concrete,
         cpu_kernel=cols.cpu_kernel,
+        host_free_ts=frees[0],
+        host_free_thread=frees[1],
+        host_free_bytes=frees[2],
     )
+
+
+def _host_frees(cols: Columns) -> tuple[np.ndarray | None, ...]:
+    """(time, thread, bytes) of the ``[memory]`` frees of host memory, when read."""
+    m = cols.memory
+    if m is None:
+        return None, None, None
+    cpu = np.array([n.startswith("cpu") for n in cols.names], dtype=bool)
+    free = (m.nbytes < 0) & cpu[m.device] if m.device.size else np.zeros(0, dtype=bool)
+    return m.ts[free], m.thread[free], -m.nbytes[free]

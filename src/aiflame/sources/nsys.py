@@ -23,6 +23,7 @@ from aiflame.errors import AiflameError, InputError
 from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
 from aiflame.model.stacks import EMPTY_STACK
 from aiflame.model.trace import TraceData
+from aiflame.sources.gpu_idle_samples import GPU_IDLE, add_gpu_idle, slice_stacks
 from aiflame.sources.inputs import GZIP_MAGIC, Input
 from aiflame.sources.nsys_db import SQLITE_MAGIC, NsysDB, file_has_nsys_tables, open_db
 from aiflame.sources.nsys_gpu import GPU_TABLES, GRAPH, KERNEL, MEMCPY, MEMSET, Launches
@@ -67,9 +68,16 @@ def _starts_with(path: str, magic: bytes) -> bool:
         return False
 
 
-def load(source: Input, kernel_names: str = "full", nvtx: bool = True, **_: object) -> Profile:
+def load(
+    source: Input,
+    kernel_names: str = "full",
+    nvtx: bool = True,
+    trace: TraceData | None = None,
+    **_: object,
+) -> Profile:
     """Options: ``kernel_names`` "full" (demangled, with arguments) or "short";
-    ``nvtx=False`` leaves NVTX ranges out of the stacks."""
+    ``nvtx=False`` leaves NVTX ranges out of the stacks. ``trace``: the export's
+    :class:`TraceData` when already read (its ``gpu-idle`` is drawn from it)."""
     if kernel_names not in KERNEL_NAMES:
         raise AiflameError(f"kernel_names must be one of {', '.join(KERNEL_NAMES)}")
     with open_db(source) as db:
@@ -77,7 +85,7 @@ def load(source: Input, kernel_names: str = "full", nvtx: bool = True, **_: obje
             raise InputError(
                 source.path, "SQLite database, but not an Nsight Systems export (no nsys tables)"
             )
-        return _Importer(db, kernel_names, nvtx).run()
+        return _Importer(db, kernel_names, nvtx, trace).run()
 
 
 def trace_input(source: Input, **_: object) -> TraceInput:
@@ -86,7 +94,8 @@ def trace_input(source: Input, **_: object) -> TraceInput:
     from aiflame.sources.nsys_trace import read_nsys
 
     # One Input for both reads: it keeps stdin's bytes.
-    return TraceInput(FORMAT, read_nsys(source), lambda: load(source))
+    trace = read_nsys(source)
+    return TraceInput(FORMAT, trace, lambda: load(source, trace=trace))
 
 
 def trace(source: Input, **options: object) -> TraceData:
@@ -94,8 +103,11 @@ def trace(source: Input, **options: object) -> TraceData:
 
 
 class _Importer:
-    def __init__(self, db: NsysDB, kernel_names: str, nvtx: bool) -> None:
+    def __init__(
+        self, db: NsysDB, kernel_names: str, nvtx: bool, trace: TraceData | None = None
+    ) -> None:
         self.db = db
+        self.trace = trace
         self.kernel_names = kernel_names
         has_gpu = any(db.has_rows(t) for t in GPU_TABLES)
         has_cpu = db.has_rows("COMPOSITE_EVENTS")
@@ -168,6 +180,23 @@ class _Importer:
         if with_bt:
             self.info["info:cpu backtraces"] = f"{with_bt:,} CUDA API calls with a backtrace"
 
+    def import_gpu_idle(self) -> None:
+        """``gpu-idle``: the GPU's idle time on the stacks of the API calls, NVTX ranges and
+        backtrace frames that kept it waiting (:mod:`aiflame.sources.gpu_idle_samples`)."""
+        from aiflame.sources.nsys_trace import read_db
+
+        trace = self.trace if self.trace is not None else read_db(self.db, self.db.path)
+        column = self.b.add_type(GPU_IDLE)
+        stacks = slice_stacks(self.b, trace)
+        label_id = self.labels.id
+
+        def thread_labels(gtids: np.ndarray) -> np.ndarray:
+            return np.asarray(
+                [label_id(g, g) if g >= 0 else 0 for g in gtids.tolist()], dtype=np.int64
+            )
+
+        add_gpu_idle(self.b, column, trace, stacks, thread_labels, timestamps=True)
+
     # -- CPU samples ------------------------------------------------------------------------
     def import_cpu(self) -> None:
         """One sample per COMPOSITE_EVENTS row, merged by id with its callchain."""
@@ -217,6 +246,8 @@ class _Importer:
             np.frombuffer(self.label_col, dtype=np.int64),
             times,
         )
+        if "gpu-time" in self.value_cols:
+            self.import_gpu_idle()
         meta = self.b.meta
         meta["default_type"] = 0  # gpu-time when there is GPU activity, else cpu-samples
         if n:

@@ -64,20 +64,22 @@ class NsysDB:
         conn.text_factory = _decode
         rows = conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
         self.tables: set[str] = {r[0] for r in rows}
-        self._columns: dict[str, set[str]] = {}
+        self._columns: dict[str, dict[str, str]] = {}
         self._strings: dict[int, str] | None = None
 
     def is_nsys_export(self) -> bool:
         has_strings = "StringIds" in self.tables or "StringTable" in self.tables
         return has_strings and any(t in self.tables for t in NSYS_TABLES)
 
-    def columns(self, table: str) -> set[str]:
+    def columns(self, table: str) -> dict[str, str]:
+        """The columns of ``table`` and their declared types (upper case)."""
         cols = self._columns.get(table)
         if cols is None:
             if table not in self.tables:
-                cols = set()
+                cols = {}
             else:
-                cols = {r[1] for r in self.conn.execute(f'PRAGMA table_info("{table}")')}
+                rows = self.conn.execute(f'PRAGMA table_info("{table}")')
+                cols = {r[1]: str(r[2] or "").upper() for r in rows}
             self._columns[table] = cols
         return cols
 
@@ -105,10 +107,18 @@ class NsysDB:
         if table not in self.tables:
             return iter(())
         exprs = []
+        cols = self.columns(table)
         for w in wanted:
             names = (w,) if isinstance(w, str) else tuple(w)
             col = self.pick(table, *names)
-            exprs.append(f'"{col}"' if col else "NULL")
+            if col is None:
+                exprs.append("NULL")
+            elif "TEXT" in cols[col] or "CHAR" in cols[col]:
+                # SQLite keeps whatever a row stores: a blob or a number in a column of
+                # names is read as text (its bytes decoded as the rest are).
+                exprs.append(f'CAST("{col}" AS TEXT)')
+            else:
+                exprs.append(f'"{col}"')
         sql = f'SELECT {", ".join(exprs)} FROM "{table}"'
         if where:
             sql += f" WHERE {where}"
@@ -153,9 +163,8 @@ def open_db(source: Input) -> Iterator[NsysDB]:
             db_path = tmp
         else:
             db_path = source.path
-        uri = Path(db_path).resolve().as_uri() + "?mode=ro"
         try:
-            conn = sqlite3.connect(uri, uri=True)
+            conn = connect_read_only(db_path)
         except sqlite3.Error as e:
             raise InputError(source.path, f"cannot open SQLite database ({e})") from None
         try:
@@ -175,22 +184,53 @@ def open_db(source: Input) -> Iterator[NsysDB]:
             Path(tmp).unlink(missing_ok=True)
 
 
+def connect_read_only(path: str) -> sqlite3.Connection:
+    """Open an export for reading only, writing nothing beside it: ``immutable`` takes no
+    locks and keeps no write-ahead log, so a database in WAL mode leaves no ``-wal`` or
+    ``-shm`` file (a read-only directory or a shared trace folder stays untouched)."""
+    uri = Path(path).resolve().as_uri() + "?mode=ro&immutable=1"
+    return sqlite3.connect(uri, uri=True)
+
+
 def mistyped_column(conn: sqlite3.Connection) -> str | None:
-    """The first column declared numeric that holds text or a blob, said in one sentence.
+    """The first column declared numeric that holds what the readers cannot count with,
+    said in one sentence: text or a blob, a real number where an integer belongs, or an
+    integer so large that adding a duration to it leaves 64 bits.
 
     SQLite keeps whatever a row stores whatever the declared type, so a damaged or hand-made
     export can have ``'text'`` in ``start``; the readers then fail on arithmetic."""
     tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    numeric: list[tuple[str, str, bool]] = []  # (table, column, declared an integer)
     for table in sorted(tables):
         for _cid, col, decl, *_ in conn.execute(f'PRAGMA table_info("{table}")'):
-            if not any(t in (decl or "").upper() for t in ("INT", "REAL", "NUM", "FLOA")):
+            kind = (decl or "").upper()
+            if any(t in kind for t in ("INT", "REAL", "NUM", "FLOA")):
+                numeric.append((table, col, "INT" in kind))
+    checks = (
+        ("typeof(\"{c}\") IN ('text', 'blob')", "{kind} where a number belongs", False),
+        ("typeof(\"{c}\") = 'real'", "the real number {value} where an integer belongs", True),
+        (
+            "typeof(\"{c}\") = 'integer' "
+            'AND ("{c}" > 4611686018427387904 OR "{c}" < -4611686018427387904)',
+            "{value}, beyond the 64 bits of a time or size with a duration added",
+            True,
+        ),
+    )
+    for where, says, integers_only in checks:
+        for table, col, is_int in numeric:
+            if integers_only and not is_int:
                 continue
             row = conn.execute(
-                f'SELECT typeof("{col}") FROM "{table}" '
-                f"WHERE typeof(\"{col}\") IN ('text', 'blob') LIMIT 1"
+                f'SELECT typeof("{col}"), "{col}" FROM "{table}" WHERE '
+                + where.format(c=col)
+                + " LIMIT 1"
             ).fetchone()
             if row:
-                return f'column "{col}" of {table} holds {row[0]} where a number belongs'
+                value = row[1] if isinstance(row[1], int | float) else None
+                said = says.format(
+                    kind=row[0], value=f"{value:g}" if isinstance(value, float) else value
+                )
+                return f'column "{col}" of {table} holds {said}'
     return None
 
 
@@ -207,8 +247,7 @@ def file_has_nsys_tables(path: str) -> bool:
     file whose schema cannot be read counts as one, so that loading it reports the damage
     rather than an unknown format."""
     try:
-        uri = Path(path).resolve().as_uri() + "?mode=ro"
-        conn = sqlite3.connect(uri, uri=True)
+        conn = connect_read_only(path)
     except (sqlite3.Error, OSError, ValueError):
         return True
     try:

@@ -73,7 +73,7 @@ class Callchains:
         self._parsed: dict[str, Chain] = {}
         self._all: dict[int, Chain] | None = None
         cols = db.columns(table)
-        self.present = {"id", "symbol", "module", "stackDepth"} <= cols
+        self.present = {"id", "symbol", "module", "stackDepth"} <= cols.keys()
         flags = [f'coalesce("{c}", 0)' if c in cols else "0" for c in ("unresolved", "kernelMode")]
         # printf is the cheapest way found to build the key inside SQLite.
         fields = ", ".join(['"stackDepth"', '"symbol"', '"module"', *flags])

@@ -57,6 +57,11 @@ def read_nsys(source: Input) -> TraceData:
         return _Reader(db, source.path).run()
 
 
+def read_db(db: NsysDB, path: str) -> TraceData:
+    """The trace of an export already open (see :func:`read_nsys`)."""
+    return _Reader(db, path).run()
+
+
 def _mem_kinds(db: NsysDB) -> dict[int, str]:
     enum = db.enum("ENUM_CUDA_MEM_KIND")
     if enum:

@@ -43,8 +43,10 @@ def load(source: Input, granularity: str = "line", **_: object) -> Profile:
     data = source.read_bytes()
     try:
         message = PprofProfile.FromString(data)
-    except DecodeError as e:
-        raise InputError(source.path, f"corrupt or truncated pprof data ({e})") from None
+    except DecodeError:
+        raise InputError(
+            source.path, "corrupt or truncated pprof data (not a valid profile.proto message)"
+        ) from None
     return _Reader(message, source.path, granularity).profile()
 
 
@@ -216,6 +218,9 @@ class _Reader:
         return meta
 
 
+_EXPAND_CHUNK = 1 << 20  # location ids expanded at a time
+
+
 class _Locations:
     """Frame ids of every location, as flat arrays indexed by sorted location id."""
 
@@ -245,19 +250,41 @@ class _Locations:
     def expand(
         self, paths: list[tuple[int, ...]], fail: Callable[[str], InputError]
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Root-first frame ids of leaf-first location lists, concatenated, and lengths."""
-        total = sum(map(len, paths))
+        """Root-first frame ids of leaf-first location lists, concatenated, and lengths.
+
+        A chunk of paths at a time, so that the index arrays of one chunk are all that is
+        held beside the result (samples with deep stacks hold tens of millions of ids)."""
+        flats, lengths = [], []
+        lo = 0
+        while lo < len(paths):
+            hi, held = lo, 0
+            while hi < len(paths) and (held < _EXPAND_CHUNK or hi == lo):
+                held += len(paths[hi])
+                hi += 1
+            flat, length = self._expand(paths[lo:hi], held, fail)
+            flats.append(flat)
+            lengths.append(length)
+            lo = hi
+        if not flats:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return np.concatenate(flats), np.concatenate(lengths)
+
+    def _expand(
+        self, paths: list[tuple[int, ...]], total: int, fail: Callable[[str], InputError]
+    ) -> tuple[np.ndarray, np.ndarray]:
         locs = np.fromiter(
             chain.from_iterable(p[::-1] for p in paths), dtype=np.uint64, count=total
         )
         pos = self.positions(locs)
         if (pos < 0).any():
             raise fail(f"a sample refers to missing location {int(locs[pos < 0][0])}")
+        del locs
+        path_lengths = np.fromiter(map(len, paths), dtype=np.int64, count=len(paths))
         counts = self.counts[pos]
         starts = np.repeat(self.offsets[pos], counts)
         within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
         flat = self.frames[starts + within]
-        ends = np.cumsum([len(p) for p in paths], dtype=np.int64)
+        ends = np.cumsum(path_lengths)
         cum = np.concatenate(([0], np.cumsum(counts)))
-        lengths = cum[ends] - cum[ends - np.asarray([len(p) for p in paths], dtype=np.int64)]
+        lengths = cum[ends] - cum[ends - path_lengths]
         return flat, lengths

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -118,7 +119,13 @@ def _guarded(mod: ModuleType, path: str, read: Any, *args: Any, **options: Any) 
     except RecursionError as e:
         raise InputError(path, f"cannot read as {mod.FORMAT}: nested too deeply") from e
     except Exception as e:  # a parser bug or corrupt data must still be one clear line
-        raise InputError(path, f"cannot read as {mod.FORMAT}: {type(e).__name__}: {e}") from e
+        raise InputError(path, unexpected(mod.FORMAT, e)) from e
+
+
+def unexpected(fmt: str, e: Exception) -> str:
+    """The last resort of a reader's failure: damage no check of the reader names (each
+    one found is given a message of its own that names the field)."""
+    return f"cannot read as {fmt}: damaged in a way the reader does not name ({e})"
 
 
 def trace_formats() -> list[str]:
@@ -195,6 +202,8 @@ def load_many(
         raise AiflameError(f"{len(profiles)} inputs merged: {problem}")
     merged.meta.pop("device", None)  # the first input's; kept only if all share it
     merged.meta.update(combine_meta(profiles))
+    if not label_files:
+        _say_what_was_merged(files, merged.meta.get("input_ranks"))
     for p in profiles:  # GPU samples: how they met the launch stacks, one sample's period
         for key in _CARRIED_META:
             if key in p.meta and key not in merged.meta:
@@ -205,6 +214,20 @@ def load_many(
 
 
 _CARRIED_META = ("gpu_samples_join", "gpu_sample_period", "gpu_sample_period_unit")
+
+
+def _say_what_was_merged(files: Sequence[str], ranks: object) -> None:
+    """Ranks of one job merge as one would expect; other inputs (a folder of several
+    models' traces) are merged too, but never silently."""
+    if isinstance(ranks, list) and len(set(ranks)) == len(files):
+        return
+    names = distinct_names(files)
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    warnings.warn(
+        f"{len(files)} inputs that are not ranks of one job merged into one graph ({shown}):"
+        " --group-by file puts each under a root of its own",
+        stacklevel=2,
+    )
 
 
 def load_timeline(path: str, fmt: str | None = None, metric: str | None = None, **options: Any):  # type: ignore[no-untyped-def]
@@ -240,7 +263,7 @@ def load_timeline(path: str, fmt: str | None = None, metric: str | None = None, 
     except (AiflameError, MemoryError, KeyboardInterrupt):
         raise
     except Exception as e:  # as load(): a parser bug or corrupt data is one clear line
-        raise InputError(path, f"cannot read as {mod.FORMAT}: {type(e).__name__}: {e}") from e
+        raise InputError(path, unexpected(mod.FORMAT, e)) from e
     timeline.meta.setdefault("source", path)
     return timeline
 

@@ -126,9 +126,11 @@ class _Reader:
         name, file, line = f["name"], f.get("file"), f.get("line")
         file = file if isinstance(file, str) else ""
         line = line if isinstance(line, int) else 0
-        # A Python file says more than the name (py-spy's "f.<locals>.g" looks like C++).
-        python_file = file.endswith((".py", ".pyx", ".pyw")) or file.startswith("<frozen ")
-        kind = FrameKind.PYTHON if python_file else self.guess(name)
+        kind = _written_kind(f.get("aiflameKind"))  # aiflame's own export says it
+        if kind is None:
+            # A Python file says more than the name (py-spy's "f.<locals>.g" looks like C++).
+            python_file = file.endswith((".py", ".pyx", ".pyw")) or file.startswith("<frozen ")
+            kind = FrameKind.PYTHON if python_file else self.guess(name)
         return builder.frame(name, kind, file, max(line, 0))
 
     def sampled(
@@ -233,3 +235,11 @@ def _distinct_names(profiles: list) -> list[str]:
         name = name if isinstance(name, str) and name else f"profile {i + 1}"
         names.append(name if name not in names else f"{name} #{i + 1}")
     return names
+
+
+def _written_kind(slug: object) -> FrameKind | None:
+    """The kind aiflame wrote beside a frame (``"aiflameKind": "gpu-kernel"``), if valid."""
+    if not isinstance(slug, str):
+        return None
+    kind = FrameKind.from_slug(slug)
+    return None if kind == FrameKind.UNKNOWN else kind  # unknown: guessed from the name

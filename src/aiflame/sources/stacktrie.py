@@ -13,7 +13,9 @@ import numpy as np
 from aiflame.model.stacks import EMPTY_STACK, StackTable
 
 _PAD = -1
-_MAX_CELLS = 60_000_000  # beyond this (a few very deep stacks), intern path by path
+# Beyond this many cells (8 bytes each, and a sorted copy) the matrix would cost more memory
+# than the paths themselves (a few very deep stacks among many): intern path by path.
+_MAX_CELLS = 16_000_000
 _FRAMES_PER_PASS = 64  # a pass over one depth costs about as much as interning this many
 
 
@@ -71,11 +73,10 @@ def intern_paths(table: StackTable, flat: np.ndarray, lengths: np.ndarray) -> np
 
 def _one_by_one(table: StackTable, flat: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     ends = np.cumsum(lengths).tolist()
-    values = flat.tolist()
     intern = table.intern
     out, start = [], 0
-    for end in ends:
-        out.append(intern(values[start:end]))
+    for end in ends:  # a path's ints at a time: all of them as Python ints cost 5x the array
+        out.append(intern(flat[start:end].tolist()))
         start = end
     return np.asarray(out, dtype=np.int64)
 

@@ -40,6 +40,7 @@ from aiflame.sources.torch_memory_replay import (
     FREED_BEFORE_ALLOC_SEEN,
     FROM_TRACE,
     Replay,
+    SnapshotError,
     Trace,
     block_frames_and_size,
     decimate,
@@ -182,6 +183,10 @@ def _unpickle(f: BinaryIO, path: str) -> Any:
     ) as e:
         if "truncated" in str(e):
             raise InputError(path, "truncated pickle (unexpected end of data)") from None
+        if isinstance(e, UnicodeDecodeError):
+            raise InputError(
+                path, f"corrupt pickle (a string that is not UTF-8, at its byte {e.start})"
+            ) from None
         raise InputError(path, f"corrupt pickle ({e})") from None
 
 
@@ -202,9 +207,16 @@ def load(
     try:
         with _gc_paused():
             return build_profile(data, frames=frames, resolve_classes=resolve_classes, consume=True)
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
+    except SnapshotError as e:
+        raise InputError(source.path, f"not a valid PyTorch memory snapshot: {e}") from None
+    except KeyError as e:
         raise InputError(
-            source.path, f"not a valid PyTorch memory snapshot ({type(e).__name__}: {e})"
+            source.path, f"not a valid PyTorch memory snapshot: an entry lacks its {e} field"
+        ) from None
+    except (TypeError, ValueError, AttributeError) as e:
+        raise InputError(
+            source.path,
+            f"not a valid PyTorch memory snapshot: a field of an unexpected type or value ({e})",
         ) from None
 
 

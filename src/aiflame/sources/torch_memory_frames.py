@@ -11,10 +11,14 @@ with the C/C++ frames of the interpreter and of PyTorch.
   (``PyMethod_New``, ``_PyRun_SimpleFileObject``, ``slot_tp_call``, ``method_vectorcall_O``,
   ``__libc_init_first``..., and any C frame of CPython's own source files), which the
   unwinder interleaves with every Python frame; ``frames="all"`` keeps everything.
-* Names: Python methods read ``Class > method`` when the class can be known, which needs
-  the source (see :mod:`aiflame.symbolize.pyclass`): the snapshot holds only the bare
-  function name, as PyTorch's viewers show it. Without the source, the bare name is kept.
-  C++ names are demangled when mangled (PyTorch's unwinder usually demangles already).
+* Names: Python frames are named as in traces and live recordings
+  (:mod:`aiflame.symbolize.pyframes`): ``Class > method (file.py:first line)``, the file
+  relative to site-packages or the standard library as the PyTorch profiler writes it. The
+  snapshot holds only the bare function name and the line running, so the class and the
+  function's first line come from the source file where it is readable here (see
+  :mod:`aiflame.symbolize.pyclass`; each file indexed once while it is unchanged);
+  without it, the bare name and the line running. C++ names are demangled when mangled
+  (PyTorch's unwinder usually demangles already).
 * File and line stay on the frame (``??`` from the unwinder means unknown: left empty).
 * Kinds: ``python`` for frames of ``.py`` files, ``cpp`` for C++ names, ``native`` for C.
 """
@@ -28,7 +32,7 @@ from typing import Any
 from aiflame.model import FrameKind, ProfileBuilder
 from aiflame.symbolize.cxa import demangle_all
 from aiflame.symbolize.demangle import is_mangled
-from aiflame.symbolize.pyclass import ClassResolver
+from aiflame.symbolize.pyframes import PythonNaming
 
 # From torch/cuda/_memory_viz.py (_frame_filter) and torch/utils/viz/MemoryViz.js
 # (frameFilter): substrings of function names and of file names that both viewers omit.
@@ -72,7 +76,6 @@ _LLVM_CLONE = re.compile(r"\.llvm\.\d+$")
 # Modules/_asynciomodule.c, Include/internal/pycore_ceval.h), where the build kept them.
 _CPYTHON_SOURCE = re.compile(r"(?:^|/)(?:Python|Objects|Modules|Include|Parser)/[\w./-]*\.[ch]$")
 
-CLASS_SEPARATOR = " > "
 NO_FRAMES_KEPT = "[no frames kept]"
 UNKNOWN_FILES = frozenset(("??", ""))
 
@@ -112,7 +115,7 @@ class FrameNamer:
         if frames not in FRAME_MODES:
             raise ValueError(f"frames must be one of {', '.join(FRAME_MODES)}, not {frames!r}")
         self.mode = frames
-        self.classes = ClassResolver(resolve_classes)
+        self.naming = PythonNaming(read_sources=resolve_classes)
         self._mangled: dict[int, str] = {}  # frame id -> mangled name, for finish()
         self._by_dict: dict[int, int] = {}  # id(frame dict) -> frame id, -1 if omitted
         self._by_key: dict[tuple[str, str, int], int] = {}
@@ -150,11 +153,9 @@ class FrameNamer:
         if self.mode == "compact" and kind == FrameKind.NATIVE and _interpreter(name, filename):
             return -1
         shown = name
-        if kind == FrameKind.PYTHON:
-            cls = self.classes.class_of(filename, line, name)
-            if cls:
-                shown = f"{cls}{CLASS_SEPARATOR}{name}"
         file = "" if filename in UNKNOWN_FILES else filename
+        if kind == FrameKind.PYTHON:  # one frame per function, named as traces name it
+            shown, _, line = self.naming.sampled(name, file, line)
         fid = self.builder.frame(shown, kind, file, line)
         if kind == FrameKind.CPP and is_mangled(name):
             self._mangled[fid] = name

@@ -113,32 +113,63 @@ class Trace:
     def from_events(cls, trace: Sequence[dict[str, Any]]) -> Trace:
         """Columns pulled out of the event dicts once (the checks and errors of reading
         each field come in the same order whatever the trace)."""
-        all_kinds = np.array(
-            list(map(ACTION_KIND.get, map(itemgetter("action"), trace), repeat(0))),
-            dtype=np.int8,
-        )
+        actions = list(map(itemgetter("action"), trace))
+        try:
+            kinds = list(map(ACTION_KIND.get, actions, repeat(0)))
+        except TypeError:  # a list or dict where the action's name belongs
+            bad = next(a for a in actions if not isinstance(a, str | int | float | None))
+            raise SnapshotError(
+                f"an allocator event's action is {repr(bad)[:40]}, not an action's name"
+            ) from None
+        all_kinds = np.array(kinds, dtype=np.int8)
         ooms = [oom_of(trace[i]) for i in np.nonzero(all_kinds == OOM)[0].tolist()]
         where = np.nonzero((all_kinds >= 1) & (all_kinds <= 4))[0]
         ev = list(map(trace.__getitem__, where.tolist()))
-        addr = [int(a) for a in map(itemgetter("addr"), ev)]
-        size = np.array(list(map(itemgetter("size"), ev)), dtype=np.int64)
+        addrs = list(map(itemgetter("addr"), ev))
+        try:
+            addr = [int(a) for a in addrs]
+        except (TypeError, ValueError, OverflowError):
+            raise SnapshotError(_not_an_integer(addrs, "addr")) from None
+        size = int_column(list(map(itemgetter("size"), ev)), "size")
         stamps = [e.get("time_us") for e in ev]
         return cls(
             index=where.astype(np.int64),
             kind=all_kinds[where],
             addr=addr,
             size=size,
-            time_us=np.array(stamps, dtype=np.int64) if None not in stamps else None,
+            time_us=int_column(stamps, "time_us") if None not in stamps else None,
             stream=[e.get("stream", 0) for e in ev],
             frames=[e.get("frames") for e in ev],
             ooms=ooms,
         )
 
 
-def _take(column: Sequence[Any] | np.ndarray, points: np.ndarray) -> np.ndarray:
+def _take(column: Sequence[Any] | np.ndarray, points: np.ndarray, what: str) -> np.ndarray:
     if isinstance(column, np.ndarray):
         return column[points].astype(np.int64)
-    return np.array([column[p] for p in points.tolist()], dtype=np.int64)
+    return int_column([column[p] for p in points.tolist()], what)
+
+
+class SnapshotError(ValueError):
+    """A field of the snapshot that is not what PyTorch writes (the message names it)."""
+
+
+def int_column(values: list[Any], what: str) -> np.ndarray:
+    """``values`` as int64, or a :class:`SnapshotError` naming the first that is not one."""
+    try:
+        return np.array(values, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        raise SnapshotError(_not_an_integer(values, what)) from None
+
+
+def _not_an_integer(values: list[Any], what: str) -> str:
+    for v in values:
+        if not (isinstance(v, int) and -(2**63) <= v < 2**63):
+            try:
+                np.array([v], dtype=np.int64)
+            except (TypeError, ValueError, OverflowError):
+                return f"an allocator event's {what} is {repr(v)[:40]}, not a 64-bit integer"
+    return f"an allocator event's {what} is not a 64-bit integer"
 
 
 def replay(
@@ -196,7 +227,7 @@ def replay(
         [len(allocs), len(unmatched)],
     )
     r.size = size[points]
-    r.stream = _take(t.stream, points)
+    r.stream = _take(t.stream, points, "stream")
     r.addr = np.asarray(t.addr, dtype=np.int64)[points]
     r.alloc_point = np.concatenate([allocs, np.full(len(unmatched), -1, dtype=np.int64)])
     r.free_point = np.concatenate([free_of_alloc[allocs], unmatched])

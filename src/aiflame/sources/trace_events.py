@@ -34,6 +34,7 @@ from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
 from aiflame.model.stacks import EMPTY_STACK
 from aiflame.model.timeline import Timeline, TimelineBuilder
 from aiflame.model.trace import Kind, TraceData, is_communication
+from aiflame.sources.gpu_idle_samples import GPU_IDLE, add_gpu_idle
 from aiflame.sources.inputs import Input
 from aiflame.sources.kineto_events import TimeOutOfRange, _ident, _number, us_to_ns
 from aiflame.sources.kineto_json import TraceStream
@@ -418,6 +419,7 @@ def load(source: Input, **_: object) -> Profile:
     uniq, inverse = unique_rows(stack_of[keep], lab)
     sums = np.bincount(inverse, weights=self_ns[keep], minlength=uniq.shape[0])
     builder.add_many(uniq[:, 0], sums.reshape(-1, 1), uniq[:, 1])
+    _add_gpu_idle(builder, _trace_data(source.path, sl))
 
     first, last = int(ts.min()), int((ts + dur).max())
     builder.meta.update(
@@ -440,6 +442,15 @@ def load(source: Input, **_: object) -> Profile:
             f"{c} {n:,}" for c, n in col.ignored.most_common()
         )
     return builder.build()
+
+
+def _add_gpu_idle(builder: ProfileBuilder, trace: TraceData) -> None:
+    """``gpu-idle`` of the GPU stream tracks, where there are some: launches are not
+    linked in this format, so all of it is under ``[GPU idle: unexplained]``."""
+    if trace.gpu_ts.size < 2:
+        return
+    column = builder.add_type(GPU_IDLE)
+    add_gpu_idle(builder, column, trace, np.zeros(0, np.int64), lambda th: np.zeros_like(th))
 
 
 def _thread_roots(builder: ProfileBuilder, col: _Collector) -> tuple[list[int], np.ndarray]:
@@ -490,6 +501,16 @@ def trace_input(source: Input, **_: object) -> TraceInput:
     thread names) are GPU activity, the others CPU slices; the format links no launch to
     its GPU work, so idle time is measured but not explained by CPU stacks."""
     sl = _slices(source)
+    trace = _trace_data(source.path, sl)
+
+    def profile() -> Profile:
+        return load(source)
+
+    return TraceInput(FORMAT, trace, profile)
+
+
+def _trace_data(path: str, sl: _Slices) -> TraceData:
+    """The analysis columns of the slices: GPU activity on stream tracks, CPU slices."""
     col = sl.col
     is_gpu, device_of = _gpu_threads(col)
     names = list(col.names)
@@ -529,7 +550,7 @@ def trace_input(source: Input, **_: object) -> TraceInput:
     g, kind, device, stream = g[order], kind[order], device[order], stream[order]
     none = np.full(g.size, -1, dtype=np.int64)
     trace = TraceData(
-        path=source.path,
+        path=path,
         rank=None,
         gpu_ts=sl.ts[g],
         gpu_dur=sl.dur[g],
@@ -556,11 +577,7 @@ def trace_input(source: Input, **_: object) -> TraceInput:
         else "no GPU stream tracks in this trace (processes or threads named after a GPU or "
         "its streams, as JAX's /device:GPU:0)"
     )
-
-    def profile() -> Profile:
-        return load(source)
-
-    return TraceInput(FORMAT, trace, profile)
+    return trace
 
 
 def trace(source: Input, **options: object) -> TraceData:

@@ -72,6 +72,22 @@ def is_cubin(data: bytes) -> bool:
     return data[:4] == ELF_MAGIC and int.from_bytes(data[18:20], "little") == EM_CUDA
 
 
+def cubin_sm(data: bytes) -> int | None:
+    """The SM a cubin is for (70 for a V100's), from its ELF header: ``e_flags`` holds it in
+    its low byte in the first CUDA ELF ABI (EI_ABIVERSION 7), in its second byte in the
+    second (8, CUDA 12.8 and later)."""
+    if not is_cubin(data) or len(data) < 52 or data[4] != 2:  # 64-bit ELF only
+        return None
+    flags = int.from_bytes(data[48:52], "little")
+    sm = (flags >> 8) & 0xFF if data[8] >= 8 else flags & 0xFF
+    return sm or None
+
+
+# CUDA 13's tools no longer read cubins of Maxwell, Pascal and Volta (sm_50 to sm_72);
+# CUDA 12's read every SM from sm_50 on.
+LAST_SM_OF_CUDA_12_ONLY = 72
+
+
 # -- NVIDIA's tools -----------------------------------------------------------------------
 
 
@@ -253,6 +269,10 @@ def disassemble(data: bytes) -> tuple[str, dict[str, list[Instruction]]]:
     tool = find_nvdisasm()
     if not tool:
         raise CubinError("nvdisasm not found (pip install nvidia-cuda-nvdisasm)")
+    sm = cubin_sm(data)
+    older = sm is not None and sm <= LAST_SM_OF_CUDA_12_ONLY
+    if older and not os.environ.get("AIFLAME_NVDISASM") and _major_version(tool) >= 13:
+        tool = _cuda12_nvdisasm() or tool
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(data)
         f.flush()
@@ -263,9 +283,47 @@ def disassemble(data: bytes) -> tuple[str, dict[str, list[Instruction]]]:
         except (OSError, subprocess.TimeoutExpired) as e:
             raise CubinError(f"nvdisasm failed: {e}") from None
     if out.returncode != 0:
+        if older and _major_version(tool) >= 13:
+            raise CubinError(_too_new_message(tool, sm or 0))
         msg = out.stderr.decode("utf-8", "replace").strip().splitlines()
         raise CubinError(f"nvdisasm failed: {msg[-1] if msg else out.returncode}")
     return parse_nvdisasm(out.stdout.decode("utf-8", "replace"))
+
+
+def _too_new_message(tool: str, sm: int) -> str:
+    return (
+        f"sm_{sm} cubin: nvdisasm {_version_text(tool)} does not read it (CUDA 13 dropped"
+        " Maxwell, Pascal and Volta); a CUDA 12 nvdisasm does: set"
+        " AIFLAME_NVDISASM=/usr/local/cuda-12.x/bin/nvdisasm (or conda's cuda-nvdisasm=12)"
+    )
+
+
+_versions: dict[str, str] = {}
+
+
+def _version_text(tool: str) -> str:
+    """``13.5`` from ``nvdisasm --version`` ("release 13.5, V13.5.37"); "" if unknown."""
+    if tool not in _versions:
+        try:
+            out = subprocess.run([tool, "--version"], capture_output=True, timeout=30).stdout
+            m = re.search(rb"release (\d+\.\d+)", out)
+            _versions[tool] = m.group(1).decode() if m else ""
+        except (OSError, subprocess.TimeoutExpired):
+            _versions[tool] = ""
+    return _versions[tool]
+
+
+def _major_version(tool: str) -> int:
+    text = _version_text(tool)
+    return int(text.split(".")[0]) if text else 0
+
+
+def _cuda12_nvdisasm() -> str | None:
+    """An nvdisasm of CUDA 12 or older on this machine (a toolkit beside a CUDA 13 one)."""
+    for cand in sorted(glob.glob("/usr/local/cuda-1[0-2]*/bin/nvdisasm"), reverse=True):
+        if os.access(cand, os.X_OK) and 0 < _major_version(cand) < 13:
+            return cand
+    return None
 
 
 # -- the cache ----------------------------------------------------------------------------

@@ -68,11 +68,15 @@ class _FileIndex:
 
 
 class ClassResolver:
-    """Caches one index per file: the functions it defines, sorted by first line."""
+    """Caches one index per file: the functions it defines, sorted by first line. A file
+    is indexed again when its modification time or size changes; ``max_files`` bounds
+    the cache (the oldest index is dropped first), for a profiler that runs for days."""
 
-    def __init__(self, enabled: bool = True) -> None:
+    def __init__(self, enabled: bool = True, max_files: int | None = None) -> None:
         self.enabled = enabled
-        self._files: dict[str, _FileIndex | None] = {}
+        self.max_files = max_files
+        # path -> ((mtime in ns, size) when indexed, its index)
+        self._files: dict[str, tuple[tuple[int, int], _FileIndex | None]] = {}
 
     def class_of(self, filename: str, line: int, name: str) -> str | None:
         """Dotted class path (``Outer.Inner``) of method ``name`` at ``filename:line``."""
@@ -83,11 +87,20 @@ class ClassResolver:
         """The innermost function whose lines include ``line`` of ``filename``."""
         if not self.enabled or not line or not filename.endswith((".py", ".pyw")):
             return None
-        if filename in self._files:
-            index = self._files[filename]
-        else:
+        try:
+            st = os.stat(filename)
+            version = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            version = (-1, -1)  # gone: what was read of it still names its frames
+        found = self._files.get(filename)
+        if found is None or (found[0] != version and version[0] >= 0):
             module = _code_of(Path(filename))
-            index = self._files[filename] = _FileIndex(module) if module is not None else None
+            found = (version, _FileIndex(module) if module is not None else None)
+            self._files.pop(filename, None)
+            if self.max_files is not None and len(self._files) >= self.max_files:
+                del self._files[next(iter(self._files))]
+            self._files[filename] = found
+        index = found[1]
         return index.function_at(line) if index is not None else None
 
 

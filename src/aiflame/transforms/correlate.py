@@ -133,7 +133,7 @@ def enclosing(
 
     The candidate is the slice of the thread that started last at or before the instant
     (among slices starting together the innermost, as :func:`nest` orders them); while it
-    has ended, its parent is tried. Vectorised: one numpy pass per nesting level.
+    has ended, its parent is tried (:func:`first_open`).
     """
     out = np.full(at_ts.shape[0], -1, dtype=np.int64)
     if ts.size == 0 or at_ts.size == 0:
@@ -148,12 +148,7 @@ def enclosing(
         mine = np.nonzero(at_thread == t)[0]
         pos = lo + np.searchsorted(by_start[lo:hi], at_ts[mine], "right") - 1
         out[mine] = np.where(pos >= lo, order[np.maximum(pos, 0)], -1)
-    end = ts + dur
-    while True:
-        ended = (out >= 0) & (end[np.maximum(out, 0)] <= at_ts)
-        if not ended.any():
-            return out
-        out[ended] = nesting.parent[out[ended]]
+    return first_open(nesting.parent, ts + dur, out, at_ts)
 
 
 @dataclass
@@ -249,15 +244,98 @@ def nearest_enclosing(parent: np.ndarray, mask: np.ndarray, start: np.ndarray) -
     """For each slice in ``start`` (-1: none): itself if ``mask`` holds for it, else its
     nearest enclosing slice for which it does, else -1."""
     out = np.full(start.shape[0], -1, dtype=np.int64)
-    if mask.size == 0:
+    if mask.size == 0 or start.size == 0:
         return out
-    cur = start.copy()
-    todo = cur >= 0
-    while np.any(todo):
-        c = np.maximum(cur, 0)
-        hit = todo & mask[c]
-        out[hit] = cur[hit]
-        todo &= ~hit
-        cur = np.where(todo, parent[c], -1)
-        todo &= cur >= 0
+    nearest = nearest_marked(parent, mask)
+    has = start >= 0
+    out[has] = nearest[start[has]]
     return out
+
+
+# -- walks up a tree given as a parent column (-1: a root), in time linear in its size --------
+#
+# A walk from every node to the root costs the sum of the depths: quadratic when slices nest
+# thousands deep. These answer for every node at once by pointer jumping (each pass doubles
+# the part of the path covered: log2(depth) passes over the nodes not yet answered).
+
+
+def nearest_marked(parent: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Per node: itself if ``mask`` holds for it, else its nearest ancestor for which it
+    holds, else -1."""
+    n = parent.shape[0]
+    answer = np.where(mask, np.arange(n), -1)
+    done = mask | (parent < 0)
+    up = parent.copy()
+    todo = np.flatnonzero(~done)
+    while todo.size:
+        p = up[todo]
+        known = done[p]
+        answer[todo[known]] = answer[p[known]]
+        done[todo[known]] = True
+        todo, p = todo[~known], p[~known]
+        up[todo] = up[p]  # p is not done, so it has an ancestor left to look at
+    return answer
+
+
+def outermost_marked(parent: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Per node: the outermost of itself and its ancestors for which ``mask`` holds, or -1."""
+    best = np.where(mask, np.arange(parent.shape[0]), -1)  # of the part of the path covered
+    up = parent.copy()  # the first node above that part
+    todo = np.flatnonzero(up >= 0)
+    while todo.size:
+        p = up[todo]
+        above = best[p]
+        best[todo] = np.where(above >= 0, above, best[todo])
+        up[todo] = up[p]
+        todo = todo[up[todo] >= 0]
+    return best
+
+
+_WALK = 32  # levels walked one numpy step each before jumping (real stacks rarely nest deeper)
+
+
+def first_open(
+    parent: np.ndarray, end: np.ndarray, start: np.ndarray, at: np.ndarray
+) -> np.ndarray:
+    """For each query ``k``: the first of ``start[k]`` and its ancestors, going up, whose
+    ``end`` is after ``at[k]``; -1 where none is (or ``start[k]`` is -1).
+
+    Up to _WALK levels are walked one step at a time; queries still open then go up by
+    binary lifting (jumps of 2^k ancestors, with the latest end within each jump), so
+    that instants deep in slices nested thousands deep do not cost a step per level.
+    """
+    out = np.full(start.shape[0], -1, dtype=np.int64)
+    cur = start.copy()
+    idx = np.flatnonzero(cur >= 0)
+    for _ in range(_WALK):
+        if idx.size == 0:
+            return out
+        c = cur[idx]
+        running = end[c] > at[idx]
+        out[idx[running]] = c[running]
+        idx = idx[~running]
+        cur[idx] = parent[cur[idx]]
+        idx = idx[cur[idx] >= 0]
+    if idx.size:
+        out[idx] = _first_open_lifted(parent, end, cur[idx], at[idx])
+    return out
+
+
+def _first_open_lifted(
+    parent: np.ndarray, end: np.ndarray, cur: np.ndarray, at: np.ndarray
+) -> np.ndarray:
+    # Level k: up[k][v] is v's 2^k-th ancestor (-1 past the root); latest[k][v] the latest
+    # end of v and the 2^k - 1 nodes above it.
+    up, latest = [parent], [end]
+    while np.any(up[-1] >= 0):
+        a, m = up[-1], latest[-1]
+        safe = np.maximum(a, 0)
+        up.append(np.where(a >= 0, a[safe], -1))
+        latest.append(np.where(a >= 0, np.maximum(m, m[safe]), m))
+    c = cur.copy()
+    for k in range(len(up) - 1, -1, -1):
+        live = np.flatnonzero(c >= 0)
+        ended = latest[k][c[live]] <= at[live]  # every node of the jump has ended: skip them
+        c[live[ended]] = up[k][c[live[ended]]]
+    has = c >= 0
+    return np.where(has & (end[np.maximum(c, 0)] > at), c, -1)

@@ -38,6 +38,9 @@ class Attached:
     trace: TraceData
     replayed: int  # activities of graph replays in the replay trace
     matched: int  # of them, hung under a captured launch
+    # graph launches that fit more than one captured graph (batch sizes captured alike):
+    # matched to the first that fits exactly, their shapes not certain
+    ambiguous: int = 0
 
 
 def _mask(names: list[str], pattern: re.Pattern[str]) -> np.ndarray:
@@ -140,6 +143,7 @@ def attach_capture(replay: TraceData, capture: TraceData) -> Attached:
     offset = replay.cpu_ts.size
     origin = np.full(replay.gpu_ts.size, -1, dtype=np.int64)
     launch = np.where(replayed, replay.gpu_launch, -1)
+    ambiguous = 0
     for call in np.unique(launch[launch >= 0]).tolist():
         acts = np.nonzero(launch == call)[0]
         acts = acts[np.argsort(replay.gpu_ts[acts], kind="stable")]
@@ -147,15 +151,20 @@ def attach_capture(replay: TraceData, capture: TraceData) -> Attached:
             _kind_key(replay.names[int(replay.gpu_name[j])], int(replay.gpu_kind[j]))
             for j in acts.tolist()
         ]
-        for w in windows:
-            where = _align(keys, captured_names(w), w.size)
-            if where is not None:
-                origin[acts] = offset + w[np.asarray(where, dtype=np.int64)]
-                break
+        fits = [(w, where) for w in windows if (where := _align(keys, captured_names(w), w.size))]
+        # A capture of the same size first: nothing skipped (a graph of another batch size
+        # can fit too when the kernels' names do not change with it).
+        exact = [f for f in fits if f[0].size == len(keys)]
+        if len(exact if exact else fits) > 1:
+            ambiguous += 1
+        if fits:
+            w, where = (exact or fits)[0]
+            origin[acts] = offset + w[np.asarray(where, dtype=np.int64)]
     matched = int((origin >= 0).sum())
     if not matched:
         return Attached(replay, n_replayed, 0)
-    return Attached(_merged(replay, capture, remap, names, origin), n_replayed, matched)
+    merged = replace(_merged(replay, capture, remap, names, origin), replays_ambiguous=ambiguous)
+    return Attached(merged, n_replayed, matched, ambiguous)
 
 
 def _merged(

@@ -25,7 +25,10 @@ def sample_timeline(profile: Profile, metric: str | None = None) -> Timeline:
     """
     if profile.timestamps is None:
         raise AiflameError("this profile has no sample times: no timeline to write")
-    col = profile.type_index(metric)
+    try:
+        col = profile.type_index(metric)
+    except KeyError as e:  # a metric the profile lacks: the message names what it has
+        raise AiflameError(str(e.args[0])) from None
     sample_type = profile.sample_types[col]
     if sample_type.unit not in ("nanoseconds", "count"):
         raise AiflameError(

@@ -10,19 +10,25 @@
     profile = probes.calls_profile()    # launch-count, sync-time, copy-bytes, alloc-...
     memory = probes.memory_profile()    # peak-bytes by allocation stack (--memory)
 
-Continuously (``aiflame agent``): ``probes.cut()`` every period returns the calls summed and
-the memory events seen since the last cut, probes staying attached, and detaches from the
-processes that have exited.
+Continuously (``aiflame agent``, ``CudaOptions(every_process=True)``): ``probes.cut()``
+every period returns the calls summed and the memory events seen since the last cut, probes
+staying attached, and forgets the processes that have exited.
 
-Probes are per process (a uprobe perf event filtered by the process's address space), on
-the functions the mapped libraries really define (:mod:`.cuda_libs`); one generic BPF
-program pair serves them all, told apart by the probe's cookie (:func:`.cuda_apis.cookie`).
-Before a process's probes are attached its libraries' code ranges go into the ``libs`` map,
-so calls between probed libraries (cudaMalloc -> cuMemAlloc_v2) count once.
+Probes are attached to library files, once per file, on the functions the file really
+defines (:mod:`.cuda_libs`): they fire in every process that maps it, and the BPF programs
+keep the recorded processes' calls (the ``targets`` map, which follows their forks, or
+every process). One generic BPF program pair serves them all, told apart by the probe's
+cookie (:func:`.cuda_apis.cookie`). The dynamic loaders the processes run with are probed
+too (``_dl_debug_state``, where they report new libraries): a recorded process that loaded
+a CUDA/HIP library it is not set up for is stopped there until the file is probed and the
+process described (:mod:`.holds`), so the calls right after ``dlopen()`` are seen. Calls made from
+inside a probed library (cudaMalloc -> cuMemAlloc_v2) count once: the caller's address is
+looked up in the libraries' code ranges (the ``libs`` map), else in its mapping.
 """
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -50,6 +56,9 @@ from aiflame.collectors.ebpf.cuda_libs import (
     ElfError,
     GpuLibrary,
     gpu_libraries,
+    kernel_dev,
+    loader_of,
+    loader_probe,
     probe_targets,
     read_maps,
 )
@@ -63,7 +72,13 @@ from aiflame.collectors.ebpf.cuda_profile import (
     user_stack_interner,
 )
 from aiflame.collectors.ebpf.cuda_python import PY_MARK, PythonStacks
-from aiflame.collectors.ebpf.libbpf import BPF_TRACE_UPROBE_MULTI, BpfError, BpfObject
+from aiflame.collectors.ebpf.holds import Holds
+from aiflame.collectors.ebpf.libbpf import (
+    BPF_TRACE_UPROBE_MULTI,
+    LIBRARY,
+    BpfError,
+    BpfObject,
+)
 from aiflame.model import Profile
 from aiflame.symbolize.pyframes import PythonNaming
 
@@ -85,6 +100,10 @@ N_STATS = 16
 # struct call_key / struct call_sum of bpf/cuda.bpf.c
 _CALL_KEY = struct.Struct("<IIQQQHHi")
 _CALL_SUM = struct.Struct("<QQQQ")
+# struct library_event of bpf/cuda.bpf.c: pid, tid, file (dev, inode), base, kind, held, name
+_LIBRARY_EVENT = struct.Struct("<IIQQQII16s")
+EV_LOADED_LIBRARY, EV_NEW_LOADER = 0, 1
+_ONE = b"\x01"
 SUMMED_ROLES = {LAUNCH, GRAPH, COPY, SYNC}  # summed in the kernel; the others are events
 
 
@@ -93,6 +112,11 @@ class CudaOptions:
     roles: set[str] = field(default_factory=lambda: set(ALL_ROLES))
     caps: dict[ApiClass, int] = field(default_factory=lambda: dict(DEFAULT_CAPS))
     ring_buffer_bytes: int = 8 << 20
+    every_process: bool = False  # every process is recorded (--all, the agent)
+    follow_children: bool = True  # processes forked by recorded ones are recorded
+    # stop a recorded process that maps a CUDA/HIP library it is not set up for, until it
+    # is (so that no call is missed); off: its first calls may be missed
+    hold: bool = True
 
     @classmethod
     def memory_only(cls) -> CudaOptions:
@@ -101,13 +125,20 @@ class CudaOptions:
 
 @dataclass
 class Attached:
-    """What was probed in one process."""
+    """A recorded process that maps CUDA/HIP libraries, and which."""
 
     pid: int
     libraries: list[GpuLibrary] = field(default_factory=list)
+
+
+@dataclass
+class ProbedFile:
+    """The probes of one library file (every process that maps it)."""
+
+    library: GpuLibrary  # as the process where it was found first maps it
     functions: list[str] = field(default_factory=list)
     links: int = 0
-    handles: list[int] = field(default_factory=list)  # to detach when the process is gone
+    handles: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -121,8 +152,8 @@ class CudaCut:
 
 class CudaProbes:
     """See the module docstring. ``multi``: attach with uprobe_multi links (kernel 6.6+;
-    None: where the kernel has them), one per library and process, which detach in one
-    RCU grace period instead of one per probe (5 s for libcudart's 50 probes on 6.18)."""
+    None: where the kernel has them), one per library file, which detach in one RCU grace
+    period instead of one per probe (5 s for libcudart's 50 probes on 6.18)."""
 
     PROGRAMS = ("cuda_entry", "cuda_return")
     PYTHON_PROGRAMS = ("cuda_entry_python", "cuda_return_python")  # walk Python stacks too
@@ -131,11 +162,18 @@ class CudaProbes:
         self.options = options or CudaOptions()
         self.log = EventLog()
         self.maps = MapsSnapshots()
-        self.attached: dict[int, Attached] = {}
+        self.attached: dict[int, Attached] = {}  # recorded processes mapping CUDA/HIP
+        self.files: dict[tuple[str, int], ProbedFile] = {}  # (dev, inode) -> its probes
+        self.loaders: dict[tuple[str, int], int | None] = {}  # dynamic loaders -> the link
         self.failures: list[str] = []
         self.comm: dict[int, str] = {}
+        self.holds = Holds()
+        self.hold_unavailable = ""  # why processes are not stopped at their first mapping
+        self.not_stopped = 0  # foreground jobs of a shell, announced without a stop
         self._watched: set[int] = set()
+        self._targets: set[int] = set()  # pids put in the kernel's `targets` map
         self._seen_libs: dict[int, set[tuple[str, int]]] = {}
+        self._loader_seen: set[int] = set()  # processes whose dynamic loader is probed
         self._stacks_checked = 0
         self._kernel_stacks: dict[int, tuple[int, ...]] = {}  # stack hash -> addresses
         self._gone: list[int] = []  # processes found exited at the last cut
@@ -155,9 +193,35 @@ class CudaProbes:
         try:
             self._fill_apis()
             self._rb = self._obj.ring_buffer("events", self.log)
+            self._rb.add(self._obj.map("library_events").fd, self._on_library)
+            self._obj.attach_raw_tracepoint("on_fork", "sched_process_fork")
+            self._exec_link: int | None = self._obj.attach_raw_tracepoint(
+                "on_exec", "sched_process_exec"
+            )
+            self._start_holds()
         except BaseException:
+            self.holds.close()
             self._obj.close()
             raise
+
+    def _start_holds(self) -> None:
+        """Watch the dynamic loader this process runs with (that of the programs started
+        here), and start the watchdog of stopped processes. Neither this process nor the
+        watchdog is ever stopped (listed as announced already)."""
+        own = read_maps(os.getpid())
+        loader = loader_of(os.getpid(), own) if own else None
+        if loader is not None:
+            self._attach_loader(loader)
+        exempt = [os.getpid()]
+        if not self.options.hold:
+            self.hold_unavailable = "turned off"
+        else:
+            try:
+                exempt.append(self.holds.start_watchdog(self._obj.map("pending").fd, LIBRARY))
+            except OSError as e:
+                self.hold_unavailable = f"no watchdog process: {e}"
+        for pid in exempt:
+            self._obj.map("pending").update(struct.pack("<I", pid), _ONE)
 
     def _open_any(self, multi: bool) -> BpfObject:
         """The programs that walk Python stacks, else (no bpf_loop: Linux < 5.17) those
@@ -183,7 +247,12 @@ class CudaProbes:
                 for prog in names:
                     obj.set_expected_attach_type(prog, BPF_TRACE_UPROBE_MULTI)
             caps = [int(self.options.caps.get(ApiClass(c), 0)) for c in range(N_CLASSES)]
-            obj.set_rodata(caps=struct.pack(f"<{N_CLASSES}Q", *caps))
+            obj.set_rodata(
+                caps=struct.pack(f"<{N_CLASSES}Q", *caps),
+                every_process=int(self.options.every_process),
+                follow_children=int(self.options.follow_children),
+                hold=int(self.options.hold),
+            )
             obj.set_max_entries("events", _power_of_two(self.options.ring_buffer_bytes))
             obj.load()
         except BaseException:
@@ -199,45 +268,68 @@ class CudaProbes:
 
     # -- targets ----------------------------------------------------------------------------
     def watch(self, pid: int) -> None:
-        """Probe ``pid`` now if it maps CUDA/HIP libraries, or at a later :meth:`scan`."""
+        """Record ``pid`` (and, with ``follow_children``, the processes it forks from now
+        on); its libraries are probed now if it maps CUDA/HIP ones, else when it maps one."""
         self._watched.add(pid)
+        self._target(pid)
         self._scan_one(pid)
+
+    def preexec(self) -> None:
+        """For ``subprocess.Popen(preexec_fn=...)``: the child makes itself a target before
+        it execs, so the libraries the dynamic loader maps before ``main`` are seen. Only
+        a map update: safe between fork and exec."""
+        if self._obj.ptr is not None:
+            self._obj.map("targets").update(struct.pack("<I", os.getpid()), _ONE)
+
+    def _target(self, pid: int) -> None:
+        if pid not in self._targets and not self.options.every_process:
+            self._targets.add(pid)
+            self._obj.map("targets").update(struct.pack("<I", pid), _ONE)
 
     def watch_later(self, pids: Iterable[int]) -> None:
         """Processes for the next :meth:`scan` to look at."""
         self._watched.update(pids)
 
     def scan(self, children: bool = False) -> None:
-        """Attach to libraries mapped since the last scan (and to new child processes)."""
+        """Probe libraries mapped since the last scan (and look at child processes)."""
         pids = set(self._watched)
         if children:
             for p in list(self._watched):
                 pids.update(procs.tree(p))
         for pid in sorted(pids):
             if procs.alive(pid):
+                if children:
+                    self._target(pid)  # started before it was watched
                 self._scan_one(pid)
             else:
                 self._watched.discard(pid)
 
     def scan_pids(self, pids: Iterable[int]) -> None:
-        """Attach to CUDA/HIP libraries these processes map now (and did not before): a
+        """Probe CUDA/HIP libraries these processes map now (and did not before): a
         continuous profiler chooses which to look at when, reading maps being the cost."""
         for pid in pids:
             if procs.alive(pid):
                 self._scan_one(pid)
 
-    def _scan_one(self, pid: int) -> None:
-        text = read_maps(pid)
+    def _scan_one(self, pid: int, text: str | None = None, force: bool = False) -> None:
+        """Set up a process from its maps: its libraries probed, their code ranges and its
+        Python described to the kernel. ``force``: it was stopped for this (do it all)."""
+        text = read_maps(pid) if text is None else text
         if not text:
             return
         if pid in self.attached:  # stacks are symbolized at the end: keep the latest maps
             self.maps.refresh(pid, text)
+        if pid not in self._loader_seen:  # the libraries it loads from now on are seen
+            self._loader_seen.add(pid)
+            loader = loader_of(pid, text)
+            if loader is not None:
+                self._attach_loader(loader)
         libs = gpu_libraries(pid, text)
         if not libs:
             return  # (a process that maps none keeps no state here)
         seen = self._seen_libs.setdefault(pid, set())
         new = [lib for lib in libs if (lib.dev, lib.inode) not in seen]
-        if not new:
+        if not new and not force:
             return
         self.maps.refresh(pid, text)
         self.comm.setdefault(pid, comm_of(pid))
@@ -248,7 +340,11 @@ class CudaProbes:
         for lib in new:
             seen.add((lib.dev, lib.inode))
             att.libraries.append(lib)
-            self._attach_library(att, lib)
+            if (lib.dev, lib.inode) not in self.files:
+                self._attach_file(lib)
+                file_key = struct.pack("<QQ", kernel_dev(lib.dev), lib.inode)
+                self._obj.map("probed_files").update(file_key, _ONE)
+        self._obj.map("known").update(struct.pack("<I", pid), _ONE)
 
     def _set_ranges(self, pid: int, libs: list[GpuLibrary]) -> None:
         ranges = [r for lib in libs for r in lib.text][:MAX_LIB_RANGES]
@@ -257,69 +353,113 @@ class CudaProbes:
         value = struct.pack(f"<{2 * MAX_LIB_RANGES}Q", *lo, *hi)
         self._obj.map("libs").update(struct.pack("<I", pid), value)
 
-    def _attach_library(self, att: Attached, lib: GpuLibrary) -> None:
+    def _attach_file(self, lib: GpuLibrary) -> None:
+        """Probe the file's functions, in every process that maps it (the BPF programs
+        keep the recorded processes' calls)."""
+        probed = self.files[lib.dev, lib.inode] = ProbedFile(lib)
         try:
             targets = probe_targets(lib, self.options.roles)
         except (OSError, ElfError) as e:
             self.failures.append(f"{lib.path}: {e}")
             return
         if self.multi:
-            self._attach_multi(att, lib, targets)
+            self._attach_multi(probed, targets)
             return
         for api_id, offset in targets:
             api = APIS[api_id]
             ck = probe_cookie(api_id, api)
             try:
-                att.handles.append(
-                    self._obj.attach_uprobe(
-                        self._entry, lib.host_path, offset=offset, pid=att.pid, cookie=ck
-                    )
+                probed.handles.append(
+                    self._obj.attach_uprobe(self._entry, lib.host_path, offset=offset, cookie=ck)
                 )
-                att.links += 1
+                probed.links += 1
                 if api.needs_return:
                     h = self._obj.attach_uprobe(
-                        self._return,
-                        lib.host_path,
-                        offset=offset,
-                        pid=att.pid,
-                        retprobe=True,
-                        cookie=ck,
+                        self._return, lib.host_path, offset=offset, retprobe=True, cookie=ck
                     )
-                    att.handles.append(h)
-                    att.links += 1
+                    probed.handles.append(h)
+                    probed.links += 1
             except BpfError as e:
-                self.failures.append(f"PID {att.pid} {api.name}: {e}")
+                self.failures.append(f"{lib.path} {api.name}: {e}")
                 continue
-            att.functions.append(api.name)
+            probed.functions.append(api.name)
 
-    def _attach_multi(self, att: Attached, lib: GpuLibrary, targets: list[tuple[int, int]]) -> None:
+    def _attach_multi(self, probed: ProbedFile, targets: list[tuple[int, int]]) -> None:
         if not targets:
             return
+        lib = probed.library
         cookies = [probe_cookie(i, APIS[i]) for i, _ in targets]
         offsets = [off for _, off in targets]
         back = [k for k, (i, _) in enumerate(targets) if APIS[i].needs_return]
         try:
-            att.handles.append(
-                self._obj.attach_uprobe_multi(
-                    self._entry, lib.host_path, offsets, cookies, pid=att.pid
-                )
+            probed.handles.append(
+                self._obj.attach_uprobe_multi(self._entry, lib.host_path, offsets, cookies)
             )
-            att.links += 1
+            probed.links += 1
             if back:
                 h = self._obj.attach_uprobe_multi(
                     self._return,
                     lib.host_path,
                     [offsets[k] for k in back],
                     [cookies[k] for k in back],
-                    pid=att.pid,
                     retprobe=True,
                 )
-                att.handles.append(h)
-                att.links += 1
+                probed.handles.append(h)
+                probed.links += 1
         except BpfError as e:
-            self.failures.append(f"PID {att.pid} {lib.path}: {e}")
+            self.failures.append(f"{lib.path}: {e}")
             return
-        att.functions.extend(APIS[i].name for i, _ in targets)
+        probed.functions.extend(APIS[i].name for i, _ in targets)
+
+    def _attach_loader(self, loader: GpuLibrary) -> None:
+        """Probe a dynamic loader's ``_dl_debug_state`` (where it says the list of loaded
+        libraries changed), in every process that runs it."""
+        key = (loader.dev, loader.inode)
+        if key in self.loaders:
+            return
+        self.loaders[key] = None
+        try:
+            where = loader_probe(loader.host_path)
+        except (OSError, ElfError) as e:
+            self.failures.append(f"{loader.path}: {e}")
+            return
+        if where is None:
+            self.failures.append(f"{loader.path}: no _dl_debug_state and _r_debug (not glibc's)")
+            return
+        offset, delta = where
+        try:
+            self.loaders[key] = self._obj.attach_uprobe(
+                "on_loader_state", loader.host_path, offset=offset, cookie=delta & (1 << 64) - 1
+            )
+        except BpfError as e:
+            self.failures.append(str(e))
+            return
+        file_key = struct.pack("<QQ", kernel_dev(loader.dev), loader.inode)
+        self._obj.map("probed_loaders").update(file_key, _ONE)
+
+    def _on_library(self, data: bytes) -> None:
+        """A recorded process loaded a CUDA/HIP library it was not set up for, or was
+        started with a dynamic loader not probed yet (stopped, unless a shell's foreground
+        job): set it up, then let it go on."""
+        pid, tid, dev, inode, _, kind, held, _ = _LIBRARY_EVENT.unpack_from(data)
+        try:
+            if held:
+                self.holds.stopped(pid, tid)
+            else:
+                self.not_stopped += 1
+            if kind == EV_NEW_LOADER:
+                text = read_maps(pid)
+                loader = loader_of(pid, text) if text else None
+                if loader is not None:
+                    self._attach_loader(loader)
+                self._obj.map("probed_loaders").update(struct.pack("<QQ", dev, inode), _ONE)
+            else:
+                self._scan_one(pid, force=True)
+                self._obj.map("probed_files").update(struct.pack("<QQ", dev, inode), _ONE)
+        finally:
+            self._obj.map("pending").delete(struct.pack("<I", pid))
+            if held:
+                self.holds.release(pid)
 
     # -- events -----------------------------------------------------------------------------
     def poll(self, timeout_ms: int = 100) -> int:
@@ -343,6 +483,8 @@ class CudaProbes:
             if pid in self.attached:
                 native = [s[: s.index(PY_MARK)] if PY_MARK in s else s for s in stacks[-64:]]
                 self.maps.ensure(pid, [a for s in native for a in s[:4]])
+            elif procs.alive(pid):  # a fork of a recorded process, set up in the kernel
+                self._scan_one(pid)
 
     def stats(self) -> dict[str, int]:
         """Counters of the BPF program, summed over CPUs (as they were at close)."""
@@ -361,6 +503,8 @@ class CudaProbes:
             "stacks not read": totals[STAT_STACK],
             "calls not summed (table full)": totals[STAT_CALLS_FULL],
             "stacks not stored (table full)": totals[STAT_STACKS_FULL],
+            "processes stopped until probed": self.holds.count,
+            "foreground jobs not stopped": self.not_stopped,
         }
         for c in range(N_CLASSES):
             out[f"over the {ApiClass(c).name.lower()} cap"] = totals[STAT_CAPPED + c]
@@ -383,6 +527,16 @@ class CudaProbes:
         ):
             if s[what]:
                 lines.append(f"{s[what]:,} CUDA API events {what}")
+        if s.get("foreground jobs not stopped"):
+            lines.append(
+                f"{s['foreground jobs not stopped']} shell foreground jobs were not stopped "
+                "when they loaded a CUDA/HIP library: their first calls may be missing"
+            )
+        if self.hold_unavailable and self.options.hold:
+            lines.append(
+                "CUDA/HIP libraries are probed within 0.2 s of being loaded, not from their "
+                f"first call ({self.hold_unavailable})"
+            )
         lines.extend(self.failures[:5])
         if len(self.failures) > 5:
             lines.append(f"... and {len(self.failures) - 5} more attach failures")
@@ -407,7 +561,14 @@ class CudaProbes:
         meta: dict[str, object] = {"source": "ebpf cuda probes", "cuda_stats": self.stats()}
         for att in self.attached.values():
             libs = ", ".join(lib.path for lib in att.libraries)
-            meta[f"info:probed PID {att.pid}"] = f"{len(att.functions)} functions in {libs}"
+            probed = [self.files.get((lib.dev, lib.inode)) for lib in att.libraries]
+            n = sum(len(p.functions) for p in probed if p is not None)
+            meta[f"info:probed PID {att.pid}"] = f"{n} functions in {libs}"
+        if self.holds.count:
+            meta["info:cuda first calls"] = (
+                f"{self.holds.count} processes stopped when they mapped a CUDA/HIP library, "
+                f"until probed (at most {self.holds.longest_s * 1000:.1f} ms)"
+            )
         for i, line in enumerate(self.notes()):
             meta[f"info:cuda note {i + 1}"] = line
         return meta
@@ -464,38 +625,61 @@ class CudaProbes:
         """Descriptors of the loaded BPF programs (for the kernel's BPF statistics)."""
         if self._obj.ptr is None:
             return []
-        return [self._obj.program_fd(p) for p in (self._entry, self._return)]
+        programs = (self._entry, self._return, "on_loader_state", "on_exec", "on_fork")
+        return [self._obj.program_fd(p) for p in programs]
 
     def _detach_exited(self) -> None:
-        """Detach from processes gone since the last cut; forget those gone before it
-        (the maps of a process that exited during this period name its last calls)."""
+        """Forget processes gone since the last cut, in the kernel and here (what names
+        their calls once they are gone before it: the maps of a process that exited during
+        this period name its last calls)."""
         for pid in self._gone:
             self.comm.pop(pid, None)
             self.maps.forget(pid)
             if self.python is not None:
                 self.python.forget(self._obj, pid)
+        self._loader_seen = {p for p in self._loader_seen if procs.alive(p)}
         self._gone = [p for p in self.attached if not procs.alive(p)]
-        for pid in self._gone:
-            att = self.attached.pop(pid)
-            for handle in att.handles:
-                self._obj.detach(handle)
+        for pid in self._gone:  # the files stay probed, for the processes still to come
+            self.attached.pop(pid)
+            self._loader_seen.discard(pid)
             self._watched.discard(pid)
+            self._targets.discard(pid)
             self._seen_libs.pop(pid, None)
-            self._obj.map("libs").delete(struct.pack("<I", pid))
+            key = struct.pack("<I", pid)
+            for name in ("libs", "known", "targets"):
+                self._obj.map(name).delete(key)
 
     def close(self) -> None:
         """Read what the kernel summed, detach every probe and free the BPF object
-        (idempotent); events, sums and counters stay readable."""
-        if self._final_stats is None and self._obj.loaded and self._obj.ptr is not None:
-            try:
-                self._rb.consume()
-                self.collect()
-                self._final_stats = self.stats()
-            except BpfError:
-                self._final_stats = {}
-        self._obj.close()
-        if self.python is not None:
-            self.python.close()
+        (idempotent); events, sums and counters stay readable. No process is stopped from
+        the first step on, and those stopped before are set up and continued."""
+        try:
+            self._stop_holding()
+            if self._final_stats is None and self._obj.loaded and self._obj.ptr is not None:
+                try:
+                    self._rb.consume()
+                    self.collect()
+                    self._final_stats = self.stats()
+                except BpfError:
+                    self._final_stats = {}
+        finally:
+            self.holds.close()
+            self._obj.close()
+            if self.python is not None:
+                self.python.close()
+
+    def _stop_holding(self) -> None:
+        """Detach what stops processes (the loaders' probes, the exec hook), so that none
+        is stopped while the rest is read and closed."""
+        if self._obj.ptr is None:
+            return
+        for key, link in list(self.loaders.items()):
+            if link is not None:
+                self._obj.detach(link)
+                self.loaders[key] = None
+        if self._exec_link is not None:
+            self._obj.detach(self._exec_link)
+            self._exec_link = None
 
     def __enter__(self) -> CudaProbes:
         return self

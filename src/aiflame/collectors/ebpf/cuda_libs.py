@@ -94,15 +94,25 @@ def read_maps(pid: int) -> str | None:
         return None
 
 
-def host_path(pid: int, path: str) -> str:
+def host_path(pid: int, path: str, inode: int = 0) -> str:
     """A path to the process's file from our mount namespace: through ``/proc/PID/root``
-    when the process has another root (a container), else the path itself."""
+    when the process has another root (a container), else the path itself. A process
+    chrooted in our namespace sees its files under its root, but its maps name them from
+    ours: the path whose inode is the one mapped (``inode``) wins."""
     root = f"/proc/{pid}/root"
     try:
         same = os.path.samestat(os.stat(root), os.stat("/"))
     except OSError:  # not ours to look into: the plain path is the best guess
         return path
-    return path if same else root + path
+    if same:
+        return path
+    for candidate in (root + path, path):
+        try:
+            if not inode or os.stat(candidate).st_ino == inode:
+                return candidate
+        except OSError:
+            continue
+    return root + path
 
 
 def gpu_libraries(pid: int, maps_text: str | None = None) -> list[GpuLibrary]:
@@ -120,7 +130,9 @@ def gpu_libraries(pid: int, maps_text: str | None = None) -> list[GpuLibrary]:
         key = (m.dev, m.inode)
         lib = libs.get(key)
         if lib is None:
-            lib = libs[key] = GpuLibrary(family, m.path, host_path(pid, m.path), m.inode, m.dev)
+            lib = libs[key] = GpuLibrary(
+                family, m.path, host_path(pid, m.path, m.inode), m.inode, m.dev
+            )
         if "x" in m.perms:
             lib.text.append((m.start, m.end))
     return list(libs.values())
@@ -142,6 +154,7 @@ STT_FUNC, STT_GNU_IFUNC = 2, 10
 SHT_SYMTAB, SHT_DYNSYM, SHT_GNU_VERSYM = 2, 11, 0x6FFFFFFF
 PT_LOAD = 1
 VERSYM_HIDDEN = 0x8000
+AT_BASE = 7
 
 
 class ElfError(Exception):
@@ -154,9 +167,37 @@ def function_offsets(path: str, names: Iterable[str]) -> dict[str, int]:
     Where a name has several versions (``foo@V1``, ``foo@@V2``) the default one wins, as
     the dynamic linker would pick it.
     """
-    wanted = set(names)
     with open(path, "rb") as f:
         data = f.read()
+    found, loads = _symbols(data, path, set(names), functions_only=True)
+    out = {}
+    for name, addr in found.items():
+        for lo, hi, off in loads:
+            if lo <= addr < hi:
+                out[name] = addr - lo + off
+                break
+    return out
+
+
+def loader_probe(path: str) -> tuple[int, int] | None:
+    """Where to probe a dynamic loader: (file offset of ``_dl_debug_state``, address of
+    ``_r_debug`` minus that of ``_dl_debug_state``); None where it has not both (not
+    glibc's)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    wanted = {"_dl_debug_state", "_r_debug"}
+    found, _ = _symbols(data, path, wanted, functions_only=False)
+    offsets = function_offsets(path, ["_dl_debug_state"])
+    if set(found) != wanted or "_dl_debug_state" not in offsets:
+        return None
+    return offsets["_dl_debug_state"], found["_r_debug"] - found["_dl_debug_state"]
+
+
+def _symbols(
+    data: bytes, path: str, wanted: set[str], functions_only: bool
+) -> tuple[dict[str, int], list[tuple[int, int, int]]]:
+    """Addresses of the defined symbols among ``wanted`` (the default version of each), and
+    the file's loaded segments (address, end, file offset)."""
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         raise ElfError(f"{path}: not a 64-bit little-endian ELF file")
     phoff, shoff = struct.unpack_from("<QQ", data, 0x20)
@@ -181,8 +222,10 @@ def function_offsets(path: str, names: Iterable[str]) -> dict[str, int]:
         str_off, str_size = strtab[4], strtab[5]
         versym = _versym(sections, data, sh_type, len(syms))
         kind = syms["info"] & 0xF
-        keep = np.nonzero(((kind == STT_FUNC) | (kind == STT_GNU_IFUNC)) & (syms["shndx"] != 0))
-        for i in keep[0].tolist():
+        defined = syms["shndx"] != 0
+        if functions_only:
+            defined &= (kind == STT_FUNC) | (kind == STT_GNU_IFUNC)
+        for i in np.nonzero(defined)[0].tolist():
             start = str_off + int(syms["name"][i])
             if start >= str_off + str_size:
                 continue
@@ -193,13 +236,7 @@ def function_offsets(path: str, names: Iterable[str]) -> dict[str, int]:
             prev = found.get(name)
             if prev is None or (prev[1] and not hidden):
                 found[name] = (int(syms["value"][i]), hidden)
-    out = {}
-    for name, (addr, _) in found.items():
-        for lo, hi, off in loads:
-            if lo <= addr < hi:
-                out[name] = addr - lo + off
-                break
-    return out
+    return {name: addr for name, (addr, _) in found.items()}, loads
 
 
 def _versym(sections: list[tuple], data: bytes, sym_type: int, n: int) -> np.ndarray | None:
@@ -208,6 +245,35 @@ def _versym(sections: list[tuple], data: bytes, sym_type: int, n: int) -> np.nda
     for sh in sections:
         if sh[1] == SHT_GNU_VERSYM and sh[5] >= 2 * n:
             return np.frombuffer(data, dtype="<u2", count=n, offset=sh[4])
+    return None
+
+
+def kernel_dev(maps_dev: str) -> int:
+    """The kernel's own ``dev_t`` of a ``/proc/PID/maps`` device (``fd:01``), as BPF reads
+    it from a file's super block: major << 20 | minor."""
+    major, _, minor = maps_dev.partition(":")
+    return int(major, 16) << 20 | int(minor, 16)
+
+
+def loader_of(pid: int, maps_text: str) -> GpuLibrary | None:
+    """The dynamic loader a process was started with (from AT_BASE in its auxiliary
+    vector), as a library of family ``loader``; None for a static program."""
+    try:
+        with open(f"/proc/{pid}/auxv", "rb") as f:
+            auxv = f.read()
+    except OSError:
+        return None
+    base = 0
+    for i in range(0, len(auxv) - 15, 16):
+        key, value = struct.unpack_from("<QQ", auxv, i)
+        if key == AT_BASE:
+            base = value
+            break
+    if not base:
+        return None
+    for m in parse_maps(maps_text):
+        if m.start <= base < m.end and not m.path.endswith(" (deleted)"):
+            return GpuLibrary("loader", m.path, host_path(pid, m.path, m.inode), m.inode, m.dev)
     return None
 
 

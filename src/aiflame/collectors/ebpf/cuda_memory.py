@@ -300,12 +300,16 @@ def _timeline_meta(tl: Timeline, pid: int) -> dict[str, object]:
 
 @dataclass
 class MemorySite:
-    """Sums of one (process, call site, API function) over a continuous profile's period."""
+    """Sums of one (process, call site, API function) over a continuous profile's period:
+    what it allocated in the period, and what of it was live at the process's peak."""
 
     alloc_bytes: int = 0
     alloc_count: int = 0
-    inuse_bytes: int = 0
+    inuse_bytes: int = 0  # live at the moment the process held the most in the period
     inuse_count: int = 0
+
+
+Site = tuple[int, int, int]  # (pid, stack, api)
 
 
 class LiveMemory:
@@ -316,17 +320,34 @@ class LiveMemory:
 
         live = LiveMemory()
         sites = live.period(events)     # (pid, stack, api) -> MemorySite: allocated in
-                                        # the period, and live at its end
+                                        # the period, and live at the process's peak in it
         live.forget(pid)                # the process is gone: its memory with it
+
+    A process's peak in a period is the first moment its live total was highest (what it
+    carried in counts: a period without events peaks at its start), so a profile says who
+    held the memory when the process needed the most of it, not only at the period's end.
     """
 
     def __init__(self) -> None:
         # (pid, address) -> (size, stack, api) of each live allocation
         self.live: dict[tuple[int, int], tuple[int, int, int]] = {}
         self.counts = dict.fromkeys(("unmatched_frees", "unseen_frees", "failed_allocs"), 0)
+        # within a period: per process its changes of live bytes, total and peak so far
+        self._changes: dict[int, list[tuple[Site, int]]] = {}
+        self._total: dict[int, int] = {}
+        self._peak: dict[int, tuple[int, int]] = {}  # (bytes, changes applied at the peak)
 
-    def period(self, events: np.ndarray) -> dict[tuple[int, int, int], MemorySite]:
-        sites: dict[tuple[int, int, int], MemorySite] = {}
+    def period(self, events: np.ndarray) -> dict[Site, MemorySite]:
+        sites: dict[Site, MemorySite] = {}
+        start: dict[Site, list[int]] = {}  # live at the period's start: [bytes, count]
+        total: dict[int, int] = {}  # per process, its live bytes as the events go
+        for (pid, _addr), (size, stack, api) in self.live.items():
+            held = start.setdefault((pid, stack, api), [0, 0])
+            held[0] += size
+            held[1] += 1
+            total[pid] = total.get(pid, 0) + size
+        self._changes, self._total = {}, total
+        self._peak = {pid: (t, 0) for pid, t in total.items()}
         if len(events):
             roles = [APIS[int(a)].role for a in events["api"].tolist()]
             when = [
@@ -337,13 +358,29 @@ class LiveMemory:
             ]
             for i in sorted(range(len(events)), key=when.__getitem__):
                 self._apply(events[i], roles[i], sites)
-        for (pid, _addr), (size, stack, api) in self.live.items():
-            site = sites.setdefault((pid, stack, api), MemorySite())
-            site.inuse_bytes += size
-            site.inuse_count += 1
+        at_peak = {k: list(v) for k, v in start.items()}
+        for pid, (_bytes, applied) in self._peak.items():
+            for where, delta in self._changes.get(pid, [])[:applied]:
+                held = at_peak.setdefault(where, [0, 0])
+                held[0] += delta
+                held[1] += 1 if delta > 0 else -1
+        for key, (nbytes, count) in at_peak.items():
+            if count > 0:
+                site = sites.setdefault(key, MemorySite())
+                site.inuse_bytes += nbytes
+                site.inuse_count += count
+        self._changes, self._peak, self._total = {}, {}, {}
         return sites
 
-    def _apply(self, ev: np.void, role: str, sites: dict[tuple[int, int, int], MemorySite]) -> None:
+    def _change(self, pid: int, site: Site, delta: int) -> None:
+        changes = self._changes.setdefault(pid, [])
+        changes.append((site, delta))
+        now = self._total.get(pid, 0) + delta
+        self._total[pid] = now
+        if now > self._peak.get(pid, (0, 0))[0]:
+            self._peak[pid] = (now, len(changes))
+
+    def _apply(self, ev: np.void, role: str, sites: dict[Site, MemorySite]) -> None:
         api_id = int(ev["api"])
         api = APIS[api_id]
         pid, ret = int(ev["pid"]), int(ev["ret"])
@@ -355,17 +392,24 @@ class LiveMemory:
             if api.memory not in GPU_MEMORY:
                 return
             size = call_size(api, ev["args"])
-            if self.live.pop((pid, addr), None) is not None:
+            old = self.live.pop((pid, addr), None)
+            if old is not None:  # its free was not seen: it ends here
                 self.counts["unseen_frees"] += 1
+                self._change(pid, (pid, old[1], old[2]), -old[0])
             stack = int(ev["stack"])
             self.live[(pid, addr)] = (size, stack, api_id)
             site = sites.setdefault((pid, stack, api_id), MemorySite())
             site.alloc_bytes += size
             site.alloc_count += 1
+            self._change(pid, (pid, stack, api_id), size)
         elif role == FREE and api.memory != "host":
             ptr = int(ev["args"][api.ptr_arg])
-            if ptr and ret == 0 and self.live.pop((pid, ptr), None) is None:
-                self.counts["unmatched_frees"] += 1
+            if ptr and ret == 0:
+                old = self.live.pop((pid, ptr), None)
+                if old is None:
+                    self.counts["unmatched_frees"] += 1
+                else:
+                    self._change(pid, (pid, old[1], old[2]), -old[0])
 
     def forget(self, pid: int) -> None:
         for key in [k for k in self.live if k[0] == pid]:

@@ -15,6 +15,7 @@ import contextlib
 import os
 from collections.abc import Sequence
 
+from aiflame.collectors.ebpf.cuda_libs import read_maps
 from aiflame.collectors.ebpf.cuda_profile import FrameInfo, Symbolizer
 from aiflame.collectors.ebpf.libbpf import BpfObject
 from aiflame.collectors.ebpf.pycode import PyFunction, PythonProcesses, called_from_python
@@ -52,6 +53,11 @@ class PythonStacks(PythonProcesses):
         codes = python_part(stack)
         if codes and (pid, codes) not in self.names:
             reader = self.readers.get(pid)
+            if reader is None:  # a fork of a described process: described in the kernel
+                maps = read_maps(pid)
+                if maps:
+                    self.describe(self.obj, pid, maps)
+                reader = self.readers.get(pid)
             if reader is None:
                 return
             known = self._last.setdefault(pid, {})

@@ -10,15 +10,18 @@ returning, whatever happens.
 
     rec = CudaRecorder(follow_children=True)    # system_wide=True: every process
     rec.start()                                 # loads the BPF object; BpfError if refused
+    Popen(argv, preexec_fn=rec.preexec)         # a target from before its exec
     rec.add_target(pid)
-    rec.tick()                                  # every ~50-100 ms: new libraries, events
+    rec.tick(50)                                # waits up to 50 ms: libraries, events
     profile = rec.finish()                      # detaches; None when no call was seen
     rec.notes                                   # drops over the caps, attach failures
     rec.close()
 
-Libraries are looked for in ``/proc/PID/maps`` every ``scan_s`` (50 ms): a program that
-loads ``libcudart`` late (``import torch``) is probed from then on; calls made in the few
-milliseconds between the load and the attach are not seen.
+A recorded process that loads a CUDA/HIP library is stopped as its dynamic loader reports
+it until its probes are attached (:class:`.cuda.CudaProbes`), so even the calls made right
+after the library is loaded are seen; ``/proc/PID/maps`` is also looked at every
+``scan_s``, for the libraries of processes not stopped (a shell's foreground job, a loader
+other than glibc's).
 """
 
 from __future__ import annotations
@@ -56,14 +59,23 @@ class CudaRecorder:
         self._next_scan = 0.0
 
     def start(self) -> None:
-        self.probes = CudaProbes(self.options)
+        options = self.options or CudaOptions()
+        options.every_process = self.system_wide
+        options.follow_children = self.follow_children
+        self.probes = CudaProbes(options)
+
+    def preexec(self) -> None:
+        """``preexec_fn`` of the launched program: a target before its exec."""
+        if self.probes is not None and not self.system_wide:
+            self.probes.preexec()
 
     def add_target(self, pid: int) -> None:
         if self.probes is not None:
             self.probes.watch(pid)
 
-    def tick(self) -> None:
-        """Attach to what appeared since (at most every ``scan_s``), read the events."""
+    def tick(self, timeout_ms: int = 0) -> None:
+        """Attach to what appeared since (at most every ``scan_s``), read the events,
+        waiting up to ``timeout_ms`` for them (a process stopped for its set-up waits)."""
         if self.probes is None:
             return
         now = time.monotonic()
@@ -72,7 +84,7 @@ class CudaRecorder:
                 self.probes.watch_later(_all_pids())
             self.probes.scan(children=self.follow_children)
             self._next_scan = now + self.scan_s
-        self.probes.poll(0)
+        self.probes.poll(timeout_ms)
 
     def finish(self) -> Profile | None:
         """Detach, then build the calls profile (launch-count, sync-time, copy-bytes,
@@ -115,9 +127,10 @@ class CudaRecording:
 
 def launch(argv: list[str], options: CudaRecordOptions) -> CudaRecording:
     """Run ``argv`` and record it; the program's exit status stays in ``target``."""
+    options.probes.follow_children = True  # what the program starts is its part
     probes = CudaProbes(options.probes)
     try:
-        target = procs.start(argv)
+        target = procs.start(argv, preexec_fn=probes.preexec)
         rec = CudaRecording(probes, target)
         _record(rec, target.pid, options, target)
         return rec
@@ -127,6 +140,7 @@ def launch(argv: list[str], options: CudaRecordOptions) -> CudaRecording:
 
 def attach(pid: int, options: CudaRecordOptions) -> CudaRecording:
     procs.check_attachable(pid)
+    options.probes.follow_children = options.subprocesses
     probes = CudaProbes(options.probes)
     try:
         rec = CudaRecording(probes)

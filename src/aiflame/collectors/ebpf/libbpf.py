@@ -124,6 +124,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "btf__find_by_name_kind": (ctypes.c_int32, [c_void_p, c_char_p, c_uint32]),
     "btf__name_by_offset": (c_char_p, [c_void_p, c_uint32]),
     "ring_buffer__new": (c_void_p, [c_int, _SAMPLE_FN, c_void_p, c_void_p]),
+    "ring_buffer__add": (c_int, [c_void_p, c_int, _SAMPLE_FN, c_void_p]),
     "ring_buffer__poll": (c_int, [c_void_p, c_int]),
     "ring_buffer__consume": (c_int, [c_void_p]),
     "ring_buffer__free": (None, [c_void_p]),
@@ -355,17 +356,34 @@ class RingBuffer:
         self._callback = callback
         self._error: BaseException | None = None
         self._cfn = _SAMPLE_FN(self._on_sample)  # kept alive as long as the ring buffer
+        self._more: list[Any] = []  # callbacks of maps added with add()
         self.ptr: int | None = _check_ptr(
             lib.ring_buffer__new(map_fd, self._cfn, None, None), "ring_buffer__new"
         )
 
     def _on_sample(self, ctx: int | None, data: int | None, size: int) -> int:
+        return self._deliver(self._callback, data, size)
+
+    def _deliver(self, callback: Callable[[bytes], Any], data: int | None, size: int) -> int:
         try:
-            self._callback(ctypes.string_at(data, size) if data else b"")
+            callback(ctypes.string_at(data, size) if data else b"")
         except BaseException as e:  # re-raised by poll(); a C caller cannot unwind
             self._error = e
             return -1
         return 0
+
+    def add(self, map_fd: int, callback: Callable[[bytes], Any]) -> None:
+        """Read another ring buffer map too, with its own callback: one poll waits for
+        records of either."""
+        if self.ptr is None:
+            raise BpfError("ring buffer is closed")
+
+        def on_sample(ctx: int | None, data: int | None, size: int) -> int:
+            return self._deliver(callback, data, size)
+
+        cfn = _SAMPLE_FN(on_sample)
+        self._more.append(cfn)  # kept alive as long as the ring buffer
+        _check_rc(self._lib.ring_buffer__add(self.ptr, map_fd, cfn, None), "ring_buffer__add")
 
     def poll(self, timeout_ms: int = 100) -> int:
         """Wait up to ``timeout_ms`` for records and hand each to the callback."""

@@ -8,27 +8,40 @@ So each new stack is read afresh, and a name is reused only where the code objec
 points at the same strings and first line; a code object freed and replaced in the
 moment between a sample and its reading would still be misnamed, as in every sampling
 profiler that reads names out of process.
+
+3.8-3.10 code objects have no qualified name: the class of a method is then found in its
+source file (compiled, never run; each file indexed once while it is unchanged).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO
 
 from aiflame.collectors.ebpf.libbpf import BpfObject
-from aiflame.collectors.ebpf.pyruntime import (
-    NO_INTERPRETER,
-    Offsets,
-    PythonProcess,
-    UnsupportedPython,
-    find_python,
-)
+from aiflame.collectors.ebpf.pylayouts import NO_OFFSET, Offsets, UnsupportedPython
+from aiflame.collectors.ebpf.pyruntime import NO_INTERPRETER, PythonProcess, find_python
+from aiflame.symbolize.pyclass import ClassResolver
 
 MAX_STRING = 4096  # characters read of a name or path
 _HEADER = struct.Struct("<Q")
+# The sources of 3.8-3.10 methods, indexed once per file (and again when it changes),
+# shared by every process: a host runs many processes of the same code.
+SOURCES = ClassResolver(max_files=1024)
+
+
+def _root_prefix(pid: int) -> str:
+    """``/proc/PID/root`` when the process has another root than ours (a container or a
+    chroot), else "": its files are then ours, and their indexes shared with others."""
+    try:
+        same = os.path.samestat(os.stat(f"/proc/{pid}/root"), os.stat("/"))
+    except OSError:
+        return ""
+    return "" if same else f"/proc/{pid}/root"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +61,7 @@ class CodeReader:
         # (address, length, hash, state) of a string -> its text
         self._strings: dict[tuple[int, int, int, int], str | None] = {}
         self._mem: BinaryIO | None = None
+        self._root = _root_prefix(python.pid)
         with contextlib.suppress(OSError):  # gone already: its frames stay unnamed
             self._mem = open(f"/proc/{python.pid}/mem", "rb", buffering=0)  # noqa: SIM115
 
@@ -72,23 +86,40 @@ class CodeReader:
 
     def _code(self, addr: int) -> PyFunction | None:
         o = self.python.offsets
-        end = max(o.code_filename, o.code_name, o.code_qualname, o.code_firstlineno) + 8
+        names = [at for at in (o.code_qualname, o.code_name) if at != NO_OFFSET]
+        end = max(o.code_filename, o.code_firstlineno, *names) + 8
         raw = self._memory(addr, end)
         if raw is None:
             return None
         ob_type = _HEADER.unpack_from(raw, 8)[0]
         if self.python.code_type and ob_type != self.python.code_type:
             return None  # not a code object (freed, or a frame being set up)
-        ptrs = [_HEADER.unpack_from(raw, at)[0] for at in (o.code_qualname, o.code_name)]
+        ptrs = [_HEADER.unpack_from(raw, at)[0] for at in names]
         file_ptr = _HEADER.unpack_from(raw, o.code_filename)[0]
         line = struct.unpack_from("<i", raw, o.code_firstlineno)[0]
         key = (addr, *ptrs, file_ptr, line)
         if key not in self._functions:
-            qualname = self._string(ptrs[0]) or self._string(ptrs[1])
+            qualname = next(filter(None, map(self._string, ptrs)), None)
             file = self._string(file_ptr)
-            ok = qualname is not None and file is not None
-            self._functions[key] = PyFunction(qualname, file, line) if ok else None  # type: ignore[arg-type]
+            function = None
+            if qualname is not None and file is not None:
+                if o.code_qualname == NO_OFFSET:  # 3.8-3.10: co_name only
+                    qualname = self._qualified(qualname, file, line)
+                function = PyFunction(qualname, file, line)
+            self._functions[key] = function
         return self._functions[key]
+
+    def _qualified(self, name: str, file: str, first_line: int) -> str:
+        """``Class.name`` where the source defines ``name`` at ``first_line`` inside a class
+        (3.8-3.10 code objects have no ``co_qualname``); read as the process sees its files,
+        while it runs: a relative name from its working directory, others through its root
+        when it has its own (a container)."""
+        if not os.path.isabs(file):
+            path = f"/proc/{self.python.pid}/cwd/{file}"
+        else:
+            path = self._root + file
+        owner = SOURCES.class_of(path, first_line, name)
+        return f"{owner}.{name}" if owner else name
 
     def _string(self, addr: int) -> str | None:
         o = self.python.offsets
@@ -153,9 +184,7 @@ class PythonProcesses:
         old = self.readers.get(pid)
         if old is not None and old.python == python:
             return
-        obj.map("py_procs").update(
-            struct.pack("<I", pid), python.offsets.bpf_struct(python.runtime)
-        )
+        obj.map("py_procs").update(struct.pack("<I", pid), python.bpf_struct())
         if old is not None:
             old.close()
         self.readers[pid] = CodeReader(python)

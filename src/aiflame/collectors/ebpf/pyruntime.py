@@ -1,32 +1,34 @@
 """Find a CPython interpreter in a running process and where its frames are kept.
 
-The eBPF sampler walks each sampled thread's Python frames itself (``profile.bpf.c``); for
-that it needs, per process, the address of ``_PyRuntime`` and the offsets of a few fields
-of the interpreter's internal structures, which change between minor versions:
+The eBPF sampler walks each sampled thread's Python frames itself (``bpf/pystack.h``); for
+that it needs, per process, the address of ``_PyRuntime``, the interpreter's version and
+the offsets of a few fields of its internal structures (:mod:`.pylayouts`: tabled for
+3.8-3.12, read from the process's own ``_Py_DebugOffsets`` from 3.13). 3.8-3.10 thread
+states know their threads by ``pthread_self()``, which the walk derives from the thread's
+TLS base: on AArch64 that needs the C library's size of ``struct pthread``, read here.
 
-* 3.13 and later publish them in ``_PyRuntime`` itself (``_Py_DebugOffsets``, the layout
-  out-of-process debuggers read); 3.13's layout is parsed here.
-* 3.11 and 3.12 do not: their offsets are tabled below, from the ``offsetof`` of their own
-  headers (x86-64 and AArch64 have the same layout; ``tests/unit/test_pyruntime.py``
-  checks the table against the headers of each installed version).
-
-Anything else (3.10 and older, free-threaded or unknown layouts) is reported as
-unsupported, and ``aiflame record`` falls back to py-spy for that process's Python stacks.
+Anything else (3.7 and older, free-threaded builds, layouts not known yet) is reported as
+unsupported with the reason, and ``aiflame record`` falls back to py-spy for that
+process's Python stacks.
 """
 
 from __future__ import annotations
 
 import os
+import platform
 import re
 import struct
 from dataclasses import dataclass
 
+from aiflame.collectors.ebpf.pylayouts import (
+    TABLES,
+    Offsets,
+    UnsupportedPython,
+    from_debug_offsets,
+)
 from aiflame.symbolize.elf import ElfError, ElfImage, open_image
 from aiflame.symbolize.maps import Mapping, Maps
 
-NO_OFFSET = 0xFFFFFFFF  # pystack.h PY_NO_OFFSET
-FRAME_BYTES = 72  # pystack.h PY_FRAME_BYTES: the bytes of each frame the walk reads
-DEBUG_COOKIE = b"xdebugpy"
 # libpython3.12.so.1.0, python3.11, python3.13d, libpython3.13t.so ...
 _PYTHON_FILE = re.compile(r"(?:^|/)(?:lib)?python(\d)\.(\d+)[a-z]*(?:\.so[.\d]*)?$")
 # in the name of every file _PYTHON_FILE takes: a process whose maps lack it has no
@@ -36,134 +38,10 @@ _WANTED = (b"_PyRuntime", b"Py_Version", b"PyCode_Type")
 SHT_DYNSYM, SHT_SYMTAB = 11, 2
 NO_RUNTIME = " has no _PyRuntime symbol"
 NO_INTERPRETER = "no Python interpreter is mapped"
-
-
-@dataclass(frozen=True)
-class Offsets:
-    """Byte offsets of the fields the walk and the code reader use (struct py_proc)."""
-
-    interpreters_head: int  # _PyRuntimeState.interpreters.head
-    threads_head: int  # PyInterpreterState.threads.head
-    tstate_next: int
-    native_thread_id: int
-    tstate_frame: int  # PyThreadState.cframe (3.11, 3.12) or .current_frame (3.13+)
-    cframe_frame: int  # _PyCFrame.current_frame; NO_OFFSET from 3.13
-    frame_code: int  # _PyInterpreterFrame.f_code / f_executable
-    frame_previous: int
-    frame_owner: int
-    frame_is_entry: int  # 3.11 only; NO_OFFSET later (shim frames mark the entries)
-    code_filename: int
-    code_name: int
-    code_qualname: int
-    code_firstlineno: int
-    unicode_state: int
-    unicode_length: int
-    ascii_size: int  # sizeof(PyASCIIObject): where a compact ASCII string's text starts
-    compact_size: int  # sizeof(PyCompactUnicodeObject): other compact strings' text
-    gil_locked: int  # the GIL's locked flag and last holder: in _PyRuntimeState (3.11), in
-    gil_holder: int  # the main interpreter's own GIL (3.12+, PyInterpreterState._gil)
-    gil_in_runtime: bool
-
-    def bpf_struct(self, runtime: int) -> bytes:
-        """``struct py_proc`` of profile.bpf.c."""
-        return struct.pack(
-            "<Q14I",
-            runtime,
-            self.interpreters_head,
-            self.threads_head,
-            self.tstate_next,
-            self.native_thread_id,
-            self.tstate_frame,
-            self.cframe_frame,
-            self.frame_code,
-            self.frame_previous,
-            self.frame_owner,
-            self.frame_is_entry,
-            self.gil_locked,
-            self.gil_holder,
-            int(self.gil_in_runtime),
-            0,
-        )
-
-
-# From offsetof() over each version's own headers (Py_BUILD_CORE, x86-64).
-TABLES: dict[tuple[int, int], Offsets] = {
-    (3, 11): Offsets(
-        interpreters_head=40,
-        threads_head=16,
-        tstate_next=8,
-        native_thread_id=160,
-        tstate_frame=56,
-        cframe_frame=8,
-        frame_code=32,
-        frame_previous=48,
-        frame_owner=69,
-        frame_is_entry=68,
-        code_filename=112,
-        code_name=120,
-        code_qualname=128,
-        code_firstlineno=72,
-        unicode_state=32,
-        unicode_length=16,
-        ascii_size=48,
-        compact_size=72,
-        gil_locked=376,  # _PyRuntimeState.ceval.gil.locked
-        gil_holder=368,
-        gil_in_runtime=True,
-    ),
-    (3, 12): Offsets(
-        interpreters_head=40,
-        threads_head=72,
-        tstate_next=8,
-        native_thread_id=144,
-        tstate_frame=56,
-        cframe_frame=0,
-        frame_code=0,
-        frame_previous=8,
-        frame_owner=70,
-        frame_is_entry=NO_OFFSET,
-        code_filename=112,
-        code_name=120,
-        code_qualname=128,
-        code_firstlineno=68,
-        unicode_state=32,
-        unicode_length=16,
-        ascii_size=40,
-        compact_size=56,
-        gil_locked=1056,  # PyInterpreterState._gil.locked
-        gil_holder=1048,
-        gil_in_runtime=False,
-    ),
-}
-# 3.13's _Py_DebugOffsets: uint64 fields after cookie[8]; (section, index) of each one used.
-_DEBUG_313_FIELDS = {
-    "version": 1,
-    "free_threaded": 2,
-    "interpreters_head": 3 + 2,  # runtime_state {size, finalizing, interpreters_head}
-    "threads_head": 6 + 3,  # interpreter_state {size, id, next, threads_head, ...13}
-    "gil_locked": 6 + 11,  # ... gil_runtime_state_locked, gil_runtime_state_holder}
-    "gil_holder": 6 + 12,
-    "tstate_next": 19 + 2,  # thread_state {size, prev, next, interp, current_frame, ...9}
-    "current_frame": 19 + 4,
-    "native_thread_id": 19 + 6,
-    "frame_previous": 28 + 1,  # interpreter_frame {size, previous, executable, ..., owner}
-    "frame_code": 28 + 2,
-    "frame_owner": 28 + 5,
-    "code_filename": 34 + 1,  # code_object {size, filename, name, qualname, linetable,
-    "code_name": 34 + 2,  #                firstlineno, ...10}
-    "code_qualname": 34 + 3,
-    "code_firstlineno": 34 + 5,
-    # then pyobject (2 fields), type_object (4), tuple (3), list (3), dict (3), float (2),
-    # long (3), bytes (3) and unicode_object {size, state, length, asciiobject_size}
-    "unicode_state": 67 + 1,
-    "unicode_length": 67 + 2,
-    "ascii_size": 67 + 3,
-}
-_DEBUG_313_LEN = 8 * (1 + 70)  # the cookie and the fields through unicode_object
-
-
-class UnsupportedPython(Exception):
-    """A Python this walker cannot read (the message says which and why)."""
+# glibc's size of struct pthread (for libthread_db): on AArch64 pthread_self() is the
+# thread pointer minus it
+_SIZEOF_PTHREAD = b"_thread_db_sizeof_pthread"
+_LIBC = re.compile(r"(?:^|/)lib(?:c|pthread)[.-][\w.-]*so[.\d]*$")
 
 
 @dataclass(frozen=True)
@@ -176,6 +54,11 @@ class PythonProcess:
     runtime: int  # address of _PyRuntime
     code_type: int  # address of PyCode_Type (0: unknown, then code objects are not checked)
     offsets: Offsets
+    tls_delta: int = 0  # pthread_self() minus the TLS base (3.8-3.10 thread matching)
+
+    def bpf_struct(self) -> bytes:
+        """``struct py_proc`` of bpf/pystack.h for this process."""
+        return self.offsets.bpf_struct(self.runtime, self.tls_delta)
 
 
 def candidate_files(maps: Maps) -> list[Mapping]:
@@ -191,6 +74,11 @@ def candidate_files(maps: Maps) -> list[Mapping]:
             seen.add(m.path)
             out.append(m)
     return out
+
+
+def maps_interpreter(maps_text: str) -> bool:
+    """Whether a process with these mappings has an interpreter's file loaded."""
+    return bool(_MAYBE_PYTHON.search(maps_text)) and bool(candidate_files(Maps.parse(maps_text)))
 
 
 def find_python(pid: int, maps_text: str | None = None) -> PythonProcess:
@@ -252,18 +140,61 @@ def _interpreter(pid: int, maps: Maps, mapping: Mapping) -> PythonProcess:
     runtime = symbols[b"_PyRuntime"] + bias
     version = _version(pid, symbols, bias, mapping.path)
     code_type = symbols[b"PyCode_Type"] + bias if b"PyCode_Type" in symbols else 0
+    v = f"{version[0]}.{version[1]}"
     if version >= (3, 13):
-        offsets = _debug_offsets(pid, runtime, version)
+        offsets = from_debug_offsets(lambda a, n: read_memory(pid, a, n), runtime, version)
     elif version in TABLES:
         offsets = TABLES[version]
     else:
+        raise UnsupportedPython(f"Python {v} is not read by the eBPF walker (3.8+)")
+    if not _layout_holds(pid, runtime, offsets):
         raise UnsupportedPython(
-            f"Python {version[0]}.{version[1]} is not read by the eBPF walker (3.11+)"
+            f"Python {v} in {mapping.path} is laid out otherwise than its release (a debug build?)"
         )
-    fields = (offsets.frame_code + 8, offsets.frame_previous + 8, offsets.frame_owner + 1)
-    if max(fields) > FRAME_BYTES:  # pystack.h reads this much of each frame
-        raise UnsupportedPython(f"Python {version[0]}.{version[1]}'s frames are laid out otherwise")
-    return PythonProcess(pid, version, mapping.path, runtime, code_type, offsets)
+    tls_delta = _tls_delta(pid, maps) if offsets.thread_by_tls else 0
+    if tls_delta is None:
+        raise UnsupportedPython(
+            f"Python {v}'s threads cannot be told apart here: no glibc size of struct pthread"
+        )
+    return PythonProcess(pid, version, mapping.path, runtime, code_type, offsets, tls_delta)
+
+
+def _layout_holds(pid: int, runtime: int, offsets: Offsets) -> bool:
+    """Whether a live interpreter agrees with the offsets: its first thread state points
+    back at its interpreter. True while it is not initialized yet (nothing to check)."""
+    interp = _read_word(pid, runtime + offsets.interpreters_head)
+    if not interp:
+        return True
+    tstate = _read_word(pid, interp + offsets.threads_head)
+    if not tstate:
+        return True
+    return _read_word(pid, tstate + offsets.tstate_interp) == interp
+
+
+def _read_word(pid: int, address: int) -> int | None:
+    raw = read_memory(pid, address, 8)
+    return struct.unpack("<Q", raw)[0] if raw is not None else None
+
+
+def _tls_delta(pid: int, maps: Maps) -> int | None:
+    """pthread_self() minus the thread's TLS base: 0 on x86-64 (the FS base is the thread's
+    own descriptor); on AArch64 glibc places struct pthread just below the thread pointer,
+    and says its size in ``_thread_db_sizeof_pthread`` (libc, or libpthread before 2.34)."""
+    if platform.machine() != "aarch64":
+        return 0
+    libs = {m.path for m in maps.mappings if m.is_file and _LIBC.search(m.path)}
+    for lib in sorted(libs):
+        try:
+            image, _ = open_image(_readable_path(pid, lib))
+        except (OSError, ElfError):
+            continue
+        symbols = _data_symbols(image, (_SIZEOF_PTHREAD,))
+        bias = _load_bias(image, maps, lib)
+        if _SIZEOF_PTHREAD in symbols and bias is not None:
+            raw = read_memory(pid, symbols[_SIZEOF_PTHREAD] + bias, 4)
+            if raw is not None:
+                return -struct.unpack("<I", raw)[0]
+    return None
 
 
 def _readable_path(pid: int, path: str) -> str:
@@ -316,44 +247,6 @@ def _version(pid: int, symbols: dict[bytes, int], bias: int, path: str) -> tuple
     m = _PYTHON_FILE.search(path)
     assert m is not None  # only such files are candidates
     return int(m.group(1)), int(m.group(2))
-
-
-def _debug_offsets(pid: int, runtime: int, version: tuple[int, int]) -> Offsets:
-    raw = read_memory(pid, runtime, _DEBUG_313_LEN)
-    if raw is None or not raw.startswith(DEBUG_COOKIE):
-        raise UnsupportedPython(f"no debug offsets in Python {version[0]}.{version[1]}")
-    fields = struct.unpack_from(f"<{_DEBUG_313_LEN // 8 - 1}Q", raw, 8)
-    value = {name: fields[i - 1] for name, i in _DEBUG_313_FIELDS.items()}
-    hexversion = value["version"]
-    if (hexversion >> 24, (hexversion >> 16) & 0xFF) != (3, 13):
-        raise UnsupportedPython(
-            f"Python {version[0]}.{version[1]}'s debug offsets are not read yet (3.11-3.13)"
-        )
-    if value["free_threaded"]:
-        raise UnsupportedPython("free-threaded Python is not read by the eBPF walker")
-    return Offsets(
-        interpreters_head=value["interpreters_head"],
-        threads_head=value["threads_head"],
-        tstate_next=value["tstate_next"],
-        native_thread_id=value["native_thread_id"],
-        tstate_frame=value["current_frame"],
-        cframe_frame=NO_OFFSET,
-        frame_code=value["frame_code"],
-        frame_previous=value["frame_previous"],
-        frame_owner=value["frame_owner"],
-        frame_is_entry=NO_OFFSET,
-        code_filename=value["code_filename"],
-        code_name=value["code_name"],
-        code_qualname=value["code_qualname"],
-        code_firstlineno=value["code_firstlineno"],
-        unicode_state=value["unicode_state"],
-        unicode_length=value["unicode_length"],
-        ascii_size=value["ascii_size"],
-        compact_size=value["ascii_size"] + 16,  # + utf8_length, utf8 (PyCompactUnicodeObject)
-        gil_locked=value["gil_locked"],
-        gil_holder=value["gil_holder"],
-        gil_in_runtime=False,
-    )
 
 
 def read_memory(pid: int, address: int, size: int) -> bytes | None:

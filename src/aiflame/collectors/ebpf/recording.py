@@ -67,6 +67,8 @@ class EbpfRecorder:
         """``preexec_fn`` of the launched program: a target from before its first fork."""
         if self.running and not self.system_wide:
             self.sampler.preexec()
+            if self.cuda is not None:
+                self.cuda.preexec()
 
     def add_target(self, pid: int) -> None:
         if self.running and not self.system_wide:
@@ -81,15 +83,25 @@ class EbpfRecorder:
             return
         deadline = time.monotonic() + seconds
         while (left := deadline - time.monotonic()) > 0:
-            if self.cuda is not None:
-                self.cuda.tick()
-                left = min(left, CUDA_TICK_S)
-            self.sampler.poll(max(1, int(left * 1000)))
+            if self.cuda is None:
+                self.sampler.poll(max(1, int(left * 1000)))
+                continue
+            # the probes' events wake at once (a process waits stopped for its set-up)
+            self.cuda.tick(max(1, int(min(left, CUDA_TICK_S) * 1000)))
+            self.sampler.poll(0)
 
     def walks_python(self, pid: int) -> bool:
-        """Whether the sampler reads this process's Python stacks itself (CPython 3.11-3.13
+        """Whether the sampler reads this process's Python stacks itself (CPython 3.8-3.15
         found in it), so that no other sampler is needed for them."""
         return self.running and self.sampler.walks_python(pid)
+
+    def python_state(self, pid: int) -> str:
+        """:meth:`.CpuSampler.python_state`: ``walked``, ``other`` or ``none``."""
+        return self.sampler.python_state(pid) if self.running else "none"
+
+    def pythons_seen(self) -> bool:
+        """Whether an interpreter was found in a sampled process (walked or not)."""
+        return self.sampler.pythons_seen()
 
     def finish(self, naming: PythonNaming | None = None) -> Profile | None:
         """Stop sampling and build the profile (None when nothing was sampled); ``naming``

@@ -33,6 +33,7 @@ from aiflame.collectors.ebpf import object_bytes
 from aiflame.collectors.ebpf.libbpf import BpfError, BpfObject, RingBuffer
 from aiflame.collectors.ebpf.perf import cpu_clock_attr, online_cpus, perf_event_open, set_period
 from aiflame.collectors.ebpf.pycode import PyFunction, PythonProcesses
+from aiflame.collectors.ebpf.pyruntime import maps_interpreter
 
 MAX_STACK_DEPTH = 127  # profile.bpf.c MAX_STACK_DEPTH
 # A process is announced at its first sample, maybe before the dynamic loader has mapped
@@ -379,6 +380,21 @@ class CpuSampler:
         if pid not in self._pythons.readers:
             self._snapshot(pid)
         return pid in self._pythons.readers
+
+    def pythons_seen(self) -> bool:
+        """Whether an interpreter was found in a sampled process (walked or not)."""
+        return bool(self._pythons.readers or self._pythons.unsupported)
+
+    def python_state(self, pid: int) -> str:
+        """``walked`` (its Python stacks are walked here), ``other`` (an interpreter this
+        walk does not read, or none is walked on this kernel) or ``none`` (no interpreter
+        is mapped in it, as far as its mappings show now)."""
+        if self.walks_python(pid):
+            return "walked"
+        if pid in self._pythons.unsupported:
+            return "other"
+        texts = self.maps.get(pid)
+        return "other" if texts and maps_interpreter(texts[-1]) else "none"
 
     def _describe_python(self, pid: int, maps_text: str) -> None:
         if self.obj is not None and not self.python_unavailable:

@@ -26,8 +26,10 @@
       this.colorMode = this.diff ? "diff-self" : "kind";
       this.filters = []; // [{op: "focus" | "hide", nameId, name}]
       this.searchMask = null;
+      this.ignoreCase = false; // the "Aa" button: every search ignores case
       this.sandwichName = -1;
       this.topSort = this.diff ? { key: "delta", dir: "abs" } : { key: "self", dir: "desc" };
+      this.topUnfold = false; // true: a differential table shows its wrapper rows too
       this.kindColors = new Array(this.frames.count + 1);
       this.tooltipNode = -1;
       this.menuNode = -1;
@@ -372,12 +374,10 @@
       if (!text) {
         this.searchMask = null;
       } else {
-        let re;
-        try {
-          re = new RegExp(text);
-        } catch (err) {
-          // Not a valid regex: search for the literal text instead, and say so.
-          re = new RegExp(text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"));
+        const found = A.searchRegex(text, this.ignoreCase);
+        const re = found.re;
+        if (found.literal) {
+          // Not a valid regex: a search for the literal text instead, and said so.
           $("search").classList.add("bad");
           status.textContent = "(not a regex: literal match)";
         }
@@ -389,6 +389,13 @@
       this.view.draw();
       this.updateMatched();
       if (this.tab === "sandwich") this.renderSandwich();
+    }
+
+    // The "Aa" button: every search ignores case (else only searches in lower case do).
+    setIgnoreCase(on) {
+      this.ignoreCase = !!on;
+      $("search-case").setAttribute("aria-pressed", String(this.ignoreCase));
+      this.setSearch($("search").value);
     }
 
     updateMatched() {
@@ -510,7 +517,9 @@
     renderTop() {
       const t = this.metric;
       const type = this.types[t];
-      const rows = this.diff ? this.topDiffRows() : A.topFunctions(this.tree, t);
+      let rows = this.diff ? this.topDiffRows() : A.topFunctions(this.tree, t);
+      const folded = this.diff && !this.topUnfold ? rows.filter((r) => r.into) : [];
+      if (folded.length) rows = rows.filter((r) => !r.into);
       this.sortTop(rows);
       for (const th of document.querySelectorAll("#top-table th[data-key]")) {
         th.classList.toggle("sorted", th.dataset.key === this.topSort.key);
@@ -526,6 +535,12 @@
         const sw = el("span", { class: "swatch" });
         sw.style.background = A.kindColor(this.frames.kindSlug(r.frame), names[r.nameId]);
         name.append(sw, el("span", null, this.frames.label(r.frame)));
+        if (r.wrappers && !this.topUnfold) {
+          const callers = r.wrappers.map((w) => this.frames.label(w.frame));
+          const badge = el("span", { class: "wrappers" }, " +" + callers.length + " callers");
+          badge.title = "callers whose change is all this function's:\n" + callers.join("\n");
+          name.append(badge);
+        }
         tr.append(name);
         const num = (text, cls) => el("td", { class: cls ? "num " + cls : "num" }, text);
         if (this.diff) {
@@ -553,8 +568,67 @@
         body.push(tr);
       }
       $("top-body").replaceChildren(...body);
-      $("top-note").textContent =
+      const note = $("top-note");
+      note.textContent =
         rows.length > limit ? "showing the first " + limit + " of " + rows.length + " functions" : rows.length + " functions";
+      if (this.diff && (folded.length || this.topUnfold)) {
+        const toggle = el("a", { href: "#", id: "top-unfold" }, this.topUnfold ? "fold them" : "show them");
+        toggle.addEventListener("click", (e) => {
+          e.preventDefault();
+          this.topUnfold = !this.topUnfold;
+          this.renderTop();
+        });
+        const what = this.topUnfold
+          ? "; callers whose change is all their one callee's are shown ("
+          : "; " + folded.length + " callers whose change is all their one callee's are folded into it (";
+        note.append(what, toggle, ")");
+      }
+    }
+
+    // Wrappers in a differential table: a function with no change of its own whose calls
+    // all go to one other function with the same change (`<module>`, `_call_impl`,
+    // `forward`... above the one op that changed) tells nothing that callee does not. Each
+    // gets `into` (the row it folds into, following chains) and that row `wrappers`.
+    foldWrapperRows(rows) {
+      const { base, test } = this.diff;
+      const tree = this.tree;
+      const nNames = tree.frames.strings.length;
+      const onlyChild = new Int32Array(nNames).fill(-1); // -1 none yet, -2 several
+      const selfDelta = new Float64Array(nNames);
+      const baseTotal = tree.totals(base);
+      const testTotal = tree.totals(test);
+      for (let i = 1; i < tree.n; i++) {
+        if (baseTotal[i] === 0 && testTotal[i] === 0) continue; // no cost in either
+        const nm = tree.nameId(i);
+        selfDelta[nm] += tree.self[test][i] - tree.self[base][i];
+        const p = tree.parent[i];
+        if (p <= 0) continue;
+        const pn = tree.nameId(p);
+        if (pn === nm) continue; // recursion
+        if (onlyChild[pn] === -1) onlyChild[pn] = nm;
+        else if (onlyChild[pn] !== nm) onlyChild[pn] = -2;
+      }
+      const byName = new Map(rows.map((r) => [r.nameId, r]));
+      const same = (a, b) => Math.abs(a - b) <= 1e-9 * Math.max(Math.abs(a), Math.abs(b));
+      const next = (r) => {
+        const c = onlyChild[r.nameId];
+        const child = c >= 0 ? byName.get(c) : undefined;
+        const passes = r.delta !== 0 && same(selfDelta[r.nameId], 0) && child && same(child.delta, r.delta);
+        return passes ? child : undefined;
+      };
+      for (const r of rows) {
+        let target = next(r);
+        for (let hops = 0; target && hops < nNames; hops++) {
+          const further = next(target);
+          if (!further) break;
+          target = further;
+        }
+        if (target && target !== r) {
+          r.into = target;
+          (target.wrappers = target.wrappers || []).push(r);
+        }
+      }
+      for (const r of rows) if (r.wrappers) r.wrappers.sort((a, b) => b.base + b.test - (a.base + a.test));
     }
 
     // Base and test totals per function (recursion counted once in each).
@@ -575,6 +649,7 @@
         // New functions rank above every finite change; vanished ones are -100%.
         r.pct = r.base ? r.delta / r.base : r.test ? Infinity : 0;
       }
+      this.foldWrapperRows(rows);
       return rows;
     }
 
@@ -672,6 +747,7 @@
         this.view.draw();
       });
       let timer = 0;
+      $("search-case").addEventListener("click", () => this.setIgnoreCase(!this.ignoreCase));
       $("search").addEventListener("input", () => {
         clearTimeout(timer);
         timer = setTimeout(() => this.setSearch($("search").value), 120);

@@ -103,7 +103,53 @@ function elide(name, chars) {
   }
   var sig = splitSignature(name);
   if (sig[1] && sig[0].length + sig[1].length <= chars) return sig[0] + sig[1];
-  return elideMiddle(sig[0], chars);
+  var t = templateParts(sig[0]);
+  return t ? fitTemplate(t[0], t[1], chars) : elideMiddle(sig[0], chars);
+}
+
+// "ns::kern<args>" -> [head, args], or null (the page's format.js templateParts).
+function templateParts(name) {
+  if (name.charAt(name.length - 1) !== ">") return null;
+  var depth = 0;
+  for (var i = name.length - 1; i > 0; i--) {
+    var c = name.charAt(i);
+    if (c === ">") depth++;
+    else if (c === "<" && --depth === 0) {
+      var head = name.slice(0, i);
+      return /[A-Za-z0-9_]$/.test(head) ? [head, name.slice(i + 1, -1)] : null;
+    }
+  }
+  return null;
+}
+
+// A template of one named argument is told apart by it (the page's isOneArgument).
+function isOneArgument(key) {
+  if (key.indexOf("\u2026") >= 0 || !/[A-Za-z_]{3}/.test(key)) return false;
+  var depth = 0;
+  for (var i = 0; i < key.length; i++) {
+    var c = key.charAt(i);
+    if ("<([{".indexOf(c) >= 0) depth++;
+    else if (">)]}".indexOf(c) >= 0) depth--;
+    else if (c === "," && depth === 0) return false;
+  }
+  return true;
+}
+
+// The function's own name and its distinguishing arguments (the page's fitTemplate).
+function fitTemplate(head, args, room) {
+  var key = args
+    .replace(/\[lambda\([^()]*\) \(instance (\d+)\)\]/g, "\u03bb$1")
+    .replace(/\{lambda\([^()]*\)#(\d+)\}/g, "\u03bb$1")
+    .replace(/\(anonymous namespace\)::/g, "")
+    .replace(/(?:[A-Za-z_][A-Za-z0-9_]*::)+(?=[A-Za-z_~])/g, "");
+  var cut = head.lastIndexOf("::");
+  var shortHead = cut < 0 ? head : head.slice(cut + 2);
+  if (head.length + key.length + 2 <= room) return head + "<" + key + ">";
+  if (shortHead.length + key.length + 2 <= room) return shortHead + "<" + key + ">";
+  var avail = room - 2;
+  if (avail < 12) return elideMiddle(isOneArgument(key) ? key : shortHead, room);
+  var keyRoom = Math.min(key.length, avail - Math.min(shortHead.length, Math.max(4, Math.floor(avail * 0.4))));
+  return elideMiddle(shortHead, avail - keyRoom) + "<" + elideMiddle(key, keyRoom) + ">";
 }
 
 function splitSignature(text) {
@@ -215,11 +261,18 @@ function searchPrompt() {
   if (term) search(term);
 }
 
+// As the HTML page searches: a term in lower case (or after "(?i)") ignores case.
 function matcher(term) {
+  var flags = "";
+  if (term.indexOf("(?i)") === 0) {
+    term = term.slice(4);
+    flags = "i";
+  }
+  if (term === term.toLowerCase()) flags = "i";
   try {
-    return new RegExp(term);
+    return new RegExp(term, flags);
   } catch (e) {
-    return new RegExp(term.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"));
+    return new RegExp(term.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"), flags);
   }
 }
 

@@ -95,8 +95,62 @@
       const full = p.name + p.params;
       if (full.length <= room) return full;
     }
-    return A.elideMiddle(p.name, room);
+    const t = templateParts(p.name);
+    return t ? fitTemplate(t.head, t.args, room) : A.elideMiddle(p.name, room);
   };
+
+  // "ns::kern<args>" -> its head and its template arguments; null for other names.
+  function templateParts(name) {
+    if (!name.endsWith(">")) return null;
+    let depth = 0;
+    for (let i = name.length - 1; i > 0; i--) {
+      const c = name[i];
+      if (c === ">") depth++;
+      else if (c === "<" && --depth === 0) {
+        const head = name.slice(0, i);
+        return /[A-Za-z0-9_]$/.test(head) ? { head, args: name.slice(i + 1, -1) } : null;
+      }
+    }
+    return null;
+  }
+
+  // A templated kernel's label keeps what tells it apart from its siblings: the function's
+  // own name (namespaces go first) and its arguments with lambdas written "λN" and the
+  // qualifiers of names dropped but the one that says where a lambda is defined, each cut
+  // in the middle when both do not fit: "par_ranged1d_kernel<update_halo_kernel::λ13>",
+  // "par_r…ernel<update_h…nel::λ13>" where the middle cut of the whole name left "clove…1)]>".
+  function fitTemplate(head, args, room) {
+    const key = compactTemplateArgs(args);
+    const cut = head.lastIndexOf("::");
+    const shortHead = cut < 0 ? head : head.slice(cut + 2);
+    for (const h of [head, shortHead]) if (h.length + key.length + 2 <= room) return h + "<" + key + ">";
+    const avail = room - 2;
+    if (avail < 12) return A.elideMiddle(isOneArgument(key) ? key : shortHead, room);
+    const keyRoom = Math.min(key.length, avail - Math.min(shortHead.length, Math.max(4, Math.floor(avail * 0.4))));
+    return A.elideMiddle(shortHead, avail - keyRoom) + "<" + A.elideMiddle(key, keyRoom) + ">";
+  }
+
+  // Where only one of the two fits, a template of one named argument is told apart by it
+  // (CloverLeaf's "par_ranged2d_kernel<PdV_kernel::λ2>" reads "PdV_k…l::λ2").
+  function isOneArgument(key) {
+    if (key.includes("…") || !/[A-Za-z_]{3}/.test(key)) return false;
+    let depth = 0;
+    for (const c of key) {
+      if ("<([{".includes(c)) depth++;
+      else if (">)]}".includes(c)) depth--;
+      else if (c === "," && depth === 0) return false;
+    }
+    return true;
+  }
+
+  function compactTemplateArgs(args) {
+    return args
+      .replace(/\[lambda\([^()]*\) \(instance (\d+)\)\]/g, "λ$1") // nvcc: [lambda(int) (instance 3)]
+      .replace(/\{lambda\([^()]*\)#(\d+)\}/g, "λ$1") // Itanium: {lambda(int)#1}
+      .replace(/\(anonymous namespace\)::/g, "")
+      .replace(/(?:[A-Za-z_][A-Za-z0-9_]*::)+(?=[A-Za-z_~])/g, "");
+  }
+  A.templateParts = templateParts;
 
   // The end of `text` in `room` characters, "…/modeling_qwen2.py:243".
   function elideStart(text, room) {
@@ -145,6 +199,25 @@
     return "rgb(" + c[0] + "," + c[1] + "," + c[2] + ")";
   };
   A.SEARCH_COLOR = "rgb(230,0,230)";
+
+  // A search as a RegExp, as editors search: a query in lower case ignores case, one with a
+  // capital letter matches it; `ignoreCase` (the page's "Aa" button) or a leading "(?i)"
+  // (how Python and PCRE write it; JavaScript rejects inline flags) ignores it always. Not
+  // a valid regex: the literal text (literal: true).
+  A.searchRegex = function (text, ignoreCase) {
+    let body = String(text);
+    let flags = ignoreCase ? "i" : "";
+    if (body.startsWith("(?i)")) {
+      body = body.slice(4);
+      flags = "i";
+    }
+    if (body === body.toLowerCase()) flags = "i";
+    try {
+      return { re: new RegExp(body, flags), literal: false };
+    } catch (err) {
+      return { re: new RegExp(body.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"), flags), literal: true };
+    }
+  };
 
   // FNV-1a of the name, folded to [0, 1): stable across pages and sessions.
   function nameHash(name) {

@@ -2,7 +2,9 @@
 // report can link straight to the stack it talks about. Parameters (URL-encoded, any
 // order; `path` and `focus` may repeat):
 //   #metric=wall-time          the sample type shown
-//   &search=^cudaStreamSync    highlight frames whose name matches (a regex)
+//   &search=^cudaStreamSync    highlight frames whose name matches (a regex: in lower case,
+//                              or after "(?i)", it ignores case)
+//   &case=i                    every search ignores case (the "Aa" button)
 //   &focus=aten::item          keep only the callees of frames with this name (a filter)
 //   &path=main&path=step&...   zoom to the node reached from the root through these names
 // A path that is only partly in the graph zooms to its deepest node that is, and says so.
@@ -40,6 +42,7 @@
     return {
       metric: p.get("metric"),
       search: p.get("search"),
+      ignoreCase: p.get("case") === "i",
       focus: p.getAll("focus"),
       path: p.getAll("path"),
     };
@@ -76,6 +79,8 @@
       app.applyFilters();
     }
     document.getElementById("search").value = want.search || "";
+    app.ignoreCase = want.ignoreCase;
+    document.getElementById("search-case").setAttribute("aria-pressed", String(want.ignoreCase));
     app.setSearch(want.search || "");
     status.search = want.search;
     app.zoomTo(0);

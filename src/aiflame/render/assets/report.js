@@ -360,7 +360,7 @@
         }
         card.append(ul);
       }
-      // Stacks in the order the links were made for them (cli/analyze_links.py).
+      // Stacks in the order the links were made for them (analysis/links.py).
       const link = (this.data.links[rank] || [])[k] || {};
       (f.top_stacks || []).forEach((st, n) => {
         if (n < 3) card.append(this.stackLine(st, (link.stacks || [])[n]));
@@ -414,7 +414,7 @@
       if ((r.top_kernels || []).length) sec.append(el("h3", null, "Top kernels by GPU time"), this.rowsTable(r.top_kernels, "kernels"));
       if ((r.top_ops || []).length) {
         sec.append(el("h3", null, "Top ops by GPU time they launch (shares of all GPU time)"), this.rowsTable(r.top_ops, "ops"));
-        if (r.top_ops_unattributed_us) sec.append(el("p", { class: "note" }, fmtUs(r.top_ops_unattributed_us) + " of GPU time was launched by no operator (graph replays, launches outside ops)."));
+        if (r.top_ops_unattributed_us) sec.append(el("p", { class: "note" }, fmtUs(r.top_ops_unattributed_us) + " of GPU time was launched by no operator (" + (r.top_ops_unattributed_why || "launches outside ops") + ")."));
       }
       if ((r.op_categories || []).length) {
         sec.append(el("h3", null, "GPU time by op category"));

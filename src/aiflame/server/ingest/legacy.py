@@ -27,6 +27,7 @@ _MEMORY = {
     "inuse_space": "bytes",
 }
 _KEY = re.compile(r"[a-zA-Z_][a-zA-Z0-9_.]*\Z")
+MAX_COUNT = 2**63 - 1  # the store's Int64 values
 
 
 def parse_name(name: str, max_labels: int) -> tuple[str, str, dict[str, str]]:
@@ -99,8 +100,8 @@ def folded_columns(
                 count = int(num)
             except ValueError:
                 raise BadRequest(f"folded line {n}: no sample count at its end") from None
-            if count < 0:
-                raise BadRequest(f"folded line {n}: a negative count")
+            if not 0 <= count <= MAX_COUNT:
+                raise BadRequest(f"folded line {n}: the count is out of range (0 to {MAX_COUNT})")
         frames = [names.setdefault(f, len(names)) for f in stack.split(";") if f]
         if not frames:
             raise BadRequest(f"{fmt} line {n}: an empty stack")
@@ -111,6 +112,8 @@ def folded_columns(
     fn_ids = np.arange(1, nf + 1, dtype=np.uint64)
     cpu = suffix in ("cpu", "itimer")
     period = int(1e9 / sample_rate) if cpu and sample_rate > 0 else 0
+    if period and counts and max(counts) > MAX_COUNT // period:
+        raise BadRequest("a count times the sampling period is more than a 64-bit integer holds")
 
     def string(text: str) -> int:
         if text not in names:

@@ -1,4 +1,5 @@
-"""Profiles of one batch -> columns of the samples, series, stacks, frames and profiles tables.
+"""Profiles of one batch -> columns of the samples, series, stacks, frames and profiles tables
+(and of span_samples, for the samples that name a span).
 
 Strings that repeat on every row (tenant, profile type) travel dictionary-encoded, so a
 batch of a million sample rows is a few numpy concatenations.
@@ -78,6 +79,9 @@ def profile_tables(
                 "value": [pa.array(np.concatenate(value))],
             }
         )
+    spans = [it for it in items if it.spans is not None]
+    if spans:
+        _span_rows(spans, tenants, types, cols)
     if series_rows:
         cols.setdefault("series", {}).update(
             {
@@ -109,6 +113,35 @@ def profile_tables(
             "stacks": [pa.array([it.stack_ids.size for it in items], pa.uint32())],
             "pprof_bytes": [pa.array([it.pprof_bytes for it in items], pa.uint32())],
             "received": [pa.array([int(now * 1000)] * len(items), _MS)],
+        }
+    )
+
+
+def _span_rows(
+    items: list[ProfileItem], tenants: dict[str, int], types: dict[str, int], cols: dict
+) -> None:
+    t_idx, p_idx, sid, tms, span, stack, value = [], [], [], [], [], [], []
+    for it in items:
+        rows = it.spans
+        assert rows is not None
+        n = rows.row_value.size
+        type_map = np.asarray([types[t] for t in it.type_ids], dtype=np.int32)
+        t_idx.append(np.full(n, tenants[it.tenant], dtype=np.int32))
+        p_idx.append(type_map[rows.row_type])
+        sid.append(np.asarray(it.series_ids, dtype=np.uint64)[rows.row_series])
+        tms.append(np.full(n, it.time_ms, dtype=np.int64))
+        span.append(rows.row_span)
+        stack.append(rows.row_stack)
+        value.append(rows.row_value)
+    cols.setdefault("span_samples", {}).update(
+        {
+            "tenant": [dictionary_column(np.concatenate(t_idx), list(tenants))],
+            "profile_type": [dictionary_column(np.concatenate(p_idx), list(types))],
+            "series_id": [pa.array(np.concatenate(sid))],
+            "time": [pa.array(np.concatenate(tms), _MS)],
+            "span_id": [pa.array(np.concatenate(span))],
+            "stack_id": [pa.array(np.concatenate(stack))],
+            "value": [pa.array(np.concatenate(value))],
         }
     )
 

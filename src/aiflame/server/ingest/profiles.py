@@ -5,7 +5,11 @@ stack id, value), where the stack id names the sequence of frames root first (pp
 inlined lines expanded, callers first) and the frame id names (function name, system name,
 file, line, module). Stacks and frames are written once per store (the writer skips those
 already known). String labels of pprof samples make series of their own, as in Pyroscope:
-a profile with samples labelled ``span_name=a`` and ``span_name=b`` is two series.
+a profile with samples labelled ``span_name=a`` and ``span_name=b`` is two series. The labels
+that name one sample's span or trace (``span_id``, ``profile_id`` which Pyroscope reads as a
+span id, ``trace_id``) make no series: a sample's span id (16 hex digits, as the Pyroscope
+SDKs' OpenTelemetry integrations write it) is kept beside its values, as Pyroscope keeps it,
+for span profiles and span heatmaps.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from aiflame.server.labels import NAME_LABEL, SERVICE_LABEL, check_labels, serie
 from aiflame.symbolize.kinds import KindGuesser
 
 MAX_SAMPLE_LABEL_SETS = 256  # beyond this, a profile's sample labels are not made series
+SPAN_LABELS = ("span_id", "profile_id")  # Pyroscope renames profile_id to span_id
+PER_SAMPLE_LABELS = (*SPAN_LABELS, "trace_id")  # one sample's, never a series label
 _KERNEL_MODULES = ("[kernel.kallsyms]", "[kernel]", "[vmlinux]")
 _guess = KindGuesser()
 
@@ -57,6 +63,8 @@ class ProfileItem:
     strings: list[str]
     samples: int = 0
     totals: list[int] = field(default_factory=list)
+    # the samples that name a span: (series, type, stack, span id, value) rows
+    spans: SpanRows | None = None
     # where its frames come from (the same object for every push of one dictionary)
     dictionary: Dictionary | None = field(default=None, compare=False, repr=False)
 
@@ -69,6 +77,33 @@ class ProfileItem:
             n, f, m = S[name], S[file], S[module]
             out.append((fid, n, int(_kind(n, S[system_name], f, m)), f, line, m))
         return out
+
+
+@dataclass
+class SpanRows:
+    """Values of the samples that carry a span id, summed per (series, stack, span)."""
+
+    row_series: np.ndarray
+    row_type: np.ndarray
+    row_stack: np.ndarray
+    row_span: np.ndarray  # uint64: the span id's 8 bytes, little-endian (as Pyroscope)
+    row_value: np.ndarray
+
+
+def span_id_value(text: str) -> int:
+    """A span id of 16 hex digits as Pyroscope stores it (its bytes read little-endian),
+    0 for anything else (no span)."""
+    if len(text) != 16:
+        return 0
+    try:
+        return int.from_bytes(bytes.fromhex(text), "little")
+    except ValueError:
+        return 0
+
+
+def span_id_text(value: int) -> str:
+    """The inverse of :func:`span_id_value`."""
+    return int(value).to_bytes(8, "little").hex() if value else ""
 
 
 def _kind(name: str, system_name: str, file: str, module: str) -> FrameKind:
@@ -241,6 +276,10 @@ def profile_item(
     d = known if known is not None else dictionary(cols, strings)
     # Stacks: each sample's locations (leaf first) expanded to frames, then root first.
     n = cols.num_samples
+    if n and float(np.abs(cols.values, dtype=np.float64).sum(axis=0).max()) >= 2.0**63:
+        # Summed per stack and series as 64-bit integers: a sum that does not fit is refused
+        # here rather than stored wrapped around.
+        raise BadRequest("invalid pprof data: its values sum to more than a 64-bit integer")
     loc_pos = d.location_positions(cols.sample_locs)
     leaf_first = _ragged_take(d.loc_frames, d.loc_off, d.per_loc, loc_pos)
     lengths = np.zeros(n, dtype=np.int64)
@@ -251,7 +290,8 @@ def profile_item(
     root_first = _reverse_segments(leaf_first, lengths)
     sample_stack = hashing.sequence_ids(root_first, lengths)
     # Series: the pushed one, and one per distinct set of sample labels.
-    series_labels, label_set = _label_sets(cols, labels, n)
+    per_sample = _per_sample_label_rows(cols)
+    series_labels, label_set = _label_sets(cols, labels, n, ~per_sample)
     # Rows: values summed per (series, stack), one row per non-zero value per type.
     order = np.lexsort((label_set, sample_stack))
     st, ls = sample_stack[order], label_set[order]
@@ -292,19 +332,64 @@ def profile_item(
         strings=d.strings,
         samples=n,
         totals=[int(x) for x in cols.values.sum(axis=0).tolist()] if n else [0] * ntypes,
+        spans=_span_rows(cols, per_sample, sample_stack, label_set) if per_sample.any() else None,
         dictionary=d,
     )
 
 
+def _per_sample_label_rows(cols: PprofColumns) -> np.ndarray:
+    """Which string labels of the samples name a span or a trace (no series of their own)."""
+    if cols.label_key.size == 0:
+        return np.zeros(0, dtype=bool)
+    S = cols.strings
+    keys = np.unique(cols.label_key)
+    names = [k for k in keys.tolist() if 0 <= k < len(S) and S[k] in PER_SAMPLE_LABELS]
+    return np.isin(cols.label_key, names)
+
+
+def _span_rows(
+    cols: PprofColumns, per_sample: np.ndarray, stack: np.ndarray, label_set: np.ndarray
+) -> SpanRows | None:
+    S = cols.strings
+    span = np.zeros(cols.num_samples, dtype=np.uint64)
+    # span_id first, so that it wins over a profile_id of the same sample
+    for name in reversed(SPAN_LABELS):
+        rows = np.flatnonzero(per_sample)
+        rows = rows[[S[k] == name for k in cols.label_key[rows].tolist()]]
+        values = cols.label_str[rows].tolist()
+        span[cols.label_sample[rows]] = [span_id_value(S[v]) for v in values]
+    has = np.flatnonzero(span)
+    if has.size == 0:
+        return None
+    sp, st, ls = span[has], stack[has], label_set[has]
+    order = np.lexsort((sp, st, ls))
+    sp, st, ls = sp[order], st[order], ls[order]
+    first = np.ones(has.size, dtype=bool)
+    first[1:] = (sp[1:] != sp[:-1]) | (st[1:] != st[:-1]) | (ls[1:] != ls[:-1])
+    starts = np.flatnonzero(first)
+    sums = np.add.reduceat(cols.values[has][order], starts, axis=0)
+    nz_row, nz_type = np.nonzero(sums)
+    return SpanRows(
+        row_series=ls[starts][nz_row].astype(np.int32),
+        row_type=nz_type.astype(np.int16),
+        row_stack=st[starts][nz_row],
+        row_span=sp[starts][nz_row],
+        row_value=sums[nz_row, nz_type].astype(np.int64),
+    )
+
+
 def _label_sets(
-    cols: PprofColumns, labels: dict[str, str], n: int
+    cols: PprofColumns, labels: dict[str, str], n: int, series_rows: np.ndarray
 ) -> tuple[list[dict[str, str]], np.ndarray]:
+    """The series of a profile and each sample's: the labels of the samples (those of
+    ``series_rows``) added to the pushed ones."""
     label_set = np.zeros(n, dtype=np.int64)
     series = [check_labels(list(labels.items()))]
-    if cols.label_sample.size == 0:
+    if not series_rows.any():
         return series, label_set
     S = cols.strings
-    order = np.argsort(cols.label_sample, kind="stable")
+    rows = np.flatnonzero(series_rows)
+    order = rows[np.argsort(cols.label_sample[rows], kind="stable")]
     samples = cols.label_sample[order]
     keys, vals = cols.label_key[order].tolist(), cols.label_str[order].tolist()
     cuts = np.flatnonzero(np.diff(samples)) + 1

@@ -1,10 +1,12 @@
 """Pyroscope's push API (``push.v1.PusherService/Push``) -> profile items for the writer.
 
 Each ``RawProfileSeries`` names its labels (``__name__``, ``service_name``, ...) and carries
-``RawSample``s: a pprof (gzipped or not) and the profile's ``ID``, its idempotency key (a
-sample without one is keyed by a hash of its labels and bytes, so a retried push is still
-stored once). The whole request is decoded before anything is queued: a bad profile
-anywhere makes the request a 400 and nothing of it is stored.
+``RawSample``s: a pprof (gzipped or not) and the profile's ``ID``, its idempotency key: a
+retried push with the same ID is stored once. A sample without an ID is named by the request
+it came in (``request_key``, made when it was received and kept in the write-ahead log), so
+two clients sending the same bytes are two profiles, as in Pyroscope, while the replay of
+the log after a crash stores it once. The whole request is decoded before anything is
+queued: a bad profile anywhere makes the request a 400 and nothing of it is stored.
 """
 
 from __future__ import annotations
@@ -33,6 +35,16 @@ class Limits:
     max_samples_per_profile: int = 2_000_000
     max_trace_bytes: int = 512 << 20
     max_telemetry_bytes: int = 8 << 20
+
+
+MAX_ID_BYTES = 256
+
+
+def client_key(key: str, what: str = "ID") -> str:
+    """A client's idempotency key, checked: at most 256 bytes of printable text."""
+    if len(key.encode()) > MAX_ID_BYTES or not key.isprintable():
+        raise BadRequest(f"invalid {what}: at most {MAX_ID_BYTES} bytes of printable text")
+    return key
 
 
 def content_key(labels: dict[str, str], raw: bytes) -> str:
@@ -75,27 +87,34 @@ def push_items(
     strings: StringHashes,
     min_time_ms: int,
     dictionaries: DictionaryCache | None = None,
+    request_key: str | None = None,
 ) -> list[ProfileItem]:
     if len(request.series) > limits.max_series_per_push:
         raise BadRequest(
             f"{len(request.series)} series in one push; at most {limits.max_series_per_push}"
         )
     items: list[ProfileItem] = []
-    for series in request.series:
+    for si, series in enumerate(request.series):
         labels = check_labels([(lb.name, lb.value) for lb in series.labels], limits.max_labels)
         # Pyroscope's __delta__ says whether the server must subtract the previous
         # cumulative profile; profiles here are stored as pushed, so it names no series.
         labels.pop(DELTA_LABEL, None)
-        for sample in series.samples:
+        for ri, sample in enumerate(series.samples):
             raw = sample.raw_profile
             if not raw:
                 raise BadRequest("a RawSample without raw_profile")
+            if sample.ID:
+                profile_id = client_key(sample.ID)
+            elif request_key:
+                profile_id = f"{request_key}-{si}-{ri}"
+            else:  # a record logged by an older version: named by its content, as it was
+                profile_id = content_key(labels, raw)
             cols, known = decode_pprof(raw, limits, strings, dictionaries)
             item = profile_item(
                 cols,
                 labels,
                 tenant=tenant,
-                profile_id=sample.ID or content_key(labels, raw),
+                profile_id=profile_id,
                 received_ms=received_ms,
                 pprof_bytes=len(raw),
                 strings=strings,

@@ -10,33 +10,43 @@ evenly (as its allocated seconds are).
 
 from __future__ import annotations
 
-import math
 from typing import Annotated
 
 import msgspec
 import numpy as np
 import pyarrow as pa
 
+from aiflame.server import validate
 from aiflame.server.errors import BadRequest
 from aiflame.server.labels import check_labels, series_id
 
+# Every number is bounded by what its column holds (and by what is physically sensible),
+# so that what is acknowledged is storable: an index past UInt16, a byte count past UInt64 or
+# an infinite float is a 400 naming the field.
 Fraction = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
-NonNeg = Annotated[float, msgspec.Meta(ge=0.0)]
-Count = Annotated[int, msgspec.Meta(ge=0)]
+NonNeg = Annotated[float, msgspec.Meta(ge=0.0, le=1e30)]
+Watts = Annotated[float, msgspec.Meta(ge=0.0, le=1e6)]
+Mhz = Annotated[float, msgspec.Meta(ge=0.0, le=1e6)]
+Celsius = Annotated[float, msgspec.Meta(ge=-273.15, le=1e4)]
+Bytes = Annotated[int, msgspec.Meta(ge=0, le=validate.INT64_MAX)]
+GpuIndex = Annotated[int, msgspec.Meta(ge=0, le=validate.UINT16_MAX)]
+Pid = Annotated[int, msgspec.Meta(ge=0, le=validate.UINT32_MAX)]
+Seconds = Annotated[float, msgspec.Meta(ge=0.0, le=validate.MAX_TIME_MS / 1000)]
+Text = Annotated[str, msgspec.Meta(max_length=1024)]
 MAX_PERIOD_S = 3600.0
 
 
 class Gpu(msgspec.Struct, forbid_unknown_fields=False):
-    index: Count
-    uuid: str
-    name: str = ""
-    pci_bus_id: str = ""
+    index: GpuIndex
+    uuid: Text
+    name: Text = ""
+    pci_bus_id: Text = ""
     util: Fraction | None = None
-    memory_used_bytes: Count | None = None
-    memory_total_bytes: Count | None = None
-    power_watts: NonNeg | None = None
-    sm_clock_mhz: NonNeg | None = None
-    temperature_c: float | None = None
+    memory_used_bytes: Bytes | None = None
+    memory_total_bytes: Bytes | None = None
+    power_watts: Watts | None = None
+    sm_clock_mhz: Mhz | None = None
+    temperature_c: Celsius | None = None
     sm_active: Fraction | None = None
     sm_occupancy: Fraction | None = None
     tensor_active: Fraction | None = None
@@ -49,29 +59,29 @@ class Gpu(msgspec.Struct, forbid_unknown_fields=False):
     tensor_dmma_active: Fraction | None = None
     tensor_imma_active: Fraction | None = None
     est_flops: NonNeg | None = None
-    est_flops_basis: str = ""
+    est_flops_basis: Text = ""
 
 
 class Workload(msgspec.Struct, forbid_unknown_fields=False):
     labels: dict[str, str]
     allocated_gpu_seconds: NonNeg
-    pids: list[Count] = []
-    gpu_uuids: list[str] = []
+    pids: Annotated[list[Pid], msgspec.Meta(max_length=4096)] = []
+    gpu_uuids: Annotated[list[Text], msgspec.Meta(max_length=1024)] = []
     busy_gpu_seconds: NonNeg | None = None
     useful_gpu_seconds: NonNeg | None = None
     est_flop: NonNeg | None = None
-    gpu_memory_bytes: Count | None = None
-    input_bytes: Count | None = None
+    gpu_memory_bytes: Bytes | None = None
+    input_bytes: Bytes | None = None
 
 
 class Telemetry(msgspec.Struct, forbid_unknown_fields=False):
     batch_id: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
     host: Annotated[str, msgspec.Meta(min_length=1, max_length=255)]
-    start: float
-    end: float
-    agent_version: str = ""
-    gpus: list[Gpu] = []
-    workloads: list[Workload] = []
+    start: Seconds
+    end: Seconds
+    agent_version: Annotated[str, msgspec.Meta(max_length=64)] = ""
+    gpus: Annotated[list[Gpu], msgspec.Meta(max_length=1024)] = []
+    workloads: Annotated[list[Workload], msgspec.Meta(max_length=4096)] = []
 
 
 _DECODER = msgspec.json.Decoder(Telemetry)
@@ -97,13 +107,8 @@ _GPU_FLOATS = (
 
 
 def parse(body: bytes) -> Telemetry:
-    try:
-        doc = _DECODER.decode(body)
-    except msgspec.ValidationError as e:
-        raise BadRequest(f"invalid telemetry: {e}") from None
-    except msgspec.DecodeError as e:
-        raise BadRequest(f"the body is not JSON: {e}") from None
-    if not (math.isfinite(doc.start) and math.isfinite(doc.end)) or doc.end <= doc.start:
+    doc: Telemetry = validate.decode_json(_DECODER, body, "telemetry")
+    if doc.end <= doc.start:
         raise BadRequest("invalid telemetry: 'end' must be after 'start'")
     if doc.end - doc.start > MAX_PERIOD_S:
         raise BadRequest(f"invalid telemetry: a period longer than {MAX_PERIOD_S:.0f} s")

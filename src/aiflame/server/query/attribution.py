@@ -1,5 +1,7 @@
 """GPU-hour attribution: allocated, busy and useful GPU hours by any label over time, with
-shares, top-N and "other", and the six topline efficiency metrics of each group.
+shares, top-N and "other", the six topline efficiency metrics of each group, and the
+capacity around them: the GPU hours of the hosts, those nobody held (unallocated) and
+those held but not busy (idle), per group, per host and over time (:mod:`.capacity`).
 
 The numbers come from the agents' telemetry (docs/fleet-protocol.md), read from the roll-up
 that fits the step (hourly, per minute, or the raw periods), so 7 days of a large fleet are
@@ -23,6 +25,7 @@ from typing import Any
 
 from aiflame.server.errors import BadRequest
 from aiflame.server.labels import LABEL_NAME, matchers_sql, parse_selector
+from aiflame.server.query.capacity import capacity, host_rows
 from aiflame.server.store.connection import Store
 from aiflame.server.store.schema import WORKLOAD_SUMS
 
@@ -42,6 +45,13 @@ _RAW = {
 MAX_BUCKETS = 20_000
 OTHER = "other"
 NONE = "(none)"
+HOST = "host"
+# what the groups are ranked by (top N, and the order of the table)
+SORTS = {
+    "allocated": lambda t: t["allocated"],
+    "busy": lambda t: t["busy"],
+    "idle": lambda t: t["busy_basis"] - t["busy"],
+}
 
 
 @dataclass
@@ -53,6 +63,7 @@ class Query:
     group_by: str
     selector: str = ""
     top: int = 10
+    sort: str = "allocated"
 
     def check(self) -> None:
         if self.end_ms <= self.start_ms:
@@ -63,6 +74,8 @@ class Query:
             raise BadRequest(f"step too small: more than {MAX_BUCKETS:,} buckets")
         if not LABEL_NAME.match(self.group_by):
             raise BadRequest(f"invalid group_by label {self.group_by[:60]!r}")
+        if self.sort not in SORTS:
+            raise BadRequest(f"sort must be one of {', '.join(SORTS)}")
         parse_selector(self.selector)
 
     def source(self) -> tuple[str, str, str]:
@@ -193,7 +206,12 @@ def attribution(store: Store, q: Query) -> dict[str, Any]:
         t = totals.setdefault(key, dict.fromkeys(WORKLOAD_SUMS, 0.0))
         for c in WORKLOAD_SUMS:
             t[c] += s[c]
-    ranked = sorted(totals, key=lambda k: -totals[k]["allocated"])
+    cap = capacity(store, q, _RAW)
+    if q.group_by == HOST:  # a host nobody used is a group too: all of it unallocated
+        for host in cap.hosts:
+            totals.setdefault(host, dict.fromkeys(WORKLOAD_SUMS, 0.0))
+    by = SORTS[q.sort]
+    ranked = sorted(totals, key=lambda k: (-by(totals[k]), -totals[k]["allocated"], k))
     top = ranked[: max(q.top, 1)] if q.top else ranked
     shown = set(top)
     fleet = dict.fromkeys(WORKLOAD_SUMS, 0.0)
@@ -205,7 +223,7 @@ def attribution(store: Store, q: Query) -> dict[str, Any]:
     if rest:
         groups_out[OTHER] = {c: sum(totals[k][c] for k in rest) for c in WORKLOAD_SUMS}
     traced = trace_metrics(store, q)
-    timestamps = sorted({t for t, _, _ in rows})
+    timestamps = sorted({t for t, _, _ in rows} | cap.capacity.keys())
     index = {t: i for i, t in enumerate(timestamps)}
     series = {
         k: {c: [0.0] * len(timestamps) for c in ("allocated", "busy", "useful", "flop")}
@@ -216,18 +234,33 @@ def attribution(store: Store, q: Query) -> dict[str, Any]:
         for c in ("allocated", "busy", "useful", "flop"):
             series[k][c][index[when]] += sums[c] / 3600.0 if c != "flop" else sums[c]
     resolution = q.source()[2]
+    fleet_out = {**_group("fleet", fleet, fleet, None), **cap.fleet()}
+    groups = [
+        _group(k, v, fleet, traced.get(k) if k != OTHER else None) for k, v in groups_out.items()
+    ]
+    if q.group_by == HOST:  # each host's capacity and unallocated hours beside its use
+        for g in groups:
+            members = rest if g["key"] == OTHER else [g["key"]]
+            held = [cap.hosts[h] for h in members if h in cap.hosts]
+            g["capacity_gpu_hours"] = sum(h.capacity_s for h in held) / 3600
+            g["unallocated_gpu_hours"] = sum(h.unallocated_s for h in held) / 3600
     return {
         "from": q.start_ms,
         "to": q.end_ms,
         "step_s": q.step_s,
         "group_by": q.group_by,
+        "sort": q.sort,
         "resolution": resolution,
-        "fleet": _group("fleet", fleet, fleet, None),
-        "groups": [
-            _group(k, v, fleet, traced.get(k) if k != OTHER else None)
-            for k, v in groups_out.items()
-        ],
+        "fleet": fleet_out,
+        "groups": groups,
+        "hosts": host_rows(cap),  # the 500 most unallocated
+        "hosts_total": len(cap.hosts),
         "timestamps": timestamps,
+        # per bucket: the hosts' GPU hours, and those nobody held
+        "capacity_series": {
+            "capacity": [cap.capacity.get(t, 0.0) / 3600 for t in timestamps],
+            "unallocated": [cap.unallocated.get(t, 0.0) / 3600 for t in timestamps],
+        },
         "series": series,
         "groups_total": len(ranked),
     }
@@ -241,6 +274,8 @@ def _group(key: str, s: dict[str, float], fleet: dict[str, float], traced: dict 
         "useful_gpu_hours": s["useful"] / 3600,
         "busy_measured_gpu_hours": s["busy_basis"] / 3600,
         "useful_measured_gpu_hours": s["useful_basis"] / 3600,
+        # allocated but not busy, over the time busy was measured (null: never measured)
+        "idle_gpu_hours": (s["busy_basis"] - s["busy"]) / 3600 if s["busy_basis"] else None,
         "share": _ratio(s["allocated"], fleet["allocated"]),
         "metrics": metrics(s, traced),
     }

@@ -26,7 +26,7 @@ def flame_graph_diff(
     values = np.zeros((both.lengths.size, 2), dtype=np.int64)
     values[: left.lengths.size, 0] = left.values
     values[left.lengths.size :, 1] = right.values
-    tree = truncate(name_tree(both, symbols, values), node_limit(max_nodes))
+    tree = truncate(name_tree(both, symbols, values), node_limit(max_nodes), count_root=True)
     fg = querier_pb2.FlameGraphDiff(
         names=tree.names,
         total=int(tree.total[0].sum()),

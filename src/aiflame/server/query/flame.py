@@ -131,8 +131,8 @@ class Merged:
 
 def merged_stacks(store: Store, symbols: Symbols, sel: Selection) -> Merged:
     params: dict[str, object] = {}
-    # (a selection of profile ids reads their samples, never the roll-ups)
-    mark = None if sel.profile_ids else rollups.watermark_ms(store)
+    # (a selection of profile or span ids reads their samples, never the roll-ups)
+    mark = None if sel.profile_ids or sel.span_ids else rollups.watermark_ms(store)
     sql = stack_values_sql(sel, store.db, params, mark)
     t = store.arrow(sql, params)
     ids = t.column("stack_id").to_numpy()
@@ -143,18 +143,83 @@ def merged_stacks(store: Store, symbols: Symbols, sel: Selection) -> Merged:
     return Merged(frames.astype(np.uint64), lengths, values, ids, seqs)
 
 
-def to_profile(merged: Merged, symbols: Symbols, profile_type: str, title: str = "") -> Profile:
-    """The merged stacks as an aiflame Profile with one sample type (the profile type's)."""
+def select_call_site(merged: Merged, symbols: Symbols, call_site: list[str]) -> Merged:
+    """Only the stacks whose functions, root first, begin with ``call_site`` (Pyroscope's
+    ``StackTraceSelector.call_site``; a leading ``total``, the flame graph's root, is no
+    function and is skipped)."""
+    if call_site and call_site[0] == "total":
+        call_site = call_site[1:]
+    if not call_site or merged.ids is None:
+        return merged
+    flat, lengths = symbols.name_paths(merged.ids, merged.seqs or [])
+    want = [symbols._name_index.get(n, -1) for n in call_site]
+    starts = np.cumsum(lengths) - lengths
+    ok = lengths >= len(want)
+    for j, w in enumerate(want):
+        at = np.minimum(starts + j, max(flat.size - 1, 0))
+        ok &= (flat[at] == w) if flat.size else False
+    keep = np.flatnonzero(ok)
+    seqs = [merged.seqs[i] for i in keep.tolist()] if merged.seqs is not None else None
+    frames = np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.uint64)
+    return Merged(frames, merged.lengths[keep], merged.values[keep], merged.ids[keep], seqs)
+
+
+OTHER_FRAME = 0  # the frame id of what truncation folded (content ids are never 0)
+
+
+def to_profile(
+    merged: Merged,
+    symbols: Symbols,
+    profile_type: str,
+    title: str = "",
+    max_nodes: int | None = None,
+) -> Profile:
+    """The merged stacks as an aiflame Profile with one sample type (the profile type's);
+    with ``max_nodes``, the call tree of frames truncated as the flame graph is."""
     pt = ProfileType.parse(profile_type)
     b = ProfileBuilder([SampleType(pt.sample_type, pt.sample_unit or "count")])
+    if max_nodes:
+        merged = truncated_stacks(merged, node_limit(max_nodes))
     uniq, local = np.unique(merged.frames, return_inverse=True)
-    info = symbols.frame_info(uniq.tolist())
+    info = symbols.frame_info([f for f in uniq.tolist() if f != OTHER_FRAME])
+    info[OTHER_FRAME] = ("other", int(FrameKind.UNKNOWN), "", 0, "")
     ids = np.array([b.frame(*_frame_args(info[f])) for f in uniq.tolist()], dtype=np.int64)
     leaf = intern_paths(b.stacks, ids[local] if local.size else local, merged.lengths)
     b.add_many(leaf, merged.values.astype(np.float64).reshape(-1, 1))
     b.meta["title"] = title
     b.meta["profile_type"] = profile_type
     return b.build()
+
+
+def truncated_stacks(merged: Merged, max_nodes: int) -> Merged:
+    """The stacks of the call tree of frames (not names) truncated to ``max_nodes`` nodes,
+    what was folded under a node now one ``other`` frame below it."""
+    uniq, local = np.unique(merged.frames, return_inverse=True)
+    labels = [""] + [str(i) for i in range(uniq.size)]  # id 0 is the root ("total")
+    tree = truncate(build_tree(local + 1, merged.lengths, merged.values.reshape(-1, 1), labels),
+                    max_nodes)  # fmt: skip
+    if tree.folded_name < 0:
+        return merged
+    # the tree's names are the labels above: a frame's index in uniq, or "other"
+    frame_of = np.array(
+        [
+            OTHER_FRAME if k == 0 or k == tree.folded_name else int(uniq[int(tree.names[k])])
+            for k in range(len(tree.names))
+        ],
+        dtype=np.uint64,
+    )
+    rows = np.flatnonzero(tree.self_value[:, 0])
+    rows = rows[rows != 0]
+    seqs: list[np.ndarray] = []
+    for node in rows.tolist():
+        path = []
+        while node > 0:
+            path.append(int(tree.name[node]))
+            node = int(tree.parent[node])
+        seqs.append(frame_of[np.asarray(path[::-1], dtype=np.int64)])
+    lengths = np.fromiter((x.size for x in seqs), dtype=np.int64, count=len(seqs))
+    frames = np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.uint64)
+    return Merged(frames, lengths, tree.self_value[rows, 0].astype(np.int64), None, seqs)
 
 
 def _frame_args(info: tuple[str, int, str, int, str]) -> tuple[str, FrameKind, str, int, str]:
@@ -178,6 +243,7 @@ class NameTree:
     depth: np.ndarray
     self_value: np.ndarray  # (nodes, columns)
     total: np.ndarray  # (nodes, columns)
+    folded_name: int = -1  # the name index of the "other" nodes truncation made (drawn last)
 
 
 def name_tree(merged: Merged, symbols: Symbols, values: np.ndarray | None = None) -> NameTree:
@@ -235,32 +301,47 @@ def build_tree(
     bounds = np.searchsorted(depth, np.arange(d + 2))
     for dd in range(d, 0, -1):
         lo, hi = bounds[dd], bounds[dd + 1]
+        # The parents of depth dd are the nodes of depth dd - 1: summed into those alone (a
+        # count over every node at every depth is quadratic in a 70,000-frame stack).
+        plo, phi = bounds[dd - 1], bounds[dd]
         for c in range(k):
-            total[:, c] += np.bincount(
-                parent[lo:hi], weights=total[lo:hi, c], minlength=next_id
+            total[plo:phi, c] += np.bincount(
+                parent[lo:hi] - plo, weights=total[lo:hi, c], minlength=phi - plo
             ).astype(np.int64)
     return NameTree(names, parent, np.concatenate(labels), depth, self_v, total)
 
 
-def truncate(tree: NameTree, max_nodes: int) -> NameTree:
-    """At most ``max_nodes`` nodes, ``other`` nodes included: the largest by total over all
-    columns are kept (a parent before its children on ties), the rest folded into an
-    ``other`` child of their parent, as Pyroscope does."""
-    rank = tree.total.sum(axis=1)
+def min_value(rank: np.ndarray, max_nodes: int) -> int:
+    """The smallest rank a node needs to be drawn: the ``max_nodes``-th largest rank, or 0
+    when there are no more nodes than that (Pyroscope's ``minValue``: ties are all kept)."""
+    if max_nodes < 1 or rank.size <= max_nodes:
+        return 0
+    return int(np.partition(rank, rank.size - max_nodes)[rank.size - max_nodes])
+
+
+def truncate(tree: NameTree, max_nodes: int, count_root: bool = False) -> NameTree:
+    """The nodes whose rank (their total; over several columns, the largest) is at least
+    the ``max_nodes``-th largest, the rest of each parent's children folded into one
+    ``other`` child placed after them: Pyroscope's truncation, which fills the budget (the
+    ``other`` nodes and the root come on top of it). ``count_root``: the root is one of the
+    ranked nodes, as in Pyroscope's diff."""
+    rank = tree.total.max(axis=1) if tree.total.shape[1] > 1 else tree.total[:, 0]
     n = rank.size
-    if n <= max_nodes:
+    ranked = rank if count_root else rank[1:]
+    floor = min_value(ranked, max_nodes)
+    if floor == 0 and "other" not in tree.names:
         return tree
-    order = np.lexsort((tree.depth, -rank))  # a parent's total >= its child's: parents first
-    budget = max_nodes
-    for _ in range(4):  # leave room for the "other" nodes the cut creates
-        keep = np.zeros(n, dtype=bool)
-        keep[order[: max(budget, 1)]] = True
-        keep[0] = True
-        dropped = np.flatnonzero(~keep & keep[np.maximum(tree.parent, 0)])
-        up = np.unique(tree.parent[dropped])
-        if budget + up.size <= max_nodes or budget <= 1:
-            break
-        budget = max_nodes - up.size
+    keep = rank >= floor
+    if "other" in tree.names:  # a node of the data named "other" is folded, as Pyroscope does
+        keep &= tree.name != tree.names.index("other")
+    keep[0] = True
+    for d in range(1, int(tree.depth.max()) + 1 if n else 0):  # a kept node's parent is kept
+        at = np.flatnonzero(tree.depth == d)
+        keep[at] &= keep[tree.parent[at]]
+    if keep.all():
+        return tree
+    dropped = np.flatnonzero(~keep & keep[np.maximum(tree.parent, 0)])
+    up = np.unique(tree.parent[dropped])
     kept = np.flatnonzero(keep)
     remap = np.full(n, -1, dtype=np.int64)
     remap[kept] = np.arange(kept.size)
@@ -275,6 +356,7 @@ def truncate(tree: NameTree, max_nodes: int) -> NameTree:
         depth=np.concatenate((tree.depth[kept], tree.depth[up] + 1)),
         self_value=np.concatenate((tree.self_value[kept], sums[up])),
         total=np.concatenate((tree.total[kept], sums[up])),
+        folded_name=len(tree.names),
     )
 
 
@@ -288,13 +370,15 @@ def levels(tree: NameTree, column: int = 0) -> list[list[int]]:
     by_name = sorted(range(len(tree.names)), key=tree.names.__getitem__)
     name_rank = np.empty(len(tree.names), dtype=np.int64)
     name_rank[by_name] = np.arange(len(by_name))
+    if tree.folded_name >= 0:  # what truncation folded comes after its siblings
+        name_rank[tree.folded_name] = len(by_name)
     x = np.zeros(n, dtype=np.int64)
     order_in_level = np.zeros(n, dtype=np.int64)
     out: list[list[int]] = []
     for d in range(int(tree.depth.max()) + 1 if n else 0):
         at = np.flatnonzero(tree.depth == d)
         if d > 0:
-            key = order_in_level[tree.parent[at]] * len(tree.names) + name_rank[tree.name[at]]
+            key = order_in_level[tree.parent[at]] * (len(tree.names) + 1) + name_rank[tree.name[at]]
             at = at[np.argsort(key, kind="stable")]
             p = tree.parent[at]
             tot = total[at]

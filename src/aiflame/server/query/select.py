@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aiflame.server import validate
 from aiflame.server.errors import BadRequest
-from aiflame.server.labels import ProfileType, matchers_sql, parse_selector
+from aiflame.server.labels import ProfileType, parse_selector
+from aiflame.server.query.type_labels import selector_sql
 
 HOUR_MS = 3_600_000
 MAX_RANGE_MS = 400 * 86400 * 1000
@@ -19,6 +21,7 @@ class Selection:
     start_ms: int
     end_ms: int
     profile_ids: tuple[str, ...] = ()  # only these profiles (Pyroscope's profile_id_selector)
+    span_ids: tuple[int, ...] = ()  # only the samples of these spans (span_selector)
 
     @classmethod
     def make(
@@ -29,16 +32,27 @@ class Selection:
         start_ms: int,
         end_ms: int,
         profile_ids: tuple[str, ...] = (),
+        span_ids: tuple[int, ...] = (),
     ) -> Selection:
         ProfileType.parse(profile_type)
+        validate.integer(start_ms, "start", validate.MIN_TIME_MS, validate.MAX_TIME_MS)
+        validate.integer(end_ms, "end", validate.MIN_TIME_MS, validate.MAX_TIME_MS)
         if end_ms <= start_ms:
             raise BadRequest("the time range is empty (end must be after start)")
         if end_ms - start_ms > MAX_RANGE_MS:
             raise BadRequest("the time range is longer than 400 days")
         parse_selector(selector)  # a bad selector is a 400 before any SQL runs
-        if len(profile_ids) > 100_000:
-            raise BadRequest("at most 100,000 profile ids in one selection")
-        return cls(tenant, profile_type, selector, int(start_ms), int(end_ms), tuple(profile_ids))
+        if len(profile_ids) > 100_000 or len(span_ids) > 100_000:
+            raise BadRequest("at most 100,000 profile or span ids in one selection")
+        return cls(
+            tenant,
+            profile_type,
+            selector,
+            int(start_ms),
+            int(end_ms),
+            tuple(profile_ids),
+            tuple(span_ids),
+        )
 
     def params(self) -> dict[str, object]:
         return {
@@ -50,7 +64,7 @@ class Selection:
 
     def series_sql(self, db: str, params: dict[str, object]) -> str:
         """Ids of the series of this profile type whose labels match, active in the range."""
-        cond = matchers_sql(parse_selector(self.selector), "labels", params)
+        cond = selector_sql(self.selector, params)
         return (
             f"SELECT DISTINCT series_id FROM {db}.series WHERE tenant = {{tenant:String}} "
             "AND profile_type = {pt:String} "
@@ -104,6 +118,16 @@ def stack_values_sql(
     than ``rolled_until``, the roll-ups' watermark: up to about ten minutes)."""
     params.update(sel.params())
     series = sel.series_sql(db, params)
+    if sel.span_ids:
+        # The samples of those spans (kept beside the samples, by span id).
+        params["spans"] = list(sel.span_ids)
+        return (
+            f"SELECT stack_id, sum(value) AS value FROM {db}.span_samples WHERE tenant = "
+            "{tenant:String} AND profile_type = {pt:String} AND series_id IN (" + series + ") "
+            "AND time >= fromUnixTimestamp64Milli({t0:Int64}, 'UTC') "
+            "AND time < fromUnixTimestamp64Milli({t1:Int64}, 'UTC') "
+            "AND span_id IN {spans:Array(UInt64)} GROUP BY stack_id HAVING value != 0"
+        )
     if sel.profile_ids:
         # Those profiles' own rows: their series and time, from the profiles table.
         params["pids"] = list(sel.profile_ids)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from aiflame.server import validate
 from aiflame.server.errors import BadRequest
 from aiflame.server.labels import LABEL_NAME
+from aiflame.server.query.heatmap import INDIVIDUAL, Point, profile_points
 from aiflame.server.query.select import Selection
 from aiflame.server.store.connection import Store
 
@@ -19,6 +21,13 @@ class Series:
     labels: dict[str, str]
     timestamps_ms: list[int]
     values: list[float]
+    exemplars: dict[int, Point] = field(default_factory=dict)  # point time -> its profile
+
+
+def step_ms_of(sel: Selection, step_s: float) -> int:
+    if step_s <= 0:
+        step_s = max(15.0, (sel.end_ms - sel.start_ms) / 1000 / 1000)
+    return max(1, int(step_s * 1000))
 
 
 def select_series(
@@ -29,9 +38,9 @@ def select_series(
     average: bool = False,
     limit: int | None = None,
 ) -> list[Series]:
-    if step_s <= 0:
-        step_s = max(15.0, (sel.end_ms - sel.start_ms) / 1000 / 1000)
-    step_ms = max(1, int(step_s * 1000))
+    step_s = validate.number(step_s, "step", -1e18, 1e18)
+    validate.check_group_by(len(group_by))
+    step_ms = step_ms_of(sel, step_s)
     if (sel.end_ms - sel.start_ms) / step_ms > MAX_POINTS:
         raise BadRequest(f"the step is too small: more than {MAX_POINTS:,} points per series")
     for g in group_by:
@@ -76,3 +85,26 @@ def select_series(
         keep = np.argsort(-totals, kind="stable")[:limit]
         out = [out[i] for i in sorted(keep.tolist())]
     return out
+
+
+def add_exemplars(
+    store: Store, sel: Selection, step_s: float, group_by: list[str], result: list[Series]
+) -> None:
+    """Each point's exemplar: the profile of the highest value in its step (Pyroscope keeps
+    one per point), with the labels of its series other than those grouped by. A range of
+    more profiles than a heatmap takes has its series without exemplars."""
+    step_ms = step_ms_of(sel, step_s)
+    by_key = {tuple(s.labels.get(g, "") for g in group_by): s for s in result}
+    try:
+        points = profile_points(store, sel, sel.start_ms, INDIVIDUAL)
+    except BadRequest:
+        return
+    for p in points:
+        s = by_key.get(tuple(p.labels.get(g, "") for g in group_by))
+        if s is None:
+            continue
+        ts = sel.start_ms + (p.time_ms - sel.start_ms) // step_ms * step_ms
+        best = s.exemplars.get(ts)
+        if best is None or p.value > best.value:
+            shown = {k: v for k, v in p.labels.items() if k not in group_by}
+            s.exemplars[ts] = Point(p.time_ms, p.value, p.profile_id, 0, shown)

@@ -76,11 +76,30 @@ def _writer_rollups(db: str, retention_s: dict[str, int], cluster: str | None) -
     return out
 
 
+def _spans_and_capacity(db: str, retention_s: dict[str, int], cluster: str | None) -> list[str]:
+    """The samples that name a span, and the GPUs' seconds per host (capacity) rolled up
+    from the GPU telemetry, the telemetry already stored included (the migration runs at
+    the start, before anything is written)."""
+    out: list[str] = []
+    for name in ("span_samples", "gpu_capacity_1m", "gpu_capacity_1h"):
+        table = schema.TABLE_BY_NAME[name]
+        out.append(schema.create_table(table, db, retention_s, cluster))
+        if cluster:
+            out.append(schema.create_distributed(table, db, cluster))
+    for view in schema.VIEWS:
+        if view.target.startswith("gpu_capacity_"):
+            out.append(schema.create_view(view, db, cluster))
+            select = view.select.replace("{source}", f"{db}.{view.source}")
+            out.append(f"INSERT INTO {db}.{view.target} {select}")
+    return out
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", schema.schema_statements),
     Migration(2, "GPU telemetry: graphics engine and tensor pipes by precision", _gpm_fields),
     Migration(3, "fleet requests: memory snapshots beside traces", _request_kind),
     Migration(4, "the samples' roll-ups made by the writer, not by views", _writer_rollups),
+    Migration(5, "span samples; GPU capacity per host and minute / hour", _spans_and_capacity),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 

@@ -133,6 +133,26 @@ TABLES: tuple[Table, ...] = (
         ttl="bucket + {profiles}",
         settings=_DEDUP,
     ),
+    # schema version 5: the samples that name a span (Pyroscope SDKs' OpenTelemetry
+    # integrations), for span profiles and span heatmaps; their values are in samples too.
+    Table(
+        "span_samples",
+        _cols(
+            ("tenant", _LC),
+            ("profile_type", _LC),
+            ("series_id", "UInt64"),
+            ("time", f"{_T} CODEC(DoubleDelta, ZSTD(1))"),
+            ("span_id", "UInt64 CODEC(ZSTD(1))"),
+            ("stack_id", "UInt64 CODEC(ZSTD(1))"),
+            ("value", "Int64 CODEC(T64, ZSTD(1))"),
+            _BATCH,
+        ),
+        "MergeTree",
+        "(tenant, profile_type, series_id, toStartOfHour(time), span_id, stack_id)",
+        "cityHash64(series_id)",
+        partition_by="toYYYYMMDD(time)",
+        ttl="toDateTime(time) + {profiles}",
+    ),
     Table(
         "profiles",
         _cols(
@@ -284,6 +304,29 @@ TABLES: tuple[Table, ...] = (
             ttl=f"bucket + {{{group}}}",
         )
         for name, group in (("workload_1m", "telemetry"), ("workload_1h", "rollups"))
+    ),
+    # schema version 5: every GPU's seconds per host and minute / hour, whoever holds it (the
+    # capacity beside the workloads' allocated seconds; materialized views of gpu_telemetry)
+    *(
+        Table(
+            name,
+            _cols(
+                ("tenant", _LC),
+                ("bucket", "DateTime('UTC')"),
+                ("host", "String"),
+                ("gpu_model", "String"),
+                ("gpu_seconds", "SimpleAggregateFunction(sum, Float64)"),
+                ("busy_seconds", "SimpleAggregateFunction(sum, Float64)"),
+                ("busy_basis", "SimpleAggregateFunction(sum, Float64)"),
+                ("gpus", "SimpleAggregateFunction(max, UInt32)"),  # GPU indexes 0..gpus-1
+            ),
+            "AggregatingMergeTree",
+            "(tenant, bucket, host, gpu_model)",
+            "cityHash64(host)",
+            partition_by="toYYYYMM(bucket)",
+            ttl=f"bucket + {{{group}}}",
+        )
+        for name, group in (("gpu_capacity_1m", "telemetry"), ("gpu_capacity_1h", "rollups"))
     ),
     Table(
         "telemetry_batches",
@@ -472,6 +515,14 @@ _WORKLOAD_ROLLUP = """SELECT tenant, {bucket}(start) AS bucket, workload_id, any
     toFloat64(count()) AS periods
 FROM {source} GROUP BY tenant, bucket, workload_id"""
 
+# A GPU's seconds in a period are the period's length; busy is that x utilization (NVML).
+CAPACITY_ROLLUP = """SELECT tenant, {bucket}(start) AS bucket, host, name AS gpu_model,
+    sum(dateDiff('millisecond', start, end) / 1000) AS gpu_seconds,
+    sum(if(util IS NULL, 0, util * dateDiff('millisecond', start, end) / 1000)) AS busy_seconds,
+    sumIf(dateDiff('millisecond', start, end) / 1000, util IS NOT NULL) AS busy_basis,
+    toUInt32(max(gpu_index) + 1) AS gpus
+FROM {source} GROUP BY tenant, bucket, host, gpu_model"""
+
 # The samples are rolled up by the writer, not by views: store/rollups.py says why.
 VIEWS: tuple[View, ...] = (
     View(
@@ -485,6 +536,18 @@ VIEWS: tuple[View, ...] = (
         "workload_telemetry",
         "workload_1h",
         _WORKLOAD_ROLLUP.replace("{bucket}", "toStartOfHour"),
+    ),
+    View(
+        "gpu_capacity_1m_mv",
+        "gpu_telemetry",
+        "gpu_capacity_1m",
+        CAPACITY_ROLLUP.replace("{bucket}", "toStartOfMinute"),
+    ),
+    View(
+        "gpu_capacity_1h_mv",
+        "gpu_telemetry",
+        "gpu_capacity_1h",
+        CAPACITY_ROLLUP.replace("{bucket}", "toStartOfHour"),
     ),
 )
 

@@ -32,6 +32,13 @@ _MAGIC = b"AFW1"
 _HEAD = struct.Struct("<4sII")  # magic, payload length, crc32 of the payload
 _ROTATE_S = 2.0
 _ROTATE_BYTES = 64 << 20
+MAX_SET_ASIDE = 1000  # records the store refused, kept for inspection
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 class Record(msgspec.Struct):
@@ -58,7 +65,7 @@ class WriteAheadLog:
         self._sizes: dict[int, int] = {}
         existing = self.segments()
         self._number = (existing[-1] + 1) if existing else 1
-        self._file = open(self._path(self._number), "ab")  # noqa: SIM115
+        self._file = open(self._path(self._number), "ab", buffering=0)  # noqa: SIM115
         self._opened = time.monotonic()
 
     def _path(self, number: int) -> Path:
@@ -87,14 +94,35 @@ class WriteAheadLog:
                 or self._sizes.get(self._number, 0) > _ROTATE_BYTES
             ):
                 self._rotate()
-            self._file.write(data)
-            self._file.flush()
-            if self.fsync:
-                os.fsync(self._file.fileno())
             n = self._number
+            at = self._sizes.get(n, 0)
+            try:
+                _write_all(self._file.fileno(), data)
+                if self.fsync:
+                    os.fsync(self._file.fileno())
+            except OSError:
+                # A full disk: the torn record is cut off again, so the segment stays whole
+                # for the records before it and after it (the push is answered 503).
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._file.fileno(), at)
+                raise
             self._pending[n] = self._pending.get(n, 0) + 1
             self._sizes[n] = self._sizes.get(n, 0) + len(data)
             return n
+
+    def probe(self) -> None:
+        """Write and remove a small file beside the segments (OSError while the disk is
+        full)."""
+        path = self.dir / ".probe"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                _write_all(fd, b"\0" * 4096)
+            finally:
+                os.close(fd)
+        finally:
+            with contextlib.suppress(OSError):
+                path.unlink()
 
     def over_limit(self) -> bool:
         return self.size > self.max_bytes
@@ -107,13 +135,16 @@ class WriteAheadLog:
                 self._delete(segment)
 
     def _rotate(self) -> None:
+        # The next segment is opened first: should that fail (a full disk), the current one
+        # stays open and whole.
+        new = open(self._path(self._number + 1), "ab", buffering=0)  # noqa: SIM115
         self._file.close()
         old = self._number
         self._closed.add(old)
         if self._pending.get(old, 0) <= 0:
             self._delete(old)
         self._number += 1
-        self._file = open(self._path(self._number), "ab")  # noqa: SIM115
+        self._file = new
         self._opened = time.monotonic()
 
     def _delete(self, segment: int) -> None:
@@ -138,6 +169,30 @@ class WriteAheadLog:
                     break  # the process died mid-write: that push was never acknowledged
                 pos += _HEAD.size + length
                 yield _DECODER.decode(payload)
+
+    def set_aside(self, record: Record, reason: str) -> Path | None:
+        """Keep a record the store refused under ``rejected/`` (framed as in a segment, and
+        its reason beside it), for inspection; at most ``MAX_SET_ASIDE`` are kept."""
+        folder = self.dir / "rejected"
+        try:
+            folder.mkdir(exist_ok=True)
+            if sum(1 for _ in folder.glob("*.wal")) >= MAX_SET_ASIDE:
+                log.warning(
+                    "wal: %d records set aside already; this one is not kept", MAX_SET_ASIDE
+                )
+                return None
+            payload = _ENCODER.encode(record)
+            name = f"{record.kind}-{record.received_ms}-{os.urandom(4).hex()}"
+            path = folder / f"{name}.wal"
+            path.write_bytes(_HEAD.pack(_MAGIC, len(payload), zlib.crc32(payload)) + payload)
+            (folder / f"{name}.txt").write_text(
+                f"kind: {record.kind}\ntenant: {record.tenant}\n"
+                f"received_ms: {record.received_ms}\nreason: {reason}\n"
+            )
+        except OSError as e:
+            log.warning("wal: cannot keep a refused record: %s", e)
+            return None
+        return path
 
     def drop_before(self, upto: int) -> None:
         with self._lock:

@@ -35,9 +35,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aiflame.server.errors import Overloaded
+from aiflame.server.errors import Overloaded, Unstorable
 from aiflame.server.store import journal, rollups
 from aiflame.server.store.connection import Store
+from aiflame.server.store.health import PROBE_EVERY_S, StoreHealth
 
 log = logging.getLogger("aiflame.server")
 
@@ -69,6 +70,9 @@ class _Pending:
     future: concurrent.futures.Future
     durable: bool = False  # already in the write-ahead log: retried until stored
     due: float = 0.0  # time.monotonic() by which its batch should be committed
+    # Called with the error when the store refuses this request's rows while it takes
+    # others (the write-ahead log keeps the record aside); never retried after that.
+    on_reject: Callable[[Exception], None] | None = None
 
 
 # The samples' roll-ups (materialized views into SummingMergeTree tables) are summed by
@@ -79,6 +83,7 @@ _ID_COLUMN = {"profiles": "profile_id", "telemetry_batches": "id", "traces": "tr
 # Tables whose rows carry the batch id (rolled back with it).
 _JOURNALLED = (
     "samples",
+    "span_samples",
     "gpu_telemetry",
     "workload_telemetry",
     "trace_blobs",
@@ -153,6 +158,9 @@ class Writer:
         # of the batch being committed: stacks, frames, dictionaries whose frames are stored
         self._written: tuple[list[int], list[int], list[Any]] = ([], [], [])
         self._failures = 0
+        self.health = StoreHealth()
+        self._probe_due = float("inf")  # time.monotonic(): a probe while the store fails
+        self.set_aside = 0  # requests whose rows the store refused (a metric)
         self.committed_batches = 0
         self.committed_rows = 0
         self.commit_seconds = 0.0
@@ -171,13 +179,19 @@ class Writer:
 
     # -- requests ---------------------------------------------------------------------------
     def submit(
-        self, works: list[Work], durable: bool = False, patient: bool = False
+        self,
+        works: list[Work],
+        durable: bool = False,
+        patient: bool = False,
+        on_reject: Callable[[Exception], None] | None = None,
     ) -> concurrent.futures.Future:
         """Queue the works of one request; the future resolves once they are stored.
 
         ``durable`` works are in the write-ahead log: a failed commit is retried (never
-        handed back to a client that was already answered). Durable and ``patient`` works
-        wait up to ``logged_interval_s`` for their batch, others ``flush_interval_s``."""
+        handed back to a client that was already answered), unless the store refuses these
+        rows while it takes others: then ``on_reject`` is called and the future resolves
+        (the rows are set aside, not retried forever). Durable and ``patient`` works wait up
+        to ``logged_interval_s`` for their batch, others ``flush_interval_s``."""
         fut: concurrent.futures.Future = concurrent.futures.Future()
         rows = sum(w.rows for w in works)
         with self._cond:
@@ -187,7 +201,7 @@ class Writer:
                 raise Overloaded("the store is behind; retry later", retry_after=2)
             wait = self.logged_interval_s if durable or patient else self.flush_interval_s
             due = time.monotonic() + wait
-            self._pending.append(_Pending(works, fut, durable, due))
+            self._pending.append(_Pending(works, fut, durable, due, on_reject))
             self._pending_rows += rows
             if due < self._next_due:
                 self._next_due = due
@@ -227,14 +241,17 @@ class Writer:
                 return
             if batch:
                 self._commit_or_requeue(batch)
+            if time.monotonic() >= self._probe_due:
+                self._store_writes()
             if time.monotonic() >= self._rollup_due:
                 self._roll_up()
 
     def _next_batch(self) -> list[_Pending] | None:
-        """The next batch; [] when only a roll-up is due; None once stopping and drained."""
+        """The next batch; [] when only a roll-up or a probe is due; None once stopping and
+        drained."""
         with self._cond:
             while not self._pending and not self._stop:
-                left = self._rollup_due - time.monotonic()
+                left = min(self._rollup_due, self._probe_due) - time.monotonic()
                 if left <= 0:
                     return []
                 self._cond.wait(None if left == float("inf") else left)
@@ -256,21 +273,79 @@ class Writer:
         t0 = time.perf_counter()
         try:
             self._commit(batch)
-            self._failures = 0
-            self.commit_seconds += time.perf_counter() - t0
-        except Exception as e:  # the store failed: the clients retry, the log is kept
-            log.error("store: a batch of %d requests failed: %s", len(batch), e)
-            again = [p for p in batch if p.durable]
-            for p in batch:
-                if not p.durable and not p.future.done():
-                    p.future.set_exception(Overloaded(f"the store failed: {e}", 5))
-            if again:
-                with self._cond:
-                    self._pending[:0] = again
-                    self._pending_rows += sum(w.rows for p in again for w in p.works)
-                    self._next_due = time.monotonic()  # retried after the pause below
-                self._failures = min(self._failures + 1, 6)
-                time.sleep(0.5 * 2**self._failures)
+        except Exception as e:
+            if self._store_writes():
+                # The store takes other rows: something of this batch is what it refuses.
+                self._isolate(batch)
+            else:  # the store failed: the clients retry, the log is kept
+                self._requeue(batch, e)
+            return
+        self._committed_ok()
+        self.commit_seconds += time.perf_counter() - t0
+
+    def _committed_ok(self) -> None:
+        self._failures = 0
+        self._probe_due = float("inf")
+        self.health.succeeded()
+
+    def _store_writes(self) -> bool:
+        """Whether the store takes a write now: one journal row of a batch with no rows,
+        marked aborted (as a rolled-back batch: nothing reads it as data)."""
+        try:
+            journal.write(self.store, [secrets.randbits(63)], "aborted", self.replica)
+        except Exception as e:
+            self.health.failed(e)
+            self._probe_due = time.monotonic() + PROBE_EVERY_S
+            return False
+        self._committed_ok()
+        return True
+
+    def _isolate(self, batch: list[_Pending]) -> None:
+        """Commit a failed batch's requests one by one: the one the store refuses while it
+        takes the others is set aside (counted, logged, kept by ``on_reject``), the rest go
+        through. Should the store fail meanwhile, what is left is retried as a batch."""
+        for i, p in enumerate(batch):
+            try:
+                self._commit([p])
+            except Exception as e:
+                if not self._store_writes():
+                    self._requeue(batch[i:], e)
+                    return
+                self._set_aside(p, e)
+
+    def _set_aside(self, p: _Pending, error: Exception) -> None:
+        self.set_aside += 1
+        kinds = sorted({w.key[0] if w.key else next(iter(w.tables), "?") for w in p.works})
+        log.error(
+            "store: refused the rows of a request (%s), set aside: %s",
+            ", ".join(kinds),
+            str(error).strip().splitlines()[0][:300] if str(error).strip() else repr(error),
+        )
+        if p.on_reject is not None:
+            try:
+                p.on_reject(error)
+            except Exception as e:
+                log.error("store: could not keep the refused request: %s", e)
+        if p.future.done():
+            return
+        if p.durable:
+            p.future.set_result(None)  # answered long ago; its log record is kept aside
+        else:
+            p.future.set_exception(Unstorable(f"the store refused this request's rows: {error}"))
+
+    def _requeue(self, batch: list[_Pending], e: Exception) -> None:
+        self.health.failed(e)
+        again = [p for p in batch if p.durable]
+        for p in batch:
+            if not p.durable and not p.future.done():
+                p.future.set_exception(Overloaded(f"the store failed: {e}", 5))
+        if again:
+            with self._cond:
+                self._pending[:0] = again
+                self._pending_rows += sum(w.rows for p in again for w in p.works)
+                self._next_due = time.monotonic()  # retried after the pause below
+            self._failures = min(self._failures + 1, 6)
+            time.sleep(0.5 * 2**self._failures)
 
     def _next_rollup(self) -> float:
         """When to roll up next (time.monotonic()): just after the wall clock's next multiple
@@ -302,8 +377,9 @@ class Writer:
                 rollups.run(self.store, flush, self.replica)
                 self._flush = None
                 self.rolled_batches += 1
+                self.health.succeeded()
             except Exception as e:  # tried again later; a crash leaves it to rollups.recover
-                log.error("store: rolling up %d batch(es) failed: %s", len(flush.batch_ids), e)
+                self.health.failed(e, f"rolling up {len(flush.batch_ids)} batch(es)")
                 error = e
         if self._flush or self._unrolled:
             with self._cond:
@@ -482,6 +558,24 @@ _ROLLUP_UNDO = {
     )
     for name, fn in (("workload_1m", "toStartOfMinute"), ("workload_1h", "toStartOfHour"))
 }
+_ROLLUP_UNDO.update(
+    {
+        name: (
+            "gpu_telemetry",
+            f"SELECT tenant, {fn}(start) AS bucket, host, name, "
+            "-sum(dateDiff('millisecond', start, end) / 1000), "
+            "-sum(if(util IS NULL, 0, util * dateDiff('millisecond', start, end) / 1000)), "
+            "-sumIf(dateDiff('millisecond', start, end) / 1000, util IS NOT NULL), "
+            "toUInt32(0) "  # the GPUs a host has: a maximum, left as it is
+            "FROM {db}.gpu_telemetry WHERE batch_id IN {{ids:Array(UInt64)}} "
+            "GROUP BY tenant, bucket, host, name",
+        )
+        for name, fn in (
+            ("gpu_capacity_1m", "toStartOfMinute"),
+            ("gpu_capacity_1h", "toStartOfHour"),
+        )
+    }
+)
 
 
 def open_batches(store: Store, older_than_s: float) -> list[int]:

@@ -1,20 +1,24 @@
 // Findings: fleet-wide anti-patterns of analyzed traces, ranked by the GPU hours they cost,
-// with the workloads they cost them in, the evidence stacks and the fix.
+// each charged to the workloads whose traces show it (a job, a pod, a service, a process's
+// workload on its host), with the evidence stacks, the fix and the trace's report.
 "use strict";
 
 (() => {
   const { el, fmt, api, params, setParam } = UI;
   const main = document.getElementById("main");
-  const keySel = el("select", { id: "workload-label" },
-    ["job_id", "job_name", "pod", "model", "team", "user", "service_name", "host"].map((k) => el("option", { value: k, text: k })));
-  keySel.value = params.get("workload_label") || "job_id";
+  const KEYS = [["workload", "workload (job, pod, service or process)"], ["job_id", "job_id"],
+    ["pod", "pod"], ["namespace", "namespace"], ["model", "model"], ["team", "team"], ["user", "user"],
+    ["service_name", "service_name"], ["host", "host"]];
+  const keySel = el("select", { id: "workload-label" }, KEYS.map(([k, t]) => el("option", { value: k, text: t })));
+  keySel.value = KEYS.some(([k]) => k === params.get("workload_label")) ? params.get("workload_label") : "workload";
   main.append(
     el("h1", { text: "Findings across the fleet" }),
-    el("div", { class: "controls" }, el("label", { text: "workloads by" }), keySel),
+    el("div", { class: "controls" }, el("label", { text: "charged to" }), keySel),
     el("div", { id: "rules" }),
-    el("p", { class: "basis", text: "GPU hours: the share of the GPU timeline a finding costs in a workload's traces "
-      + "(their mean) x that workload's allocated GPU hours in the range, from telemetry; without "
-      + "telemetry, only the time measured in the traces." }));
+    el("p", { class: "basis", text: "GPU hours: each workload whose traces show a finding is charged the "
+      + "mean share of the GPU timeline it costs over that workload's analyzed traces in the range, times "
+      + "the GPU hours that workload was allocated (telemetry of exactly that job, pod, service or process); "
+      + "without telemetry, only the time measured in the traces." }));
 
   function stacks(w) {
     return el("div", {}, (w.top_stacks || []).slice(0, 2).map((s) =>
@@ -22,9 +26,16 @@
         text: s.text || (s.stack || []).slice(-4).join(" → ") })));
   }
 
+  function traceLinks(w) {
+    const id = encodeURIComponent(w.trace_id);
+    return el("span", {},
+      el("a", { href: `/api/v1/traces/${id}/report?` + UI.query({}), target: "_blank", text: "report" }), " · ",
+      el("a", { href: `/api/v1/traces/${id}/flamegraph?` + UI.query({}), target: "_blank", text: "flame graph" }));
+  }
+
   async function load() {
     const r = UI.range("now-7d");
-    setParam("workload_label", keySel.value);
+    setParam("workload_label", keySel.value === "workload" ? null : keySel.value);
     const data = await api("/api/v1/findings", { from: r.from, to: r.to, workload_label: keySel.value });
     UI.state.data.findings = data;
     const box = document.getElementById("rules");
@@ -32,19 +43,23 @@
       box.replaceChildren(el("div", { class: "empty", text: "no findings: no analyzed trace in the range" }));
       return;
     }
+    const byWorkload = keySel.value === "workload";
     box.replaceChildren(...data.rules.map((rule) => el("section", { class: "rule", "data-rule": rule.rule },
       el("h2", {}, el("span", { class: "sev-" + rule.severity, text: `[${rule.severity}] ` }),
          rule.title, el("span", { class: "muted", text: ` · ${rule.rule} · ${fmt.hours(rule.gpu_hours)} GPU hours` })),
       el("p", { class: "muted", text: "fix: " + rule.fix }),
       UI.table([
-        { title: keySel.value, value: (w) => w.key },
+        { title: byWorkload ? "workload" : keySel.value, value: (w) => w.key },
+        { title: "identified by", value: (w) => byWorkload ? w.identity : `${w.workloads} workload(s)` },
         { title: "GPU hours", num: true, value: (w) => fmt.hours(w.gpu_hours) },
         { title: "share of GPU time", num: true, value: (w) => fmt.pct(w.share) },
         { title: "allocated GPU-h", num: true, value: (w) => fmt.hours(w.allocated_gpu_hours) },
-        { title: "traces", num: true, value: (w) => w.traces },
+        { title: "traces", num: true, value: (w) => `${w.traces} of ${w.traces_analyzed}` },
         { title: "costliest stacks", value: stacks },
-        { title: "", value: (w) => el("a", { href: "/api/v1/traces/" + encodeURIComponent(w.trace_id) + "/flamegraph?" + UI.query({}), target: "_blank", text: "trace" }) },
-      ], rule.workloads, (w) => { if (w.key !== "(none)") location.href = UI.link("workload", { label: keySel.value, value: w.key }); }))));
+        { title: "", value: traceLinks },
+      ], rule.workloads.map((w) => Object.assign({ __click: !!w.label }, w)), (w) => {
+        if (w.label) location.href = UI.link("workload", { label: w.label, value: w.value });
+      }))));
   }
 
   keySel.addEventListener("change", () => load().catch(UI.showError));

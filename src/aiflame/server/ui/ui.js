@@ -73,12 +73,19 @@ const UI = (() => {
     hours: (x) => (x === null || x === undefined ? "–" : x >= 100 ? x.toFixed(0) : x.toFixed(2)),
     pct: (x) => (x === null || x === undefined ? "–" : (100 * x).toFixed(1) + "%"),
     num: (x, d = 1) => (x === null || x === undefined ? "–" : Number(x).toFixed(d)),
+    // Engineering units: 18e15 FLOP/s is "18 PFLOP/s", never 18,000,000,000,000,000.
     si(x, unit) {
-      if (x === null || x === undefined) return "–";
-      const p = [["P", 1e15], ["T", 1e12], ["G", 1e9], ["M", 1e6], ["k", 1e3]];
-      for (const [s, v] of p) if (Math.abs(x) >= v) return (x / v).toFixed(2) + " " + s + unit;
-      return Number(x).toFixed(2) + " " + unit;
+      if (x === null || x === undefined || Number.isNaN(x)) return "–";
+      const three = (v) => {  // three significant digits, no trailing zeros
+        const a = Math.abs(v);
+        const text = v.toFixed(a >= 99.95 || a === 0 ? 0 : a >= 9.995 ? 1 : 2);
+        return text.includes(".") ? text.replace(/0+$/, "").replace(/\.$/, "") : text;
+      };
+      const p = [["E", 1e18], ["P", 1e15], ["T", 1e12], ["G", 1e9], ["M", 1e6], ["k", 1e3]];
+      for (const [s, v] of p) if (Math.abs(x) >= v) return three(x / v) + " " + s + unit;
+      return three(Number(x)) + " " + unit;
     },
+    gpus: (x) => (x === null || x === undefined ? "–" : x >= 100 ? x.toFixed(0) : x.toFixed(1)),
     time: (ms) => new Date(ms).toISOString().replace("T", " ").slice(0, 19),
   };
 
@@ -94,25 +101,48 @@ const UI = (() => {
     return c;
   }
 
-  function timeAxisOption(timestamps, series, unit, stacked) {
+  // A chart over time: values of null are gaps (no telemetry), drawn as gaps, not ramps;
+  // each value holds until the next bucket (a step), as the mean of its bucket does.
+  // ``format`` formats the axis and the tooltip (engineering units by default).
+  function timeAxisOption(timestamps, series, unit, stacked, format) {
+    const f = format || ((v) => fmt.si(v, unit));
     return {
       animation: false,
-      tooltip: { trigger: "axis" },
+      tooltip: { trigger: "axis", valueFormatter: (v) => f(v) },
       legend: { type: "scroll", top: 4 },
-      grid: { left: 64, right: 24, top: 40, bottom: 48 },
+      grid: { left: 72, right: 24, top: 40, bottom: 48 },
       dataZoom: [{ type: "inside" }, { type: "slider", height: 16, bottom: 8 }],
       xAxis: { type: "time" },
-      yAxis: { type: "value", name: unit, nameTextStyle: { align: "left" } },
+      yAxis: { type: "value", name: unit, nameTextStyle: { align: "left" }, axisLabel: { formatter: f } },
       series: series.map((s) => ({
         name: s.name,
         type: "line",
         showSymbol: false,
-        stack: stacked ? "total" : undefined,
-        areaStyle: stacked ? {} : undefined,
+        connectNulls: false,
+        step: "end",
+        stack: s.stack === false ? undefined : stacked ? "total" : undefined,
+        areaStyle: stacked && s.stack !== false ? (s.area || {}) : undefined,
+        color: s.color,
         lineStyle: s.dashed ? { type: "dashed" } : undefined,
         data: timestamps.map((t, i) => [t, s.values[i]]),
       })),
     };
+  }
+
+  // The buckets of an attribution answer, every one of the range (the API lists only those
+  // with telemetry): their times, their length in hours (the last may be cut by the range's
+  // end) and whether any telemetry fell in them. ``per(values)`` turns the API's GPU hours
+  // per bucket into GPUs (GPU hours per hour: the same whatever the bucket), null where no
+  // telemetry came (a gap).
+  function buckets(data) {
+    const step = data.step_s * 1000;
+    const times = [];
+    for (let t = data.from; t < data.to && times.length < 20000; t += step) times.push(t);
+    const at = new Map(data.timestamps.map((t, i) => [t, i]));
+    const hours = times.map((t) => Math.min(step, data.to - t) / 3.6e6);
+    const perHour = (values) => times.map((t, i) => (at.has(t) ? values[at.get(t)] / hours[i] : null));
+    const perSecond = (values) => times.map((t, i) => (at.has(t) ? values[at.get(t)] / (hours[i] * 3600) : null));
+    return { times, hours, perHour, perSecond };
   }
 
   // The time range control in the header, shared by every page.
@@ -158,5 +188,5 @@ const UI = (() => {
   }
 
   return { params, tenant, state, setParam, range, query, api, link, el, showError, fmt, chart,
-           timeAxisOption, initRange, table };
+           timeAxisOption, buckets, initRange, table };
 })();

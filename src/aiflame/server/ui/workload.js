@@ -49,6 +49,7 @@
     ]);
     UI.state.data.workload = w;
     UI.state.data.attribution = attr;
+    // ranks: those the profiles and traces of the workload carry
     const ranks = new Set(w.hosts.flatMap((h) => h.ranks));
     document.getElementById("cards").replaceChildren(
       card("allocated GPU hours", fmt.hours(attr.fleet.allocated_gpu_hours)),
@@ -57,8 +58,9 @@
       card("hosts", String(w.hosts.length)),
       card("ranks", String(ranks.size || "–")),
       card("traces", String(w.traces.length)));
-    UI.chart("hours-by-host", UI.timeAxisOption(attr.timestamps,
-      attr.groups.map((g) => ({ name: g.key, values: attr.series[g.key].allocated })), "GPU hours", true));
+    const b = UI.buckets(attr);  // GPUs held per host over time (gaps where no telemetry)
+    UI.chart("hours-by-host", UI.timeAxisOption(b.times,
+      attr.groups.map((g) => ({ name: g.key, values: b.perHour(attr.series[g.key].allocated) })), "GPUs", true, fmt.gpus));
     document.getElementById("hosts").replaceChildren(w.hosts.length ? UI.table([
       { title: "host", value: (h) => h.host },
       { title: "ranks", value: (h) => h.ranks.join(", ") || "–" },
@@ -81,7 +83,7 @@
     document.getElementById("traces").replaceChildren(w.traces.length ? UI.table([
       { title: "received", value: (t) => fmt.time(t.received) },
       { title: "host", value: (t) => t.labels.host || "–" },
-      { title: "rank", value: (t) => t.labels.rank || "–" },
+      { title: "rank", value: (t) => t.labels.rank || (t.ranks > 1 ? `${t.ranks} ranks` : "–") },
       { title: "format", value: (t) => t.format },
       { title: "status", value: (t) => t.status + (t.error ? ": " + t.error : "") },
       { title: "GPU busy", num: true, value: (t) => fmt.pct(t.busy_share) },
@@ -90,8 +92,8 @@
       { title: "% roofline", num: true, value: (t) => fmt.pct(t.pct_of_roofline) },
       { title: "findings", num: true, value: (t) => t.findings },
       { title: "", value: (t) => el("span", {},
-          el("a", { href: "/api/v1/traces/" + encodeURIComponent(t.trace_id) + "/flamegraph?" + UI.query({}), target: "_blank", text: "flame graph" }), " · ",
-          el("a", { href: "/api/v1/traces/" + encodeURIComponent(t.trace_id) + "?" + UI.query({}), target: "_blank", text: "report" })) },
+          el("a", { href: "/api/v1/traces/" + encodeURIComponent(t.trace_id) + "/flamegraph?" + UI.query({}), target: "_blank", text: "flame graph" }), t.format === "torch-memory" ? null : " · ",
+          t.format === "torch-memory" ? null : el("a", { href: "/api/v1/traces/" + encodeURIComponent(t.trace_id) + "/report?" + UI.query({}), target: "_blank", text: "report" })) },
     ], w.traces) : el("div", { class: "empty", text: "no traces of this workload in the range" }));
   }
 

@@ -13,6 +13,7 @@ typedef int __s32;
 typedef unsigned long long __u64;
 typedef long long __s64;
 typedef __u32 pid_t;
+typedef __u32 dev_t;
 
 #define SEC(name) __attribute__((section(name), used))
 #define __always_inline inline __attribute__((always_inline))
@@ -58,6 +59,8 @@ static __u64 (*bpf_get_current_cgroup_id)(void) = (void *)80;
 static long (*bpf_probe_read_user)(void *dst, __u32 size, const void *src) = (void *)112;
 static long (*bpf_probe_read_kernel)(void *dst, __u32 size, const void *src) = (void *)113;
 static long (*bpf_probe_read_user_str)(void *dst, __u32 size, const void *src) = (void *)114;
+static long (*bpf_probe_read_kernel_str)(void *dst, __u32 size, const void *src) = (void *)115;
+static long (*bpf_send_signal)(__u32 sig) = (void *)109;
 static long (*bpf_ringbuf_output)(void *ringbuf, void *data, __u64 size,
                                   __u64 flags) = (void *)130;
 static void *(*bpf_ringbuf_reserve)(void *ringbuf, __u64 size, __u64 flags) = (void *)131;
@@ -66,6 +69,9 @@ static void (*bpf_ringbuf_discard)(void *data, __u64 flags) = (void *)133;
 static __u64 (*bpf_ringbuf_query)(void *ringbuf, __u64 flags) = (void *)134;
 static long (*bpf_loop)(__u32 nr_loops, void *callback_fn, void *callback_ctx,
 			__u64 flags) = (void *)181;
+static void *(*bpf_get_current_task_btf)(void) = (void *)158;
+static long (*bpf_find_vma)(void *task, __u64 addr, void *callback_fn, void *callback_ctx,
+			    __u64 flags) = (void *)180;
 
 /* CO-RE: read a kernel field at the offset the running kernel's BTF gives */
 #define CORE_READ_INTO(dst, src_ptr, field)                                              \

@@ -67,12 +67,82 @@ struct pid {
 	struct upid numbers[1];
 };
 
+/* the thread's TLS base: what pthread_self() is derived from */
+#if defined(__TARGET_ARCH_x86)
+struct thread_struct {
+	unsigned long fsbase;
+};
+#else
+struct thread_struct {
+	struct {
+		unsigned long tp_value;
+	} uw;
+};
+#endif
+
+/* files, for the name and identity of the file behind a mapping */
+struct qstr {
+	const unsigned char *name;
+};
+
+struct dentry {
+	struct qstr d_name;
+};
+
+struct path {
+	struct dentry *dentry;
+};
+
+struct super_block {
+	dev_t s_dev;
+};
+
+struct inode {
+	unsigned long i_ino;
+	struct super_block *i_sb;
+};
+
+struct file {
+	struct path f_path;
+	struct inode *f_inode;
+};
+
+struct vm_area_struct {
+	struct file *vm_file;
+};
+
+/* terminals and process groups: is a process a shell's foreground job */
+struct tty_struct {
+	struct {
+		struct pid *pgrp;
+	} ctrl; /* Linux 5.19+ */
+};
+
+struct tty_struct___old {
+	struct pid *pgrp;
+};
+
+#define PIDTYPE_PGID 2
+struct signal_struct {
+	struct tty_struct *tty;
+	struct pid *pids[4];
+};
+
+/* a process's memory: the auxiliary vector its program started with (AT_BASE: where the
+ * dynamic loader was mapped) */
+struct mm_struct {
+	unsigned long saved_auxv[2];
+};
+
 struct task_struct {
 	unsigned int flags;
 	pid_t pid;
 	pid_t tgid;
 	struct task_struct *real_parent;
 	struct pid *thread_pid;
+	struct thread_struct thread;
+	struct signal_struct *signal;
+	struct mm_struct *mm;
 };
 #define PF_KTHREAD 0x00200000
 

@@ -21,6 +21,21 @@
  * probed library (cudaMalloc calling cuMemAlloc_v2) are counted as nested and skipped, so
  * one user call is one event.
  *
+ * Probes are attached to the library files, not to processes: they fire in every process
+ * that maps the file, from its first instruction, and the programs keep the calls of the
+ * recorded processes (`targets`, which follows forks, or every process). The dynamic
+ * loader tells debuggers of each change to the libraries loaded by calling
+ * _dl_debug_state(), with the list in _r_debug consistent again once new libraries are
+ * mapped and relocated, before their constructors and before dlopen() returns (and before
+ * main for those the program is linked with): a probe there (on_loader_state) stops
+ * (SIGSTOP) a recorded process that has just loaded a CUDA/HIP library it is not set up
+ * for (a file not probed yet, or a process user space has not described), until user
+ * space has attached the file's probes, described the process and continued it: calls
+ * made right after dlopen() are all seen. A program started with a dynamic loader not
+ * probed yet (another container's) is stopped at its exec (on_exec) until it is. A shell's
+ * foreground job is not stopped (the shell would take the terminal back); its library is
+ * probed as soon as user space sees it.
+ *
  * In CPython processes user space has described in `py_procs`, the *_python programs
  * also walk the calling thread's Python stack (pystack.h) and append it to the native one
  * after a PY_MARK word: code object addresses, innermost first. A new summed stack with
@@ -54,6 +69,12 @@ static __u64 (*bpf_get_attach_cookie)(void *ctx) = (void *)174;
 
 /* per-second budget of events per class; 0: unlimited */
 const volatile __u64 caps[N_CLASSES] = {};
+const volatile __u8 every_process = 0;   /* 1: every process is recorded */
+const volatile __u8 follow_children = 0; /* 1: processes forked by targets become targets */
+const volatile __u8 hold = 0;            /* 1: stop a process until it is set up */
+
+#define SIGSTOP 19
+#define NAME_PREFIX 16 /* bytes of a file name compared */
 
 struct call {
 	__u64 ts;       /* entry, ns (CLOCK_MONOTONIC) */
@@ -199,6 +220,104 @@ struct {
 	__type(value, struct lib_ranges);
 } libs SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH); /* tgid -> 1: the processes recorded */
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, __u8);
+} targets SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH); /* tgid -> 1: described by user space since its exec */
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, __u8);
+} known SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH); /* tgid -> 1: announced, not handled yet */
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u8);
+} pending SEC(".maps");
+
+struct file_key {
+	__u64 dev; /* the file's super block's dev_t, as the kernel keeps it */
+	__u64 ino;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH); /* files whose probes are attached */
+	__uint(max_entries, 1024);
+	__type(key, struct file_key);
+	__type(value, __u8);
+} probed_files SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH); /* dynamic loader files whose _dl_debug_state is probed */
+	__uint(max_entries, 256);
+	__type(key, struct file_key);
+	__type(value, __u8);
+} probed_loaders SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH); /* tgid -> libraries of its list looked at already */
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u32);
+} loaded SEC(".maps");
+
+#define EV_LOADED_LIBRARY 0 /* it loaded a CUDA/HIP library it is not set up for */
+#define EV_NEW_LOADER 1     /* it was started with a dynamic loader not probed yet */
+
+struct library_event {
+	__u32 pid;
+	__u32 tid;
+	struct file_key file; /* the library, or the dynamic loader */
+	__u64 base;           /* EV_NEW_LOADER: where the loader is mapped (AT_BASE) */
+	__u32 kind;
+	__u32 held; /* 1: stopped (SIGSTOP) until user space continues it */
+	char name[NAME_PREFIX];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 65536);
+} library_events SEC(".maps");
+
+static __always_inline int recorded(__u32 tgid)
+{
+	return every_process || bpf_map_lookup_elem(&targets, &tgid) != 0;
+}
+
+/* Whether a file name is one of a CUDA/HIP library (as cuda_libs.py's names):
+ * libcudart*, libcuda.so*, libamdhip64*. */
+static __always_inline int gpu_library_name(const char *n)
+{
+	static const char cudart[] = "libcudart", cuda[] = "libcuda.so", hip[] = "libamdhip64";
+	__u8 a = 0, b = 0, c = 0; /* the bits that differ: no branch per character */
+#pragma unroll
+	for (int i = 0; i < sizeof(hip) - 1; i++) {
+		if (i < sizeof(cudart) - 1)
+			a |= n[i] ^ cudart[i];
+		if (i < sizeof(cuda) - 1)
+			b |= n[i] ^ cuda[i];
+		c |= n[i] ^ hip[i];
+	}
+	return !a || !b || !c;
+}
+
+static __always_inline int file_name(struct file *f, char *name)
+{
+	const unsigned char *at = 0;
+	if (!f || CORE_READ_INTO(&at, f, f_path.dentry) || !at)
+		return -1;
+	struct dentry *d = (struct dentry *)at;
+	if (CORE_READ_INTO(&at, d, d_name.name) || !at)
+		return -1;
+	return bpf_probe_read_kernel_str(name, NAME_PREFIX, at) < 0 ? -1 : 0;
+}
+
 static __always_inline void stat(__u32 i)
 {
 	STAT_ADD(stats, i, 1);
@@ -222,17 +341,32 @@ static __always_inline int over_budget(__u32 cls)
 	return __sync_fetch_and_add(&r->count, 1) >= cap;
 }
 
-static __always_inline int from_probed_library(__u32 tgid, __u64 caller)
+/* bpf_find_vma callback: whether the mapping holds a CUDA/HIP library's code */
+static long vma_of_gpu_library(struct task_struct *task, struct vm_area_struct *vma, int *inside)
+{
+	struct file *f = 0;
+	char name[NAME_PREFIX] = {};
+	if (!CORE_READ_INTO(&f, vma, vm_file) && file_name(f, name) == 0)
+		*inside = gpu_library_name(name);
+	return 0;
+}
+
+/* Whether `caller` lies in a probed library: the ranges user space set, else (a library
+ * mapped since: `modern` programs, Linux 5.17+) the mapping that holds it. */
+static __always_inline int from_probed_library(__u32 tgid, __u64 caller, const int modern)
 {
 	struct lib_ranges *l = bpf_map_lookup_elem(&libs, &tgid);
-	if (!l)
-		return 0;
+	if (l) {
 #pragma unroll
-	for (int i = 0; i < MAX_LIB_RANGES; i++) {
-		if (caller >= l->lo[i] && caller < l->hi[i])
-			return 1;
+		for (int i = 0; i < MAX_LIB_RANGES; i++) {
+			if (caller >= l->lo[i] && caller < l->hi[i])
+				return 1;
+		}
 	}
-	return 0;
+	int inside = 0;
+	if (modern)
+		bpf_find_vma(bpf_get_current_task_btf(), caller, vma_of_gpu_library, &inside, 0);
+	return inside;
 }
 
 static __always_inline void read_args(struct pt_regs *ctx, __u64 *args, __u64 *caller,
@@ -401,12 +535,14 @@ static __always_inline struct api_info *api_info(__u32 api)
  * probe, 29 reads the 7th argument */
 static __always_inline int entry(struct pt_regs *ctx, const int python)
 {
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!recorded(id >> 32))
+		return 0; /* another process using the probed file */
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u32 cls = (cookie >> 16) & 0xF;
-	__u64 id = bpf_get_current_pid_tgid();
 	struct entry e = {};
 	read_args(ctx, e.args, &e.caller, (cookie >> 29) & 1);
-	if (cls != CLASS_NAMING && from_probed_library(id >> 32, e.caller)) {
+	if (cls != CLASS_NAMING && from_probed_library(id >> 32, e.caller, python)) {
 		stat(STAT_NESTED);
 		return 0;
 	}
@@ -446,8 +582,10 @@ static __always_inline int entry(struct pt_regs *ctx, const int python)
 static __always_inline int on_return(struct pt_regs *ctx, const int python)
 {
 	__u64 now = bpf_ktime_get_ns();
-	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u64 id = bpf_get_current_pid_tgid();
+	if (!recorded(id >> 32))
+		return 0;
+	__u64 cookie = bpf_get_attach_cookie(ctx);
 	struct inflight_key k = {id, cookie & 0xFFFF, 0};
 	struct entry *e = bpf_map_lookup_elem(&inflight, &k);
 	if (!e)
@@ -523,6 +661,225 @@ SEC("uretprobe")
 int cuda_return(struct pt_regs *ctx)
 {
 	return on_return(ctx, 0);
+}
+
+/* Whether the current process is a shell's foreground job in a terminal: the terminal's
+ * foreground process group is its own, and its parent put it in that group (job
+ * control). A stop would hand the terminal back to the shell. */
+static __always_inline int foreground_job(struct task_struct *task)
+{
+	struct signal_struct *sig = 0;
+	struct tty_struct *tty = 0;
+	struct pid *fg = 0, *group = 0, *parent_group = 0;
+	if (CORE_READ_INTO(&sig, task, signal) || !sig || CORE_READ_INTO(&tty, sig, tty) || !tty)
+		return 0;
+	if (CORE_FIELD_EXISTS(tty, ctrl))
+		CORE_READ_INTO(&fg, tty, ctrl.pgrp);
+	else
+		CORE_READ_INTO(&fg, (struct tty_struct___old *)tty, pgrp);
+	if (CORE_READ_INTO(&group, sig, pids[PIDTYPE_PGID]) || fg != group)
+		return 0;
+	struct task_struct *parent = 0;
+	if (CORE_READ_INTO(&parent, task, real_parent) || !parent ||
+	    CORE_READ_INTO(&sig, parent, signal) || !sig ||
+	    CORE_READ_INTO(&parent_group, sig, pids[PIDTYPE_PGID]))
+		return 0;
+	return parent_group != group;
+}
+
+/* Announce a recorded process to user space, stopped unless it is a shell's foreground
+ * job (once at a time: until user space has handled it). */
+static __always_inline void announce_library(__u32 kind, struct file_key *key, __u64 base,
+					     const char *name)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	__u8 one = 1;
+	if (bpf_map_update_elem(&pending, &tgid, &one, BPF_NOEXIST))
+		return; /* announced already, user space is on it */
+	struct library_event *e = bpf_ringbuf_reserve(&library_events, sizeof(*e), 0);
+	if (!e) {
+		bpf_map_delete_elem(&pending, &tgid); /* the scan of its maps will find it */
+		return;
+	}
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	e->pid = tgid;
+	e->tid = (__u32)id;
+	e->file = *key;
+	e->base = base;
+	e->kind = kind;
+	e->held = hold && !foreground_job(task) && bpf_send_signal(SIGSTOP) == 0;
+	__builtin_memcpy(e->name, name, NAME_PREFIX);
+	bpf_ringbuf_submit(e, 0);
+}
+
+struct mapped_file {
+	struct file_key key;
+	char name[NAME_PREFIX];
+	int found;
+};
+
+/* bpf_find_vma callback: the file a mapping maps, its identity and name */
+static long file_of_vma(struct task_struct *task, struct vm_area_struct *vma,
+			struct mapped_file *out)
+{
+	struct file *f = 0;
+	struct inode *inode = 0;
+	struct super_block *sb = 0;
+	unsigned long ino = 0;
+	dev_t dev = 0;
+	if (CORE_READ_INTO(&f, vma, vm_file) || !f || file_name(f, out->name) ||
+	    CORE_READ_INTO(&inode, f, f_inode) || !inode || CORE_READ_INTO(&ino, inode, i_ino) ||
+	    CORE_READ_INTO(&sb, inode, i_sb) || !sb || CORE_READ_INTO(&dev, sb, s_dev))
+		return 0;
+	out->key.dev = dev;
+	out->key.ino = ino;
+	out->found = 1;
+	return 0;
+}
+
+#define MAX_LINK_MAPS 4096
+#define RT_CONSISTENT 0
+#define RT_DELETE 2
+
+struct loader_walk {
+	__u64 entry;   /* the next struct link_map to look at */
+	__u32 index;   /* its place in the list */
+	__u32 skip;    /* entries looked at before: followed only */
+	__u32 known;   /* the process was described by user space */
+	__u32 new_gpu; /* a CUDA/HIP library to set up was found: in `lib` */
+	struct mapped_file lib;
+};
+
+/* bpf_loop callback: one entry of the loader's list of loaded objects (struct link_map:
+ * l_addr, l_name, l_ld at +16, l_next at +24) */
+static long loader_step(__u64 i, struct loader_walk *w)
+{
+	if (!w->entry)
+		return 1;
+	if (w->index >= w->skip) {
+		__u64 dynamic = 0;
+		struct mapped_file m = {};
+		if (!read_u64(&dynamic, w->entry + 16) && dynamic)
+			bpf_find_vma(bpf_get_current_task_btf(), dynamic, file_of_vma, &m, 0);
+		if (m.found && gpu_library_name(m.name) &&
+		    (!w->known || !bpf_map_lookup_elem(&probed_files, &m.key))) {
+			w->new_gpu = 1;
+			w->lib = m;
+			return 1; /* looked at again once it is set up */
+		}
+	}
+	w->index++;
+	if (read_u64(&w->entry, w->entry + 24))
+		w->entry = 0;
+	return 0;
+}
+
+/* _dl_debug_state() of a dynamic loader; the cookie: &_r_debug - &_dl_debug_state */
+SEC("uprobe")
+int on_loader_state(struct pt_regs *ctx)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (!recorded(tgid))
+		return 0;
+	__u64 r_debug = PT_REGS_IP(ctx) + (__s64)bpf_get_attach_cookie(ctx);
+	__s32 state = -1;
+	if (bpf_probe_read_user(&state, sizeof(state), (void *)(r_debug + 24)))
+		return 0;
+	__u32 zero = 0;
+	if (state == RT_DELETE) { /* objects leave the list: look at all of it next time */
+		bpf_map_update_elem(&loaded, &tgid, &zero, BPF_ANY);
+		return 0;
+	}
+	if (state != RT_CONSISTENT)
+		return 0;
+	struct loader_walk w = {};
+	if (read_u64(&w.entry, r_debug + 8))
+		return 0;
+	__u32 *seen = bpf_map_lookup_elem(&loaded, &tgid);
+	w.skip = seen ? *seen : 0;
+	w.known = bpf_map_lookup_elem(&known, &tgid) != 0;
+	bpf_loop(MAX_LINK_MAPS, loader_step, &w, 0);
+	bpf_map_update_elem(&loaded, &tgid, &w.index, BPF_ANY);
+	if (w.new_gpu)
+		announce_library(EV_LOADED_LIBRARY, &w.lib.key, 0, w.lib.name);
+	return 0;
+}
+
+#define AT_NULL 0
+#define AT_BASE 7
+#define AUXV_PAIRS 32
+
+/* Where the current process's dynamic loader is mapped (0: a static program). */
+static __always_inline __u64 loader_base(struct task_struct *task)
+{
+	struct mm_struct *mm = 0;
+	if (CORE_READ_INTO(&mm, task, mm) || !mm)
+		return 0;
+	const unsigned long *auxv = __builtin_preserve_access_index(&mm->saved_auxv[0]);
+#pragma unroll
+	for (int i = 0; i < AUXV_PAIRS; i++) {
+		unsigned long pair[2] = {};
+		if (bpf_probe_read_kernel(pair, sizeof(pair), auxv + 2 * i) || pair[0] == AT_NULL)
+			return 0;
+		if (pair[0] == AT_BASE)
+			return pair[1];
+	}
+	return 0;
+}
+
+/* sched_process_fork(parent, child): a child of a target is a target, with its parent's
+ * memory (its Python and libraries as they were described) */
+SEC("raw_tp/sched_process_fork")
+int on_fork(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u32 parent = bpf_get_current_pid_tgid() >> 32;
+	struct task_struct *child = (struct task_struct *)ctx->args[1];
+	pid_t child_tgid = 0;
+	CORE_READ_INTO(&child_tgid, child, tgid);
+	if (!child_tgid || (__u32)child_tgid == parent)
+		return 0; /* a thread, not a process */
+	__u32 c = child_tgid;
+	__u8 one = 1;
+	if (follow_children && bpf_map_lookup_elem(&targets, &parent))
+		bpf_map_update_elem(&targets, &c, &one, BPF_ANY);
+	if (!recorded(c))
+		return 0;
+	struct py_proc *py = bpf_map_lookup_elem(&py_procs, &parent);
+	if (py)
+		bpf_map_update_elem(&py_procs, &c, py, BPF_ANY);
+	struct lib_ranges *l = bpf_map_lookup_elem(&libs, &parent);
+	if (l)
+		bpf_map_update_elem(&libs, &c, l, BPF_ANY);
+	if (bpf_map_lookup_elem(&known, &parent))
+		bpf_map_update_elem(&known, &c, &one, BPF_ANY);
+	__u32 *seen = bpf_map_lookup_elem(&loaded, &parent);
+	if (seen)
+		bpf_map_update_elem(&loaded, &c, seen, BPF_ANY);
+	return 0;
+}
+
+/* sched_process_exec: another program, to be described again; one started with a dynamic
+ * loader not probed yet waits for it to be (before the libraries it links load) */
+SEC("raw_tp/sched_process_exec")
+int on_exec(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	bpf_map_delete_elem(&known, &pid);
+	bpf_map_delete_elem(&py_procs, &pid);
+	bpf_map_delete_elem(&libs, &pid);
+	bpf_map_delete_elem(&loaded, &pid);
+	if (!recorded(pid))
+		return 0;
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	__u64 base = loader_base(task);
+	if (!base)
+		return 0;
+	struct mapped_file m = {};
+	bpf_find_vma(bpf_get_current_task_btf(), base, file_of_vma, &m, 0);
+	if (m.found && !bpf_map_lookup_elem(&probed_loaders, &m.key))
+		announce_library(EV_NEW_LOADER, &m.key, base, m.name);
+	return 0;
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

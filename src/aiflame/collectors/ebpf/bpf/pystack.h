@@ -1,25 +1,39 @@
 // SPDX-License-Identifier: (BSD-2-Clause OR GPL-2.0-only)
-/* Walking a CPython thread's Python stack from a BPF program (3.11-3.13).
+/* Walking a CPython thread's Python stack from a BPF program (3.8-3.15).
  *
  * User space describes each CPython process in `py_procs` (where _PyRuntime is, and the
  * offsets of the few fields read, which change between minor versions). walk_python()
  * then finds the current thread's PyThreadState (the interpreter's list of thread states,
- * matched on the thread id in the process's own PID namespace, cached per thread) and
- * follows its chain of _PyInterpreterFrame with bpf_loop (Linux 5.17+), keeping each
- * frame's code object address in `py_scratch`, innermost first. Included by
- * profile.bpf.c (CPU samples) and cuda.bpf.c (CUDA/HIP call sites). */
+ * matched on the thread's id, cached per thread) and follows its chain of frames with
+ * bpf_loop (Linux 5.17+), keeping each frame's code object address in `py_scratch`,
+ * innermost first. Two frame models share the walk:
+ *
+ * - 3.8-3.10: PyFrameObject, linked by f_back; each frame is its own call of the eval
+ *   loop (all are entries from C). Thread states know their thread by pthread_self(),
+ *   which is derived from the thread's TLS base (x86-64: the FS base itself).
+ * - 3.11+: _PyInterpreterFrame, linked by `previous`; frames owned by the interpreter or
+ *   the C stack (3.12+: the shim of an entry into the eval loop) are no Python code.
+ *   Thread states know their thread by its OS id in the process's PID namespace. From
+ *   3.14 the code object is a tagged stack reference (low bits cleared here).
+ *
+ * Included by profile.bpf.c (CPU samples) and cuda.bpf.c (CUDA/HIP call sites). */
 #ifndef AIFLAME_PYSTACK_H
 #define AIFLAME_PYSTACK_H
 
 #define MAX_PY_DEPTH 127   /* Python frames kept per stack (the outermost are cut) */
 #define MAX_PY_THREADS 128 /* thread states searched for the sampled thread */
 #define PY_ENTRY 1ULL      /* low bit of a code address: its frame was entered from C */
+#define PY_TAG_BITS 7ULL   /* stack reference tags (3.14+); objects are 8-byte aligned */
 #define PY_NO_OFFSET 0xffffffffU
-#define PY_OWNED_BY_CSTACK 3 /* 3.12+: the shim frame of an entry into the eval loop */
+#define PY_OWNED_BY_INTERPRETER 3 /* 3.12+: owners from here on hold no Python code */
 #define PY_NO_THREAD (-1)  /* python_error: no thread state (not a Python thread) */
 #define PY_NOT_PYTHON (-2) /* python_error: not a described Python process */
 
-#define PY_FRAME_BYTES 72 /* read of each frame: every field used lies in them (3.11-3.13) */
+/* struct py_proc flags */
+#define PYF_THREAD_BY_TLS 1 /* thread states hold pthread_self(), not the OS thread id */
+#define PYF_ALL_ENTRIES 2   /* every frame is an entry from C (PyFrameObject, 3.8-3.10) */
+
+#define PY_FRAME_BYTES 80 /* read of each frame: every field used lies in them (3.8-3.15) */
 
 struct py_codes {
 	__u64 code[MAX_PY_DEPTH]; /* innermost first; zero after the frames kept */
@@ -32,17 +46,20 @@ struct py_proc {
 	__u32 interpreters_head; /* in _PyRuntimeState: the first interpreter */
 	__u32 threads_head;      /* in PyInterpreterState: its first thread state */
 	__u32 tstate_next;       /* in PyThreadState */
-	__u32 native_thread_id;  /* in PyThreadState: the OS thread id */
-	__u32 tstate_frame;      /* in PyThreadState: cframe (3.11, 3.12) or current_frame */
+	__u32 thread_id;         /* in PyThreadState: native_thread_id (3.11+: the OS thread id)
+				  * or thread_id (3.8-3.10: pthread_self(), PYF_THREAD_BY_TLS) */
+	__u32 tstate_frame;      /* in PyThreadState: frame (3.8-3.10), cframe (3.11, 3.12) or
+				  * current_frame (3.13+) */
 	__u32 cframe_frame;      /* in _PyCFrame: current_frame; PY_NO_OFFSET from 3.13 */
-	__u32 frame_code;        /* in _PyInterpreterFrame: f_code / f_executable */
-	__u32 frame_previous;    /* in _PyInterpreterFrame */
-	__u32 frame_owner;       /* in _PyInterpreterFrame (a char) */
-	__u32 frame_is_entry;    /* in _PyInterpreterFrame (3.11); PY_NO_OFFSET later */
+	__u32 frame_code;        /* in the frame: f_code / f_executable */
+	__u32 frame_previous;    /* in the frame: f_back / previous */
+	__u32 frame_owner;       /* in _PyInterpreterFrame (a char); PY_NO_OFFSET before 3.11 */
+	__u32 frame_is_entry;    /* in _PyInterpreterFrame (3.11 only); else PY_NO_OFFSET */
 	__u32 gil_locked;        /* the GIL's `locked` (an int) and `last_holder` (a thread */
 	__u32 gil_holder;        /* state), in _PyRuntimeState (3.11) or the interpreter */
 	__u32 gil_in_runtime;    /* 1: those offsets are in _PyRuntimeState */
-	__u32 pad;
+	__u32 flags;             /* PYF_* */
+	__s64 tls_delta;         /* PYF_THREAD_BY_TLS: pthread_self() - the TLS base */
 };
 
 enum gil_state {
@@ -95,15 +112,33 @@ static __always_inline __u32 namespace_tid(__u32 tid)
 	return nr ? (__u32)nr : tid;
 }
 
-/* The PyThreadState of the current thread (`id`: pid_tgid; `tid`: its id in its own PID
- * namespace): cached, else found in the interpreter's list. */
-static __always_inline __u64 python_thread(const struct py_proc *py, __u64 id, __u32 tid)
+/* What the current thread's PyThreadState knows it by: pthread_self() (3.8-3.10), else
+ * its id in its own PID namespace. */
+static __always_inline __u64 python_thread_key(const struct py_proc *py, __u32 tid)
+{
+	if (!(py->flags & PYF_THREAD_BY_TLS))
+		return namespace_tid(tid);
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	unsigned long base = 0;
+#if defined(__TARGET_ARCH_x86)
+	if (CORE_READ_INTO(&base, task, thread.fsbase))
+		return 0;
+#else
+	if (CORE_READ_INTO(&base, task, thread.uw.tp_value))
+		return 0;
+#endif
+	return base ? base + py->tls_delta : 0;
+}
+
+/* The PyThreadState of the current thread (`id`: pid_tgid; `tid`: what its thread state
+ * knows it by): cached, else found in the interpreter's list. */
+static __always_inline __u64 python_thread(const struct py_proc *py, __u64 id, __u64 tid)
 {
 	__u64 ts = 0, native = 0;
 	__u64 *cached = bpf_map_lookup_elem(&py_threads, &id);
 	if (cached) {
 		ts = *cached;
-		if (read_u64(&native, ts + py->native_thread_id) == 0 && native == tid)
+		if (read_u64(&native, ts + py->thread_id) == 0 && native == tid)
 			return ts; /* still this thread's (a freed state is reused by others) */
 		bpf_map_delete_elem(&py_threads, &id);
 	}
@@ -115,7 +150,7 @@ static __always_inline __u64 python_thread(const struct py_proc *py, __u64 id, _
 	for (__u32 i = 0; i < MAX_PY_THREADS; i++) {
 		if (!ts)
 			break;
-		if (read_u64(&native, ts + py->native_thread_id))
+		if (read_u64(&native, ts + py->thread_id))
 			return 0;
 		if (native == tid) {
 			bpf_map_update_elem(&py_threads, &id, &ts, BPF_ANY);
@@ -156,20 +191,23 @@ static long py_walk_step(__u64 index, struct py_walk *w)
 	__u32 code_at = w->py.frame_code, owner_at = w->py.frame_owner;
 	__u32 entry_at = w->py.frame_is_entry, previous_at = w->py.frame_previous;
 	if (bpf_probe_read_user(buf->frame, PY_FRAME_BYTES, (const void *)w->frame) ||
-	    code_at > PY_FRAME_BYTES - 8 || previous_at > PY_FRAME_BYTES - 8 ||
-	    owner_at > PY_FRAME_BYTES - 1) {
+	    code_at > PY_FRAME_BYTES - 8 || previous_at > PY_FRAME_BYTES - 8) {
 		w->err = -EFAULT;
 		return 1;
 	}
-	__u64 code = *(__u64 *)(buf->frame + code_at);
+	__u64 code = *(__u64 *)(buf->frame + code_at) & ~PY_TAG_BITS;
 	__u64 previous = *(__u64 *)(buf->frame + previous_at);
-	__u8 owner = buf->frame[owner_at], entry = 0;
+	__u8 owner = 0, entry = (w->py.flags & PYF_ALL_ENTRIES) != 0;
+	if (owner_at < PY_FRAME_BYTES)
+		owner = buf->frame[owner_at];
 	if (entry_at < PY_FRAME_BYTES)
 		entry = buf->frame[entry_at];
 	__u32 n = w->n;
-	if (owner == PY_OWNED_BY_CSTACK && w->py.frame_is_entry == PY_NO_OFFSET) {
+	if (owner >= PY_OWNED_BY_INTERPRETER) {
+		/* 3.12+: the shim of an entry into the eval loop (or another frame of the
+		 * interpreter's own) sits below the frame it entered */
 		if (n > 0 && n <= MAX_PY_DEPTH)
-			buf->code[n - 1] |= PY_ENTRY; /* the shim sits below the frame it entered */
+			buf->code[n - 1] |= PY_ENTRY;
 	} else if (code && n < MAX_PY_DEPTH) {
 		buf->code[n] = code | (entry ? PY_ENTRY : 0);
 		w->n = n + 1;
@@ -210,7 +248,10 @@ static __always_inline __u32 gil_state(const struct py_proc *py, __u64 ts)
 static __always_inline long walk_python(const struct py_proc *py, __u32 *gil, int *cut)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	__u64 ts = python_thread(py, id, namespace_tid((__u32)id));
+	__u64 key = python_thread_key(py, (__u32)id);
+	if (!key)
+		return -EFAULT;
+	__u64 ts = python_thread(py, id, key);
 	if (!ts)
 		return PY_NO_THREAD;
 	*gil = gil_state(py, ts);

@@ -1,5 +1,6 @@
-"""``aiflame analyze`` of GPU PC samples (HPCToolkit, Nsight Compute, CUPTI dumps, rocprofv3,
-iaprof): the inputs that hold them are told apart from traces, and analyzed for stalls."""
+"""GPU PC samples among the inputs of an analysis (HPCToolkit, Nsight Compute, CUPTI dumps,
+rocprofv3, iaprof): told apart from traces, and analyzed for stalls (``aiflame analyze``,
+``aiflame mcp``)."""
 
 from __future__ import annotations
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from aiflame.analysis.schema import Finding
 from aiflame.analysis.stacks import ANY_STEP, STEP_NAME
+from aiflame.analysis.sync import TO_PAGEABLE
 from aiflame.model import CallTree, FrameKind, Profile, ProfileBuilder, SampleType
 from aiflame.model.profile import METRIC_ALIASES
 from aiflame.model.stacks import EMPTY_STACK
@@ -39,7 +40,9 @@ class Hint:
 def _calls_regex(calls: Any) -> str | None:
     if isinstance(calls, dict) and calls:
         # nsys names API calls with their version (cudaMemcpy_v3020)
-        return "^(" + "|".join(re.escape(str(c)) for c in calls) + r")(_v\d+)?$"
+        # a copy call listed by what makes it block: "cudaMemcpyAsync (to pageable memory)"
+        names = {re.escape(str(c).removesuffix(TO_PAGEABLE)) for c in calls}
+        return "^(" + "|".join(sorted(names)) + r")(_v\d+)?$"
     return None
 
 
@@ -49,7 +52,7 @@ _COPIES = r"^Memcpy|^\[memcpy "
 
 # The stacks in the report's sections (by top-level key); findings carry their own view.
 SECTION_HINTS: dict[str, Hint] = {
-    "idle": Hint("wall-time"),
+    "idle": Hint("gpu-idle"),
     "launch": Hint("wall-time", lambda e: _LAUNCHES),
     "sync": Hint("wall-time", lambda e: _calls_regex(e.get("by_call"))),
     "memory_traffic": Hint("gpu-time", lambda e: _COPIES),
@@ -101,6 +104,7 @@ def combine(profiles: Sequence[Profile], roots: Sequence[str | None]) -> Profile
 
 _VERSION = re.compile(r"_v\d+$")
 _INSTANCE = re.compile(r"^nn\.Module: .*_\d+$")
+_MODULE_CLASS = re.compile(r"^nn\.Module: ([A-Za-z_][\w.]*?)(?:_\d+)?$")
 
 
 def _flame_keys(name: str) -> tuple[str, ...]:
@@ -171,8 +175,12 @@ class StackFinder:
         fewest frames in between wins, then the one with the most time. ``within``:
         the root frame the node must be under (the trace's, in a combined graph).
         """
+        module = None  # the class of a module frame the stack ends in (merged away)
         if self.merged_modules and stack:
             dropped = module_call_frames([python_frame(s).name for s in stack])
+            tail = [s for s, drop in zip(stack, dropped, strict=True) if drop]
+            if dropped[-1] and (m := _MODULE_CLASS.match(tail[0])):
+                module = m.group(1)
             stack = [s for s, drop in zip(stack, dropped, strict=True) if not drop]
         if not stack:
             return None
@@ -181,7 +189,7 @@ class StackFinder:
             if within is not None and self.names[int(self._root[node])] != within:
                 continue
             matched, skipped, j, up = 1, 0, len(stack) - 2, int(self.parent[node])
-            while up >= 0 and j >= 0:
+            while up >= 0 and j >= 0 and skipped <= MAX_SKIPPED:
                 if self._matches(up, stack[j]):
                     matched += 1
                     j -= 1
@@ -193,7 +201,14 @@ class StackFinder:
                 best = key
         if best is None:
             return None
-        return self.path(-best[3])
+        node = -best[3]
+        if module is not None:
+            # the module's own time is its method frame's in the graph (Class > forward)
+            kids = np.nonzero(self.parent == node)[0]
+            methods = [int(k) for k in kids if self.names[k].startswith(module + " > ")]
+            if methods:
+                node = max(methods, key=lambda k: float(self._weight[k]))
+        return self.path(node)
 
     def path(self, node: int) -> list[str]:
         out = []
@@ -201,6 +216,11 @@ class StackFinder:
             out.append(self.names[node])
             node = int(self.parent[node])
         return out[::-1]
+
+
+# Frames between two of a stack's names beyond which a node is no match: keeps the search
+# linear in the flame graph when slices nest thousands deep (real gaps are a few frames).
+MAX_SKIPPED = 256
 
 
 def _params(metric: str | None, search: str | None, metrics: set[str]) -> list[tuple[str, str]]:
