@@ -16,7 +16,8 @@ busy Python services (``hot_model.py`` as ``svc-a`` and ``svc-b``, named by
   (``SelectSeries`` of ``process_cpu:samples:count``), and bpftrace's, from its printed maps
   (by pid), over the services' CPU time in the window;
 * the agent's VmRSS every 30 s, its sampling rate, the processes it saw start;
-* series: distinct ``process_cpu`` label sets in the server over the window, beside the
+* series: ``process_cpu`` series in the server over the window (as Pyroscope counts them:
+  one per sample type) and their distinct label sets, beside the
   workloads they belong to (distinct ``service_name``) and the processes seen.
 
 ``cpu``: both cores are kept busy by a Python program (``tests/agent/programs/
@@ -470,6 +471,19 @@ def server_series(url: str, t0: float, t1: float) -> list[dict[str, str]]:
     ]
 
 
+def series_by_workload(series: list[dict[str, str]], top: int = 5) -> dict[str, object]:
+    """The workloads with the most series, and the labels whose values tell them apart."""
+    by: dict[str, list[dict[str, str]]] = {}
+    for s in series:
+        by.setdefault(s.get("service_name", ""), []).append(s)
+    out: dict[str, object] = {}
+    for name, sets in sorted(by.items(), key=lambda kv: -len(kv[1]))[:top]:
+        keys = {k for s in sets for k in s}
+        varying = sorted(k for k in keys if len({s.get(k) for s in sets}) > 1)
+        out[name] = {"series": len(sets), "varying": varying}
+    return out
+
+
 def bpftrace_samples(text: str, pids: dict[int, str]) -> dict[str, int]:
     """Samples per service from bpftrace's printed maps (``..., PID, comm]: N``)."""
     import re
@@ -592,13 +606,16 @@ def bench_host(args: argparse.Namespace) -> dict[str, object]:
             "samples": int(total),
         }  # fmt: skip
         series = server_series(url, t0, t1)
+        label_sets = {tuple(sorted((k, v) for k, v in s.items() if k[:2] != "__")) for s in series}
         results["series"] = {
-            "in_server": len(series),
+            "in_server": len(series),  # Pyroscope's count: one per sample type
+            "label_sets": len(label_sets),
             "workloads (service_name)": len({s.get("service_name") for s in series}),
             "programs (comm)": len({s.get("comm") for s in series}),
             "processes_seen_by_agent": seen,
             "spawned_by_benchmark": spawner.spawned - spawned0,
             "with_pid_label": sum(1 for s in series if "pid" in s),
+            "most_series": series_by_workload(series),
         }
         results["agent"] = {
             "rate_hz_min_max": [min(rates), max(rates)],

@@ -318,3 +318,37 @@ def test_an_exec_in_the_same_process_is_read_again():
     assert then["comm"].startswith("python")
     assert command.endswith("import time; time.sleep(30)")
     assert then["team"] == "search"
+
+
+def test_a_process_gone_before_it_was_read_joins_its_programs_series():
+    """Short-lived processes of one program make one series, whether or not the agent read
+    them before they exited; a program run in a job is not guessed at."""
+    ids = Identities(host="node-1")
+    proc = _spawn({})
+    try:
+        read = ids.of(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert read is not None and read.series is not None and "user" in read.series
+    # another process of the same name that exited before it could be read
+    assert ids.gone_series(read.name) == read.series
+    # a name never read: its name is all there is
+    assert ids.gone_series("never-read") == {
+        "host": "node-1",
+        "service_name": "never-read",
+        "comm": "never-read",
+    }
+    in_a_job = _spawn({"SLURM_JOB_ID": "77", "SLURM_JOB_NAME": "train"})
+    try:
+        job = ids.of(in_a_job.pid)
+    finally:
+        in_a_job.kill()
+        in_a_job.wait()
+    assert job is not None and job.series is not None and job.series["job_id"] == "77"
+    # the last process of that name ran in a job: a gone one is not put there
+    assert ids.gone_series(job.name) == {
+        "host": "node-1",
+        "service_name": job.name,
+        "comm": job.name,
+    }

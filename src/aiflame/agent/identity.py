@@ -56,6 +56,7 @@ import pwd
 import re
 import socket
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -63,6 +64,7 @@ from aiflame.agent.cgroup_ids import CgroupIdentity, cgroup_path, parse_cgroup_p
 from aiflame.agent.redact import redact_command, single_line
 from aiflame.agent.relabel import ProcessMatcher, RelabelRule, relabel, selected
 
+MAX_NAMES_REMEMBERED = 1024  # program names whose last series is kept for gone processes
 MAX_LABEL_BYTES = 1024  # docs/fleet-protocol.md: label values are at most 1,024 bytes
 DEFAULT_ENV_LABELS = {"team": "AIFLAME_TEAM", "model": "AIFLAME_MODEL"}
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -315,6 +317,12 @@ class Identities:
         self.pod_labels = pod_labels
         self.max_cached = max_cached
         self._cache: dict[int, ProcessInfo] = {}
+        # comm -> the series of the last process of that name read whole, when that series
+        # says no more than the host and the user: a process of that name that exits before
+        # it can be read is counted there, not in a series of its name alone (which would
+        # double the series of every program run as short-lived processes). Processes in a
+        # container, pod or job are not guessed at: their series need what only they say.
+        self._series_by_name: OrderedDict[str, dict[str, str]] = OrderedDict()
 
     def of(self, pid: int) -> ProcessInfo | None:
         """The process's identity (None when it is gone and was never seen)."""
@@ -328,6 +336,8 @@ class Identities:
             return None
         info = self._read(pid, found[0])
         info.name = found[1]
+        if info.series is not None and not info.provisional and info.name:
+            self._remember_series(info.name, info.series)
         if len(self._cache) >= self.max_cached:
             self.forget_exited()
         self._cache[pid] = info
@@ -350,8 +360,13 @@ class Identities:
 
     def gone_series(self, comm: str, kernel: bool = False) -> dict[str, str] | None:
         """The series of a process that exited before it could be read: its name (from
-        its samples) is all there is, relabeled like the others. ``kernel``: the series of
-        the kernel's threads (``service_name=kernel``)."""
+        its samples) is all there is. The series of the last process of that name that was
+        read, when that one ran outside any container, pod or job; else its name's,
+        relabeled like the others. ``kernel``: the series of the kernel's threads
+        (``service_name=kernel``)."""
+        if comm and not kernel and comm in self._series_by_name:
+            self._series_by_name.move_to_end(comm)
+            return dict(self._series_by_name[comm])
         labels = {"host": self.host, **self.rules.static, "service_name": comm or "unknown"}
         if comm and not kernel:
             labels["comm"] = single_line(comm)
@@ -360,6 +375,16 @@ class Identities:
             return None
         labels, kept = relabel(values, self.rules.relabel)
         return labels if kept else None
+
+    def _remember_series(self, comm: str, series: dict[str, str]) -> None:
+        host_level = {"host", "comm", "user", "service_name", *self.rules.static}
+        if not set(series) <= host_level or series.get("service_name") != comm:
+            self._series_by_name.pop(comm, None)  # a workload of its own: not a guess
+            return
+        self._series_by_name[comm] = series
+        self._series_by_name.move_to_end(comm)
+        while len(self._series_by_name) > MAX_NAMES_REMEMBERED:
+            self._series_by_name.popitem(last=False)
 
     def forget_exited(self) -> None:
         for pid in [p for p in self._cache if start_time(p, self.proc) is None]:
