@@ -225,3 +225,41 @@ def test_a_gpu_binary_whose_sections_lie_outside_it(tmp_path):
     binary.write_bytes(bytes(data))
     r = aiflame("analyze", str(measurements))
     assert r.returncode == 0, r.stderr.decode()
+
+
+@pytest.mark.parametrize(
+    "sql, says",
+    [
+        (
+            'ALTER TABLE CUPTI_ACTIVITY_KIND_MEMCPY RENAME COLUMN "end" TO "stop"',
+            'table CUPTI_ACTIVITY_KIND_MEMCPY has no column "end"',
+        ),
+        (
+            'ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL RENAME COLUMN "start" TO "begin"',
+            'table CUPTI_ACTIVITY_KIND_KERNEL has no column "start"',
+        ),
+    ],
+)
+def test_an_nsight_export_whose_gpu_table_lacks_its_times(tmp_path, sql, says):
+    """A GPU activity table without the times every release writes (found by the fuzzer:
+    arithmetic on NULL in both readers)."""
+    path = _nsys(tmp_path, sql)
+    for_a_person(aiflame("analyze", str(path)), says)
+    out = tmp_path / "out.folded"
+    for_a_person(aiflame("convert", str(path), "-f", "folded", "-o", str(out)), says)
+    assert not out.exists()
+
+
+def test_an_hpcstruct_whose_deflate_stream_is_corrupt(tmp_path):
+    """A gzipped hpcstruct that zlib cannot inflate: named as corrupt gzip data, without
+    zlib's error number (found by the fuzzer)."""
+    measurements = tmp_path / "m.m"
+    shutil.copytree(
+        DATA / "gpu_instructions" / "hpctoolkit" / "loops-cuda-nvidiapc-t.m", measurements
+    )
+    (struct,) = (measurements / "structs").glob("*.hpcstruct.gz")
+    data = bytearray(struct.read_bytes())
+    data[20:60] = b"\xff" * 40  # inside the deflate stream, past gzip's header
+    struct.write_bytes(bytes(data))
+    line = for_a_person(aiflame("analyze", str(measurements)), "corrupt gzip data")
+    assert "Error -3" not in line

@@ -15,6 +15,7 @@ from __future__ import annotations
 import gzip
 import re
 import xml.etree.ElementTree as ET
+import zlib
 from bisect import bisect_right
 from dataclasses import dataclass
 
@@ -102,8 +103,15 @@ def read_structure(path: str) -> list[Structure]:
     try:
         with opener(path, "rb") as f:
             return _Parser().parse(f)
-    except (OSError, EOFError) as e:
-        raise StructError(f"cannot read: {e}") from None
+    except EOFError:
+        raise StructError("truncated gzip data") from None
+    except (OSError, zlib.error) as e:
+        # zlib says "Error -3 while decompressing data: invalid distance too far back"
+        reason = str(e).rpartition("decompressing data: ")[2] or str(e)
+        what = (
+            "corrupt gzip data" if isinstance(e, gzip.BadGzipFile | zlib.error) else "cannot read"
+        )
+        raise StructError(f"{what} ({reason})") from None
     except ET.ParseError as e:
         raise StructError(f"not a valid hpcstruct file ({e})") from None
 

@@ -146,6 +146,8 @@ class _Importer:
         gpu_time, count, nbytes_col = cols["gpu-time"], cols["kernel-count"], cols["gpu-bytes"]
         for act in gpu_activities(self.db, b, self.kernel_names):
             counts[act.table] += 1
+            if act.start is None or act.end is None:
+                raise InputError(self.db.path, f"a row of {act.table} has no start or end time")
             duration = act.end - act.start
             if duration < 0:
                 negative += 1

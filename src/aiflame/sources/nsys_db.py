@@ -67,6 +67,16 @@ class NsysDB:
         self._columns: dict[str, dict[str, str]] = {}
         self._strings: dict[int, str] | None = None
 
+    def require(self, table: str, *names: str) -> None:
+        """Fail in one line naming what a table present lacks of the columns every
+        Nsight Systems release writes in it (a damaged or hand-made export)."""
+        if table not in self.tables:
+            return
+        missing = [n for n in names if self.pick(table, n) is None]
+        if missing:
+            cols = ", ".join(f'"{n}"' for n in missing)
+            raise InputError(self.path, f"table {table} has no column {cols}: a damaged export")
+
     def is_nsys_export(self) -> bool:
         has_strings = "StringIds" in self.tables or "StringTable" in self.tables
         return has_strings and any(t in self.tables for t in NSYS_TABLES)

@@ -61,6 +61,8 @@ class Call(NamedTuple):
 
 def activities(db: NsysDB, builder: ProfileBuilder, kernel_names: str) -> Iterator[Activity]:
     """Every GPU activity, with its leaf frame interned."""
+    for table in (KERNEL, MEMCPY, MEMSET, GRAPH):
+        db.require(table, "start", "end")
     strings = db.strings
     name_cols = ["demangledName", "shortName"]
     text_of = lambda name: name if isinstance(name, str) else strings.get(name, "")  # noqa: E731

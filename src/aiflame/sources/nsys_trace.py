@@ -89,6 +89,8 @@ class _Reader:
     def gpu(self) -> dict[str, np.ndarray]:
         db, strings = self.db, self.db.strings
         common = ["start", "end", "deviceId", "correlationId", "globalPid", "streamId"]
+        for table in (KERNEL, MEMCPY, MEMSET, GRAPH):
+            db.require(table, "start", "end")
         # (*common, name, kind, bytes)
         rows: list[tuple[int, int, int, int, int, int, int, int, int]] = []
         for *r, name in db.select(KERNEL, [*common, ["demangledName", "shortName"]]):
@@ -109,6 +111,8 @@ class _Reader:
         for *r, graph in db.select(GRAPH, [*common, "graphId"]):
             rows.append((*r, self.name(f"[CUDA graph {graph}]"), Kind.COMPUTE, -1))
         cols = list(zip(*rows, strict=True)) if rows else [()] * 9
+        if None in cols[0] or None in cols[1]:
+            raise InputError(self.path, "a GPU activity has no start or end time")
         start = np.asarray(cols[0], dtype=np.int64)
         end = np.asarray(cols[1], dtype=np.int64)
         devices = [self.name(str(d if d is not None else "?")) for d in cols[2]]
