@@ -526,7 +526,7 @@ def _plain(data: bytes) -> bytes:
 
 def _snapshot(data: bytes) -> dict | None:
     sys.path.insert(0, str(ROOT / "src"))
-    from aiflame.sources.torch_memory import PlainDataUnpickler
+    from aiflame.sources.torch_memory.importer import PlainDataUnpickler
 
     try:
         return PlainDataUnpickler(io.BytesIO(_plain(data))).load()

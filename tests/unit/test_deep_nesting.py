@@ -24,7 +24,7 @@ from hostile_inputs import (
 from aiflame.model import StackTable
 from aiflame.proto import profile_pb2
 from aiflame.render import stackpaths
-from aiflame.sources import hpcstruct
+from aiflame.sources.hpctoolkit import hpcstruct
 from aiflame.transforms import correlate
 from limited import run_limited
 

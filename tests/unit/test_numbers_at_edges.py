@@ -23,7 +23,7 @@ from aiflame.render.flamedata import unpack
 from aiflame.render.html import extract_data, render_html, script_json
 from aiflame.render.registry import render
 from aiflame.sources.registry import load
-from aiflame.sources.torch_memory import PlainDataUnpickler
+from aiflame.sources.torch_memory.importer import PlainDataUnpickler
 from aiflame.transforms.diff import diff_profiles
 
 DATA = Path(__file__).parents[1] / "data"

@@ -16,7 +16,7 @@ import numpy as np
 from aiflame.errors import InputError
 from aiflame.model import Profile
 from aiflame.model.profile import value_problem
-from aiflame.sources.folded import build_profile, read_counts
+from aiflame.sources.folded.importer import build_profile, read_counts
 from aiflame.sources.inputs import Input
 from aiflame.transforms.diff import diff_columns, make_diff_profile, strip_hex_name, total
 

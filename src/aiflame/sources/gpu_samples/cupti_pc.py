@@ -22,8 +22,8 @@ from collections import defaultdict
 
 from aiflame.errors import InputError
 from aiflame.model import Profile, ProfileBuilder, gpu
-from aiflame.sources.cupti_pc_file import DumpError, is_dump, read_dump
-from aiflame.sources.gpu_stacks import GpuStacks
+from aiflame.sources.gpu_samples.cupti_pc_file import DumpError, is_dump, read_dump
+from aiflame.sources.gpu_samples.stacks import GpuStacks
 from aiflame.sources.inputs import Input
 from aiflame.symbolize import cubin as cubins
 from aiflame.symbolize.cxa import demangle_all

@@ -22,7 +22,7 @@ import math
 from aiflame.errors import InputError
 from aiflame.model import FrameKind, Profile, ProfileBuilder, gpu
 from aiflame.model.stacks import EMPTY_STACK
-from aiflame.sources.gpu_stacks import GpuStacks
+from aiflame.sources.gpu_samples.stacks import GpuStacks
 from aiflame.sources.inputs import Input, decode_head
 from aiflame.symbolize.kinds import DELIMITER, KindGuesser
 

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 
 from aiflame.errors import AiflameError, InputError
 from aiflame.model import Profile, ProfileBuilder, SampleType, gpu
-from aiflame.sources.gpu_stacks import GpuStacks
+from aiflame.sources.gpu_samples.stacks import GpuStacks
 from aiflame.sources.inputs import Input, decode_head
 
 FORMAT = "nsight-compute"

@@ -21,7 +21,7 @@ are divided by it, so ``gpu-samples`` counts samples and the period is kept in m
 ``GKER (sec)`` becomes ``gpu-time`` and ``GKER:COUNT`` ``kernel-count``.
 
 ``hpcprof`` keeps the GPU contexts only down to the source line. hpcrun's measurement
-directory (:mod:`aiflame.sources.hpctoolkit_meas`) has every sampled instruction: given
+directory (:mod:`aiflame.sources.hpctoolkit.measurements`) has every sampled instruction: given
 beside the database (``aiflame flamegraph X.d X.m``), or found next to it (``X.m`` for
 ``X.d``, ``X-measurements`` for ``X-database``), the GPU samples are taken from it, one per
 instruction with its SASS, under the host contexts of the database; the database's and the
@@ -40,9 +40,8 @@ import numpy as np
 from aiflame.errors import InputError
 from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType, gpu
 from aiflame.model.stacks import EMPTY_STACK
-from aiflame.sources import hpcrun_fmt
-from aiflame.sources import hpctoolkit_db as db
-from aiflame.sources import hpctoolkit_meas as meas_dir
+from aiflame.sources.hpctoolkit import db, hpcrun_fmt
+from aiflame.sources.hpctoolkit import measurements as meas_dir
 from aiflame.sources.inputs import Input
 from aiflame.symbolize.cxa import demangle_all
 from aiflame.symbolize.kinds import DELIMITER, guess_kind

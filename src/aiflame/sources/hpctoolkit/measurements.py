@@ -35,9 +35,9 @@ import numpy as np
 from aiflame.errors import InputError
 from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType, gpu
 from aiflame.model.stacks import EMPTY_STACK
-from aiflame.sources import hpcrun_fmt as fmt
-from aiflame.sources import hpcstruct
-from aiflame.sources.gpu_stacks import GpuStacks
+from aiflame.sources.gpu_samples.stacks import GpuStacks
+from aiflame.sources.hpctoolkit import hpcrun_fmt as fmt
+from aiflame.sources.hpctoolkit import hpcstruct
 from aiflame.symbolize import cubin as cubins
 from aiflame.symbolize.cxa import demangle_all
 from aiflame.symbolize.elf import ElfError, ElfImage

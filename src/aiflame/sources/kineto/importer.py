@@ -44,17 +44,17 @@ from aiflame.model.stacks import EMPTY_STACK
 from aiflame.model.trace import TraceData
 from aiflame.sources.gpu_idle_samples import add_gpu_idle
 from aiflame.sources.inputs import Input
-from aiflame.sources.kineto_events import (
+from aiflame.sources.kineto.events import (
     Cls,
     Columns,
     EventCollector,
     TimeOutOfRange,
     ValueOutOfRange,
 )
-from aiflame.sources.kineto_info import describe, time_range_problem
-from aiflame.sources.kineto_json import TraceStream
-from aiflame.sources.kineto_names import PyFrame, python_frame
-from aiflame.sources.kineto_samples import (
+from aiflame.sources.kineto.info import describe, time_range_problem
+from aiflame.sources.kineto.json_stream import TraceStream
+from aiflame.sources.kineto.names import PyFrame, python_frame
+from aiflame.sources.kineto.samples import (
     DELIMITER,
     GPU_IDLE_TIME,
     SAMPLE_TYPES,
@@ -63,7 +63,7 @@ from aiflame.sources.kineto_samples import (
     add_cpu_samples,
     add_gpu_samples,
 )
-from aiflame.sources.kineto_trace import from_columns, rank_of
+from aiflame.sources.kineto.trace_data import from_columns, rank_of
 from aiflame.sources.trace_input import TraceInput
 from aiflame.symbolize.cxa import demangle_all
 from aiflame.symbolize.cxxnames import distinct_short_names, short_kernel_name
@@ -138,7 +138,7 @@ def load(
     try:
         cols, trace_meta = read_columns(source)
     except NoKinetoEvents as no_events:
-        from aiflame.sources import trace_events
+        from aiflame.sources.kineto import trace_events
 
         try:
             return trace_events.load(source)
@@ -174,7 +174,7 @@ def trace_input(
     try:
         cols, meta = read_columns(source, shapes=True, kernels=kernel_args, memory=True)
     except NoKinetoEvents as no_events:
-        from aiflame.sources import trace_events
+        from aiflame.sources.kineto import trace_events
 
         try:
             return trace_events.trace_input(source)
@@ -199,7 +199,7 @@ def read_columns(
     """Stream the trace into columns; the top-level keys other than traceEvents beside.
 
     ``shapes``: keep the operators' recorded input shapes and dtypes too (for FLOPs);
-    ``memory``: keep the ``[memory]`` events (see :mod:`kineto_memory`); ``kernels``: the
+    ``memory``: keep the ``[memory]`` events (see :mod:`.memory`); ``kernels``: the
     kernel names of launch calls.
     """
     collector = EventCollector(shapes, memory, kernels=kernels)
@@ -576,6 +576,6 @@ __all__ = [
 
 def load_timeline(source: Input, kernel_names: str = "full", **_: object) -> Timeline:
     """The trace's slices and GPU activity in time, for the Chrome trace exporter."""
-    from aiflame.sources.kineto_timeline import load_timeline as timeline
+    from aiflame.sources.kineto.timeline import load_timeline as timeline
 
     return timeline(source, kernel_names=kernel_names)

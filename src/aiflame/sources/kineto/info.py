@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from aiflame.model import devices
-from aiflame.sources.kineto_events import Cls, Columns
-from aiflame.sources.kineto_samples import GPU_TIME, UNLINKED_ROOT, WALL_TIME
+from aiflame.sources.kineto.events import Cls, Columns
+from aiflame.sources.kineto.samples import GPU_TIME, UNLINKED_ROOT, WALL_TIME
 from aiflame.transforms import correlate
 
 

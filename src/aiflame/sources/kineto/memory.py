@@ -31,10 +31,10 @@ import numpy as np
 from aiflame.errors import InputError
 from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
 from aiflame.sources.inputs import Input
-from aiflame.sources.kineto import Frames, NoKinetoEvents, cpu_slice_stacks, read_columns
-from aiflame.sources.kineto_events import GPU_DEVICE_TYPES, Columns, MemoryColumns
-from aiflame.sources.torch_memory import BEFORE_RECORDING, fmt_bytes, timeline_blocks
-from aiflame.sources.torch_memory_replay import decimate
+from aiflame.sources.kineto.events import GPU_DEVICE_TYPES, Columns, MemoryColumns
+from aiflame.sources.kineto.importer import Frames, NoKinetoEvents, cpu_slice_stacks, read_columns
+from aiflame.sources.torch_memory.importer import BEFORE_RECORDING, fmt_bytes, timeline_blocks
+from aiflame.sources.torch_memory.replay import decimate
 from aiflame.transforms import correlate
 from aiflame.transforms.group import group_by
 from aiflame.transforms.pynames import module_methods

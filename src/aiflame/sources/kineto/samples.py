@@ -11,7 +11,7 @@ import numpy as np
 from aiflame.model import FrameKind, ProfileBuilder, SampleType
 from aiflame.model.stacks import EMPTY_STACK
 from aiflame.sources.gpu_idle_samples import GPU_IDLE
-from aiflame.sources.kineto_events import Columns
+from aiflame.sources.kineto.events import Columns
 from aiflame.transforms import correlate
 
 SAMPLE_TYPES = (

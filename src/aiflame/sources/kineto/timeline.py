@@ -19,8 +19,8 @@ import numpy as np
 
 from aiflame.model.timeline import Timeline, TimelineBuilder
 from aiflame.sources.inputs import Input
-from aiflame.sources.kineto_events import Cls, Columns
-from aiflame.sources.kineto_names import short_kernel_name
+from aiflame.sources.kineto.events import Cls, Columns
+from aiflame.sources.kineto.names import short_kernel_name
 from aiflame.transforms import correlate
 
 FLOW_CATEGORY = "ac2g"  # Kineto's name for the arrows from a launch to its GPU work
@@ -40,7 +40,8 @@ _OWN_KEYS = ("traceEvents", "displayTimeUnit")
 
 
 def load_timeline(source: Input, kernel_names: str = "full", **_: object) -> Timeline:
-    from aiflame.sources import kineto, trace_events
+    from aiflame.sources.kineto import importer as kineto
+    from aiflame.sources.kineto import trace_events
 
     try:
         cols, trace_meta = kineto.read_columns(source)
@@ -165,7 +166,7 @@ def _number(text: str) -> int | str:
 
 
 def _correlations(cols: Columns) -> tuple[np.ndarray, np.ndarray]:
-    from aiflame.sources.kineto import _fill_correlation_from_flows
+    from aiflame.sources.kineto.importer import _fill_correlation_from_flows
 
     return _fill_correlation_from_flows(cols)
 

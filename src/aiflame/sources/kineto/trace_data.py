@@ -1,6 +1,6 @@
 """A Kineto trace's columns as :class:`~aiflame.model.trace.TraceData` (the analysis input).
 
-The same columns and launch links as the flame graphs (``sources/kineto.py``): a GPU
+The same columns and launch links as the flame graphs (``sources/kineto/importer.py``): a GPU
 activity belongs to the runtime call with its correlation id (ac2g flow arrows where an id
 is missing), its op is the nearest operator enclosing that call.
 """
@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 
 from aiflame.model.trace import Kind, TraceData, is_communication
-from aiflame.sources.kineto_events import Cls, Columns
+from aiflame.sources.kineto.events import Cls, Columns
 from aiflame.transforms import correlate
 
-_RANK = np.array([0, 0, 2, 1, 3, 0, 0, 0])  # enclosing order, as in sources/kineto.py
+_RANK = np.array([0, 0, 2, 1, 3, 0, 0, 0])  # enclosing order, as in sources/kineto/importer.py
 
 
 def _kinds(cols: Columns) -> np.ndarray:

@@ -36,9 +36,9 @@ from aiflame.model.timeline import Timeline, TimelineBuilder
 from aiflame.model.trace import Kind, TraceData, is_communication
 from aiflame.sources.gpu_idle_samples import GPU_IDLE, add_gpu_idle
 from aiflame.sources.inputs import Input
-from aiflame.sources.kineto_events import TimeOutOfRange, _ident, _number, us_to_ns
-from aiflame.sources.kineto_json import TraceStream
-from aiflame.sources.kineto_samples import unique_rows
+from aiflame.sources.kineto.events import TimeOutOfRange, _ident, _number, us_to_ns
+from aiflame.sources.kineto.json_stream import TraceStream
+from aiflame.sources.kineto.samples import unique_rows
 from aiflame.sources.trace_input import TraceInput
 from aiflame.transforms import correlate
 

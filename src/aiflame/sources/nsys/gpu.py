@@ -16,9 +16,9 @@ from typing import NamedTuple
 
 from aiflame.model import FrameKind, ProfileBuilder
 from aiflame.model.stacks import EMPTY_STACK
-from aiflame.sources.nsys_db import NsysDB, process_key
-from aiflame.sources.nsys_nvtx import NvtxIndex
-from aiflame.sources.nsys_stacks import Callchains, callchain_offset, callers_of_api
+from aiflame.sources.nsys.db import NsysDB, process_key
+from aiflame.sources.nsys.nvtx import NvtxIndex
+from aiflame.sources.nsys.stacks import Callchains, callchain_offset, callers_of_api
 from aiflame.symbolize.cxxnames import distinct_short_names
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"

@@ -25,12 +25,12 @@ from aiflame.model.stacks import EMPTY_STACK
 from aiflame.model.trace import TraceData
 from aiflame.sources.gpu_idle_samples import GPU_IDLE, add_gpu_idle, slice_stacks
 from aiflame.sources.inputs import GZIP_MAGIC, Input
-from aiflame.sources.nsys_db import SQLITE_MAGIC, NsysDB, file_has_nsys_tables, open_db
-from aiflame.sources.nsys_gpu import GPU_TABLES, GRAPH, KERNEL, MEMCPY, MEMSET, Launches
-from aiflame.sources.nsys_gpu import activities as gpu_activities
-from aiflame.sources.nsys_labels import Labels
-from aiflame.sources.nsys_nvtx import NvtxIndex
-from aiflame.sources.nsys_stacks import Callchains, CpuFrames
+from aiflame.sources.nsys.db import SQLITE_MAGIC, NsysDB, file_has_nsys_tables, open_db
+from aiflame.sources.nsys.gpu import GPU_TABLES, GRAPH, KERNEL, MEMCPY, MEMSET, Launches
+from aiflame.sources.nsys.gpu import activities as gpu_activities
+from aiflame.sources.nsys.labels import Labels
+from aiflame.sources.nsys.nvtx import NvtxIndex
+from aiflame.sources.nsys.stacks import Callchains, CpuFrames
 from aiflame.sources.trace_input import TraceInput
 from aiflame.symbolize.kinds import DELIMITER
 
@@ -91,7 +91,7 @@ def load(
 def trace_input(source: Input, **_: object) -> TraceInput:
     """The export for ``aiflame analyze`` and its flame graph (read again on demand: an
     export's tables are indexed, so a second read is cheap)."""
-    from aiflame.sources.nsys_trace import read_nsys
+    from aiflame.sources.nsys.trace_data import read_nsys
 
     # One Input for both reads: it keeps stdin's bytes.
     trace = read_nsys(source)
@@ -183,7 +183,7 @@ class _Importer:
     def import_gpu_idle(self) -> None:
         """``gpu-idle``: the GPU's idle time on the stacks of the API calls, NVTX ranges and
         backtrace frames that kept it waiting (:mod:`aiflame.sources.gpu_idle_samples`)."""
-        from aiflame.sources.nsys_trace import read_db
+        from aiflame.sources.nsys.trace_data import read_db
 
         trace = self.trace if self.trace is not None else read_db(self.db, self.db.path)
         column = self.b.add_type(GPU_IDLE)
@@ -283,7 +283,7 @@ __all__ = ["FORMAT", "LAUNCH_NOT_IN_TRACE", "load", "load_timeline", "sniff"]
 
 def load_timeline(source: Input, kernel_names: str = "full", **_: object) -> Timeline:
     """API calls, NVTX ranges and GPU activity in time, for the Chrome trace exporter."""
-    from aiflame.sources.nsys_timeline import load_timeline as timeline
+    from aiflame.sources.nsys.timeline import load_timeline as timeline
 
     if kernel_names not in KERNEL_NAMES:
         raise AiflameError(f"kernel_names must be one of {', '.join(KERNEL_NAMES)}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from aiflame.model import ProfileBuilder
-from aiflame.sources.nsys_db import NsysDB, pid_of, process_key, tid_of
+from aiflame.sources.nsys.db import NsysDB, pid_of, process_key, tid_of
 
 THREAD_NAME_TYPE = 39  # NVTX_EVENTS eventType NvtxThread: names a thread
 # Possessive blanks: two runs of \s* around an optional sign backtrack quadratically.

@@ -12,7 +12,7 @@ from collections import defaultdict
 
 from aiflame.model import FrameKind, ProfileBuilder
 from aiflame.model.stacks import EMPTY_STACK
-from aiflame.sources.nsys_db import NsysDB
+from aiflame.sources.nsys.db import NsysDB
 
 # ENUM_NSYS_EVENT_TYPE ids of ranges (push/pop, start/end, and the NVTXT file variants),
 # used when the export predates the ENUM tables.

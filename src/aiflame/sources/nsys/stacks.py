@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 
 from aiflame.model import FrameKind, ProfileBuilder
-from aiflame.sources.nsys_db import NsysDB
+from aiflame.sources.nsys.db import NsysDB
 from aiflame.symbolize.kinds import KindGuesser
 
 # Frames of the profiler's own injection and of the driver below a CUDA API entry point:

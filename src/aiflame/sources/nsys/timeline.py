@@ -20,11 +20,11 @@ from aiflame.errors import InputError
 from aiflame.model import ProfileBuilder
 from aiflame.model.timeline import Timeline, TimelineBuilder
 from aiflame.sources.inputs import Input
-from aiflame.sources.nsys_db import NsysDB, open_db, pid_of, process_key, tid_of
-from aiflame.sources.nsys_gpu import GPU_TABLES, KERNEL, MEMCPY, MEMSET, RUNTIME
-from aiflame.sources.nsys_gpu import activities as gpu_activities
-from aiflame.sources.nsys_labels import _thread_names
-from aiflame.sources.nsys_nvtx import range_types
+from aiflame.sources.nsys.db import NsysDB, open_db, pid_of, process_key, tid_of
+from aiflame.sources.nsys.gpu import GPU_TABLES, KERNEL, MEMCPY, MEMSET, RUNTIME
+from aiflame.sources.nsys.gpu import activities as gpu_activities
+from aiflame.sources.nsys.labels import _thread_names
+from aiflame.sources.nsys.nvtx import range_types
 
 FLOW_CATEGORY = "ac2g"
 _GPU_CATEGORY = {KERNEL: "kernel", MEMCPY: "gpu_memcpy", MEMSET: "gpu_memset"}

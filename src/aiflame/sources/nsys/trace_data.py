@@ -30,12 +30,12 @@ from aiflame.errors import InputError
 from aiflame.model import ProfileBuilder
 from aiflame.model.trace import Kind, TraceData, is_communication
 from aiflame.sources.inputs import Input
-from aiflame.sources.nsys_db import NsysDB, open_db, process_key
-from aiflame.sources.nsys_gpu import GPU_TABLES, GRAPH, KERNEL, MEMCPY, MEMSET, RUNTIME
-from aiflame.sources.nsys_gpu import copy_kinds as nsys_copy_kinds
-from aiflame.sources.nsys_labels import Labels
-from aiflame.sources.nsys_nvtx import range_types
-from aiflame.sources.nsys_stacks import Callchains, CpuFrames, callchain_offset, callers_of_api
+from aiflame.sources.nsys.db import NsysDB, open_db, process_key
+from aiflame.sources.nsys.gpu import GPU_TABLES, GRAPH, KERNEL, MEMCPY, MEMSET, RUNTIME
+from aiflame.sources.nsys.gpu import copy_kinds as nsys_copy_kinds
+from aiflame.sources.nsys.labels import Labels
+from aiflame.sources.nsys.nvtx import range_types
+from aiflame.sources.nsys.stacks import Callchains, CpuFrames, callchain_offset, callers_of_api
 from aiflame.transforms import correlate
 
 SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"

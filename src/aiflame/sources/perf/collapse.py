@@ -6,7 +6,7 @@ output with it: a sample is only counted when a blank line ends it (a file that 
 with one loses its last sample), ``#`` lines are skipped anywhere, only the first event type
 is kept unless ``event_filter`` names one, the period (when present) is the sample's weight,
 and an event line that comes without a blank line before it continues the open stack. The
-per-line rules are in :mod:`aiflame.sources.perf_rules`.
+per-line rules are in :mod:`aiflame.sources.perf.rules`.
 
 Speed. Stack lines repeat, but their addresses and ``+0x`` offsets vary, so a chunk of text
 is first normalised with two plain regex substitutions at C speed: the blanks and address
@@ -29,7 +29,7 @@ from itertools import compress, count, islice, repeat
 from operator import is_
 from typing import BinaryIO, cast
 
-from aiflame.sources.perf_rules import (
+from aiflame.sources.perf.rules import (
     EVENT,
     HEADER,
     PERIOD,

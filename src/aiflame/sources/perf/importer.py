@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 from aiflame.errors import InputError
 from aiflame.sources import limits
 from aiflame.sources.inputs import GZIP_MAGIC, Input
-from aiflame.sources.perf_collapse import Collapser, collapse, collapse_stream
-from aiflame.sources.perf_parallel import collapse_file
-from aiflame.sources.perf_rules import EVENT, JIT_MARK, KERNEL_MARK, WS, PerfOptions
+from aiflame.sources.perf.collapse import Collapser, collapse, collapse_stream
+from aiflame.sources.perf.parallel import collapse_file
+from aiflame.sources.perf.rules import EVENT, JIT_MARK, KERNEL_MARK, WS, PerfOptions
 
 if TYPE_CHECKING:
     from aiflame.model import FrameKind, Profile, SampleType
@@ -106,7 +106,7 @@ def _text(s: str) -> str:
 def load(source: Input, **options: object) -> Profile:
     # The model and numpy are imported here, not above: ``folded_bytes`` (aiflame convert's
     # fast path) needs neither, and starts faster without them.
-    from aiflame.sources.folded import build_profile
+    from aiflame.sources.folded.importer import build_profile
 
     opts, jobs = options_from(options)
     # The module column tells kernel and JIT frames: marked while collapsing, kinds here.
@@ -151,7 +151,7 @@ def _timed_samples(profile: Profile, c: Collapser, counts: dict[str, float], pat
     comm/pid/tid label (the tracks of a timeline), instead of one per distinct stack."""
     import numpy as np
 
-    from aiflame.sources.folded import stack_order
+    from aiflame.sources.folded.importer import stack_order
 
     order = {key: i for i, key in enumerate(sorted(counts, key=stack_order))}
     rows: list[int] = []

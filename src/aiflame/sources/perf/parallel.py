@@ -17,8 +17,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from typing import BinaryIO, cast
 
-from aiflame.sources.perf_collapse import CHUNK_BYTES, Collapser, collapse_stream, iter_chunks
-from aiflame.sources.perf_rules import EVENT, PERIOD, PerfOptions
+from aiflame.sources.perf.collapse import CHUNK_BYTES, Collapser, collapse_stream, iter_chunks
+from aiflame.sources.perf.rules import EVENT, PERIOD, PerfOptions
 
 # Below this size one process is faster than starting several.
 PARALLEL_MIN_BYTES = 32 << 20

@@ -24,7 +24,7 @@ from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
 from aiflame.proto import conventions as conv
 from aiflame.proto.profile_pb2 import Profile as PprofProfile
 from aiflame.sources.inputs import SNIFF_BYTES, Input
-from aiflame.sources.pprof_wire import looks_like_profile
+from aiflame.sources.pprof.wire import looks_like_profile
 from aiflame.sources.stacktrie import intern_paths
 from aiflame.symbolize.kinds import KindGuesser
 

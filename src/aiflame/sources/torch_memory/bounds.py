@@ -21,7 +21,7 @@ import re
 from typing import Any
 
 from aiflame.sources import limits
-from aiflame.sources.torch_memory_replay import Trace
+from aiflame.sources.torch_memory.replay import Trace
 
 
 class PickleLimit(Exception):

@@ -1,4 +1,4 @@
-"""Allocator trace events read from a snapshot's pickle bytes, for :mod:`torch_memory_stream`.
+"""Allocator trace events read from a snapshot's pickle bytes, for :mod:`.stream`.
 
 An event of a long trace is pickled the same way over and over: an empty dict, a memo
 store, a mark, its keys as references to strings stored earlier, its values as integers,
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from aiflame.sources.torch_memory_replay import Trace
+from aiflame.sources.torch_memory.replay import Trace
 
 _ANY = re.DOTALL
 # Opcodes with their arguments (``....``, not ``.{4}``: re matches it faster).

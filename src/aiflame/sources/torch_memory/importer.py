@@ -5,7 +5,7 @@ unpickler refuses every class and function the pickle asks for (``find_class``),
 plain data (dicts, lists, tuples, strings, numbers, booleans, None) can be built; anything
 else is refused with a clear error before it is created.
 
-The profile has four sample types (see :mod:`torch_memory_replay` for the replay rules):
+The profile has four sample types (see :mod:`.replay` for the replay rules):
 
 * ``peak-bytes``: the bytes live at the peak of the trace, by allocation stack;
 * ``alloc-bytes`` / ``alloc-count``: every allocation of the trace, by stack;
@@ -34,9 +34,9 @@ import numpy as np
 from aiflame.errors import InputError
 from aiflame.model import Profile, ProfileBuilder, SampleType
 from aiflame.sources.inputs import Input
-from aiflame.sources.torch_memory_bounds import PickleLimit, check_opcodes, check_size
-from aiflame.sources.torch_memory_frames import FrameNamer
-from aiflame.sources.torch_memory_replay import (
+from aiflame.sources.torch_memory.bounds import PickleLimit, check_opcodes, check_size
+from aiflame.sources.torch_memory.frames import FrameNamer
+from aiflame.sources.torch_memory.replay import (
     FREED_BEFORE_ALLOC_SEEN,
     FROM_TRACE,
     Replay,
@@ -47,7 +47,7 @@ from aiflame.sources.torch_memory_replay import (
     iter_blocks,
     replay,
 )
-from aiflame.sources.torch_memory_stream import Fallback, Truncated, read_plain_data
+from aiflame.sources.torch_memory.stream import Fallback, Truncated, read_plain_data
 
 FORMAT = "torch-memory"
 
@@ -121,7 +121,7 @@ def _gc_paused() -> Iterator[None]:
 def read_snapshot(source: Input, stream: bool = True) -> dict[str, Any]:
     """The snapshot as plain data, never running code from the file.
 
-    Read by the streaming reader (:mod:`torch_memory_stream`: each device's trace as a
+    Read by the streaming reader (:mod:`.stream`: each device's trace as a
     :class:`Trace` of columns, in memory that does not grow with the trace's events), or,
     for what it does not read exactly as the unpickler would, and when ``stream`` is False,
     by the restricted unpickler (traces as lists of event dicts). Both give the same

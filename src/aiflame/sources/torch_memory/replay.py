@@ -93,7 +93,7 @@ class Trace:
     except OOMs, kept as :func:`oom_of` gives them.
 
     Built from the event dicts (:meth:`from_events`) or, without them, by the streaming
-    reader (:mod:`torch_memory_stream`). ``stream`` and ``frames`` hold the events' raw
+    reader (:mod:`.stream`). ``stream`` and ``frames`` hold the events' raw
     values (``frames`` None when absent), converted only for the rows the replay keeps.
     """
 

@@ -6,11 +6,11 @@ end, so memory grows with the length of the recording. This reader is a small pi
 machine for plain data (dicts, lists, tuples, sets, strings, bytes, numbers, booleans,
 None) that builds everything the way the unpickler does, except the lists of
 ``device_traces``: their events become rows of columns as they are read (a
-:class:`~aiflame.sources.torch_memory_replay.Trace` per device) and are dropped.
+:class:`~aiflame.sources.torch_memory.replay.Trace` per device) and are dropped.
 What stays is the memo's other entries (strings, frame dicts, frame lists: they may be
 referenced later), one memo slot per event, and a few bytes per event of columns.
 
-Regular events are matched whole by a compiled pattern (:mod:`torch_memory_events`); the
+Regular events are matched whole by a compiled pattern (:mod:`.events`); the
 first events, and any event the pattern does not match (a frame boundary inside it, a new
 string or frame dict...), are read opcode by opcode. Frame lists made of references are
 interned by their bytes: a long trace repeats a few thousand stacks.
@@ -32,8 +32,8 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from aiflame.sources import limits
-from aiflame.sources.torch_memory_bounds import PickleLimit
-from aiflame.sources.torch_memory_events import (
+from aiflame.sources.torch_memory.bounds import PickleLimit
+from aiflame.sources.torch_memory.events import (
     INT_KEYS,
     MAX_SHAPES,
     WHOLE,
@@ -45,7 +45,7 @@ from aiflame.sources.torch_memory_events import (
     learn_shape,
     ref_index,
 )
-from aiflame.sources.torch_memory_replay import ACTION_KIND, OOM, Trace, oom_of
+from aiflame.sources.torch_memory.replay import ACTION_KIND, OOM, Trace, oom_of
 
 CHUNK = 1 << 20  # bytes read at a time
 MEMOIZE = 0x94
