@@ -23,6 +23,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from aiflame.transforms import correlate
+
 
 class Cls:
     """Event classes (small ints stored per event)."""
@@ -725,3 +727,16 @@ class EventCollector:
             floats(mem["total_allocated"]),
             floats(mem["total_reserved"]),
         )
+
+
+def correlation_ids(cols: Columns) -> tuple[np.ndarray, np.ndarray]:
+    """Correlation ids of CPU slices and GPU activities, taken from ac2g arrows where an
+    event's args lack one."""
+    cpu_corr, gpu_corr = cols.cpu_corr.copy(), cols.gpu_corr.copy()
+    need = np.nonzero(gpu_corr < 0)[0]
+    if need.size and cols.flow_f[0].size:
+        gpu_corr[need] = correlate.flow_ids(cols.gpu_thread[need], cols.gpu_ts[need], *cols.flow_f)
+    need = np.nonzero((cpu_corr < 0) & (cols.cpu_cls == Cls.RUNTIME))[0]
+    if need.size and cols.flow_s[0].size:
+        cpu_corr[need] = correlate.flow_ids(cols.cpu_thread[need], cols.cpu_ts[need], *cols.flow_s)
+    return cpu_corr, gpu_corr

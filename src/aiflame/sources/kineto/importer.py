@@ -50,6 +50,7 @@ from aiflame.sources.kineto.events import (
     EventCollector,
     TimeOutOfRange,
     ValueOutOfRange,
+    correlation_ids,
 )
 from aiflame.sources.kineto.info import describe, time_range_problem
 from aiflame.sources.kineto.json_stream import TraceStream
@@ -180,7 +181,7 @@ def trace_input(
             return trace_events.trace_input(source)
         except trace_events.NoSlices:
             raise no_events from None
-    trace = from_columns(cols, meta, source.path, _fill_correlation_from_flows(cols))
+    trace = from_columns(cols, meta, source.path, correlation_ids(cols))
     flame: dict[str, Any] = {"module_instances": module_instances, "merge_steps": merge_steps}
 
     def profile() -> Profile:
@@ -348,7 +349,7 @@ def build_profile(
     warnings = Counter(cols.warnings)
     rank = rank_of(trace_meta)
 
-    cpu_corr, gpu_corr = _fill_correlation_from_flows(cols)
+    cpu_corr, gpu_corr = correlation_ids(cols)
     slices = cpu_slice_stacks(builder, frames, cols, warnings)
     nesting, stack_of, use_call_stacks = slices.nesting, slices.stack_of, slices.call_stacks
 
@@ -491,18 +492,6 @@ def _ranks(cls: np.ndarray) -> np.ndarray:
     return table[cls]
 
 
-def _fill_correlation_from_flows(cols: Columns) -> tuple[np.ndarray, np.ndarray]:
-    """Correlation ids, taken from ac2g arrows where an event's args lack one."""
-    cpu_corr, gpu_corr = cols.cpu_corr.copy(), cols.gpu_corr.copy()
-    need = np.nonzero(gpu_corr < 0)[0]
-    if need.size and cols.flow_f[0].size:
-        gpu_corr[need] = correlate.flow_ids(cols.gpu_thread[need], cols.gpu_ts[need], *cols.flow_f)
-    need = np.nonzero((cpu_corr < 0) & (cols.cpu_cls == Cls.RUNTIME))[0]
-    if need.size and cols.flow_s[0].size:
-        cpu_corr[need] = correlate.flow_ids(cols.cpu_thread[need], cols.cpu_ts[need], *cols.flow_s)
-    return cpu_corr, gpu_corr
-
-
 def _cpu_stacks(
     builder: ProfileBuilder,
     frames: Frames,
@@ -575,7 +564,16 @@ __all__ = [
 
 
 def load_timeline(source: Input, kernel_names: str = "full", **_: object) -> Timeline:
-    """The trace's slices and GPU activity in time, for the Chrome trace exporter."""
-    from aiflame.sources.kineto.timeline import load_timeline as timeline
+    """The trace's slices and GPU activity in time, for the Chrome trace exporter (a trace
+    without Kineto events as :mod:`.trace_events` reads it)."""
+    from aiflame.sources.kineto import trace_events
+    from aiflame.sources.kineto.timeline import build_timeline
 
-    return timeline(source, kernel_names=kernel_names)
+    try:
+        cols, trace_meta = read_columns(source)
+    except NoKinetoEvents as no_events:
+        try:
+            return trace_events.load_timeline(source)
+        except trace_events.NoSlices:
+            raise no_events from None
+    return build_timeline(cols, trace_meta, kernel_names)

@@ -18,8 +18,7 @@ from typing import Any
 import numpy as np
 
 from aiflame.model.timeline import Timeline, TimelineBuilder
-from aiflame.sources.inputs import Input
-from aiflame.sources.kineto.events import Cls, Columns
+from aiflame.sources.kineto.events import Cls, Columns, correlation_ids
 from aiflame.sources.kineto.names import short_kernel_name
 from aiflame.transforms import correlate
 
@@ -39,20 +38,6 @@ _DRIVER_NAME = re.compile(r"cu[A-Z]")  # cuLaunchKernel, cuMemAlloc: the driver 
 _OWN_KEYS = ("traceEvents", "displayTimeUnit")
 
 
-def load_timeline(source: Input, kernel_names: str = "full", **_: object) -> Timeline:
-    from aiflame.sources.kineto import importer as kineto
-    from aiflame.sources.kineto import trace_events
-
-    try:
-        cols, trace_meta = kineto.read_columns(source)
-    except kineto.NoKinetoEvents as no_events:
-        try:
-            return trace_events.load_timeline(source)
-        except trace_events.NoSlices:
-            raise no_events from None
-    return build_timeline(cols, trace_meta, kernel_names)
-
-
 def build_timeline(cols: Columns, trace_meta: dict[str, Any], kernel_names: str) -> Timeline:
     b = TimelineBuilder()
     b.flow_cat = FLOW_CATEGORY
@@ -70,7 +55,7 @@ def build_timeline(cols: Columns, trace_meta: dict[str, Any], kernel_names: str)
     if driver is not None:
         cpu_cat[driver] = b.string("cuda_driver")
     base_ns = round(cols.base_us * 1000)
-    cpu_corr, gpu_corr = _correlations(cols)
+    cpu_corr, gpu_corr = correlation_ids(cols)
 
     cpu_args = np.full(cols.cpu_ts.shape[0], -1, dtype=np.int32)
     with_args = np.nonzero((cpu_corr >= 0) | (cols.cpu_stack >= 0))[0]
@@ -163,12 +148,6 @@ def _text(value: object) -> str:
 def _number(text: str) -> int | str:
     """A device or stream id as Kineto writes it: a number where it is one."""
     return int(text) if text.lstrip("-").isdigit() else text
-
-
-def _correlations(cols: Columns) -> tuple[np.ndarray, np.ndarray]:
-    from aiflame.sources.kineto.importer import _fill_correlation_from_flows
-
-    return _fill_correlation_from_flows(cols)
 
 
 def launches(cols: Columns, cpu_corr: np.ndarray, gpu_corr: np.ndarray) -> np.ndarray:
