@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from aiflame.proto import profile_pb2 as pb
+from aiflame.proto.pyroscope.google.v1 import profile_pb2 as pb
 from aiflame.render.registry import render
 from aiflame.sources.folded.importer import looks_folded
 from aiflame.sources.nsys import labels as nsys_labels

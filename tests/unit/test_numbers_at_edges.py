@@ -228,7 +228,7 @@ def test_memory_page_with_a_frame_line_of_2_64(tmp_path):
 def _deep_among_short(path: Path) -> Path:
     """A pprof of 20,000 short stacks and one of 100,000 frames: a (stacks x depth)
     matrix of it would be two billion cells."""
-    from aiflame.proto import profile_pb2 as pb
+    from aiflame.proto.pyroscope.google.v1 import profile_pb2 as pb
 
     msg = pb.Profile()
     msg.string_table.extend(["", "samples", "count", *(f"f{i}" for i in range(100))])

@@ -19,7 +19,7 @@ from speedscope_snapshots import expected_stacks, folded_values
 
 from aiflame.errors import InputError
 from aiflame.model import FrameKind
-from aiflame.proto import profile_pb2 as pb
+from aiflame.proto.pyroscope.google.v1 import profile_pb2 as pb
 from aiflame.render.folded import render_folded
 from aiflame.sources import load, registry
 from aiflame.sources.inputs import SNIFF_BYTES, Input

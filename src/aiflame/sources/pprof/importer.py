@@ -22,7 +22,7 @@ from google.protobuf.message import DecodeError
 from aiflame.errors import InputError
 from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
 from aiflame.proto import conventions as conv
-from aiflame.proto.profile_pb2 import Profile as PprofProfile
+from aiflame.proto.pyroscope.google.v1.profile_pb2 import Profile as PprofProfile
 from aiflame.sources.inputs import SNIFF_BYTES, Input
 from aiflame.sources.pprof.wire import looks_like_profile
 from aiflame.sources.stacktrie import intern_paths
