@@ -54,7 +54,7 @@ def stages() -> list[tuple[str, float, float]]:
     from aiflame.render.folded import format_diff_lines, render_diff_folded
     from aiflame.render.html import render_html
     from aiflame.sources import load
-    from aiflame.sources.folded_diff import load_diff, read_pair
+    from aiflame.sources.folded.diff import load_diff, read_pair
     from aiflame.transforms.diff import diff_profiles
 
     out = []

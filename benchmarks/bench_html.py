@@ -142,7 +142,7 @@ def check_page(args: argparse.Namespace, page: Path) -> dict:
     """The page's size, and its node count against the call tree of the input."""
     from aiflame.model import CallTree
     from aiflame.render.html import extract_data
-    from aiflame.sources import folded
+    from aiflame.sources.folded import importer as folded
     from aiflame.sources.inputs import Input
 
     header, _ = extract_data(page.read_text(encoding="utf-8"))

@@ -151,8 +151,8 @@ def scaled_trace(scale: int) -> Path:
 def stages(trace: Path) -> list[tuple[str, float]]:
     """aiflame's time per stage, in this process."""
     from aiflame.render.html import render_html
-    from aiflame.sources import kineto
     from aiflame.sources.inputs import Input
+    from aiflame.sources.kineto import importer as kineto
 
     out = []
     t = time.perf_counter()

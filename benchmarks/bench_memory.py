@@ -71,7 +71,7 @@ def stages(snapshot: Path) -> list[tuple[str, float]]:
     """aiflame's time per stage, in this process."""
     from aiflame.render.html import render_html
     from aiflame.sources.inputs import Input
-    from aiflame.sources.torch_memory import _gc_paused, build_profile, read_snapshot
+    from aiflame.sources.torch_memory.importer import _gc_paused, build_profile, read_snapshot
 
     out = []
     t = time.perf_counter()

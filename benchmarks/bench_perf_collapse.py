@@ -31,9 +31,9 @@ INPUT = ROOT / "bench-data" / "perf-100M.txt"
 # The collapser alone, as a library call: stream -> sorted folded lines.
 COLLAPSE = """
 import sys
-from aiflame.sources.perf_collapse import collapse_stream, write_folded
-from aiflame.sources.perf_parallel import collapse_file
-from aiflame.sources.perf_rules import PerfOptions
+from aiflame.sources.perf.collapse import collapse_stream, write_folded
+from aiflame.sources.perf.parallel import collapse_file
+from aiflame.sources.perf.rules import PerfOptions
 src, jobs = sys.argv[1], int(sys.argv[2])
 if src == "-":
     c = collapse_stream(sys.stdin.buffer, PerfOptions())
@@ -68,10 +68,10 @@ def measure(cmd: str, repeat: int) -> tuple[float, float, float]:
 def stages(path: Path) -> list[tuple[str, float]]:
     """CPU seconds of each stage of ``aiflame convert -f folded`` in this process."""
     from aiflame.render.folded import render_folded
-    from aiflame.sources import perf_script
-    from aiflame.sources.folded import build_profile
+    from aiflame.sources.folded.importer import build_profile
     from aiflame.sources.inputs import Input
-    from aiflame.sources.perf_rules import PerfOptions
+    from aiflame.sources.perf import importer as perf_script
+    from aiflame.sources.perf.rules import PerfOptions
 
     clock = time.process_time
     out = []

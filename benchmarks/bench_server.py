@@ -114,7 +114,7 @@ def pct(values: list[float], p: float) -> float:
 
 def decode_costs(blobs: list[bytes], rounds: int = 3) -> dict[str, float]:
     """Seconds per profile to merely decode (two ways of 'reading' it) in this process."""
-    from aiflame.proto.profile_pb2 import Profile
+    from aiflame.proto.pyroscope.google.v1.profile_pb2 import Profile
 
     def parse(raw: bytes) -> None:
         Profile.FromString(gzip.decompress(raw))

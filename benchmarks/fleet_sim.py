@@ -27,8 +27,8 @@ import numpy as np
 from aiflame.model import Profile, SampleType
 from aiflame.model.strings import StringTable
 from aiflame.render.pprof import render_pprof
-from aiflame.sources import pprof as pprof_source
 from aiflame.sources.inputs import Input
+from aiflame.sources.pprof import importer as pprof_source
 
 RECORDING = "tests/data/server/torch_train_cpu.pb.gz"
 JOBS, TEAMS, MODELS = 100, 20, 50

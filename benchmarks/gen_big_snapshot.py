@@ -44,7 +44,7 @@ def real_snapshot() -> Path:
 
 def _read(path: Path) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT / "src"))
-    from aiflame.sources.torch_memory import PlainDataUnpickler  # never runs code
+    from aiflame.sources.torch_memory.importer import PlainDataUnpickler  # never runs code
 
     with open(path, "rb") as f:
         data = PlainDataUnpickler(f).load()

@@ -338,7 +338,7 @@ def validate(path: Path) -> str | None:
             json.loads(data, parse_constant=_refuse_constant)
         elif name.endswith(".pb.gz"):
             sys.path.insert(0, str(ROOT / "src"))
-            from aiflame.proto import profile_pb2
+            from aiflame.proto.pyroscope.google.v1 import profile_pb2
 
             profile_pb2.Profile().ParseFromString(gzip.decompress(data))
         elif name.endswith(".folded"):  # lines end at "\n" only, as folded readers see them

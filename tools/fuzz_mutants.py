@@ -526,7 +526,7 @@ def _plain(data: bytes) -> bytes:
 
 def _snapshot(data: bytes) -> dict | None:
     sys.path.insert(0, str(ROOT / "src"))
-    from aiflame.sources.torch_memory import PlainDataUnpickler
+    from aiflame.sources.torch_memory.importer import PlainDataUnpickler
 
     try:
         return PlainDataUnpickler(io.BytesIO(_plain(data))).load()
@@ -594,7 +594,7 @@ def pprof_values(rng: random.Random, data: bytes) -> bytes:
     """Sample values beyond int64, lines of 2**63, 100,000-character and hostile names,
     deep stacks, a location id that does not exist."""
     sys.path.insert(0, str(ROOT / "src"))
-    from aiflame.proto import profile_pb2 as pb
+    from aiflame.proto.pyroscope.google.v1 import profile_pb2 as pb
 
     msg = pb.Profile()
     try:
@@ -835,7 +835,7 @@ def pprof_edges(rng: random.Random, data: bytes) -> bytes:
     """pprof: times, durations, the period and addresses at the edges of int64, and many
     samples whose stacks are ever deeper paths of one chain of locations."""
     sys.path.insert(0, str(ROOT / "src"))
-    from aiflame.proto import profile_pb2 as pb
+    from aiflame.proto.pyroscope.google.v1 import profile_pb2 as pb
 
     msg = pb.Profile()
     try:

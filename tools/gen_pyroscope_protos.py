@@ -1,12 +1,19 @@
-"""Regenerate aiflame/proto/pyroscope from Grafana Pyroscope's public API protos.
+"""Regenerate aiflame/proto/pyroscope from Grafana Pyroscope's public API protos and pprof's
+``profile.proto``.
 
 Usage (see src/aiflame/proto/pyroscope/README.md for the pinned versions):
 
     python -m venv /tmp/gen && /tmp/gen/bin/pip install grpcio-tools==1.62.3
-    /tmp/gen/bin/python tools/gen_pyroscope_protos.py PYROSCOPE_CHECKOUT
+    /tmp/gen/bin/python tools/gen_pyroscope_protos.py PYROSCOPE_CHECKOUT PPROF_CHECKOUT
 
-The protos are Apache-2.0 (``api/LICENSE`` of the Pyroscope repository). Two edits are made,
-neither of which changes a message or its wire/JSON form:
+The protos are Apache-2.0 (``api/LICENSE`` of the Pyroscope repository, pprof's ``LICENSE``).
+``google/v1/profile.proto`` is the one definition of the pprof messages in aiflame (its
+importer, its exporters and the server use it): Pyroscope's copy of pprof's
+``proto/profile.proto`` with the proto package renamed ``google.v1``, made here from pprof's
+own file, so that it has pprof's newer fields too (``Profile.doc_url``, ``Line.column``,
+which Pyroscope keeps as unknown fields); field numbers are pprof's, so the bytes are any
+pprof's. Two edits are made to Pyroscope's files, neither of which changes a message or its
+wire/JSON form:
 
 - the ``gnostic.openapi`` annotations (documentation for Pyroscope's OpenAPI generator) are
   removed, so the gnostic protos are not needed;
@@ -28,10 +35,10 @@ FILES = [
     "types/v1/types.proto",
     "push/v1/push.proto",
     "querier/v1/querier.proto",
-    "google/v1/profile.proto",
     "settings/v1/setting.proto",
     "settings/v1/recording_rules.proto",
 ]
+PPROF = "google/v1/profile.proto"  # made from pprof's proto/profile.proto
 ROOT = Path(__file__).resolve().parents[1] / "src"
 PREFIX = "aiflame/proto/pyroscope"
 
@@ -58,12 +65,23 @@ def reroot_imports(text: str) -> str:
     )
 
 
+def pprof_as_google_v1(text: str) -> str:
+    """pprof's profile.proto under the proto package Pyroscope's API imports it by."""
+    text, n = re.subn(r"^package perftools\.profiles;$", "package google.v1;", text, flags=re.M)
+    if n != 1:
+        raise SystemExit("pprof's profile.proto: no 'package perftools.profiles;' line")
+    return text
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
+    if len(argv) != 2:
         print(__doc__, file=sys.stderr)
         return 2
     api = Path(argv[0]) / "api"
     out = ROOT / PREFIX
+    pprof = (Path(argv[1]) / "proto" / "profile.proto").read_text(encoding="utf-8")
+    (out / PPROF).parent.mkdir(parents=True, exist_ok=True)
+    (out / PPROF).write_text(pprof_as_google_v1(pprof), encoding="utf-8")
     for rel in FILES:
         text = (api / rel).read_text(encoding="utf-8")
         text = reroot_imports(strip_annotations(text))
@@ -72,7 +90,7 @@ def main(argv: list[str]) -> int:
         target = out / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
-    protos = [f"{PREFIX}/{rel}" for rel in FILES]
+    protos = [f"{PREFIX}/{rel}" for rel in [*FILES, PPROF]]
     subprocess.run(
         [
             sys.executable,
@@ -86,7 +104,7 @@ def main(argv: list[str]) -> int:
         check=True,
     )
     # packages for the generated modules
-    packages = {(out / rel).parent for rel in FILES}
+    packages = {(out / rel).parent for rel in [*FILES, PPROF]}
     for directory in packages | {package.parent for package in packages}:
         (directory / "__init__.py").touch()
     return 0

@@ -42,7 +42,7 @@ done
 python - "$OUT" <<'PY' > "$OUT/check.txt" 2>&1
 import glob, sys
 from aiflame.sources import load
-from aiflame.sources.cupti_pc_file import read_dump
+from aiflame.sources.gpu_samples.cupti_pc_file import read_dump
 bad = 0
 for dat in sorted(glob.glob(sys.argv[1] + "/*/raw/gpupc-*.dat")):
     bufs = read_dump(open(dat, "rb").read())

@@ -16,6 +16,7 @@ from typing import Any
 
 from aiflame.errors import AiflameError
 from aiflame.model import Profile
+from aiflame.model.profile import register_html_repr
 
 DEFAULT_HEIGHT = 640  # css px: the header, toolbar and about 25 rows of frames
 
@@ -162,3 +163,6 @@ def profile_html(profile: Profile) -> str | None:
     if profile.is_empty():
         return None
     return flame_graph(profile)._repr_html_()
+
+
+register_html_repr(profile_html)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from aiflame.proto import profile_pb2
+from aiflame.proto.pyroscope.google.v1 import profile_pb2
 from aiflame.proto.pyroscope.push.v1 import push_pb2
 
 

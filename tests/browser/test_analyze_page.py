@@ -13,7 +13,7 @@ import pytest
 
 from aiflame.cli.main import main
 from aiflame.render.analyze_html import roofline_data
-from aiflame.sources.kineto_names import python_frame
+from aiflame.sources.kineto.names import python_frame
 
 try:
     from flamepage import console_errors, network_requests

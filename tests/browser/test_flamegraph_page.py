@@ -10,7 +10,7 @@ import pytest
 
 from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
 from aiflame.render.html import SCRIPTS, render_html
-from aiflame.sources import folded
+from aiflame.sources.folded import importer as folded
 from aiflame.sources.inputs import Input
 
 try:

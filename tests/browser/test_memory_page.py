@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from aiflame.cli.main import main
-from aiflame.sources.torch_memory import PlainDataUnpickler
+from aiflame.sources.torch_memory.importer import PlainDataUnpickler
 
 try:
     from flamepage import FlamePage

@@ -153,3 +153,28 @@ def test_both_pages_draw_in_their_own_frames_in_chromium(executed, driver, tmp_p
     assert text == "a notebook element with the page's ids"
     assert network_requests(driver) == [host.resolve().as_uri()]
     assert console_errors(driver) == []
+
+
+def test_a_profile_from_the_sources_api_displays_too(tmp_path):
+    """A profile read without aiflame.load (so aiflame.notebook is not imported) is shown as
+    its flame graph all the same: the package root registers the display with IPython."""
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    cells = [
+        f"import sys\nsys.path.insert(0, {str(PACKAGE_ROOT)!r})\n"
+        f"from aiflame.sources import load\np = load({str(FOLDED)!r})\n"
+        "'aiflame.notebook' in sys.modules",
+        "p",
+    ]
+    nb = new_notebook(cells=[new_code_cell(c) for c in cells])
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3").execute()
+    assert nb.cells[0].outputs[0]["data"]["text/plain"] == "False"
+    _, page = framed_page(html_output(nb.cells[1]))
+    out = tmp_path / "folded.html"
+    assert main(["flamegraph", str(FOLDED), "-o", str(out)]) == 0
+    assert page == out.read_text(encoding="utf-8")

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from aiflame.render.folded import render_folded
-from aiflame.sources import kineto
 from aiflame.sources.inputs import Input
+from aiflame.sources.kineto import importer as kineto
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "kineto"
 EXPECTED = Path(__file__).parent / "kineto"

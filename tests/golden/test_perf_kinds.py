@@ -25,9 +25,9 @@ from aiflame.render.html import extract_data, render_html
 from aiflame.render.pprof import render_pprof
 from aiflame.sources import load
 from aiflame.sources.inputs import Input
-from aiflame.sources.perf_collapse import Collapser, folded_text, iter_chunks
-from aiflame.sources.perf_rules import JIT_MARK, KERNEL_MARK, PerfOptions
-from aiflame.sources.pprof import load as load_pprof
+from aiflame.sources.perf.collapse import Collapser, folded_text, iter_chunks
+from aiflame.sources.perf.rules import JIT_MARK, KERNEL_MARK, PerfOptions
+from aiflame.sources.pprof.importer import load as load_pprof
 
 # The load() keyword of each stackcollapse-perf.pl flag
 LOAD_FLAGS = {"": {}, "pid": {"perf_pid": True}, "tid": {"perf_tid": True}}

@@ -19,16 +19,17 @@ from perf_fuzz import SEEDS, expected_name, generate
 
 from aiflame.errors import InputError
 from aiflame.render.folded import render_folded
-from aiflame.sources import load, perf_parallel
-from aiflame.sources.perf_collapse import (
+from aiflame.sources import load
+from aiflame.sources.perf import parallel as perf_parallel
+from aiflame.sources.perf.collapse import (
     Collapser,
     collapse,
     collapse_stream,
     folded_text,
     iter_chunks,
 )
-from aiflame.sources.perf_rules import PerfOptions
-from aiflame.sources.perf_script import sniff
+from aiflame.sources.perf.importer import sniff
+from aiflame.sources.perf.rules import PerfOptions
 
 DATA = Path(__file__).parent.parent / "data" / "perf"
 FG = DATA / "flamegraph"

@@ -19,8 +19,8 @@ import numpy as np
 from aiflame.model import Profile, SampleType
 from aiflame.proto.pyroscope.push.v1 import push_pb2
 from aiflame.render.pprof import render_pprof
-from aiflame.sources import pprof as pprof_source
 from aiflame.sources.inputs import Input
+from aiflame.sources.pprof import importer as pprof_source
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 RECORDING = DATA / "server" / "torch_train_cpu.pb.gz"

@@ -22,8 +22,8 @@ from srvclient import Client
 
 from aiflame.model import FrameKind
 from aiflame.proto.pyroscope.querier.v1 import querier_pb2 as q
-from aiflame.sources import pprof as pprof_source
 from aiflame.sources.inputs import Input
+from aiflame.sources.pprof import importer as pprof_source
 
 pytestmark = [
     pytest.mark.skipif(

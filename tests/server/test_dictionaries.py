@@ -11,7 +11,7 @@ import payloads
 import pytest
 from test_units import _pprofs
 
-from aiflame.proto.profile_pb2 import Profile as Pprof
+from aiflame.proto.pyroscope.google.v1.profile_pb2 import Profile as Pprof
 from aiflame.server.errors import BadRequest
 from aiflame.server.ingest import pprof_columns
 from aiflame.server.ingest.dictionaries import DictionaryCache

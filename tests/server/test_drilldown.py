@@ -18,8 +18,8 @@ import pytest
 from srvclient import Client
 from test_querier import expected_tree, levels_to_tree, pyroscope_truncated
 
-from aiflame.proto.profile_pb2 import Profile
 from aiflame.proto.pyroscope.google.v1 import profile_pb2 as gp
+from aiflame.proto.pyroscope.google.v1.profile_pb2 import Profile
 from aiflame.proto.pyroscope.push.v1 import push_pb2
 from aiflame.proto.pyroscope.querier.v1 import querier_pb2 as q
 from aiflame.proto.pyroscope.types.v1 import types_pb2 as t

@@ -37,8 +37,8 @@ from srvclient import Client  # noqa: E402
 from aiflame.model import FrameKind  # noqa: E402
 from aiflame.proto.pyroscope.querier.v1 import querier_pb2 as q  # noqa: E402
 from aiflame.proto.pyroscope.types.v1 import types_pb2 as t  # noqa: E402
-from aiflame.sources import pprof as pprof_source  # noqa: E402
 from aiflame.sources.inputs import Input  # noqa: E402
+from aiflame.sources.pprof import importer as pprof_source  # noqa: E402
 
 SAMPLES = "process_cpu:samples:count:cpu:nanoseconds"
 CPU_NS = "process_cpu:cpu:nanoseconds:cpu:nanoseconds"

@@ -16,7 +16,7 @@ import urllib.request
 import pytest
 from srvclient import Client
 
-from aiflame.proto.profile_pb2 import Profile
+from aiflame.proto.pyroscope.google.v1.profile_pb2 import Profile
 from aiflame.proto.pyroscope.push.v1 import push_pb2
 from aiflame.proto.pyroscope.querier.v1 import querier_pb2 as q
 from aiflame.proto.pyroscope.types.v1 import types_pb2 as t

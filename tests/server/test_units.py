@@ -12,7 +12,7 @@ import payloads
 import pytest
 
 from aiflame.errors import AiflameError
-from aiflame.proto.profile_pb2 import Profile as Pprof
+from aiflame.proto.pyroscope.google.v1.profile_pb2 import Profile as Pprof
 from aiflame.server import auth
 from aiflame.server.config import parse_retention
 from aiflame.server.errors import BadRequest, Forbidden, Unauthorized

@@ -21,7 +21,7 @@ from aiflame.cli.main import main
 from aiflame.render.analyze_html import roofline_data
 from aiflame.render.analyze_terminal import render_terminal, render_text
 from aiflame.render.html import extract_data
-from aiflame.sources.kineto_names import python_frame
+from aiflame.sources.kineto.names import python_frame
 from aiflame.sources.registry import load_trace_input as load_input
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "kineto" / "tracelens"

@@ -20,8 +20,9 @@ import pytest
 
 from aiflame.cli.main import main
 from aiflame.render.folded import render_folded
-from aiflame.sources import load, trace_events
+from aiflame.sources import load
 from aiflame.sources.inputs import Input
+from aiflame.sources.kineto import trace_events
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 BERT = DATA / "kineto" / "tracelens" / "h100" / "gaunernst_bert-small-uncased__1016001.json.gz"

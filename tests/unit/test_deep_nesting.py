@@ -22,9 +22,9 @@ from hostile_inputs import (
 )
 
 from aiflame.model import StackTable
-from aiflame.proto import profile_pb2
+from aiflame.proto.pyroscope.google.v1 import profile_pb2
 from aiflame.render import stackpaths
-from aiflame.sources import hpcstruct
+from aiflame.sources.hpctoolkit import hpcstruct
 from aiflame.transforms import correlate
 from limited import run_limited
 

@@ -15,7 +15,7 @@ from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
 from aiflame.render import stackpaths
 from aiflame.render.folded import render_diff_folded, stack_strings
 from aiflame.sources import load
-from aiflame.sources.folded_diff import load_diff
+from aiflame.sources.folded.diff import load_diff
 from aiflame.transforms.diff import diff_profiles, strip_hex_name
 
 DIFF = Path(__file__).resolve().parents[1] / "data" / "diff"

@@ -21,7 +21,7 @@ from hostile_inputs import KINETO, NSYS, SNAPSHOT, aiflame, one_error_line
 
 from aiflame.errors import InputError
 from aiflame.sources import registry
-from aiflame.sources.torch_memory import PlainDataUnpickler
+from aiflame.sources.torch_memory.importer import PlainDataUnpickler
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "tools"))
 from fuzz_commands import PYTHON_TEXT

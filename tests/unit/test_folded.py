@@ -19,7 +19,8 @@ from aiflame.cli.main import main
 from aiflame.errors import InputError
 from aiflame.model import FrameKind
 from aiflame.render.folded import render_folded
-from aiflame.sources import folded, load, load_many
+from aiflame.sources import load, load_many
+from aiflame.sources.folded import importer as folded
 from aiflame.sources.inputs import Input
 
 COLLAPSED = Path(__file__).parents[1] / "data" / "speedscope" / "stackcollapse"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aiflame.sources import folded
+from aiflame.sources.folded import importer as folded
 from aiflame.sources.inputs import Input
 
 LINES = [

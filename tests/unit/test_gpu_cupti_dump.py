@@ -21,7 +21,7 @@ from cupti_dumps import Buf, Rec, find_util, reason_table, write_dump
 from aiflame.errors import InputError
 from aiflame.model import FrameKind, gpu
 from aiflame.sources import load
-from aiflame.sources.cupti_pc_file import read_dump
+from aiflame.sources.gpu_samples.cupti_pc_file import read_dump
 from aiflame.symbolize import cubin as cb
 
 DATA = Path(__file__).parents[1] / "data" / "gpu_instructions"

@@ -26,7 +26,9 @@ import pytest
 from aiflame.cli.main import main
 from aiflame.errors import InputError
 from aiflame.model import FrameKind, gpu
-from aiflame.sources import hpcrun_fmt, hpctoolkit_db, load
+from aiflame.sources import load
+from aiflame.sources.hpctoolkit import db as hpctoolkit_db
+from aiflame.sources.hpctoolkit import hpcrun_fmt
 from aiflame.sources.registry import load_many
 from aiflame.symbolize import cubin as cb
 
@@ -521,7 +523,7 @@ def test_hpcstruct_names_left_mangled_are_demangled(tmp_path):
     inlined = 'n="dim3::dim3(unsigned int, unsigned int, unsigned int)"'
     assert inlined in text
     host.write_bytes(gzip.compress(text.replace(inlined, 'n="_ZN4dim3C1Ejjj"').encode()))
-    from aiflame.sources import hpcstruct
+    from aiflame.sources.hpctoolkit import hpcstruct
 
     names = {
         sc.name

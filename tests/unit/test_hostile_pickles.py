@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from aiflame.errors import InputError
-from aiflame.sources import torch_memory
 from aiflame.sources.inputs import Input
-from aiflame.sources.torch_memory_bounds import PickleLimit, check_opcodes, check_size
+from aiflame.sources.torch_memory import importer as torch_memory
+from aiflame.sources.torch_memory.bounds import PickleLimit, check_opcodes, check_size
 from limited import GIB, limit_command, run_limited
 
 SNAPSHOT = (

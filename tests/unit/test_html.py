@@ -14,8 +14,9 @@ from aiflame.model import CallTree, FrameKind, ProfileBuilder, SampleType
 from aiflame.model.strings import natural_key
 from aiflame.render import flamedata
 from aiflame.render.html import SCRIPTS, extract_data, render_html, script_json
-from aiflame.sources import folded, kineto
+from aiflame.sources.folded import importer as folded
 from aiflame.sources.inputs import Input
+from aiflame.sources.kineto import importer as kineto
 
 IPERF = "html/perf-iperf-stacks-pidtid-01-collapsed-all.txt"
 

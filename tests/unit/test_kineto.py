@@ -19,8 +19,8 @@ import pytest
 
 from aiflame.model import CallTree, FrameKind, Profile
 from aiflame.render.folded import folded_lines
-from aiflame.sources import kineto
 from aiflame.sources.inputs import Input
+from aiflame.sources.kineto import importer as kineto
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "kineto"
 
@@ -503,7 +503,7 @@ def test_devices_the_trace_does_not_name(tmp_path) -> None:
 
 
 def test_devices_nothing_identifies_are_described_and_left_out_of_titles() -> None:
-    from aiflame.sources.kineto_info import _device_model, _device_name
+    from aiflame.sources.kineto.info import _device_model, _device_name
 
     props = {"name": "", "warpSize": 64, "computeMajor": 9, "computeMinor": 5, "numSms": 256,
              "totalGlobalMem": 288 * 10**9}  # fmt: skip

@@ -11,8 +11,9 @@ from aiflame.cli.main import main
 from aiflame.render import flamedata
 from aiflame.render.folded import render_folded
 from aiflame.render.html import extract_data
-from aiflame.sources import kineto, load_many
+from aiflame.sources import load_many
 from aiflame.sources.inputs import Input
+from aiflame.sources.kineto import importer as kineto
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "kineto"
 BERT = DATA / "tracelens" / "h100" / "gaunernst_bert-small-uncased__1016001.json.gz"

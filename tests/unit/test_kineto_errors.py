@@ -10,8 +10,8 @@ import pytest
 
 from aiflame.cli.main import main
 from aiflame.errors import InputError
-from aiflame.sources import kineto
 from aiflame.sources.inputs import Input
+from aiflame.sources.kineto import importer as kineto
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "kineto"
 TRITON = DATA / "hta" / "triton_example" / "triton_example.json.gz"

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from aiflame.errors import InputError
-from aiflame.sources.kineto_events import Args, Event, coerce_event
-from aiflame.sources.kineto_json import TraceStream
+from aiflame.sources.kineto.events import Args, Event, coerce_event
+from aiflame.sources.kineto.json_stream import TraceStream
 
 TRICKY = {
     "schemaVersion": 1,

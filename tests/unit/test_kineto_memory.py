@@ -13,8 +13,8 @@ import pytest
 from aiflame.cli.main import main
 from aiflame.render.folded import render_folded
 from aiflame.render.html import extract_data, render_html
-from aiflame.sources import kineto_memory
 from aiflame.sources.inputs import Input
+from aiflame.sources.kineto import memory as kineto_memory
 
 DATA = Path(__file__).parents[1] / "data"
 BERT = DATA / "kineto/tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz"

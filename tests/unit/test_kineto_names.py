@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from aiflame.sources.kineto_names import PyFrame, python_frame, short_kernel_name
+from aiflame.sources.kineto.names import PyFrame, python_frame, short_kernel_name
 
 
 @pytest.mark.parametrize(

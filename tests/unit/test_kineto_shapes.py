@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from aiflame.sources import kineto
 from aiflame.sources.inputs import Input
+from aiflame.sources.kineto import importer as kineto
 
 BERT = (
     Path(__file__).resolve().parents[1]

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from aiflame.proto import profile_pb2 as pb
+from aiflame.proto.pyroscope.google.v1 import profile_pb2 as pb
 from aiflame.render.registry import render
-from aiflame.sources import nsys_labels, perf_rules
-from aiflame.sources.folded import looks_folded
-from aiflame.sources.perf_script import _STACK_LINE
+from aiflame.sources.folded.importer import looks_folded
+from aiflame.sources.nsys import labels as nsys_labels
+from aiflame.sources.perf import rules as perf_rules
+from aiflame.sources.perf.importer import _STACK_LINE
 from aiflame.sources.registry import load
 
 N = 100_000

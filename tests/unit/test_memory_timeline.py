@@ -16,9 +16,9 @@ from aiflame.model import Profile
 from aiflame.render.flamedata import unpack
 from aiflame.render.html import extract_data, render_html
 from aiflame.render.memtimeline import unpack_memory
-from aiflame.sources import torch_memory as tm
 from aiflame.sources.inputs import Input
-from aiflame.sources.torch_memory_replay import decimate, replay
+from aiflame.sources.torch_memory import importer as tm
+from aiflame.sources.torch_memory.replay import decimate, replay
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "memory"
 SNAPSHOT = DATA / "medium_128_inference_memory_snapshot.pickle.gz"

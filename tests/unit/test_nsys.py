@@ -20,9 +20,9 @@ from aiflame.cli.main import main
 from aiflame.errors import AiflameError, InputError
 from aiflame.model import FrameKind, Profile
 from aiflame.sources import load
-from aiflame.sources import nsys as nsys_source
 from aiflame.sources.inputs import Input
-from aiflame.sources.nsys_stacks import callchain_offset
+from aiflame.sources.nsys import importer as nsys_source
+from aiflame.sources.nsys.stacks import callchain_offset
 
 DATA = Path(__file__).parents[1] / "data" / "nsys"
 EXPORT = DATA / "saxpy-mpi-cuda_nsys_perlmutter0.sqlite"

@@ -23,7 +23,7 @@ from aiflame.render.flamedata import unpack
 from aiflame.render.html import extract_data, render_html, script_json
 from aiflame.render.registry import render
 from aiflame.sources.registry import load
-from aiflame.sources.torch_memory import PlainDataUnpickler
+from aiflame.sources.torch_memory.importer import PlainDataUnpickler
 from aiflame.transforms.diff import diff_profiles
 
 DATA = Path(__file__).parents[1] / "data"
@@ -228,7 +228,7 @@ def test_memory_page_with_a_frame_line_of_2_64(tmp_path):
 def _deep_among_short(path: Path) -> Path:
     """A pprof of 20,000 short stacks and one of 100,000 frames: a (stacks x depth)
     matrix of it would be two billion cells."""
-    from aiflame.proto import profile_pb2 as pb
+    from aiflame.proto.pyroscope.google.v1 import profile_pb2 as pb
 
     msg = pb.Profile()
     msg.string_table.extend(["", "samples", "count", *(f"f{i}" for i in range(100))])

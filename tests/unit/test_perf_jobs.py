@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from aiflame.sources import perf_parallel
+from aiflame.sources.perf import parallel as perf_parallel
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from aiflame.sources import perf_collapse
-from aiflame.sources.perf_rules import (
+from aiflame.sources.perf import collapse as perf_collapse
+from aiflame.sources.perf.rules import (
     EVENT,
     HEADER,
     PERIOD,

@@ -19,11 +19,11 @@ from speedscope_snapshots import expected_stacks, folded_values
 
 from aiflame.errors import InputError
 from aiflame.model import FrameKind
-from aiflame.proto import profile_pb2 as pb
+from aiflame.proto.pyroscope.google.v1 import profile_pb2 as pb
 from aiflame.render.folded import render_folded
 from aiflame.sources import load, registry
-from aiflame.sources import pprof as pprof_source
 from aiflame.sources.inputs import SNIFF_BYTES, Input
+from aiflame.sources.pprof import importer as pprof_source
 
 DATA = Path(__file__).parents[1] / "data"
 PPROF = DATA / "pprof"

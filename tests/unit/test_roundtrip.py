@@ -12,7 +12,7 @@ import pytest
 
 from aiflame.cli.main import main
 from aiflame.model import FrameKind
-from aiflame.proto import profile_pb2 as pb
+from aiflame.proto.pyroscope.google.v1 import profile_pb2 as pb
 from aiflame.render.folded import render_folded
 from aiflame.render.pprof import build_message, render_pprof
 from aiflame.render.speedscope import render_speedscope

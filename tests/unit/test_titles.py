@@ -12,7 +12,7 @@ import pytest
 from aiflame.cli.main import main
 from aiflame.render.html import extract_data
 from aiflame.render.titles import file_stem, name_pattern
-from aiflame.sources.kineto_info import short_device_name
+from aiflame.sources.kineto.info import short_device_name
 
 QWEN = "kineto/tracelens/{}/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 BERT = "kineto/tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz"

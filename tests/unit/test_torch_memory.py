@@ -19,9 +19,9 @@ import pytest
 from aiflame.cli.main import main
 from aiflame.errors import InputError
 from aiflame.model import FrameKind, Profile
-from aiflame.sources import torch_memory as tm
 from aiflame.sources.inputs import Input
-from aiflame.sources.torch_memory_replay import decimate
+from aiflame.sources.torch_memory import importer as tm
+from aiflame.sources.torch_memory.replay import decimate
 from aiflame.symbolize.cxa import Demangler
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "memory"

@@ -1,4 +1,4 @@
-"""The streaming reader of memory snapshots (sources/torch_memory_stream.py): the same
+"""The streaming reader of memory snapshots (sources/torch_memory/stream.py): the same
 profile and replay as the restricted unpickler on the real snapshot, on longer traces, on
 other pickle protocols and on odd layouts; code-running pickles still refused; truncated or
 garbled files one clear error (the same the unpickler gives); and memory that does not hold
@@ -19,11 +19,11 @@ import pytest
 
 from aiflame.errors import InputError
 from aiflame.model import Profile
-from aiflame.sources import torch_memory as tm
 from aiflame.sources.inputs import Input
-from aiflame.sources.torch_memory_events import decode_heads, learn_shape
-from aiflame.sources.torch_memory_replay import Trace, replay
-from aiflame.sources.torch_memory_stream import Fallback, Truncated, read_plain_data
+from aiflame.sources.torch_memory import importer as tm
+from aiflame.sources.torch_memory.events import decode_heads, learn_shape
+from aiflame.sources.torch_memory.replay import Trace, replay
+from aiflame.sources.torch_memory.stream import Fallback, Truncated, read_plain_data
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "memory"
 SNAPSHOT = DATA / "medium_128_inference_memory_snapshot.pickle.gz"

@@ -17,7 +17,7 @@ from aiflame.cli.main import main
 from aiflame.errors import InputError
 from aiflame.model import FrameKind, Profile
 from aiflame.render.folded import render_folded
-from aiflame.sources import trace_events
+from aiflame.sources.kineto import trace_events
 from aiflame.sources.registry import load
 from aiflame.transforms.correlate import OVERLAP_WARNING
 

@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-from aiflame import __version__
 from aiflame.agent.api import Api
 from aiflame.agent.budget import CpuBudget
 from aiflame.agent.config import AgentConfig, spool_queues
@@ -43,6 +42,7 @@ from aiflame.agent.tracing import TraceManager, TraceRequest
 from aiflame.collectors.ebpf.libbpf import BpfError
 from aiflame.collectors.ebpf.support import unavailable_reason
 from aiflame.render.pprof import render_pprof
+from aiflame.version import __version__
 
 HEARTBEAT_PATH = "/api/v1/agents/heartbeat"
 SHUTDOWN_PUSH_S = 5.0  # what the senders may still push at exit

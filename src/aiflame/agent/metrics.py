@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -27,7 +27,14 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from aiflame.agent.nvml import CLOCK_EVENT_REASONS, GpuSample
 
 if TYPE_CHECKING:
-    from aiflame.agent.daemon import Agent
+    from aiflame.agent.budget import CpuBudget
+    from aiflame.agent.identity import Identities
+    from aiflame.agent.kineto_ipc import KinetoFabric
+    from aiflame.agent.nvml import Nvml
+    from aiflame.agent.profiler import ContinuousProfiler
+    from aiflame.agent.push import Sender
+    from aiflame.agent.spool import Spool
+    from aiflame.agent.telemetry import Telemetry
 
 MIB = 1 << 20
 BUSY = "aiflame_gpu_busy_seconds"
@@ -126,6 +133,23 @@ WORKLOAD_LABELS = [
 ]  # fmt: skip
 
 
+class AgentState(Protocol):
+    """What the collector reads of the running agent at each scrape (the daemon's ``Agent``,
+    which imports this module: described here, not imported)."""
+
+    identities: Identities
+    counters: AgentCounters
+    spool: Spool
+    budget: CpuBudget
+    profiler: ContinuousProfiler | None
+    telemetry: Telemetry | None
+    nvml: Nvml | None
+    senders: list[Sender]
+    fabric: KinetoFabric | None
+
+    def dropped_events(self) -> dict[str, int]: ...
+
+
 @dataclass
 class AgentCounters:
     """What the agent counts itself (thread-safe increments)."""
@@ -148,7 +172,11 @@ class AgentCounters:
 
 class AgentCollector(Collector):
     def __init__(
-        self, agent: Agent, extra_labels: list[str], dcgm: str = "keep", pid_label: bool = False
+        self,
+        agent: AgentState,
+        extra_labels: list[str],
+        dcgm: str = "keep",
+        pid_label: bool = False,
     ) -> None:
         self.agent = agent
         self.workload_labels = WORKLOAD_LABELS + [

@@ -38,10 +38,10 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from aiflame import __version__
 from aiflame.agent.spool import Entry, Spool
 from aiflame.proto.pyroscope.push.v1 import push_pb2
 from aiflame.proto.pyroscope.types.v1 import types_pb2
+from aiflame.version import __version__
 
 PUSH_PATH = "/push.v1.PusherService/Push"
 INGEST_PATH = "/ingest"

@@ -27,11 +27,11 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from aiflame import __version__
 from aiflame.agent.gpu_peaks import estimate_flops, peaks_for
 from aiflame.agent.identity import service_name
 from aiflame.agent.nvml import GpuHealth, GpuSample, Nvml
 from aiflame.agent.pod_resources import GpuHolder
+from aiflame.version import __version__
 
 # labels of one process that do not make a workload (they differ between its processes)
 PROCESS_ONLY = frozenset(

@@ -65,7 +65,7 @@ def _replay_flame(found: TraceInput, capture: TraceInput, origin: np.ndarray) ->
     """The flame graph of a Kineto replay trace with its kernels under the capture."""
     if found.format != "kineto" or capture.format != "kineto":
         return
-    from aiflame.sources import kineto
+    from aiflame.sources.kineto import importer as kineto
 
     found.profile = lambda: kineto.replay_profile(found, capture, np.maximum(origin, -1))
 

@@ -25,7 +25,7 @@ from aiflame.analysis.sync import TO_PAGEABLE
 from aiflame.model import CallTree, FrameKind, Profile, ProfileBuilder, SampleType
 from aiflame.model.profile import METRIC_ALIASES
 from aiflame.model.stacks import EMPTY_STACK
-from aiflame.sources.kineto_names import python_frame
+from aiflame.sources.kineto.names import python_frame
 from aiflame.transforms.pynames import module_call_frames
 
 

@@ -15,8 +15,7 @@ import numpy as np
 from aiflame.analysis import memcpy
 from aiflame.analysis.calls import name_mask
 from aiflame.analysis.causes import INDEX
-from aiflame.analysis.insights import Context, Draft, count, us, worth
-from aiflame.analysis.rules_host import PIN_MEMORY_FIX_KEY
+from aiflame.analysis.rule_context import PIN_MEMORY_FIX_KEY, Context, Draft, count, us, worth
 from aiflame.analysis.schema import Figure, FlameView
 from aiflame.analysis.stacks import top_stacks
 from aiflame.analysis.words import duration

@@ -15,7 +15,7 @@ import numpy as np
 
 from aiflame.analysis import categories as cats
 from aiflame.analysis import comm as comm_kinds
-from aiflame.analysis.insights import Context, Draft, count, share, us, worth
+from aiflame.analysis.rule_context import Context, Draft, count, share, us, worth
 from aiflame.analysis.schema import Figure, FlameView, Item
 from aiflame.analysis.stacks import top_stacks
 from aiflame.analysis.timeline import covered

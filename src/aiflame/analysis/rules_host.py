@@ -11,8 +11,17 @@ import re
 import numpy as np
 
 from aiflame.analysis import causes, coldstart
-from aiflame.analysis.insights import Context, Draft, count, share, us, worth
 from aiflame.analysis.launch import OVERHEAD_CAUSES
+from aiflame.analysis.rule_context import (
+    PIN_MEMORY_FIX_KEY,
+    Context,
+    Draft,
+    count,
+    share,
+    us,
+    worth,
+)
+from aiflame.analysis.rules_copies import copy_idle, copy_parts, synchronous_directions
 from aiflame.analysis.schema import FlameView, Item, SyncStat
 from aiflame.analysis.sync import TO_PAGEABLE
 from aiflame.analysis.words import duration, frames
@@ -254,8 +263,6 @@ def _waits_on(by_copy: dict[str, SyncStat]) -> str:
 
 def _copy_examples(c: Context) -> str:
     """What the synchronous copies are, by their direction."""
-    from aiflame.analysis.rules_copies import synchronous_directions
-
     found = synchronous_directions(c)
     app = c.workload.kind in ("cuda-app", "hip-app")
     words = {
@@ -288,8 +295,6 @@ def sync_stalls(c: Context) -> Draft | None:
     copies (downloads, copy calls without Async) that are not pageable uploads.
     """
     s = c.sync
-    from aiflame.analysis.rules_copies import copy_idle, copy_parts
-
     other_copies = copy_idle(c)["synchronous"]
     cost = c.idle_of("sync") + other_copies
     if s is None and not other_copies:
@@ -458,8 +463,7 @@ def host_code(c: Context) -> Draft | None:
 
 _DATALOADER = re.compile(r"DataLoader|torch/utils/data/")
 # The DataLoader's pin-memory thread takes the batches off the training thread: one fix
-# for uploads from pageable memory and for freeing the workers' batches.
-PIN_MEMORY_FIX_KEY = "pin_memory"
+# for uploads from pageable memory and for freeing the workers' batches (PIN_MEMORY_FIX_KEY).
 PIN_MEMORY_FIX = (
     "pin the batches: DataLoader(pin_memory=True) copies each batch out of the workers' "
     "shared memory into pinned memory on its own thread (which then frees it, not the "

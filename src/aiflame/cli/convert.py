@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         return write_timeline(args, fmt)
     if fmt == "folded" and is_plain_perf_collapse(args):
         from aiflame.sources.inputs import Input
-        from aiflame.sources.perf_script import folded_chunks
+        from aiflame.sources.perf.importer import folded_chunks
 
         write_output(args.output, folded_chunks(Input(args.inputs[0]), **perf_load_options(args)))
         return 0
@@ -86,7 +86,7 @@ def is_plain_perf_collapse(args: argparse.Namespace) -> bool:
     """One ``perf script`` file to folded text, nothing else asked: stackcollapse-perf.pl's
     job, done straight from the collapsed stacks (same bytes, no Profile built)."""
     from aiflame.sources.inputs import Input
-    from aiflame.sources.perf_script import sniff
+    from aiflame.sources.perf.importer import sniff
 
     if len(args.inputs) != 1 or not os.path.isfile(args.inputs[0]):
         return False  # stdin, directories, several inputs: the general path

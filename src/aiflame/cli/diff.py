@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     check_open(args, args.output, is_page=fmt == "html")
     if fmt == "folded" and both_folded(args):
         from aiflame.render.folded import format_diff_lines
-        from aiflame.sources.folded_diff import read_pair
+        from aiflame.sources.folded.diff import read_pair
 
         pair = read_pair(args.base, args.test, args.strip_hex)
         stacks, base, test = pair.columns(args.normalize)
@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
 def diff_of(args: argparse.Namespace) -> Profile:
     """The differential profile; ``meta["diff"]`` also names the inputs (for titles)."""
     if both_folded(args):
-        from aiflame.sources.folded_diff import load_diff
+        from aiflame.sources.folded.diff import load_diff
 
         diff = load_diff(args.base, args.test, args.normalize, args.strip_hex)
         names = [file_stem(args.base), file_stem(args.test)]

@@ -12,9 +12,9 @@ import warnings
 from collections.abc import Sequence
 from typing import NoReturn
 
-from aiflame import __version__
 from aiflame.cli.output import drop_stdout
 from aiflame.errors import AiflameError
+from aiflame.version import __version__
 
 SUBCOMMANDS = (
     "flamegraph",

@@ -21,7 +21,7 @@ from aiflame.model import Profile
 from aiflame.render.visible import visible
 from aiflame.sources.inputs import Input
 from aiflame.sources.registry import detect, load
-from aiflame.sources.torch_memory_frames import FRAME_MODES
+from aiflame.sources.torch_memory.frames import FRAME_MODES
 
 HELP = (
     "GPU memory flame graph of a PyTorch memory snapshot or of a profiler trace recorded "
@@ -113,7 +113,7 @@ def load_memory(args: argparse.Namespace, fmt: str) -> Profile:
         options = {"frames": args.frames, "resolve_classes": not args.no_source}
         return load(args.input, fmt, **options)
     if fmt == TRACE_FORMAT:
-        from aiflame.sources import kineto_memory
+        from aiflame.sources.kineto import memory as kineto_memory
 
         profile = kineto_memory.load(Input(args.input), device=args.device)
         profile.meta.setdefault("source", args.input)

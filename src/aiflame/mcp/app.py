@@ -18,11 +18,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from aiflame import __version__
 from aiflame.errors import AiflameError
 from aiflame.mcp.fleet import CPU_TYPE, FleetTools
 from aiflame.mcp.local import LocalTools
 from aiflame.mcp.paths import Roots
+from aiflame.version import __version__
 
 INSTRUCTIONS = """\
 aiflame answers questions about AI workloads' performance from profiles and traces: PyTorch \

@@ -14,9 +14,9 @@ import json
 import os
 from typing import Any
 
-from aiflame import __version__
 from aiflame.render.elide import elide_middle
 from aiflame.render.jsonsafe import dumps
+from aiflame.version import __version__
 
 DEFAULT_ROWS = 15
 MAX_ROWS = 100

@@ -322,7 +322,7 @@ def _memory_profile(file: str) -> tuple[Profile, str]:
     if fmt == "torch-memory":
         return load(file, fmt, frames="compact", resolve_classes=True), fmt
     if fmt == "kineto":
-        from aiflame.sources import kineto_memory
+        from aiflame.sources.kineto import memory as kineto_memory
 
         return kineto_memory.load(Input(file), device=None), fmt
     profile = load(file, fmt)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -145,14 +145,26 @@ class Profile:
         )
 
     def _repr_html_(self) -> str | None:
-        """Jupyter shows a profile as its interactive flame graph (:mod:`aiflame.notebook`)."""
-        from aiflame.notebook import profile_html  # the display layer, loaded on display
-
-        return profile_html(self)
+        """Jupyter shows a profile as its interactive flame graph: what the display layer
+        (:mod:`aiflame.notebook`) registered with :func:`register_html_repr`, or the text
+        form (None) where none did. Jupyter looks the method up on the class, so it is
+        here; what it draws is registered from above, so that the model imports nothing of
+        the layers above it."""
+        return _html_repr(self) if _html_repr is not None else None
 
     def value_problem(self) -> str | None:
         """Why the values cannot be added up and shown, or None (see :func:`value_problem`)."""
         return value_problem(self.values, [t.name for t in self.sample_types])
+
+
+_html_repr: Callable[[Profile], str | None] | None = None
+
+
+def register_html_repr(render: Callable[[Profile], str | None]) -> None:
+    """How a notebook shows a profile (:meth:`Profile._repr_html_`); the display layer
+    registers its flame graph when it is imported."""
+    global _html_repr
+    _html_repr = render
 
 
 def value_problem(values: np.ndarray, names: Sequence[str]) -> str | None:

@@ -1,6 +1,9 @@
-"""pprof's ``profile.proto`` (generated ``profile_pb2``) and aiflame's conventions on top of it.
+"""Protobuf schemas and aiflame's conventions on top of them.
 
-Imported by both the pprof importer (``aiflame.sources.pprof``) and exporter
-(``aiflame.render.pprof``); it imports only ``aiflame.model``. See README.md here for
-the origin of the schema and how ``profile_pb2.py`` was generated.
+pprof's messages have one definition, ``pyroscope/google/v1/profile_pb2`` (pprof's
+``profile.proto`` under the package name Pyroscope's API imports it by), used by the pprof
+importer (``aiflame.sources.pprof.importer``), the exporter (``aiflame.render.pprof``), the
+OTLP exporter and the server alike; ``conventions.py`` says how aiflame keeps what pprof has
+no field for. It imports only ``aiflame.model``. See README.md here for the origin of the
+schemas and how the modules were generated.
 """

@@ -28,7 +28,7 @@ from opentelemetry.proto.profiles.v1development import profiles_pb2 as otel
 from aiflame.model import FrameKind
 from aiflame.proto import conventions as conv
 from aiflame.proto import otlp_conventions as oc
-from aiflame.proto.profile_pb2 import Profile as Pprof
+from aiflame.proto.pyroscope.google.v1.profile_pb2 import Profile as Pprof
 
 SCHEMA_URL = "https://opentelemetry.io/schemas/1.37.0"
 SCOPE_NAME = "aiflame-agent"

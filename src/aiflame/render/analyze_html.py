@@ -14,9 +14,9 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from aiflame import __version__
 from aiflame.render.html import _asset, _inline_script, script_json
 from aiflame.render.visible import visible_data
+from aiflame.version import __version__
 
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from aiflame import __version__
 from aiflame.model.timeline import Timeline, Track
+from aiflame.version import __version__
 
 CHUNK_EVENTS = 20_000  # events per chunk of output
 

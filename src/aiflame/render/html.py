@@ -13,13 +13,13 @@ import re
 from functools import cache
 from importlib import resources
 
-from aiflame import __version__
 from aiflame.model import FrameKind, Profile, gpu
 from aiflame.render import jsonsafe
 from aiflame.render.flamedata import pack
 from aiflame.render.memtimeline import memory_stacks, pack_memory
 from aiflame.render.titles import flame_title
 from aiflame.render.visible import visible
+from aiflame.version import __version__
 
 # Load order matters: app.js starts the page and uses everything defined before it;
 # fragment.js (deep links) waits for it.

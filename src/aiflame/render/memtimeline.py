@@ -1,7 +1,7 @@
 """The memory-over-time chart of a memory profile's page, and what it needs to show what
 was live at any moment it draws.
 
-The importer (:mod:`aiflame.sources.torch_memory`) leaves in ``meta["memory_timeline"]`` a
+The importer (:mod:`aiflame.sources.torch_memory.importer`) leaves in ``meta["memory_timeline"]`` a
 decimated series (at most a few thousand points, the peak kept) and, per allocation, its
 lifetime in points of that series (``blocks``: live at point ``k`` iff
 ``alloc <= k < free``). Here allocations with the same page node and the same lifetime are

@@ -15,7 +15,7 @@ import numpy as np
 from aiflame.errors import AiflameError
 from aiflame.model import Profile
 from aiflame.proto import conventions as conv
-from aiflame.proto import profile_pb2 as pb
+from aiflame.proto.pyroscope.google.v1 import profile_pb2 as pb
 from aiflame.render.stackpaths import check_frames, leaf_first_paths
 
 # Level 1 is what Go's runtime/pprof uses: the protobuf is mostly varints that compress

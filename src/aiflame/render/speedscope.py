@@ -16,9 +16,9 @@ import json
 
 import numpy as np
 
-from aiflame import __version__
 from aiflame.model import FrameKind, Profile
 from aiflame.render.stackpaths import check_frames, json_paths
+from aiflame.version import __version__
 
 SCHEMA_URL = "https://www.speedscope.app/file-format-schema.json"
 KIND_FIELD = "aiflameKind"  # a frame's kind, beside the format's name, file and line

@@ -28,7 +28,7 @@ from aiflame.server import (
 )
 from aiflame.server.admission import AdmitQueries
 from aiflame.server.errors import Overloaded, RequestError
-from aiflame.server.state import ServerState
+from aiflame.server.state import Decoder, ServerState
 from aiflame.server.store.connection import query_error
 
 log = logging.getLogger("aiflame.server")
@@ -43,6 +43,13 @@ INGEST_POSTS = (
 )
 ADMIN_POSTS = ("/api/v1/trace-requests",)
 OPEN = ("/ready", "/healthz")
+
+
+# Each kind of logged request and its decoder, for replaying the write-ahead log at start.
+WAL_DECODERS: dict[str, Decoder] = {
+    **routes_ingest.DECODERS,
+    "otlp": routes_otlp.decode_for_replay,
+}
 
 
 def scope_of(method: str, path: str) -> str | None:

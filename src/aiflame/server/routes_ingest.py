@@ -154,17 +154,10 @@ def decode_telemetry(state: ServerState, rec: Record) -> list[Work]:
     return [Work(tables=tables, key=("telemetry_batches", rec.tenant, doc.batch_id), rows=rows)]
 
 
-def decode_otlp(state: ServerState, rec: Record) -> list[Work]:
-    from aiflame.server.routes_otlp import decode_for_replay  # imports this module
-
-    return decode_for_replay(state, rec)
-
-
 DECODERS = {
     "push": decode_push,
     "ingest": decode_ingest,
     "telemetry": decode_telemetry,
-    "otlp": decode_otlp,
 }
 
 

@@ -15,8 +15,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from aiflame import __version__
 from aiflame.server.errors import NotFound
+from aiflame.version import __version__
 
 PAGES = {
     "fleet": "Fleet",

@@ -82,7 +82,7 @@ def start_otlp_grpc(config: ServerConfig, state):  # type: ignore[no-untyped-def
 def serve(config: ServerConfig) -> int:
     import uvicorn
 
-    from aiflame.server.app import build_app
+    from aiflame.server.app import WAL_DECODERS, build_app
     from aiflame.server.connections import ConnectionLimits, guarded_protocol
     from aiflame.server.state import ServerState
 
@@ -100,7 +100,7 @@ def serve(config: ServerConfig) -> int:
     except OSError as e:
         sock.close()
         raise AiflameError(f"--listen {config.listen}: {e.strerror}") from None
-    state = ServerState(config)
+    state = ServerState(config, WAL_DECODERS)
     scheme = "https" if config.tls_cert else "http"
     log.info("store: %s", state.url.describe())
     log.info("listening on %s://%s:%d (UI: /ui/fleet)", scheme, host, port)

@@ -10,6 +10,7 @@ import socket
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from aiflame.server.admission import QueryAdmission
@@ -45,8 +46,14 @@ class Counters:
         table[key] = table.get(key, 0) + n
 
 
+# How a logged request of one kind (push, ingest, telemetry, otlp) is decoded again when
+# the write-ahead log is replayed. The routes own the decoders; the server's assembly
+# (app.WAL_DECODERS) hands them over, so that the state imports no route.
+Decoder = Callable[["ServerState", Record], list[Work]]
+
+
 class ServerState:
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: ServerConfig, decoders: Mapping[str, Decoder]) -> None:
         self.config = config
         self.limits = config.limits
         self.tokens = TokenCheck(config.token_file)
@@ -87,7 +94,7 @@ class ServerState:
         wal_dir = os.path.join(base, "wal") if self.url.kind == "chdb" else config.wal_dir
         self.wal = WriteAheadLog(wal_dir, fsync=config.wal_fsync)
         self.wal_health = StoreHealth("wal")
-        self._replay_wal()
+        self._replay_wal(decoders)
         self.page_cache: dict[str, str] = {}
         self.admission = QueryAdmission(config.queries_per_client, config.queries_total)
         self._stop = threading.Event()
@@ -130,15 +137,13 @@ class ServerState:
             self.wal_health.succeeded()
         return None
 
-    def _replay_wal(self) -> None:
+    def _replay_wal(self, decoders: Mapping[str, Decoder]) -> None:
         """Pushes acknowledged by a process that died before storing them."""
         upto = self.wal.current
-        from aiflame.server.routes_ingest import DECODERS
-
         futures, skipped = [], 0
         for rec in self.wal.replay(upto):
             try:
-                works = DECODERS[rec.kind](self, rec)
+                works = decoders[rec.kind](self, rec)
             except RequestError as e:  # e.g. older than the retention by now: kept aside
                 skipped += 1
                 log.warning("wal: a logged %s cannot be stored: %s", rec.kind, e.message)

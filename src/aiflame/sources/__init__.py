@@ -1,4 +1,6 @@
-"""Importers: one module per input format, plus detection in :mod:`registry`.
+"""Importers: one module per input format, a package per family of formats (``kineto``,
+``nsys``, ``torch_memory``, ``hpctoolkit``, ``perf``, ``gpu_samples``, ``pprof``, ``folded``),
+plus detection in :mod:`registry` and the input handling they share (``inputs``, ``limits``).
 
 The registry (and with it every importer, numpy and the model) is imported on first use
 only, so that a light path such as collapsing ``perf script`` text starts fast.

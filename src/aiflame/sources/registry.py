@@ -1,7 +1,7 @@
 """Format detection and loading: every importer registers a sniffer and a loader.
 
 An importer module defines ``FORMAT`` (its name), ``sniff(head: bytes, path: str) -> bool``
-and ``load(source: Input, **options) -> Profile``, and is listed in ``IMPORTERS``. An
+and ``load(source: Input, **options) -> Profile``, and is listed in ``MODULE_OF_FORMAT``. An
 importer of traces also defines ``load_timeline(source: Input, **options) -> Timeline``:
 the slices in time that the Chrome trace exporter writes. A source of a GPU trace format
 also defines ``trace_input(source: Input, **options) -> TraceInput`` and
@@ -24,31 +24,33 @@ from aiflame.model import Profile
 from aiflame.model.strings import natural_key
 from aiflame.model.trace import TraceData
 from aiflame.sources.inputs import Input
-from aiflame.sources.nsys_db import SQLITE_MAGIC
+from aiflame.sources.nsys.db import SQLITE_MAGIC
 from aiflame.sources.trace_input import TraceInput
 
-# Most specific first: the first sniffer that says yes wins.
-IMPORTERS = (
-    "aiflame.sources.hpctoolkit",
-    "aiflame.sources.rocprof_pc",
-    "aiflame.sources.cupti_pc",
-    "aiflame.sources.ncu",
-    "aiflame.sources.iaprof",
-    "aiflame.sources.torch_memory",
-    "aiflame.sources.pprof",
-    "aiflame.sources.speedscope",
-    "aiflame.sources.kineto",
-    "aiflame.sources.trace_events",
-    "aiflame.sources.nsys",
-    "aiflame.sources.perf_script",
-    "aiflame.sources.austin",  # before folded: its lines are folded stacks with a P;T head
-    "aiflame.sources.folded",
-)
+# Each format's importer, most specific first: the first sniffer that says yes wins.
+MODULE_OF_FORMAT = {
+    "hpctoolkit": "aiflame.sources.hpctoolkit.importer",
+    "rocprofv3-pc": "aiflame.sources.gpu_samples.rocprof_pc",
+    "cupti-pc": "aiflame.sources.gpu_samples.cupti_pc",
+    "nsight-compute": "aiflame.sources.gpu_samples.ncu",
+    "iaprof": "aiflame.sources.gpu_samples.iaprof",
+    "torch-memory": "aiflame.sources.torch_memory.importer",
+    "pprof": "aiflame.sources.pprof.importer",
+    "speedscope": "aiflame.sources.speedscope",
+    "kineto": "aiflame.sources.kineto.importer",
+    "trace-events": "aiflame.sources.kineto.trace_events",
+    "nsys": "aiflame.sources.nsys.importer",
+    "perf-script": "aiflame.sources.perf.importer",
+    # austin before folded: its lines are folded stacks with a P;T head
+    "austin": "aiflame.sources.austin",
+    "folded": "aiflame.sources.folded.importer",
+}
+IMPORTERS = tuple(MODULE_OF_FORMAT.values())
 
 
 # The sources of GPU timelines (in IMPORTERS' order), which analyze reads: asked first, so
 # that reading a trace does not import every other importer.
-TRACE_SOURCES = ("aiflame.sources.kineto", "aiflame.sources.trace_events", "aiflame.sources.nsys")
+TRACE_SOURCES = tuple(MODULE_OF_FORMAT[f] for f in ("kineto", "trace-events", "nsys"))
 
 
 def _modules(names: Sequence[str] = IMPORTERS) -> list[ModuleType]:
@@ -64,16 +66,10 @@ def _modules(names: Sequence[str] = IMPORTERS) -> list[ModuleType]:
 
 def _module_of(fmt: str) -> ModuleType:
     """The importer of ``fmt``, importing no other (each costs its dependencies: protobuf,
-    sqlite...). Modules are named after their format (``perf-script``: ``perf_script``)."""
-    name = "aiflame.sources." + fmt.replace("-", "_")
-    if name in IMPORTERS:
-        mod = importlib.import_module(name)
-        if fmt == mod.FORMAT:
-            return mod
-    mods = {m.FORMAT: m for m in _modules()}
-    if fmt not in mods:
-        raise AiflameError(f"unknown input format '{fmt}' (known: {', '.join(mods)})")
-    return mods[fmt]
+    sqlite...)."""
+    if fmt not in MODULE_OF_FORMAT:
+        raise AiflameError(f"unknown input format '{fmt}' (known: {', '.join(formats())})")
+    return importlib.import_module(MODULE_OF_FORMAT[fmt])
 
 
 def formats() -> list[str]:
@@ -178,7 +174,7 @@ def load_many(
     per rank of a PyTorch profiler run. ``label_files``: a label key given to every sample,
     whose value names the input file it came from (its shortest distinct path suffix).
     """
-    from aiflame.sources.hpctoolkit import pair_inputs
+    from aiflame.sources.hpctoolkit.importer import pair_inputs
     from aiflame.transforms.gpujoin import join_gpu_samples
     from aiflame.transforms.group import with_label
     from aiflame.transforms.merge import merge

@@ -18,7 +18,7 @@ workspaces, other frameworks. The rules of the replay:
   first moment its live total is highest); pinned host memory (``cudaMallocHost``...)
   is in ``alloc-bytes`` with label ``memory=host`` but not in the GPU peak.
 
-The profile has the metrics of the snapshot importer (:mod:`aiflame.sources.torch_memory`):
+The profile has the metrics of the snapshot importer (:mod:`aiflame.sources.torch_memory.importer`):
 ``peak-bytes`` (live at the peak of the allocation's process), ``alloc-bytes``,
 ``alloc-count``, plus ``failed-alloc-count`` and ``failed-alloc-bytes``; one sample per
 call, timestamped at its allocation, ``meta["free_time_ns"]`` its free (-1: still live),
@@ -35,8 +35,8 @@ import numpy as np
 from aiflame.collectors.ebpf.cuda_apis import ALLOC, APIS, FREE
 from aiflame.collectors.ebpf.cuda_events import call_size
 from aiflame.model import FrameKind, Profile, ProfileBuilder, SampleType
-from aiflame.sources.torch_memory import fmt_bytes, timeline_blocks
-from aiflame.sources.torch_memory_replay import decimate
+from aiflame.sources.torch_memory.importer import fmt_bytes, timeline_blocks
+from aiflame.sources.torch_memory.replay import decimate
 
 SAMPLE_TYPES = (
     SampleType("peak-bytes", "bytes"),

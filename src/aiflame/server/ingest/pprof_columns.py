@@ -24,7 +24,7 @@ import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
-from aiflame.proto.profile_pb2 import Profile as FullProfile
+from aiflame.proto.pyroscope.google.v1.profile_pb2 import Profile as FullProfile
 from aiflame.server.errors import BadRequest
 
 U64 = np.uint64
