@@ -263,3 +263,15 @@ def test_an_hpcstruct_whose_deflate_stream_is_corrupt(tmp_path):
     struct.write_bytes(bytes(data))
     line = for_a_person(aiflame("analyze", str(measurements)), "corrupt gzip data")
     assert "Error -3" not in line
+
+
+def test_a_pickle_that_appends_to_a_dict(tmp_path):
+    """An APPEND opcode onto a dict (a chunk of a snapshot's pickle deleted, found by the
+    fuzzer): a corrupt pickle, not Python's own words."""
+    # {"segments": []}, then an item APPENDed to the dict: what a list's opcode does to it
+    hostile = b"\x80\x02}X\x08\x00\x00\x00segments]sK\x01a."
+    assert pickle.loads(hostile[:-4] + b".") == {"segments": []}  # the rest is well formed
+    path = tmp_path / "snapshot.pickle"
+    path.write_bytes(hostile)
+    for_a_person(aiflame("memory", str(path), "-o", str(tmp_path / "out.html")), "corrupt pickle")
+    assert not (tmp_path / "out.html").exists()

@@ -173,6 +173,11 @@ def _unpickle(f: BinaryIO, path: str) -> Any:
         ) from None
     except EOFError:
         raise InputError(path, "truncated pickle (unexpected end of data)") from None
+    except AttributeError:
+        # APPEND onto a dict, SETITEM onto a list...: pickle's own message is Python's
+        raise InputError(
+            path, "corrupt pickle (an item added to an object of the wrong kind)"
+        ) from None
     except (
         pickle.UnpicklingError,
         ValueError,
