@@ -44,7 +44,11 @@ HOT = textwrap.dedent(
 def test_agent_pushes_profiles_and_telemetry(server, tmp_path):
     prog = tmp_path / "hot.py"
     prog.write_text(HOT)
-    hot = subprocess.Popen([sys.executable, str(prog)])
+    # its own workload: series carry no pid, the service name finds it
+    service = f"agent-e2e-hot-{os.getpid()}"
+    hot = subprocess.Popen(
+        [sys.executable, str(prog)], env={**os.environ, "OTEL_SERVICE_NAME": service}
+    )
     env = dict(os.environ, PYTHONPATH=str(SRC))
     agent = subprocess.Popen(
         [
@@ -74,7 +78,7 @@ def test_agent_pushes_profiles_and_telemetry(server, tmp_path):
             now = int(time.time() * 1000)
             req = q.SelectMergeStacktracesRequest(
                 profile_typeID="process_cpu:cpu:nanoseconds:cpu:nanoseconds",
-                label_selector=f'{{pid="{hot.pid}"}}',
+                label_selector=f'{{service_name="{service}"}}',
                 start=now - 600_000,
                 end=now + 60_000,
             )
@@ -160,9 +164,10 @@ def test_agent_gpu_memory_profiles_in_grafana_profile_types(server, tmp_path):
     _stand_in_cuda(tmp_path)
     prog = tmp_path / "gpu_memory.py"
     prog.write_text(MEMORY_PROGRAM)
+    service = f"agent-e2e-memory-{os.getpid()}"  # its own workload (series carry no pid)
     target = subprocess.Popen(
         [sys.executable, str(prog), str(tmp_path / "libcudart.so.12"), "6"],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "OTEL_SERVICE_NAME": service},
     )  # fmt: skip
     env = dict(os.environ, PYTHONPATH=str(SRC))
     agent = subprocess.Popen(
@@ -177,7 +182,7 @@ def test_agent_gpu_memory_profiles_in_grafana_profile_types(server, tmp_path):
         assert target.returncode == 0 and "done" in out
         now = int(time.time() * 1000)
         span = {"start": now - 600_000, "end": now + 60_000}
-        selector = f'{{pid="{target.pid}"}}'
+        selector = f'{{service_name="{service}"}}'
         deadline, alloc = time.monotonic() + 60, None
         while time.monotonic() < deadline:
             time.sleep(2)

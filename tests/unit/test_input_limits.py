@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+from hostile_inputs import one_error_line
 
 from limited import GIB, limit_command
 
@@ -45,16 +46,6 @@ def aiflame_limited(*args: str, memory: int = 1 * GIB, env: dict | None = None):
         preexec_fn=limit_command(memory),
         env={**os.environ, **(env or {})},
     )
-
-
-def one_error_line(r: subprocess.CompletedProcess, *fragments: str) -> str:
-    err = r.stderr.decode()
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert r.returncode == 1 and "Traceback" not in err, err
-    assert len(lines) == 1 and lines[0].startswith("aiflame: error: "), err
-    for f in fragments:
-        assert f in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

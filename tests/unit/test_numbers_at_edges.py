@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hostile_inputs import one_error_line
 
 from aiflame.model import CallTree, ProfileBuilder
 from aiflame.render import jsonsafe
@@ -36,15 +37,6 @@ def aiflame(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "aiflame", *args], capture_output=True, timeout=300
     )
-
-
-def one_error_line(r: subprocess.CompletedProcess, *fragments: str) -> None:
-    err = r.stderr.decode()
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert r.returncode == 1 and "Traceback" not in err, err
-    assert len(lines) == 1 and lines[0].startswith("aiflame: error: "), err
-    for f in fragments:
-        assert f in lines[0], lines[0]
 
 
 # -- deep stacks --------------------------------------------------------------------------
