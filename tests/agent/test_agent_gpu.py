@@ -274,7 +274,7 @@ def test_gpus_held_by_pods_from_the_kubelet(agents, tmp_path, short_tmp, nvml_li
     """GPU 1 runs nothing but the kubelet's pod-resources API assigns it to a container:
     its time is allocated to that pod, and /metrics labels both GPUs with the pod holding
     them, as dcgm-exporter does (GPU 0's pod is the kubelet's, not its process's)."""
-    pytest.importorskip("grpc", reason="grpcio (the [fleet] extra) is not installed")
+    pytest.importorskip("grpc", reason="grpcio is not installed: pip install -e '.[fleet]'")
     from kubelet_standin import KubeletStandIn, list_response
 
     server = StandIn()

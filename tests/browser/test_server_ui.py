@@ -20,7 +20,7 @@ import pytest
 
 SERVER_TESTS = Path(__file__).resolve().parents[1] / "server"
 sys.path.insert(0, str(SERVER_TESTS))
-pytest.importorskip("chdb", reason="the UI test needs the fleet extra")
+pytest.importorskip("chdb", reason="the UI test needs the fleet extra: pip install -e '.[fleet]'")
 
 import payloads  # noqa: E402
 from serverproc import ServerProcess  # noqa: E402

@@ -129,7 +129,7 @@ def _stand_in_cuda(out) -> None:
     """The stand-in CUDA runtime and driver of tests/ebpf/cuda (their calls succeed)."""
     gcc = shutil.which("gcc")
     if gcc is None:
-        pytest.skip("gcc is not installed")
+        pytest.skip("needs gcc (apt-get install gcc)")
     cuda = SRC.parent / "tests" / "ebpf" / "cuda"
     flags = ["-O1", "-g", "-fno-omit-frame-pointer", "-shared", "-fPIC"]
     for step in (

@@ -15,7 +15,9 @@ import uuid
 
 import pytest
 
-pytest.importorskip("opentelemetry.proto", reason="OTLP needs the fleet extra")
+pytest.importorskip(
+    "opentelemetry.proto", reason="OTLP needs the fleet extra: pip install -e '.[fleet]'"
+)
 
 from serverproc import SRC, ServerProcess
 from srvclient import Client
