@@ -8,7 +8,9 @@ and every read endpoint's parameters, against a server on loopback, bounded in c
 The server is started here (embedded store in a temporary directory, a token file; every
 request carries the admin token unless the mutant changes it). Each case starts from a valid
 request of one endpoint (real pprof and trace files of tests/data, the agents' telemetry and
-heartbeats as docs/fleet-protocol.md defines them, Grafana's querier calls) and changes its
+heartbeats as docs/fleet-protocol.md defines them, Grafana's querier calls with Profiles
+Drilldown's, the settings and recording-rules services, OTLP profiles exports as the agent
+makes them, as protobuf and OTLP/JSON) and changes its
 structure: protobuf fields set to the edges of their types (int64 extremes, 5,000-element
 repeated fields, 70,000-character and hostile strings, unknown enum values), JSON values
 swapped for numbers at the edges (1e400, 2**64, NaN tokens), other types or nesting 100,000
@@ -59,6 +61,8 @@ from google.protobuf.message import Message  # noqa: E402
 
 from aiflame.proto.pyroscope.push.v1 import push_pb2  # noqa: E402
 from aiflame.proto.pyroscope.querier.v1 import querier_pb2 as qpb  # noqa: E402
+from aiflame.proto.pyroscope.settings.v1 import recording_rules_pb2 as rpb  # noqa: E402
+from aiflame.proto.pyroscope.settings.v1 import setting_pb2 as spb  # noqa: E402
 from aiflame.proto.pyroscope.types.v1 import types_pb2 as tpb  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
@@ -537,6 +541,27 @@ QUERIER: dict[str, Callable[[int], Message]] = {
         ),
     ),
     "GetProfileStats": lambda now: tpb.GetProfileStatsRequest(),
+    "SelectHeatmap": lambda now: qpb.SelectHeatmapRequest(
+        profile_typeID=CPU,
+        label_selector='{service_name="fuzz"}',
+        start=now - 3600_000,
+        end=now,
+        step=60,
+        limit=10,
+    ),
+    "SelectMergeSpanProfile": lambda now: qpb.SelectMergeSpanProfileRequest(
+        profile_typeID=CPU,
+        label_selector="{}",
+        span_selector=["0123456789abcdef"],
+        start=now - 3600_000,
+        end=now,
+        max_nodes=64,
+    ),
+    "AnalyzeQuery": lambda now: qpb.AnalyzeQueryRequest(
+        start=now - 3600_000,
+        end=now,
+        query="process_cpu:cpu:nanoseconds:cpu:nanoseconds{}",
+    ),
 }
 
 
@@ -555,6 +580,55 @@ def gen_querier(rng: random.Random, seeds: Seeds) -> Case:
     )
 
 
+SETTINGS: dict[str, Callable[[int], Message]] = {
+    "settings.v1.SettingsService/Get": lambda now: spb.GetSettingsRequest(),
+    "settings.v1.SettingsService/Set": lambda now: spb.SetSettingsRequest(
+        setting=spb.Setting(name="pluginSettings", value='{"fuzz": 1}', modifiedAt=now)
+    ),
+    "settings.v1.SettingsService/Delete": lambda now: spb.DeleteSettingsRequest(
+        name="pluginSettings"
+    ),
+    "settings.v1.RecordingRulesService/ListRecordingRules": (
+        lambda now: rpb.ListRecordingRulesRequest()
+    ),
+    "settings.v1.RecordingRulesService/UpsertRecordingRule": (
+        lambda now: rpb.UpsertRecordingRuleRequest(id="r1", metric_name="fuzz")
+    ),
+}
+
+
+def gen_settings(rng: random.Random, seeds: Seeds) -> Case:
+    method = rng.choice(list(SETTINGS))
+    msg = SETTINGS[method](int(_now() * 1000))
+    what = f"settings-{method.rpartition('/')[2]}+" + ",".join(mutate_message(rng, msg))
+    body, ctype, how = encode(rng, msg)
+    return Case(
+        "settings", what + how, "POST", f"/{method}", headers={"Content-Type": ctype}, body=body
+    )
+
+
+def _otlp_request(seeds: Seeds, rng: random.Random) -> Message:
+    """An OTLP profiles export of a real pprof, as the agent sends it."""
+    from aiflame.proto.otlp_export import Item, export_request
+
+    labels = {"service_name": "fuzz-otlp", "host": "fuzz-host", "pod": "p-1"}
+    item = Item(rng.choice(seeds.pprofs), labels, f"fz-{rng.getrandbits(40):x}")
+    return export_request([item], "fuzz")
+
+
+def gen_otlp(rng: random.Random, seeds: Seeds) -> Case:
+    msg = _otlp_request(seeds, rng)
+    what = "otlp"
+    if rng.random() < 0.8:
+        what += "+" + ",".join(mutate_message(rng, msg))
+    body, ctype, how = encode(rng, msg)
+    headers = {"Content-Type": "application/x-protobuf" if ctype == "application/proto" else ctype}
+    if rng.random() < 0.2:
+        body, headers["Content-Encoding"] = gzip.compress(body), "gzip"
+        how += "+gzip"
+    return Case("otlp", what + how, "POST", "/v1development/profiles", headers=headers, body=body)
+
+
 READS: dict[str, dict[str, str]] = {
     "/api/v1/attribution": {
         "from": "now-7d",
@@ -570,6 +644,23 @@ READS: dict[str, dict[str, str]] = {
     "/api/v1/traces": {"selector": "{}", "limit": "10", "from": "now-7d"},
     "/api/v1/traces/fz-1": {},
     "/api/v1/traces/fz-1/flamegraph": {},
+    "/api/v1/traces/fz-1/report": {"format": "html"},
+    "/pyroscope/render": {
+        "query": 'process_cpu:cpu:nanoseconds:cpu:nanoseconds{service_name="fuzz"}',
+        "from": "now-1h",
+        "until": "now",
+        "format": "json",
+        "max-nodes": "1024",
+    },
+    "/pyroscope/render-diff": {
+        "leftQuery": 'process_cpu:cpu:nanoseconds:cpu:nanoseconds{service_name="fuzz"}',
+        "leftFrom": "now-2h",
+        "leftUntil": "now-1h",
+        "rightQuery": 'process_cpu:cpu:nanoseconds:cpu:nanoseconds{service_name="fuzz"}',
+        "rightFrom": "now-1h",
+        "rightUntil": "now",
+    },
+    "/pyroscope/label-values": {"label": "service_name", "from": "now-1h", "until": "now"},
     "/api/v1/flamegraph": {
         "profile_type": CPU,
         "selector": '{service_name="fuzz"}',
@@ -614,6 +705,8 @@ GENERATORS: list[tuple[Callable[[random.Random, Seeds], Case], int]] = [
     (gen_trace, 1),
     (gen_querier, 7),
     (gen_read, 6),
+    (gen_settings, 2),
+    (gen_otlp, 5),
 ]
 
 
@@ -732,7 +825,13 @@ def _scalar_edges(f: FD) -> tuple:
     return UINT64 if f.type in (FD.TYPE_UINT64, FD.TYPE_FIXED64) else INT64
 
 
-def _message_sweep(method: str, build: Callable[[int], Message]) -> list[Case]:
+def _message_sweep(
+    method: str,
+    build: Callable[[int], Message],
+    path: str = "",
+    endpoint: str = "querier",
+    ctype: str = "application/proto",
+) -> list[Case]:
     """Each scalar field (and those of its direct sub-messages) at each edge of its type;
     repeated fields with one and with 5,000 of it."""
     out = []
@@ -747,7 +846,8 @@ def _message_sweep(method: str, build: Callable[[int], Message]) -> list[Case]:
         for value in _scalar_edges(f):
             short = not isinstance(value, str) or len(value) < 200
             for count in (1, 5000) if f.is_repeated and short else (1,):
-                msg = build(now)
+                msg = type(base := build(now))()
+                msg.CopyFrom(base)  # a copy: a build may hand out the same message
                 target = getattr(msg, parent) if parent else msg
                 try:
                     if f.is_repeated:
@@ -761,12 +861,12 @@ def _message_sweep(method: str, build: Callable[[int], Message]) -> list[Case]:
                 name = f"{parent}.{f.name}" if parent else f.name
                 out.append(
                     Case(
-                        "querier",
+                        endpoint,
                         f"sweep {method}.{name}={str(value)[:20]} x{count}",
                         "POST",
-                        f"/querier.v1.QuerierService/{method}",
+                        path or f"/querier.v1.QuerierService/{method}",
                         [],
-                        {"Content-Type": "application/proto"},
+                        {"Content-Type": ctype},
                         msg.SerializeToString(),
                     )
                 )
@@ -791,6 +891,12 @@ def sweep(seeds: Seeds) -> list[Case]:
     cases += _json_sweep("trace-request", "/api/v1/trace-requests", tr)
     for method, build in QUERIER.items():
         cases += _message_sweep(method, build)
+    for method, build in SETTINGS.items():
+        cases += _message_sweep(method, build, f"/{method}", "settings")
+    otlp = _otlp_request(seeds, random.Random(2))
+    cases += _message_sweep(
+        "Export", lambda now: otlp, "/v1development/profiles", "otlp", "application/x-protobuf"
+    )
     base = gen_ingest(random.Random(1), seeds)
     for k, _ in base.params:
         for v in SWEEP_PARAMS:

@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 pytest.importorskip(
-    "opentelemetry.proto", reason="OTLP needs the fleet extra (opentelemetry-proto)"
+    "opentelemetry.proto", reason="OTLP needs the fleet extra: pip install -e '.[fleet]'"
 )
 
 from opentelemetry.proto.collector.profiles.v1development import (

@@ -9,7 +9,7 @@ import tempfile
 
 import pytest
 
-pytest.importorskip("grpc", reason="grpcio (the [fleet] extra) is not installed")
+pytest.importorskip("grpc", reason="grpcio is not installed: pip install -e '.[fleet]'")
 
 from kubelet_standin import KubeletStandIn, list_response
 

@@ -35,7 +35,7 @@ def test_memory_snapshot_on_request(agents, tmp_path, short_tmp):
     try:
         import torch  # noqa: F401
     except ImportError:
-        need(False, "PyTorch is not installed")
+        need(False, "PyTorch is not installed (pip install torch; the CPU wheel will do)")
     sock = short_tmp / "agent.sock"
     agent = agents(
         ["--period", "5", "--metrics-listen", "", "--no-kineto-abstract", "--no-cuda",
@@ -98,7 +98,7 @@ def test_snapshots_asked_by_the_server_and_by_trace_server_are_uploaded(
     try:
         import torch  # noqa: F401
     except ImportError:
-        need(False, "PyTorch is not installed")
+        need(False, "PyTorch is not installed (pip install torch; the CPU wheel will do)")
     from standin_server import StandIn
 
     server = StandIn()

@@ -32,7 +32,7 @@ def test_trace_a_pytorch_training_loop_on_demand(agents, tmp_path, short_tmp):
     try:
         import torch  # noqa: F401
     except ImportError:
-        need(False, "PyTorch is not installed")
+        need(False, "PyTorch is not installed (pip install torch; the CPU wheel will do)")
     sock = short_tmp / "agent.sock"
     kineto_dir = short_tmp / "k"
     agent = agents(
@@ -115,7 +115,7 @@ def test_a_fleet_wide_request_from_the_server_is_traced_and_uploaded(agents, tmp
     try:
         import torch  # noqa: F401
     except ImportError:
-        need(False, "PyTorch is not installed")
+        need(False, "PyTorch is not installed (pip install torch; the CPU wheel will do)")
     from standin_server import StandIn
 
     server = StandIn()
@@ -178,7 +178,7 @@ def test_a_pod_without_mounts_is_traced_in_its_own_network_namespace(agents, tmp
     try:
         import torch  # noqa: F401
     except ImportError:
-        need(False, "PyTorch is not installed")
+        need(False, "PyTorch is not installed (pip install torch; the CPU wheel will do)")
     unshare = shutil.which("unshare")
     need(unshare is not None and os.geteuid() == 0, "needs root and unshare (util-linux)")
     sock = short_tmp / "agent.sock"

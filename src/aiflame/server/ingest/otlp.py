@@ -90,6 +90,8 @@ def parse(body: bytes, codec: str) -> svc.ExportProfilesServiceRequest:
         else:
             doc = json.loads(body.decode("utf-8") if body else "{}")
             json_format.ParseDict(_hex_ids_to_base64(doc), req, ignore_unknown_fields=True)
+    except RecursionError:  # JSON nested thousands deep: Python's parsers recurse
+        raise BadRequest("the body is nested too deeply for an OTLP/JSON request") from None
     except (DecodeError, json_format.ParseError, UnicodeDecodeError, ValueError) as e:
         what = "protobuf" if codec == "proto" else "OTLP/JSON"
         raise BadRequest(
