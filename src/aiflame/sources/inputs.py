@@ -131,6 +131,13 @@ def decode_head(head: bytes) -> str:
     return head.decode(detect_encoding(head), errors="replace")
 
 
+def corrupt_gzip(e: Exception) -> str:
+    """What zlib or gzip found wrong, in words of its own: zlib says "Error -3 while
+    decompressing data: invalid distance too far back", the reason is the last part."""
+    reason = str(e).rpartition("decompressing data: ")[2] or str(e)
+    return f"corrupt gzip data ({reason})"
+
+
 class _GuardedStream(io.RawIOBase):
     """Turns gzip's exceptions on truncated / corrupt data into :class:`InputError`, and
     enforces the limits of :mod:`limits`: the length of a line (bytes since the last
@@ -162,9 +169,7 @@ class _GuardedStream(io.RawIOBase):
         except EOFError:
             raise InputError(self._path, "truncated gzip data") from None
         except (gzip.BadGzipFile, zlib.error, OSError) as e:
-            # zlib says "Error -3 while decompressing data: invalid distance too far back"
-            reason = str(e).rpartition("decompressing data: ")[2] or str(e)
-            raise InputError(self._path, f"corrupt gzip data ({reason})") from None
+            raise InputError(self._path, corrupt_gzip(e)) from None
         if not n:
             return 0
         self._size += n

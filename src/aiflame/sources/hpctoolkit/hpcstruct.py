@@ -19,6 +19,7 @@ import zlib
 from bisect import bisect_right
 from dataclasses import dataclass
 
+from aiflame.sources.inputs import corrupt_gzip
 from aiflame.symbolize.cxa import Demangler
 from aiflame.symbolize.demangle import is_mangled
 
@@ -105,13 +106,10 @@ def read_structure(path: str) -> list[Structure]:
             return _Parser().parse(f)
     except EOFError:
         raise StructError("truncated gzip data") from None
-    except (OSError, zlib.error) as e:
-        # zlib says "Error -3 while decompressing data: invalid distance too far back"
-        reason = str(e).rpartition("decompressing data: ")[2] or str(e)
-        what = (
-            "corrupt gzip data" if isinstance(e, gzip.BadGzipFile | zlib.error) else "cannot read"
-        )
-        raise StructError(f"{what} ({reason})") from None
+    except (gzip.BadGzipFile, zlib.error) as e:
+        raise StructError(corrupt_gzip(e)) from None
+    except OSError as e:
+        raise StructError(f"cannot read ({e})") from None
     except ET.ParseError as e:
         raise StructError(f"not a valid hpcstruct file ({e})") from None
 

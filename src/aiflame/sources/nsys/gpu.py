@@ -59,10 +59,15 @@ class Call(NamedTuple):
     is_backtrace: bool
 
 
+def require_times(db: NsysDB) -> None:
+    """Fail in one line where a GPU activity table lacks the times every release writes."""
+    for table in GPU_TABLES:
+        db.require(table, "start", "end")
+
+
 def activities(db: NsysDB, builder: ProfileBuilder, kernel_names: str) -> Iterator[Activity]:
     """Every GPU activity, with its leaf frame interned."""
-    for table in (KERNEL, MEMCPY, MEMSET, GRAPH):
-        db.require(table, "start", "end")
+    require_times(db)
     strings = db.strings
     name_cols = ["demangledName", "shortName"]
     text_of = lambda name: name if isinstance(name, str) else strings.get(name, "")  # noqa: E731

@@ -31,7 +31,15 @@ from aiflame.model import ProfileBuilder
 from aiflame.model.trace import Kind, TraceData, is_communication
 from aiflame.sources.inputs import Input
 from aiflame.sources.nsys.db import NsysDB, open_db, process_key
-from aiflame.sources.nsys.gpu import GPU_TABLES, GRAPH, KERNEL, MEMCPY, MEMSET, RUNTIME
+from aiflame.sources.nsys.gpu import (
+    GPU_TABLES,
+    GRAPH,
+    KERNEL,
+    MEMCPY,
+    MEMSET,
+    RUNTIME,
+    require_times,
+)
 from aiflame.sources.nsys.gpu import copy_kinds as nsys_copy_kinds
 from aiflame.sources.nsys.labels import Labels
 from aiflame.sources.nsys.nvtx import range_types
@@ -89,8 +97,7 @@ class _Reader:
     def gpu(self) -> dict[str, np.ndarray]:
         db, strings = self.db, self.db.strings
         common = ["start", "end", "deviceId", "correlationId", "globalPid", "streamId"]
-        for table in (KERNEL, MEMCPY, MEMSET, GRAPH):
-            db.require(table, "start", "end")
+        require_times(db)
         # (*common, name, kind, bytes)
         rows: list[tuple[int, int, int, int, int, int, int, int, int]] = []
         for *r, name in db.select(KERNEL, [*common, ["demangledName", "shortName"]]):
