@@ -402,8 +402,10 @@ class Identities:
             labels["comm"] = comm
         argv = command_args(pid, self.proc)
         command = clip(" ".join(argv))
-        redacted = clip(redact_command(argv))
-        if self.rules.command and redacted:
+        rules = self.rules
+        needs_command = rules.command or rules.include or rules.exclude or rules.relabel
+        redacted = clip(redact_command(argv)) if needs_command else ""  # (~0.2 ms a process)
+        if rules.command and redacted:
             labels["command"] = redacted
         uid = real_uid(pid, self.proc)
         if uid is not None:

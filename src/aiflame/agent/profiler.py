@@ -212,7 +212,12 @@ class ContinuousProfiler:
         # (an interpreter that maps libpython after its exec is looked for twice a second)
         self.sampler = CpuSampler(
             SamplerOptions(
-                freq=rate_hz, pids=None, max_snapshots=3, python_search_s=0.5, code_maps_only=True
+                freq=rate_hz,
+                pids=None,
+                max_snapshots=3,
+                python_search_s=0.5,
+                code_maps_only=True,
+                python_at_second_look=True,
             )
         )
         self.probes: CudaProbes | None = None

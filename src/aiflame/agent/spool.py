@@ -102,17 +102,22 @@ def _fsync_write(path: str, data: bytes, sync: bool = True) -> None:
     os.replace(tmp, path)
 
 
-def _syncfs(path: str) -> None:
-    """Flush the file system holding ``path`` (one call for a period's files, where a
-    fsync per file would be two per profile)."""
-    import ctypes
-
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if ctypes.CDLL(None, use_errno=True).syncfs(fd) != 0:
+def _fsync_files(paths: list[str], directories: set[str]) -> None:
+    """Make these files and the directory entries naming them durable. Each file on its
+    own: a ``syncfs`` would flush the whole file system, whatever else the host writes
+    to it (a training job's checkpoints), and wait for it. A file already gone (sent and
+    removed meanwhile) needs nothing."""
+    for path in [*paths, *sorted(directories)]:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
             os.fsync(fd)
-    finally:
-        os.close(fd)
+        except OSError:
+            pass  # (the next write to a full or failing disk fails, and is counted)
+        finally:
+            os.close(fd)
 
 
 class Spool:
@@ -301,7 +306,15 @@ class Spool:
             staged, self._staged = self._staged, []
         if not staged:
             return
-        _syncfs(self.root)
+        paths: list[str] = []
+        directories: set[str] = set()
+        for entries, _ in staged:
+            first = entries[0]  # its payload is the other queues' too (hard links)
+            base = os.path.join(self.root, first.queue, first.stem)
+            paths += [f"{base}.json", f"{base}.{first.ext}"]
+            paths += [os.path.join(self.root, e.queue, f"{e.stem}.json") for e in entries[1:]]
+            directories.update(os.path.join(self.root, e.queue) for e in entries)
+        _fsync_files(paths, directories)
         records = [record for _, record in staged]
         with contextlib.suppress(OSError):  # (counted in write_error; the files are there)
             self._make_room_for(lambda: self._ledger_many(records))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -90,11 +92,33 @@ class Maps:
         maps._made = {}
         return maps
 
+    @classmethod
+    def parse_shared(cls, text: str) -> Maps:
+        """:meth:`parse`, the same object for the same text while it is among the last few
+        parsed: a profiler that finds a new process's interpreter, then symbolizes its
+        stacks, reads one snapshot of its maps twice."""
+        with _RECENT_LOCK:
+            found = _RECENT.pop(text, None)
+        if found is None:
+            found = cls.parse(text)
+        with _RECENT_LOCK:
+            if len(_RECENT) >= _MAX_RECENT:
+                del _RECENT[next(iter(_RECENT))]
+            _RECENT[text] = found  # the most recently used last
+        return found
+
     @property
     def mappings(self) -> list[Mapping]:
         if self._mappings is None:
             self._mappings = [self[i] for i in range(len(self._lines))]
         return self._mappings
+
+    def matching(self, pattern: re.Pattern[str]) -> list[Mapping]:
+        """The mappings whose line ``pattern`` finds something in; only those lines are
+        parsed (a system-wide profiler looks for a few files in every new process's maps)."""
+        if self._mappings is not None:
+            return [m for m in self._mappings if pattern.search(m.path)]
+        return [self[i] for i, line in enumerate(self._lines) if pattern.search(line)]
 
     def find(self, addrs: np.ndarray) -> np.ndarray:
         """Index of the mapping holding each address, -1 where none does."""
@@ -118,3 +142,8 @@ class Maps:
             )  # (a line whose range parsed and whose rest did not: anonymous)
             self._made[i] = found
         return found
+
+
+_RECENT_LOCK = threading.Lock()  # (the agent's trace threads symbolize too)
+_RECENT: dict[str, Maps] = {}  # maps text -> its parse (see Maps.parse_shared)
+_MAX_RECENT = 16

@@ -208,7 +208,7 @@ class SymbolResolver:
         key = (pid, len(maps_text), hash(maps_text))
         found = self._processes.pop(key, None)
         if found is None:
-            found = ProcessSymbols(self, pid, Maps.parse(maps_text))
+            found = ProcessSymbols(self, pid, Maps.parse_shared(maps_text))
             if len(self._processes) >= self.max_processes:
                 del self._processes[next(iter(self._processes))]  # the least recently used
         self._processes[key] = found  # the most recently used last

@@ -258,12 +258,21 @@ def build_profile(
         cache.cgroups.update({c: found.get(c, "") for c in unknown})
     stats = StackStats()
     ids: dict[tuple[int, int, int, int, str], int] = {}
+    # the cached stacks share their Frame objects: each is interned once per profile
+    frame_ids: dict[int, int] = {}  # id(Frame) -> frame id (the cache keeps them alive)
+
+    def frame_id(f: Frame) -> int:
+        found = frame_ids.get(id(f))
+        if found is None:
+            found = frame_ids[id(f)] = builder.frames.intern_frame(f)
+        return found
+
     for key, count in raw.counts:
         ck = cache_key(key)
         stack_frames, truncated, at_limit = cache.stacks[ck]
         stack_id = ids.get(ck)
         if stack_id is None:
-            stack_id = ids[ck] = builder.stack(builder.frames.intern_frame(f) for f in stack_frames)
+            stack_id = ids[ck] = builder.stack(map(frame_id, stack_frames))
         walked = key.python_stack >= 0 and bool(raw.python_frames.get((key.pid, key.python_stack)))
         if walked:  # complete down to the program's first Python frame
             stats.user_stacks += count

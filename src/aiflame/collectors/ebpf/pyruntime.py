@@ -66,10 +66,11 @@ def candidate_files(maps: Maps) -> list[Mapping]:
     code mapped executable, so that a file only mapped to be read (a symbolizer reading
     another interpreter's symbols, as a profiler in the same process does) is not taken
     for the process's interpreter."""
-    loaded = {m.path for m in maps.mappings if m.is_file and m.executable}
+    mappings = maps.matching(_MAYBE_PYTHON)  # the lines of other files are not parsed
+    loaded = {m.path for m in mappings if m.is_file and m.executable}
     seen: set[str] = set()
     out = []
-    for m in maps.mappings:
+    for m in mappings:
         if m.path in loaded and m.path not in seen and _PYTHON_FILE.search(m.path):
             seen.add(m.path)
             out.append(m)
@@ -91,7 +92,7 @@ def find_python(pid: int, maps_text: str | None = None) -> PythonProcess:
             raise UnsupportedPython(f"cannot read the mappings of process {pid}: {e}") from e
     if not _MAYBE_PYTHON.search(maps_text):
         raise UnsupportedPython(NO_INTERPRETER)
-    maps = Maps.parse(maps_text)
+    maps = Maps.parse_shared(maps_text)  # symbolizing its stacks parses it again
     candidates = candidate_files(maps)
     if not candidates:
         raise UnsupportedPython(NO_INTERPRETER)

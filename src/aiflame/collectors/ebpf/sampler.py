@@ -79,6 +79,12 @@ class SamplerOptions:
     # process's heap and stacks change all the time, its code rarely (a continuous profiler
     # then re-reads the code mappings only when they change)
     code_maps_only: bool = False
+    # describe a new process's interpreter to the kernel only once it is still running at
+    # its second look (RESNAPSHOT_S after its first sample): its first sample was taken
+    # before any description could be, and most processes a busy host starts end before
+    # the second look (a system-wide profiler's cost per new process; a recording of
+    # chosen programs describes at once)
+    python_at_second_look: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +195,7 @@ class CpuSampler:
         self._stats_base: dict[str, int] = {}
         self._exited: set[int] = set()
         self._next_python_search = 0.0
+        self._undescribed: set[int] = set()  # interpreters to describe at the next look
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -297,8 +304,8 @@ class CpuSampler:
             not_python = texts is not None and bool(texts) and "python" not in texts[-1]
             if pid in self._pythons.readers or until < now or not_python:
                 del self._python_search[pid]
-            else:
-                self._snapshot(pid)
+            elif not self._snapshot(pid):
+                del self._python_search[pid]  # it has ended
         self._name_python_stacks()
 
     def stop(self) -> RawProfile:
@@ -337,22 +344,25 @@ class CpuSampler:
         self._snapshot(pid)
         self._recheck[pid] = time.monotonic() + RESNAPSHOT_S
 
-    def _snapshot(self, pid: int) -> None:
-        """Keep the process's current mappings (a new text after an exec or dlopen)."""
+    def _snapshot(self, pid: int) -> bool:
+        """Keep the process's current mappings (a new text after an exec or dlopen).
+        False when the process has ended (or its pid is another process's now)."""
         started = _start_time(pid)
         if started is None or self._started.setdefault(pid, started) != started:
-            return  # gone, or the pid now belongs to another process: keep the old maps
+            return False  # keep the old maps
         text = _read(f"/proc/{pid}/maps")
         if text is None:
-            return
+            return False
         seen = hash(text)
         if self._maps_hash.get(pid) == seen and pid in self.commands:
-            return  # as at the last look (a continuous profiler looks again and again)
+            self._second_look(pid)  # as at the last look (a continuous profiler looks again)
+            return True
         self._maps_hash[pid] = seen
         if self.options.code_maps_only:
             text = code_mappings(text)
         texts = self.maps.setdefault(pid, [])
-        changed = not texts or texts[-1] != text
+        first_look = not texts
+        changed = first_look or texts[-1] != text
         if changed:
             exe_changed = not texts or texts[-1].split("\n", 1)[0] != text.split("\n", 1)[0]
             texts.append(text)
@@ -360,16 +370,29 @@ class CpuSampler:
             if keep and len(texts) > keep:
                 del texts[:-keep]
             # a described interpreter stays described until an exec replaces the program
-            if exe_changed or pid not in self._pythons.readers:
+            if first_look and self.options.python_at_second_look:
+                self._undescribed.add(pid)
+            elif exe_changed or pid not in self._pythons.readers:
+                self._undescribed.discard(pid)
                 self._describe_python(pid, text)
+        else:
+            self._second_look(pid)
         if not changed and pid in self.process_names and pid in self.commands:
-            return  # the same program as at the last look (an exec changes its maps)
+            return True  # the same program as at the last look (an exec changes its maps)
         comm = _read(f"/proc/{pid}/comm")
         if comm:
             self.process_names[pid] = comm.strip()
         command = _command_line(pid)
         if command:
             self.commands[pid] = command
+        return True
+
+    def _second_look(self, pid: int) -> None:
+        """Describe the interpreter of a process that is still running (see
+        ``SamplerOptions.python_at_second_look``)."""
+        if pid in self._undescribed:
+            self._undescribed.discard(pid)
+            self._describe_python(pid, self.maps[pid][-1])
 
     # -- Python stacks -----------------------------------------------------------------------
     def walks_python(self, pid: int) -> bool:
@@ -377,7 +400,9 @@ class CpuSampler:
         maps were not read yet)."""
         if self.obj is None or self.python_unavailable:
             return False
-        if pid not in self._pythons.readers:
+        if pid in self._undescribed:  # asked for before its second look
+            self._second_look(pid)
+        elif pid not in self._pythons.readers:
             self._snapshot(pid)
         return pid in self._pythons.readers
 
@@ -565,6 +590,7 @@ class CpuSampler:
                 table.pop(pid, None)
             self._recheck.pop(pid, None)
             self._python_search.pop(pid, None)
+            self._undescribed.discard(pid)
             if self.obj is not None:
                 self._pythons.forget(self.obj, pid)
         if gone:
