@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import subprocess
 import sys
 import textwrap
 from collections import Counter
@@ -24,7 +25,7 @@ from test_cpu_sampling import sample
 import pythons
 from aiflame.collectors.ebpf.cpu_profile import build_profile
 from aiflame.collectors.ebpf.pyruntime import find_python
-from aiflame.collectors.ebpf.sampler import RawProfile
+from aiflame.collectors.ebpf.sampler import CpuSampler, RawProfile, SamplerOptions
 from aiflame.model import FrameKind, Profile
 from aiflame.symbolize.process import SymbolResolver
 from aiflame.symbolize.pyframes import PythonNaming
@@ -221,3 +222,44 @@ def test_a_program_in_its_own_pid_namespace(tmp_path):
             assert py[:4] == [MODULE, named("main"), named("forward", "Model"), named("spin")]
             in_spin += value
     assert in_spin >= 0.5 * 0.5 * 499 * 0.6, (in_spin, total, raw.stats)
+
+
+def test_an_interpreter_described_at_its_second_look(tmp_path):
+    """The agent's way (``python_at_second_look``): a new process's interpreter is
+    described only if it still runs at its second look (its maps read again RESNAPSHOT_S
+    after its exec, or at the next search for starting interpreters): most processes a
+    busy host starts have ended by then, and describing them was most of what a new
+    process cost. A program that runs on has its Python stacks walked from its second
+    look; one that ends before is never described."""
+    (tmp_path / "threads.py").write_text(textwrap.dedent(PROGRAM))
+    (tmp_path / "short.py").write_text(
+        "import time\nt = time.time()\nwhile time.time() - t < 0.05:\n    pass\n"
+    )
+    # no search for starting interpreters while this runs: the second look is RESNAPSHOT_S
+    options = SamplerOptions(freq=499, pids=None, python_search_s=30.0, code_maps_only=True,
+                             python_at_second_look=True)  # fmt: skip
+    sampler = CpuSampler(options)  # every process, as the agent samples
+    sampler.start()
+    try:
+        sampler.poll(10)  # (the first search, of nothing yet)
+        pids = []
+        for program in ("short.py", "threads.py"):
+            proc = subprocess.Popen([sys.executable, str(tmp_path / program)])
+            pids.append(proc.pid)
+            while proc.poll() is None:
+                sampler.poll(20)
+        raw = sampler.stop()
+    finally:
+        sampler.close()
+    short, long = pids
+
+    def samples(pid: int) -> tuple[int, int]:
+        mine = [(k, c) for k, c in raw.counts if k.pid == pid]
+        walked = sum(c for k, c in mine if raw.python_frames.get((pid, k.python_stack)))
+        return walked, sum(c for _, c in mine) - walked
+
+    assert samples(short)[1] >= 5 and short not in raw.python_modules  # sampled, not described
+    assert raw.python_modules.get(long), raw.python_unsupported
+    walked, not_walked = samples(long)
+    assert walked >= 200  # 1.5 s of CPU at 499 Hz, less its first 0.2 s
+    assert not_walked >= 30  # its first 0.2 s (described at its exec: its start-up's few)
