@@ -4,6 +4,7 @@
     sudo python benchmarks/bench_agent.py rss [--seconds 3600]  # 100 processes a minute
     sudo python benchmarks/bench_agent.py trace-latency [--trials 5]
     sudo python benchmarks/bench_agent.py host [--seconds 3600] [--churn 150]
+    sudo python benchmarks/bench_agent.py fixed-rate [--seconds 180] [--churn 150] [--src DIR]
 
 ``host``: the agent at its defaults and bpftrace's profile at the same rate side by side,
 in one run, on a host that starts ``--churn`` processes a minute (``Spawner``) beside two
@@ -641,6 +642,39 @@ def bench_host(args: argparse.Namespace) -> dict[str, object]:
     return results
 
 
+def bench_fixed_rate(args: argparse.Namespace) -> dict[str, object]:
+    """The agent at a fixed 19 Hz (budget off, no destination) beside the two services and
+    ``--churn`` processes a minute: what its defaults cost before the budget steps in
+    (``--src``: the agent of other sources, for a before/after on the same machine)."""
+    stats_fd = enable_bpf_stats()
+    if stats_fd is None:
+        raise SystemExit("the kernel's BPF statistics cannot be enabled (root, Linux 5.8+)")
+    tmp = Path(tempfile.mkdtemp(prefix="bench-fixed-"))
+    procs = [
+        subprocess.Popen([sys.executable, str(PROGRAMS / "hot_model.py"), str(args.seconds + 180)],
+                         env={**os.environ, "OTEL_SERVICE_NAME": name})
+        for name in SERVICES
+    ]  # fmt: skip
+    spawner = Spawner(args.churn)
+    spawner.start()
+    env = {**ENV, "PYTHONPATH": str(Path(args.src).resolve())} if args.src else None
+    agent, _ = start_agent(tmp, ["--cpu-budget-percent", "0"], env=env)
+    try:
+        time.sleep(60)  # the agent's start reads every running program's symbols
+        spawned0 = spawner.spawned
+        result: dict[str, object] = dict(measure(agent.pid, args.seconds))
+        result["spawned"] = spawner.spawned - spawned0
+    finally:
+        spawner.stop()
+        stop(agent, signal.SIGTERM)
+        for p in procs:
+            p.kill()
+            p.wait()
+        os.close(stats_fd)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return result
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="what", required=True)
@@ -670,9 +704,13 @@ def main() -> None:
     host.add_argument(
         "--budget-off", action="store_true", help="the agents at the full rate throughout"
     )
+    fixed = sub.add_parser("fixed-rate")
+    fixed.add_argument("--seconds", type=float, default=180)
+    fixed.add_argument("--churn", type=float, default=150, help="processes started a minute")
+    fixed.add_argument("--src", help="run the agent of these sources (default: this checkout's)")
     args = p.parse_args()
     run = {"cpu": bench_cpu, "rss": bench_rss, "trace-latency": bench_trace_latency,
-           "host": bench_host}[args.what]  # fmt: skip
+           "host": bench_host, "fixed-rate": bench_fixed_rate}[args.what]  # fmt: skip
     print(json.dumps(run(args), indent=1))
 
 
