@@ -634,12 +634,16 @@ def bench_host(args: argparse.Namespace) -> dict[str, object]:
         stop(agent, signal.SIGTERM)
         if bt.poll() is None:
             stop(bt)
-        for p in procs:
-            p.kill()
-            p.wait()
-        os.close(stats_fd)
-        shutil.rmtree(tmp, ignore_errors=True)
+        clean_up(procs, stats_fd, tmp)
     return results
+
+
+def clean_up(procs: list[subprocess.Popen], stats_fd: int, tmp: Path) -> None:
+    for p in procs:
+        p.kill()
+        p.wait()
+    os.close(stats_fd)
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def bench_fixed_rate(args: argparse.Namespace) -> dict[str, object]:
@@ -667,11 +671,7 @@ def bench_fixed_rate(args: argparse.Namespace) -> dict[str, object]:
     finally:
         spawner.stop()
         stop(agent, signal.SIGTERM)
-        for p in procs:
-            p.kill()
-            p.wait()
-        os.close(stats_fd)
-        shutil.rmtree(tmp, ignore_errors=True)
+        clean_up(procs, stats_fd, tmp)
     return result
 
 
