@@ -64,10 +64,14 @@ def test_what_is_machinery():
 @pytest.mark.slow
 def test_record_folds_imports_unless_asked(tmp_path):
     prog = tmp_path / "imports.py"
+    # a module that works while it is imported: the import machinery is on the stack for
+    # a tenth of a second or more, however late the sampler starts on a loaded machine
+    (tmp_path / "heavy_module.py").write_text("total = sum(i * i for i in range(3_000_000))\n")
     prog.write_text(
         textwrap.dedent(
             """
             import json, email.parser, http.client, xml.dom.minidom, decimal, unittest
+            import heavy_module
             def work():
                 s = 0
                 for i in range(4_000_000):
