@@ -138,6 +138,9 @@ def test_work_on_the_wall_clock_second_is_sampled_in_proportion(agents, tmp_path
             periods.add(pprof_samples(raw)[2].period)
     expected = cpu * 2  # samples per CPU-second at 2 Hz
     assert expected > 10, cpu
-    assert 0.4 * expected <= samples <= 2.0 * expected, (samples, expected, cpu)
+    # In step with the second, the count would be all or nothing (about 5x the expected
+    # or 0). The ticks of one period share a phase, so the count varies widely around the
+    # expected on a loaded machine (0.36x seen once in CI): the bounds are that wide.
+    assert 0.25 * expected <= samples <= 2.0 * expected, (samples, expected, cpu)
     assert len(periods) > 3  # a sampling period of its own in each period: jittered
     assert all(0.79 * 5e8 <= p <= 1.21 * 5e8 for p in periods), periods
