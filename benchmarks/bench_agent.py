@@ -120,6 +120,23 @@ class Spawner(threading.Thread):
         self.join(30)
 
 
+def bpf_stats_on() -> int:
+    """A descriptor that keeps the kernel's BPF run-time statistics on while it is open."""
+    fd = enable_bpf_stats()
+    if fd is None:
+        raise SystemExit("the kernel's BPF statistics cannot be enabled (root, Linux 5.8+)")
+    return fd
+
+
+def start_services(seconds: float) -> list[tuple[subprocess.Popen, str]]:
+    """The two busy Python services (``hot_model.py``), named by ``OTEL_SERVICE_NAME``."""
+    return [
+        (subprocess.Popen([sys.executable, str(PROGRAMS / "hot_model.py"), str(seconds)],
+                          env={**os.environ, "OTEL_SERVICE_NAME": name}), name)
+        for name in SERVICES
+    ]  # fmt: skip
+
+
 def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -210,9 +227,7 @@ def measure(pid: int, seconds: float) -> dict[str, float]:
 
 
 def bench_cpu(args: argparse.Namespace) -> dict[str, object]:
-    stats_fd = enable_bpf_stats()
-    if stats_fd is None:
-        raise SystemExit("the kernel's BPF statistics cannot be enabled (root, Linux 5.8+)")
+    stats_fd = bpf_stats_on()
     tmp = Path(tempfile.mkdtemp(prefix="bench-agent-"))
     spin = build_spin(tmp)
     warm = 20.0
@@ -498,9 +513,7 @@ def bpftrace_samples(text: str, pids: dict[int, str]) -> dict[str, int]:
 
 
 def bench_host(args: argparse.Namespace) -> dict[str, object]:
-    stats_fd = enable_bpf_stats()
-    if stats_fd is None:
-        raise SystemExit("the kernel's BPF statistics cannot be enabled (root, Linux 5.8+)")
+    stats_fd = bpf_stats_on()
     if not shutil.which("bpftrace"):
         raise SystemExit("bpftrace is not installed (apt-get install bpftrace)")
     tmp = Path(tempfile.mkdtemp(prefix="bench-host-"))
@@ -510,11 +523,7 @@ def bench_host(args: argparse.Namespace) -> dict[str, object]:
     server, url = start_server(tmp)
     procs.append(server)
     services = {}
-    for name in SERVICES:
-        p = subprocess.Popen(
-            [sys.executable, str(PROGRAMS / "hot_model.py"), str(total + 60)],
-            env={**os.environ, "OTEL_SERVICE_NAME": name},
-        )
+    for p, name in start_services(total + 60):
         procs.append(p)
         services[p.pid] = name
     spawner = Spawner(args.churn)
@@ -650,15 +659,9 @@ def bench_fixed_rate(args: argparse.Namespace) -> dict[str, object]:
     """The agent at a fixed 19 Hz (budget off, no destination) beside the two services and
     ``--churn`` processes a minute: what its defaults cost before the budget steps in
     (``--src``: the agent of other sources, for a before/after on the same machine)."""
-    stats_fd = enable_bpf_stats()
-    if stats_fd is None:
-        raise SystemExit("the kernel's BPF statistics cannot be enabled (root, Linux 5.8+)")
+    stats_fd = bpf_stats_on()
     tmp = Path(tempfile.mkdtemp(prefix="bench-fixed-"))
-    procs = [
-        subprocess.Popen([sys.executable, str(PROGRAMS / "hot_model.py"), str(args.seconds + 180)],
-                         env={**os.environ, "OTEL_SERVICE_NAME": name})
-        for name in SERVICES
-    ]  # fmt: skip
+    procs = [p for p, _ in start_services(args.seconds + 180)]
     spawner = Spawner(args.churn)
     spawner.start()
     env = {**ENV, "PYTHONPATH": str(Path(args.src).resolve())} if args.src else None

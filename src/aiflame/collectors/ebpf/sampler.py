@@ -364,7 +364,7 @@ class CpuSampler:
         first_look = not texts
         changed = first_look or texts[-1] != text
         if changed:
-            exe_changed = not texts or texts[-1].split("\n", 1)[0] != text.split("\n", 1)[0]
+            exe_changed = first_look or texts[-1].split("\n", 1)[0] != text.split("\n", 1)[0]
             texts.append(text)
             keep = self.options.max_snapshots
             if keep and len(texts) > keep:
