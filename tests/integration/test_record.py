@@ -74,7 +74,7 @@ def test_pure_python_program_same_output_and_default_files(tmp_path):
         BUSY
         + """
 print("result", sum(range(10)), sys.argv[1:])
-busy_function(2.0)  # long beside start-up, which is slow on a loaded machine
+busy_function(4.0)  # long beside start-up: py-spy --native attaches in seconds when loaded
 print("done")
 """,
     )
