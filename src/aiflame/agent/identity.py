@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from aiflame.agent.cgroup_ids import CgroupIdentity, cgroup_path, parse_cgroup_path
 from aiflame.agent.redact import redact_command, single_line
 from aiflame.agent.relabel import ProcessMatcher, RelabelRule, relabel, selected
+from aiflame.collectors.procs import read_small
 
 MAX_NAMES_REMEMBERED = 1024  # program names whose last series is kept for gone processes
 MAX_LABEL_BYTES = 1024  # docs/fleet-protocol.md: label values are at most 1,024 bytes
@@ -114,11 +115,8 @@ class LabelRules:
 
 
 def read_text(path: str, limit: int = 1 << 16) -> str | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read(limit).decode("utf-8", "replace")
-    except OSError:
-        return None
+    data = read_small(path, limit)
+    return None if data is None else data.decode("utf-8", "replace")
 
 
 def parse_environ(data: bytes) -> dict[str, str]:

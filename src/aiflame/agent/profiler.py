@@ -86,6 +86,7 @@ GPU_API_TYPES = [
 KERNEL_PID = 0  # the pseudo-process of kernel threads' samples
 SCAN_STEPS_S = (0.5, 2.0, 5.0, 15.0, 30.0, 60.0)
 PROC_LIST_S = 1.0  # how often /proc is listed for new processes
+MAPS_FRESH_S = 1.0  # maps the sampler read this recently are current enough for the probes
 MAX_CACHED_STACKS = 200_000
 MAX_SYMBOL_FILES = 256
 # Each period samples at a period drawn within this fraction of 1 / rate (its profiles say
@@ -301,8 +302,9 @@ class ContinuousProfiler:
                         due.append(pid)
                     later = now + SCAN_STEPS_S[min(step, len(SCAN_STEPS_S) - 1)]
                     heapq.heappush(self._scan_queue, (later, pid, step + 1))
-            if due:
-                self.probes.scan_pids(due)
+            if due:  # (maps the sampler has just read are not read again)
+                known = {p: t for p in due if (t := self.sampler.recent_maps(p, MAPS_FRESH_S))}
+                self.probes.scan_pids(due, known)
                 for pid in due:  # probed (it maps CUDA/HIP): named while it runs
                     if pid in self.probes.attached:
                         self.identities.of(pid)

@@ -9,12 +9,27 @@ from typing import Any
 from aiflame.errors import AiflameError
 
 
-def _stat_fields(pid: int) -> list[str] | None:
+def read_small(path: str, limit: int = 1 << 16) -> bytes | None:
+    """The first ``limit`` bytes of a small file (``/proc/PID/stat``, ``comm``, ``cgroup``):
+    one read, without a buffered text file around it (a system-wide profiler reads a few
+    of these for every process that starts). None when it cannot be read."""
     try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
-            text = f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        return os.read(fd, limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    data = read_small(f"/proc/{pid}/stat", 4096)
+    if not data:
+        return None
+    text = data.decode("utf-8", "replace")
     # The command name is in parentheses and may itself contain spaces or parentheses.
     return text[text.rfind(")") + 2 :].split()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections.abc import Sequence
@@ -72,23 +73,22 @@ class Maps:
 
     @classmethod
     def parse(cls, text: str) -> Maps:
-        lines, starts, ends = [], [], []
-        for line in text.splitlines():
-            try:  # only the address range now: the rest of a line when it is looked up
-                dash = line.index("-")
-                start, end = int(line[:dash], 16), int(line[dash + 1 : line.index(" ")], 16)
-            except ValueError:
-                continue
-            if end > start:
-                lines.append(line)
-                starts.append(start)
-                ends.append(end)
+        # only the address range now (one pass of the regex engine): the rest of a line
+        # when it is looked up
+        found = [(line, int(lo, 16), int(hi, 16)) for line, lo, hi in _RANGE_LINE.findall(text)]
+        found = [f for f in found if f[2] > f[1]]
+        starts = np.array([f[1] for f in found], dtype=np.uint64)
+        ends = np.array([f[2] for f in found], dtype=np.uint64)
+        lines = [f[0] for f in found]
+        if len(starts) > 1 and not (starts[1:] >= starts[:-1]).all():  # (the kernel sorts)
+            order = np.argsort(starts, kind="stable")
+            lines = [lines[i] for i in order.tolist()]
+            starts, ends = starts[order], ends[order]
         maps = cls.__new__(cls)
-        order = np.argsort(np.array(starts, dtype=np.uint64), kind="stable")
         maps._mappings = None
-        maps._lines = [lines[i] for i in order.tolist()]
-        maps._starts = np.array(starts, dtype=np.uint64)[order]
-        maps._ends = np.array(ends, dtype=np.uint64)[order]
+        maps._lines = lines
+        maps._starts = starts
+        maps._ends = ends
         maps._made = {}
         return maps
 
@@ -113,12 +113,29 @@ class Maps:
             self._mappings = [self[i] for i in range(len(self._lines))]
         return self._mappings
 
-    def matching(self, pattern: re.Pattern[str]) -> list[Mapping]:
-        """The mappings whose line ``pattern`` finds something in; only those lines are
-        parsed (a system-wide profiler looks for a few files in every new process's maps)."""
+    def named(self, pattern: re.Pattern[str]) -> list[Mapping]:
+        """The mappings of files whose name (the path's last part) ``pattern`` matches in
+        full; only their lines are parsed (a system-wide profiler looks for a few files in
+        every new process's maps)."""
         if self._mappings is not None:
-            return [m for m in self._mappings if pattern.search(m.path)]
-        return [self[i] for i, line in enumerate(self._lines) if pattern.search(line)]
+            return [m for m in self._mappings if pattern.fullmatch(os.path.basename(m.path))]
+        out = []
+        for i, line in enumerate(self._lines):
+            name = line[line.rfind("/") + 1 :].removesuffix(DELETED)
+            if pattern.fullmatch(name) and (m := self[i]).is_file:
+                out.append(m)
+        return out
+
+    def of_file(self, path: str) -> list[Mapping]:
+        """The mappings of the file at ``path`` (deleted or not); only their lines are parsed."""
+        if self._mappings is not None:
+            return [m for m in self._mappings if m.path == path]
+        marked = path + DELETED
+        return [
+            m
+            for i, line in enumerate(self._lines)
+            if (line.endswith(path) or line.endswith(marked)) and (m := self[i]).path == path
+        ]
 
     def find(self, addrs: np.ndarray) -> np.ndarray:
         """Index of the mapping holding each address, -1 where none does."""
@@ -144,6 +161,7 @@ class Maps:
         return found
 
 
+_RANGE_LINE = re.compile(r"^(([0-9a-fA-F]+)-([0-9a-fA-F]+) [^\n]*)", re.MULTILINE)
 _RECENT_LOCK = threading.Lock()  # (the agent's trace threads symbolize too)
 _RECENT: dict[str, Maps] = {}  # maps text -> its parse (see Maps.parse_shared)
-_MAX_RECENT = 16
+_MAX_RECENT = 64  # a new process's maps are read when described, and symbolized at the cut

@@ -50,6 +50,7 @@ from aiflame.symbolize.perfmap import PerfMap, clean_name
 
 KERNEL_MODULE = "[kernel]"
 UNKNOWN_NAME = "[unknown]"
+MAX_OFFSETS_REMEMBERED = 4096  # Symbols by offset kept per module path (then started again)
 VDSO = "[vdso]"
 
 # CUDA / HIP runtime and driver libraries, also as vendored into wheels (libcudart-1a2b3c.so).
@@ -114,6 +115,10 @@ class ModuleSymbols:
         # Symbol objects by the module path a process sees and symbol index: shared by all
         # processes (a Symbol is immutable), so a later batch builds none.
         self.symbols: dict[str, dict[int, Symbol]] = {}
+        # The Symbol of each file offset looked up, by module path: the return addresses
+        # of a program's stacks are the same offsets in each of its processes (a host
+        # starting `sort` a thousand times symbolizes its call sites once)
+        self.by_offset: dict[str, dict[int, Symbol]] = {}
 
     @property
     def plt(self) -> PltEntries | None:
@@ -392,6 +397,28 @@ class ProcessSymbols:
             self._fallback(mapping, addrs, offsets, slots, found)
             self._name_jit(addrs, slots, found)
             return
+        module = mapping.path
+        memo = mod.by_offset.get(module)
+        if memo is None or len(memo) >= MAX_OFFSETS_REMEMBERED:
+            memo = mod.by_offset[module] = {}
+        offset_list = offsets.tolist()
+        if all(o in memo for o in offset_list):
+            for slot, o in zip(slots.tolist(), offset_list, strict=True):
+                found[slot] = memo[o]
+            return
+        self._resolve_offsets(mod, mapping, addrs, offsets, slots, found)
+        for slot, o in zip(slots.tolist(), offset_list, strict=True):
+            memo[o] = found[slot]
+
+    def _resolve_offsets(
+        self,
+        mod: ModuleSymbols,
+        mapping: Mapping,
+        addrs: np.ndarray,
+        offsets: np.ndarray,
+        slots: np.ndarray,
+        found: list[Symbol],
+    ) -> None:
         idx = mod.lookup(offsets)
         module = mapping.path
         runtime = self.resolver.runtime_module(module)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -304,12 +304,14 @@ class CudaProbes:
             else:
                 self._watched.discard(pid)
 
-    def scan_pids(self, pids: Iterable[int]) -> None:
+    def scan_pids(self, pids: Iterable[int], known_maps: Mapping[int, str] | None = None) -> None:
         """Probe CUDA/HIP libraries these processes map now (and did not before): a
-        continuous profiler chooses which to look at when, reading maps being the cost."""
+        continuous profiler chooses which to look at when, reading maps being the cost;
+        ``known_maps``: the maps of some just read (their files' lines at least). A process
+        that has ended has no maps to read (nothing is done)."""
+        known_maps = known_maps or {}
         for pid in pids:
-            if procs.alive(pid):
-                self._scan_one(pid)
+            self._scan_one(pid, known_maps.get(pid))
 
     def _scan_one(self, pid: int, text: str | None = None, force: bool = False) -> None:
         """Set up a process from its maps: its libraries probed, their code ranges and its

@@ -34,6 +34,8 @@ _PYTHON_FILE = re.compile(r"(?:^|/)(?:lib)?python(\d)\.(\d+)[a-z]*(?:\.so[.\d]*)
 # in the name of every file _PYTHON_FILE takes: a process whose maps lack it has no
 # interpreter, found without parsing its maps (most processes a host starts are no Python)
 _MAYBE_PYTHON = re.compile(r"python\d\.\d")
+# the name of such a file (python3.11, python3.13t, libpython3.12.so.1.0)
+_PYTHON_NAME = re.compile(r"(?:lib)?python\d\.\d+[a-z]*(?:\.so[.\d]*)?")
 _WANTED = (b"_PyRuntime", b"Py_Version", b"PyCode_Type")
 SHT_DYNSYM, SHT_SYMTAB = 11, 2
 NO_RUNTIME = " has no _PyRuntime symbol"
@@ -66,7 +68,7 @@ def candidate_files(maps: Maps) -> list[Mapping]:
     code mapped executable, so that a file only mapped to be read (a symbolizer reading
     another interpreter's symbols, as a profiler in the same process does) is not taken
     for the process's interpreter."""
-    mappings = maps.matching(_MAYBE_PYTHON)  # the lines of other files are not parsed
+    mappings = maps.named(_PYTHON_NAME)  # the lines of other files are not parsed
     loaded = {m.path for m in mappings if m.is_file and m.executable}
     seen: set[str] = set()
     out = []
@@ -230,8 +232,8 @@ def _data_symbols(image: ElfImage, names: tuple[bytes, ...]) -> dict[bytes, int]
 
 def _load_bias(image: ElfImage, maps: Maps, path: str) -> int | None:
     """What to add to the file's virtual addresses to get the process's addresses."""
-    for m in maps.mappings:
-        if m.path != path or m.perms.endswith("s"):  # a shared mapping is no loaded segment
+    for m in maps.of_file(path):
+        if m.perms.endswith("s"):  # a shared mapping is no loaded segment
             continue
         for seg in image.segments:
             if seg.offset - seg.offset % 4096 == m.offset:

@@ -23,6 +23,7 @@ a SIGKILL leaves nothing attached.
 from __future__ import annotations
 
 import os
+import re
 import struct
 import time
 import weakref
@@ -34,6 +35,7 @@ from aiflame.collectors.ebpf.libbpf import BpfError, BpfObject, RingBuffer
 from aiflame.collectors.ebpf.perf import cpu_clock_attr, online_cpus, perf_event_open, set_period
 from aiflame.collectors.ebpf.pycode import PyFunction, PythonProcesses
 from aiflame.collectors.ebpf.pyruntime import maps_interpreter
+from aiflame.collectors.procs import read_small
 
 MAX_STACK_DEPTH = 127  # profile.bpf.c MAX_STACK_DEPTH
 # A process is announced at its first sample, maybe before the dynamic loader has mapped
@@ -135,11 +137,11 @@ def _weak_callback(method: Callable[[bytes], None]) -> Callable[[bytes], None]:
 
 def _start_time(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
-    text = _read(f"/proc/{pid}/stat")
-    if not text:
+    data = read_small(f"/proc/{pid}/stat", 4096)
+    if not data:
         return None
     try:
-        return int(text[text.rfind(")") + 2 :].split()[19])
+        return int(data[data.rfind(b")") + 2 :].split()[19])
     except (IndexError, ValueError):
         return None
 
@@ -181,6 +183,7 @@ class CpuSampler:
         self._recheck: dict[int, float] = {}  # pid -> when to read its maps again
         self._started: dict[int, int] = {}  # pid -> its start time (pids are reused)
         self._maps_hash: dict[int, int] = {}  # pid -> hash of its maps text at the last look
+        self._maps_read_at: dict[int, float] = {}  # pid -> when (monotonic) it was
         self._rb: RingBuffer | None = None
         self._pythons = PythonProcesses()  # described to the BPF program, with readers
         self._python_search: dict[int, float] = {}  # pid -> until when to look for Python
@@ -353,6 +356,7 @@ class CpuSampler:
         text = _read(f"/proc/{pid}/maps")
         if text is None:
             return False
+        self._maps_read_at[pid] = time.monotonic()
         seen = hash(text)
         if self._maps_hash.get(pid) == seen and pid in self.commands:
             self._second_look(pid)  # as at the last look (a continuous profiler looks again)
@@ -379,13 +383,23 @@ class CpuSampler:
             self._second_look(pid)
         if not changed and pid in self.process_names and pid in self.commands:
             return True  # the same program as at the last look (an exec changes its maps)
-        comm = _read(f"/proc/{pid}/comm")
+        comm = read_small(f"/proc/{pid}/comm", 256)
         if comm:
-            self.process_names[pid] = comm.strip()
+            self.process_names[pid] = comm.decode("utf-8", "surrogateescape").strip()
         command = _command_line(pid)
         if command:
             self.commands[pid] = command
         return True
+
+    def recent_maps(self, pid: int, within_s: float) -> str | None:
+        """The process's maps as read at most ``within_s`` ago (None: not that recently):
+        another reader of a new process's maps (the CUDA probes) need not read them again.
+        With ``code_maps_only``, only the lines of code and files."""
+        read_at = self._maps_read_at.get(pid)
+        texts = self.maps.get(pid)
+        if read_at is None or not texts or time.monotonic() - read_at > within_s:
+            return None
+        return texts[-1]
 
     def _second_look(self, pid: int) -> None:
         """Describe the interpreter of a process that is still running (see
@@ -586,7 +600,7 @@ class CpuSampler:
         gone = self._exited - in_cut
         for pid in gone:
             for table in (self.maps, self.process_names, self.commands, self._started,
-                          self._maps_hash):  # fmt: skip
+                          self._maps_hash, self._maps_read_at):  # fmt: skip
                 table.pop(pid, None)
             self._recheck.pop(pid, None)
             self._python_search.pop(pid, None)
@@ -598,18 +612,16 @@ class CpuSampler:
         self._exited = {pid for pid in self.maps if not os.path.exists(f"/proc/{pid}")}
 
 
+# a maps line ("start-end perms offset dev inode path") of executable memory, or of a file
+# or the vDSO: one pass of the regex engine over the text (a continuous profiler reads the
+# maps of every process that starts)
+_CODE_LINE = re.compile(r"^\S+ (?:..x.|\S+ \S+ \S+ \S+ +(?:/|\[vdso\])).*\n?", re.MULTILINE)
+
+
 def code_mappings(maps_text: str) -> str:
     """The lines of a ``/proc/PID/maps`` text that map files, executable memory (JIT code)
     or the vDSO."""
-    keep = []
-    for line in maps_text.splitlines(keepends=True):
-        fields = line.split(None, 5)
-        if len(fields) < 2:
-            continue
-        named = len(fields) == 6 and (fields[5][0] == "/" or fields[5].startswith("[vdso]"))
-        if named or "x" in fields[1]:
-            keep.append(line)
-    return "".join(keep)
+    return "".join(_CODE_LINE.findall(maps_text))
 
 
 def _decode_counts(items: Iterable[tuple[bytes, bytes]]) -> list[tuple[SampleKey, int]]:
