@@ -62,6 +62,24 @@ def test_cost_that_does_not_follow_the_rate_keeps_it_as_high_as_fits(budget):
     assert min(rates) == rates[-1] == 13  # 13 Hz: 0.96% of a core
 
 
+def test_a_rate_that_would_fit_is_tried_again_however_near_the_budget(budget):
+    """17 Hz at 0.84% of a core: 19 Hz would cost at most 0.94% (0.84 * 19 / 17), so it is
+    tried again (and kept: it costs 0.94%), not left for a cost under 80% of the budget."""
+    cost = {19: 0.011, 17: 0.0084}
+    rates = [budget.next_rate(at(cost[budget.rate_hz])) for _ in range(3)]
+    assert rates[-1] == 17
+    cost[19] = 0.0094  # (the churn that made 19 Hz too dear is over)
+    rates = [budget.next_rate(at(cost[budget.rate_hz])) for _ in range(30)]
+    assert rates[-1] == 19 and rates[-10:] == [19] * 10, rates
+    assert budget.note == ""
+
+
+def test_a_rate_that_would_not_fit_is_not_tried(budget):
+    cost = {19: 0.011, 17: 0.009}  # 19 Hz would cost up to 1.006%: over 95% of the budget
+    rates = [budget.next_rate(at(cost[budget.rate_hz])) for _ in range(40)]
+    assert rates[2:] == [17] * 38, rates
+
+
 def test_a_rate_too_dear_is_retried_less_and_less_often(budget):
     rates = [budget.next_rate(at(0.012 if budget.rate_hz == 19 else 0.006)) for _ in range(400)]
     assert set(rates) >= {19, 17} and min(rates) >= 13

@@ -465,7 +465,9 @@ class ProcessSymbols:
         mod = None
         if mapping.path == VDSO:
             mod = self.resolver.vdso(self.pid, mapping)
-        elif mapping.is_file and not mapping.deleted and self._root() is not None:
+        elif mapping.is_file and not mapping.deleted:
+            # (a process that has ended, root None, is resolved through the host's paths:
+            # alike for every such process)
             key = (self._root(), mapping.path, mapping.dev, mapping.inode)
             mod = self.resolver.mapped_module(key, lambda: self._file_module(mapping))
         elif mapping.is_file:
@@ -555,17 +557,33 @@ class ProcessSymbols:
             return self._perf_map, theirs
         return None, ""
 
+    def _namespace_pid(self) -> int | None:
+        """The process's pid in its own pid namespace: its pid here when that namespace is
+        ours (one link read instead of its status file: most processes of a host)."""
+        proc = self.resolver.proc
+        mine = _pid_namespace(f"{proc}/self")
+        if mine is not None and _pid_namespace(f"{proc}/{self.pid}") == mine:
+            return self.pid
+        return _namespace_pid(f"{proc}/{self.pid}/status")
+
     def _perf_map_paths(self) -> list[tuple[str, str]]:
         """``(path here, path as the target sees it)``: inside the target's root with its own
         (namespaced) pid first, then the host's ``/tmp/perf-PID.map``."""
         out = []
-        nspid = _namespace_pid(f"{self.resolver.proc}/{self.pid}/status")
+        nspid = self._namespace_pid()
         if nspid is not None:
             theirs = os.path.join("/tmp", f"perf-{nspid}.map")
             out.append((self.root + theirs, theirs))
         mine = os.path.join(self.resolver.perf_map_dir, f"perf-{self.pid}.map")
         out.append((mine, mine))
         return out
+
+
+def _pid_namespace(proc_dir: str) -> str | None:
+    try:
+        return os.readlink(f"{proc_dir}/ns/pid")
+    except OSError:
+        return None
 
 
 def _inode(path: str) -> int | None:

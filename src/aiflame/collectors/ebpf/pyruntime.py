@@ -36,6 +36,21 @@ _PYTHON_FILE = re.compile(r"(?:^|/)(?:lib)?python(\d)\.(\d+)[a-z]*(?:\.so[.\d]*)
 _MAYBE_PYTHON = re.compile(r"python\d\.\d")
 # the name of such a file (python3.11, python3.13t, libpython3.12.so.1.0)
 _PYTHON_NAME = re.compile(r"(?:lib)?python\d\.\d+[a-z]*(?:\.so[.\d]*)?")
+# the end of a maps line of such a file
+_PYTHON_LINE_END = re.compile(
+    r"/(?:lib)?python\d\.\d+[a-z]*(?:\.so[.\d]*)?(?: \(deleted\))?$", re.MULTILINE
+)
+
+
+def _python_lines(maps_text: str) -> str:
+    """The lines of files that may hold an interpreter: those looked at to find it (a
+    Python process maps a hundred other files)."""
+    lines = []
+    for m in _PYTHON_LINE_END.finditer(maps_text):
+        lines.append(maps_text[maps_text.rfind("\n", 0, m.start()) + 1 : m.end()])
+    return "\n".join(lines)
+
+
 _WANTED = (b"_PyRuntime", b"Py_Version", b"PyCode_Type")
 SHT_DYNSYM, SHT_SYMTAB = 11, 2
 NO_RUNTIME = " has no _PyRuntime symbol"
@@ -94,14 +109,14 @@ def find_python(pid: int, maps_text: str | None = None) -> PythonProcess:
             raise UnsupportedPython(f"cannot read the mappings of process {pid}: {e}") from e
     if not _MAYBE_PYTHON.search(maps_text):
         raise UnsupportedPython(NO_INTERPRETER)
-    maps = Maps.parse_shared(maps_text)  # symbolizing its stacks parses it again
+    maps = Maps.parse(_python_lines(maps_text))
     candidates = candidate_files(maps)
     if not candidates:
         raise UnsupportedPython(NO_INTERPRETER)
     reasons = []
     for mapping in candidates:
         try:
-            return _interpreter(pid, maps, mapping)
+            return _interpreter(pid, maps, mapping, maps_text)
         except UnsupportedPython as e:
             reasons.append(str(e))
     # the interpreter's own reason (its version, say) over its launcher's "no _PyRuntime"
@@ -129,7 +144,9 @@ def _image_and_symbols(path: str) -> tuple[ElfImage, dict[bytes, int]]:
     return found
 
 
-def _interpreter(pid: int, maps: Maps, mapping: Mapping) -> PythonProcess:
+def _interpreter(pid: int, maps: Maps, mapping: Mapping, maps_text: str) -> PythonProcess:
+    """The interpreter in ``mapping``; ``maps``: the mappings of its file (at least),
+    ``maps_text``: all of them."""
     path = _readable_path(pid, mapping.path)
     try:
         image, symbols = _image_and_symbols(path)
@@ -154,7 +171,7 @@ def _interpreter(pid: int, maps: Maps, mapping: Mapping) -> PythonProcess:
         raise UnsupportedPython(
             f"Python {v} in {mapping.path} is laid out otherwise than its release (a debug build?)"
         )
-    tls_delta = _tls_delta(pid, maps) if offsets.thread_by_tls else 0
+    tls_delta = _tls_delta(pid, Maps.parse_shared(maps_text)) if offsets.thread_by_tls else 0
     if tls_delta is None:
         raise UnsupportedPython(
             f"Python {v}'s threads cannot be told apart here: no glibc size of struct pthread"
