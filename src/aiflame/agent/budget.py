@@ -14,8 +14,9 @@ the current rate (three to six, the costliest of them left out; the first three 
 after the start, which read the symbols of every program already running, are not
 counted) with the budget. Over it, the rate goes down the ladder of
 rates (the configured one, then the primes below it down to ``min_hz``: 19, 17, 13, 11, 7,
-5, 3, 2) in proportion to the excess; when the next rate up would fit in 95% of it (its
-cost estimated as if all of the cost grew with the rate), it tries that rate, and a rate
+5, 3, 2) in proportion to the excess; under 80% of it, or when the next rate up would fit
+in 95% of it (its cost estimated as if all of the cost grew with the rate), it tries the
+next rate up, and a rate
 that proved too dear is tried again only after a pause that doubles each time (1, 2, 4...
 periods, at most an hour): a host whose cost is mostly per new process, which the rate
 does not change, gets its rate back as soon as the churn is over. The rate only changes
@@ -105,7 +106,8 @@ def rate_ladder(max_hz: int, min_hz: int) -> list[int]:
 SETTLE_PERIODS = 3  # periods at a rate before its mean cost is trusted
 WINDOW_PERIODS = 6  # the mean is of the last ones at the rate (a minute at 10 s)
 WARMUP_PERIODS = 3  # the first after the start read every running program's symbols
-RAISE_BELOW = 0.95  # of the budget: room for the next rate up (its cost, rate-scaled)
+RAISE_BELOW = 0.8  # of the budget: room to try the next rate up
+RAISE_SCALED_BELOW = 0.95  # of the budget: the next rate up's cost, rate-scaled, fits
 MAX_BACKOFF_PERIODS = 360
 
 
@@ -170,9 +172,11 @@ class CpuBudget:
             self._change(lower[0], share)
         elif i > 0:
             up = self.ladder[i - 1]
-            # what the next rate up would cost were all of the cost the rate's (some is per
-            # new process, which it does not change: an estimate on the safe side)
-            fits = share * up / self.rate_hz < RAISE_BELOW * self.budget
+            # under 80% of the budget; or the next rate up would fit in 95% of it were all of
+            # the cost the rate's (some is per new process, which it does not change: an
+            # estimate on the safe side, which lets 17 Hz at 0.85% try 19 Hz)
+            scaled = share * up / self.rate_hz
+            fits = share < RAISE_BELOW * self.budget or scaled < RAISE_SCALED_BELOW * self.budget
             if fits and self._backoff.get(up, (0, 0))[0] == 0:
                 self._change(up, share)
         return self.rate_hz
