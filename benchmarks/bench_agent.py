@@ -5,6 +5,7 @@
     sudo python benchmarks/bench_agent.py trace-latency [--trials 5]
     sudo python benchmarks/bench_agent.py host [--seconds 3600] [--churn 150]
     sudo python benchmarks/bench_agent.py fixed-rate [--seconds 180] [--churn 150] [--src DIR]
+    sudo python benchmarks/bench_agent.py pair --other-src DIR [--src DIR] [--seconds 240]
 
 ``host``: the agent at its defaults and bpftrace's profile at the same rate side by side,
 in one run, on a host that starts ``--churn`` processes a minute (``Spawner``) beside two
@@ -678,6 +679,46 @@ def bench_fixed_rate(args: argparse.Namespace) -> dict[str, object]:
     return result
 
 
+def bench_pair(args: argparse.Namespace) -> dict[str, object]:
+    """Two versions of the agent side by side in one run (``--src`` DIR, ``--other-src``
+    DIR), each at a fixed 19 Hz (budget off) pushing to its own ``aiflame server``, beside
+    the two services and ``--churn`` processes a minute: a before/after that both halves
+    see the same churn for (each also samples the other and its server, so both cost more
+    than one agent alone)."""
+    stats_fd = bpf_stats_on()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-pair-"))
+    procs = [p for p, _ in start_services(args.seconds + 240)]
+    spawner = Spawner(args.churn)
+    spawner.start()
+    agents: dict[str, subprocess.Popen] = {}
+    try:
+        for i, src in enumerate((args.src, args.other_src)):
+            here = tmp / f"agent-{i}"
+            here.mkdir()
+            server, url = start_server(here)
+            procs.append(server)
+            env = {**ENV, "PYTHONPATH": str(Path(src).resolve())}
+            agent, _ = start_agent(here, ["--server", url, "--cpu-budget-percent", "0"], env=env)
+            procs.append(agent)
+            agents[src] = agent
+        time.sleep(45)  # the agents' start reads every running program's symbols
+        c0 = {src: (cpu_seconds(a.pid), bpf_seconds(a.pid)) for src, a in agents.items()}
+        t0, spawned0 = time.monotonic(), spawner.spawned
+        time.sleep(args.seconds)
+        wall = time.monotonic() - t0
+        result: dict[str, object] = {"seconds": round(wall), "spawned": spawner.spawned - spawned0}
+        for src, a in agents.items():
+            cpu, bpf = cpu_seconds(a.pid) - c0[src][0], bpf_seconds(a.pid) - c0[src][1]
+            result[src] = {"cpu_s": round(cpu, 2), "bpf_s": round(bpf, 3),
+                           "share_percent": round((cpu + bpf) / wall * 100, 3)}  # fmt: skip
+    finally:
+        spawner.stop()
+        for a in agents.values():
+            stop(a, signal.SIGTERM)
+        clean_up(procs, stats_fd, tmp)
+    return result
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="what", required=True)
@@ -711,9 +752,15 @@ def main() -> None:
     fixed.add_argument("--seconds", type=float, default=180)
     fixed.add_argument("--churn", type=float, default=150, help="processes started a minute")
     fixed.add_argument("--src", help="run the agent of these sources (default: this checkout's)")
+    pair = sub.add_parser("pair")
+    pair.add_argument("--seconds", type=float, default=240)
+    pair.add_argument("--churn", type=float, default=150, help="processes started a minute")
+    pair.add_argument("--src", default=str(ROOT / "src"), help="one agent's sources")
+    pair.add_argument("--other-src", required=True, help="the other agent's sources")
     args = p.parse_args()
     run = {"cpu": bench_cpu, "rss": bench_rss, "trace-latency": bench_trace_latency,
-           "host": bench_host, "fixed-rate": bench_fixed_rate}[args.what]  # fmt: skip
+           "host": bench_host, "fixed-rate": bench_fixed_rate,
+           "pair": bench_pair}[args.what]  # fmt: skip
     print(json.dumps(run(args), indent=1))
 
 
