@@ -22,6 +22,7 @@ address no symbol covers is named ``module+0xOFFSET``, one outside every mapping
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Sequence
@@ -561,7 +562,7 @@ class ProcessSymbols:
         """The process's pid in its own pid namespace: its pid here when that namespace is
         ours (one link read instead of its status file: most processes of a host)."""
         proc = self.resolver.proc
-        mine = _pid_namespace(f"{proc}/self")
+        mine = _own_pid_namespace(proc)
         if mine is not None and _pid_namespace(f"{proc}/{self.pid}") == mine:
             return self.pid
         return _namespace_pid(f"{proc}/{self.pid}/status")
@@ -584,6 +585,11 @@ def _pid_namespace(proc_dir: str) -> str | None:
         return os.readlink(f"{proc_dir}/ns/pid")
     except OSError:
         return None
+
+
+@functools.cache
+def _own_pid_namespace(proc: str) -> str | None:
+    return _pid_namespace(f"{proc}/self")  # (a process keeps its pid namespace)
 
 
 def _inode(path: str) -> int | None:

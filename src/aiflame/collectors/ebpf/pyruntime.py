@@ -29,17 +29,16 @@ from aiflame.collectors.ebpf.pylayouts import (
 from aiflame.symbolize.elf import ElfError, ElfImage, open_image
 from aiflame.symbolize.maps import Mapping, Maps
 
-# libpython3.12.so.1.0, python3.11, python3.13d, libpython3.13t.so ...
-_PYTHON_FILE = re.compile(r"(?:^|/)(?:lib)?python(\d)\.(\d+)[a-z]*(?:\.so[.\d]*)?$")
+# the name of a file that may hold an interpreter: libpython3.12.so.1.0, python3.11,
+# python3.13d, libpython3.13t.so ...
+_PYTHON_NAME_PATTERN = r"(?:lib)?python(\d)\.(\d+)[a-z]*(?:\.so[.\d]*)?"
+_PYTHON_NAME = re.compile(_PYTHON_NAME_PATTERN)
+_PYTHON_FILE = re.compile(rf"(?:^|/){_PYTHON_NAME_PATTERN}$")
 # in the name of every file _PYTHON_FILE takes: a process whose maps lack it has no
 # interpreter, found without parsing its maps (most processes a host starts are no Python)
 _MAYBE_PYTHON = re.compile(r"python\d\.\d")
-# the name of such a file (python3.11, python3.13t, libpython3.12.so.1.0)
-_PYTHON_NAME = re.compile(r"(?:lib)?python\d\.\d+[a-z]*(?:\.so[.\d]*)?")
 # the end of a maps line of such a file
-_PYTHON_LINE_END = re.compile(
-    r"/(?:lib)?python\d\.\d+[a-z]*(?:\.so[.\d]*)?(?: \(deleted\))?$", re.MULTILINE
-)
+_PYTHON_LINE_END = re.compile(rf"/{_PYTHON_NAME_PATTERN}(?: \(deleted\))?$", re.MULTILINE)
 
 
 def _python_lines(maps_text: str) -> str:
@@ -88,7 +87,7 @@ def candidate_files(maps: Maps) -> list[Mapping]:
     seen: set[str] = set()
     out = []
     for m in mappings:
-        if m.path in loaded and m.path not in seen and _PYTHON_FILE.search(m.path):
+        if m.path in loaded and m.path not in seen:
             seen.add(m.path)
             out.append(m)
     return out
