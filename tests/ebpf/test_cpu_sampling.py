@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -208,3 +209,57 @@ def test_a_signalled_recording_leaves_nothing_attached(hot, bpftool, tmp_path, s
     assert "hot_a" in out.read_text()
     assert rec.returncode == 128 + sig, err  # the program's fate
     assert bpfstate.still_loaded(held) == set()
+
+
+LOADS_LATER = """
+import time
+t = time.monotonic()
+while time.monotonic() - t < 1.0:  # sampled, its maps read, before the library is loaded
+    pass
+import decimal  # loads the _decimal extension module
+t = time.monotonic()
+while time.monotonic() - t < 1.5:
+    decimal.Decimal(7).sqrt() ** 3
+print("done", flush=True)
+time.sleep(30)  # cut while it runs
+"""
+
+
+def test_a_continuous_cut_reads_maps_again_for_code_mapped_since(tmp_path):
+    """A continuous profiler cuts periods without reading every process's maps each time:
+    only where a new stack points into code its last snapshot does not map (a library
+    loaded since) are they read again, so that code is symbolized."""
+    (tmp_path / "later.py").write_text(LOADS_LATER)
+    options = SamplerOptions(freq=499, pids=[], code_maps_only=True, python_at_second_look=True,
+                             python_search_s=0.5, max_snapshots=3)  # fmt: skip
+    sampler = CpuSampler(options)
+    sampler.start()
+    resolver = SymbolResolver()
+    try:
+        proc = subprocess.Popen([sys.executable, str(tmp_path / "later.py")],
+                                stdout=subprocess.PIPE, text=True)  # fmt: skip
+        sampler.add_target(proc.pid)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 0.8:
+            sampler.poll(20)
+        first = "".join(sampler.cut().maps[proc.pid])  # (the sampler's list: copied now)
+        ready = threading.Thread(target=proc.stdout.readline)  # type: ignore[union-attr]
+        ready.start()
+        while ready.is_alive() and time.monotonic() - t0 < 30:
+            sampler.poll(20)
+        second = sampler.cut()
+    finally:
+        sampler.close()
+        proc.kill()
+        proc.wait()
+    assert "_decimal" not in first
+    profile, _ = build_profile(second, resolver)
+    modules = Counter()
+    for stack, value in profile.iter_stack_values(0):
+        for frame in profile.stack_frames(stack):
+            if "_decimal" in frame.module:  # (not [unknown]: outside every known mapping)
+                modules["_decimal"] += value
+                break
+        else:
+            modules["other"] += value
+    assert modules["_decimal"] >= 100, modules  # most of 1.5 s at 499 Hz

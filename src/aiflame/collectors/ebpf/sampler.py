@@ -27,8 +27,11 @@ import re
 import struct
 import time
 import weakref
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from aiflame.collectors.ebpf import object_bytes
 from aiflame.collectors.ebpf.libbpf import BpfError, BpfObject, RingBuffer
@@ -36,6 +39,7 @@ from aiflame.collectors.ebpf.perf import cpu_clock_attr, online_cpus, perf_event
 from aiflame.collectors.ebpf.pycode import PyFunction, PythonProcesses
 from aiflame.collectors.ebpf.pyruntime import maps_interpreter
 from aiflame.collectors.procs import read_small
+from aiflame.symbolize.maps import Maps
 
 MAX_STACK_DEPTH = 127  # profile.bpf.c MAX_STACK_DEPTH
 # A process is announced at its first sample, maybe before the dynamic loader has mapped
@@ -350,17 +354,21 @@ class CpuSampler:
     def _snapshot(self, pid: int) -> bool:
         """Keep the process's current mappings (a new text after an exec or dlopen).
         False when the process has ended (or its pid is another process's now)."""
-        started = _start_time(pid)
-        if started is None or self._started.setdefault(pid, started) != started:
-            return False  # keep the old maps
         text = _read(f"/proc/{pid}/maps")
         if text is None:
             return False
-        self._maps_read_at[pid] = time.monotonic()
         seen = hash(text)
         if self._maps_hash.get(pid) == seen and pid in self.commands:
-            self._second_look(pid)  # as at the last look (a continuous profiler looks again)
+            # as at the last look (a continuous profiler looks again): the same process,
+            # as another one at this pid would map its stack and heap elsewhere
+            self._maps_read_at[pid] = time.monotonic()
+            self._second_look(pid)
             return True
+        # (its start time is read only now: it tells a pid reused from an exec or dlopen)
+        started = _start_time(pid)
+        if started is None or self._started.setdefault(pid, started) != started:
+            return False  # keep the old maps
+        self._maps_read_at[pid] = time.monotonic()
         self._maps_hash[pid] = seen
         if self.options.code_maps_only:
             text = code_mappings(text)
@@ -537,7 +545,7 @@ class CpuSampler:
         counts = _decode_counts(obj.map("counts").take_all())
         stacks_map = obj.map("stacks")
         stacks: dict[int, tuple[int, ...]] = {}
-        fresh_pids: set[int] = set()
+        fresh: dict[int, list[int]] = defaultdict(list)  # pid -> addresses of its new stacks
         for key, _ in counts:
             for sid in (key.user_stack, key.kernel_stack, key.python_stack):
                 if sid < 0 or sid in stacks:
@@ -549,11 +557,15 @@ class CpuSampler:
                         continue
                     self._stack_cache[sid] = found
                     if sid == key.user_stack:
-                        fresh_pids.add(key.pid)
+                        fresh[key.pid].extend(found)
                 stacks[sid] = found
         in_cut = {k.pid for k, _ in counts if k.pid}
-        for pid in fresh_pids | (in_cut - self.maps.keys()):
-            self._snapshot(pid)  # new stacks may point into libraries loaded since
+        unseen = in_cut - self.maps.keys()
+        for pid in unseen:
+            self._snapshot(pid)
+        for pid, addrs in fresh.items():
+            if pid not in unseen and not _all_mapped(self.maps.get(pid), addrs):
+                self._snapshot(pid)  # new stacks point into code mapped since the last look
         self._read_lost_python_stacks(counts, stacks)
         total = self._stats()
         stats = {k: v - self._stats_base.get(k, 0) for k, v in total.items()}
@@ -622,6 +634,13 @@ def code_mappings(maps_text: str) -> str:
     """The lines of a ``/proc/PID/maps`` text that map files, executable memory (JIT code)
     or the vDSO."""
     return "".join(_CODE_LINE.findall(maps_text))
+
+
+def _all_mapped(texts: list[str] | None, addrs: list[int]) -> bool:
+    """Whether the last maps snapshot of a process (``texts``) maps every address."""
+    if not texts or not addrs:
+        return not addrs
+    return bool((Maps.parse_shared(texts[-1]).find(np.asarray(addrs, dtype=np.uint64)) >= 0).all())
 
 
 def _decode_counts(items: Iterable[tuple[bytes, bytes]]) -> list[tuple[SampleKey, int]]:
