@@ -92,6 +92,29 @@ def test_stacks_root_first_user_then_kernel_with_labels(resolver):
     assert profile.meta["info:ebpf losses"] == "none"
 
 
+def test_without_labels_one_sample_per_stack(resolver):
+    """A continuous profiler's series carries the labels: its periods are built without
+    sample labels, each stack once whatever threads it was sampled in."""
+    labs, clone = _libc_function("labs"), _libc_function("clone")
+    stacks = {7: (labs + 2, clone + 1), 9: (K_GETPID, K_DO + 1, K_ENTRY + 1)}
+    other_tid = os.getpid() + 1
+    counts = [(_key(7, 9), 5), (_key(7, 9, tid=other_tid), 2), (_key(7, -errno.EFAULT), 3)]
+    labelled, stats = build_profile(_raw(counts, stacks), resolver)
+    bare, bare_stats = build_profile(_raw(counts, stacks), resolver, labels=False)
+    assert len(labelled) == 3 and len(bare) == 2
+    assert bare.label_sets == [()] and not bare.sample_labels.any()
+
+    def by_stack(p):  # type: ignore[no-untyped-def]
+        return sorted((tuple(p.stack_names(s)), v) for s, v in p.iter_stack_values(0))
+
+    merged: dict = {}
+    for names, v in by_stack(labelled):
+        merged[names] = merged.get(names, 0) + v
+    assert by_stack(bare) == sorted(merged.items())
+    assert [v for _, v in by_stack(bare)] == [3, 7]
+    assert bare_stats == stats
+
+
 def test_cut_short_and_missing_stacks_are_kept_and_counted(resolver):
     labs = _libc_function("labs")
     deep = (labs + 2, *(labs + 1 for _ in range(126)))  # at the 127-frame limit

@@ -25,6 +25,7 @@ names the most.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -74,6 +75,7 @@ def _uid(raw: str) -> str:
     return raw.replace("_", "-")
 
 
+@functools.lru_cache(maxsize=4096)  # most processes share their cgroup with others
 def parse_cgroup_path(path: str) -> CgroupIdentity:
     """The identity a cgroup path names (see the module docstring)."""
     runtime = container = pod = qos = ""
@@ -126,6 +128,7 @@ def parse_cgroup_path(path: str) -> CgroupIdentity:
     )
 
 
+@functools.lru_cache(maxsize=1024)
 def cgroup_path(text: str) -> str:
     """The path to read identity from, out of a ``/proc/PID/cgroup`` file's text: the v2
     line (``0::``) where it names a container, pod or job, else the v1 line that names

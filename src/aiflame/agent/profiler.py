@@ -403,7 +403,9 @@ class ContinuousProfiler:
             # run the same program (those of Python first, where there are several kinds)
             python = [p for p in pids if p in raw.python_modules]
             naming = None if kernel else self._naming((python or pids)[0])
-            profile, _ = build_profile(sub, self.resolver, kernel, naming, self.stack_cache)
+            profile, _ = build_profile(
+                sub, self.resolver, kernel, naming, self.stack_cache, labels=False
+            )  # (the series carries the labels)
             samples = sum(c for _, c in counts)
             self.stats.cpu_samples += samples
             cpu = cpu_profile(profile, raw.freq, start_ns, duration_ns, self.rate_note, period_ns)

@@ -200,10 +200,12 @@ def build_profile(
     process_frames: bool = False,
     naming: PythonNaming | None = None,
     cache: StackCache | None = None,
+    labels: bool = True,
 ) -> tuple[Profile, StackStats]:
     """The Profile of ``raw``; ``process_frames``: root each stack at its process's name;
     ``naming``: how Python frames are named (the target's ``sys.path``); ``cache``: stacks
-    worked out before (a continuous profiler's earlier periods)."""
+    worked out before (a continuous profiler's earlier periods); ``labels=False``: no
+    sample labels, one sample per stack (a continuous profiler labels the series)."""
     builder = ProfileBuilder([CPU_SAMPLES])
     python = _PythonFrames(raw, naming or PythonNaming())
     cache = cache if cache is not None else StackCache()
@@ -252,7 +254,7 @@ def build_profile(
             at_limit = len(user) >= MAX_STACK_DEPTH
             truncated = at_limit or not _reaches_start(syms)
         cache.stacks[ck] = (tuple(frames), truncated, at_limit)
-    unknown = {k.cgroup for k, _ in raw.counts} - cache.cgroups.keys()
+    unknown = {k.cgroup for k, _ in raw.counts} - cache.cgroups.keys() if labels else set()
     if unknown:
         found = cgroup_paths(unknown)
         cache.cgroups.update({c: found.get(c, "") for c in unknown})
@@ -267,6 +269,7 @@ def build_profile(
             found = frame_ids[id(f)] = builder.frames.intern_frame(f)
         return found
 
+    unlabelled: dict[int, float] = {}  # stack id -> samples (labels=False)
     for key, count in raw.counts:
         ck = cache_key(key)
         stack_frames, truncated, at_limit = cache.stacks[ck]
@@ -281,7 +284,10 @@ def build_profile(
             stats.user_stacks += count
             stats.at_depth_limit += count if at_limit else 0
             stats.truncated += count if truncated else 0
-        labels = {
+        if not labels:
+            unlabelled[stack_id] = unlabelled.get(stack_id, 0.0) + count
+            continue
+        sample_labels = {
             "pid": key.pid,
             "tid": key.tid,
             "comm": key.comm,
@@ -289,7 +295,10 @@ def build_profile(
             "cgroup": cache.cgroups.get(key.cgroup) or f"id {key.cgroup}",
             "gil": GIL_LABELS.get(key.python_gil, "") if walked else "",
         }
-        builder.add(stack_id, float(count), builder.labels({k: v for k, v in labels.items() if v}))
+        label_id = builder.labels({k: v for k, v in sample_labels.items() if v})
+        builder.add(stack_id, float(count), label_id)
+    for stack_id, count in unlabelled.items():
+        builder.add(stack_id, count)
     builder.meta.update(_meta(raw, stats))
     return builder.build(), stats
 
