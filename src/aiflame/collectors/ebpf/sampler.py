@@ -50,6 +50,7 @@ PY_NO_THREAD = -1  # python_stack: the thread runs no Python
 PY_NOT_PYTHON = -2  # python_stack: the process is not a described CPython
 # A launched interpreter maps libpython a moment after exec: look for it this long.
 PYTHON_SEARCH_S = 3.0
+MAX_NOT_CODE = 4096  # addresses a process's stacks hold outside its code, remembered
 # struct sample_key: pid, tid, cgroup, user/kernel/Python stack, their errors, GIL, comm[16]
 _KEY = struct.Struct("<IIQQQQiiiI16s")
 # struct pid_event: pid, kind (EV_PROCESS, EV_PYTHON_STACK), stack
@@ -203,6 +204,7 @@ class CpuSampler:
         self._exited: set[int] = set()
         self._next_python_search = 0.0
         self._undescribed: set[int] = set()  # interpreters to describe at the next look
+        self._not_code: dict[int, set[int]] = {}  # pid -> stack addresses outside its code
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -564,8 +566,18 @@ class CpuSampler:
         for pid in unseen:
             self._snapshot(pid)
         for pid, addrs in fresh.items():
-            if pid not in unseen and not _all_mapped(self.maps.get(pid), addrs):
-                self._snapshot(pid)  # new stacks point into code mapped since the last look
+            if pid in unseen:
+                continue
+            # new stacks that point into code mapped since the last look (a library loaded
+            # since): read the maps again. Addresses no mapping of code held at a look after
+            # they were sampled are not code (a walk through code without frame pointers
+            # yields some) and are not looked for again.
+            known_not_code = self._not_code.setdefault(pid, set())
+            missing = _unmapped(self.maps.get(pid), addrs) - known_not_code
+            if missing and self._snapshot(pid):
+                if len(known_not_code) > MAX_NOT_CODE:
+                    known_not_code.clear()
+                known_not_code.update(_unmapped(self.maps.get(pid), list(missing)))
         self._read_lost_python_stacks(counts, stacks)
         total = self._stats()
         stats = {k: v - self._stats_base.get(k, 0) for k, v in total.items()}
@@ -612,7 +624,7 @@ class CpuSampler:
         gone = self._exited - in_cut
         for pid in gone:
             for table in (self.maps, self.process_names, self.commands, self._started,
-                          self._maps_hash, self._maps_read_at):  # fmt: skip
+                          self._maps_hash, self._maps_read_at, self._not_code):  # fmt: skip
                 table.pop(pid, None)
             self._recheck.pop(pid, None)
             self._python_search.pop(pid, None)
@@ -636,11 +648,12 @@ def code_mappings(maps_text: str) -> str:
     return "".join(_CODE_LINE.findall(maps_text))
 
 
-def _all_mapped(texts: list[str] | None, addrs: list[int]) -> bool:
-    """Whether the last maps snapshot of a process (``texts``) maps every address."""
+def _unmapped(texts: list[str] | None, addrs: list[int]) -> set[int]:
+    """The addresses the last maps snapshot of a process (``texts``) does not map."""
     if not texts or not addrs:
-        return not addrs
-    return bool((Maps.parse_shared(texts[-1]).find(np.asarray(addrs, dtype=np.uint64)) >= 0).all())
+        return set(addrs)
+    where = Maps.parse_shared(texts[-1]).find(np.asarray(addrs, dtype=np.uint64))
+    return {a for a, i in zip(addrs, where.tolist(), strict=True) if i < 0}
 
 
 def _decode_counts(items: Iterable[tuple[bytes, bytes]]) -> list[tuple[SampleKey, int]]:
