@@ -242,7 +242,11 @@ def test_a_continuous_cut_reads_maps_again_for_code_mapped_since(tmp_path):
         t0 = time.monotonic()
         while time.monotonic() - t0 < 0.8:
             sampler.poll(20)
+        look = sampler.last_look(proc.pid, 5.0)  # (the agent's identities take it)
+        assert look is not None and look.argv == [sys.executable, str(tmp_path / "later.py")]
+        assert look.comm.startswith("python") and look.started > 0
         first = "".join(sampler.cut().maps[proc.pid])  # (the sampler's list: copied now)
+        assert sampler.last_look(proc.pid, 5.0) is None  # kept until the cut
         ready = threading.Thread(target=proc.stdout.readline)  # type: ignore[union-attr]
         ready.start()
         while ready.is_alive() and time.monotonic() - t0 < 30:

@@ -21,8 +21,10 @@ from aiflame.agent.identity import (
     clip,
     parse_kube_log_name,
     service_name,
+    start_time,
 )
 from aiflame.collectors.ebpf.cgroups import cgroup2_root
+from aiflame.collectors.ebpf.sampler import FirstLook
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "cgroups"
 
@@ -167,6 +169,31 @@ def test_labels_of_a_process_of_this_machine():
     )
     assert labels["cluster"] == "lab"
     assert labels["service_name"] == "llama-pretrain"
+
+
+def test_what_the_sampler_just_read_is_not_read_again(tmp_path):
+    """The CPU sampler reads a new process's start time, name and arguments at its first
+    sample; its identity, read moments later, takes them as they are (the rest, such as
+    its environment, it reads itself). Under another /proc it reads everything itself."""
+    proc = _spawn({"SLURM_JOB_ID": "8812"})
+    try:
+        started = start_time(proc.pid)
+        assert started is not None
+        seen = FirstLook(time.monotonic(), started, "seen-name", ["trainer", "--lr", "3"])
+        info = Identities(host="h").of(proc.pid, seen)
+        (tmp_path / "proc").symlink_to("/proc")
+        other = Identities(host="h", proc=str(tmp_path / "proc")).of(proc.pid, seen)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert info is not None and other is not None
+    assert (info.labels["comm"], info.command, info.started) == (
+        "seen-name",
+        "trainer --lr 3",
+        started,
+    )
+    assert info.labels["job_id"] == "8812"  # its environment read as before
+    assert other.labels["comm"].startswith("python") and other.command.endswith("time.sleep(30)")
 
 
 def test_every_process_of_this_machine_is_named():

@@ -59,6 +59,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from aiflame.agent.cgroup_ids import CgroupIdentity, cgroup_path, parse_cgroup_path
 from aiflame.agent.redact import redact_command, single_line
@@ -139,6 +140,17 @@ def read_environ(pid: int, proc: str = "/proc") -> dict[str, str]:
 def start_time(pid: int, proc: str = "/proc") -> int | None:
     found = stat_identity(pid, proc)
     return found[0] if found else None
+
+
+class SeenNow(Protocol):
+    """A process's start time, name (``comm``) and arguments, just read from ``/proc``."""
+
+    @property
+    def started(self) -> int: ...
+    @property
+    def comm(self) -> str: ...
+    @property
+    def argv(self) -> list[str]: ...
 
 
 def stat_identity(pid: int, proc: str = "/proc") -> tuple[int, str] | None:
@@ -322,9 +334,12 @@ class Identities:
         # container, pod or job are not guessed at: their series need what only they say.
         self._series_by_name: OrderedDict[str, dict[str, str]] = OrderedDict()
 
-    def of(self, pid: int) -> ProcessInfo | None:
-        """The process's identity (None when it is gone and was never seen)."""
-        found = stat_identity(pid, self.proc)
+    def of(self, pid: int, seen: SeenNow | None = None) -> ProcessInfo | None:
+        """The process's identity (None when it is gone and was never seen); ``seen``: its
+        start time, name and arguments as just read from ``/proc`` by another reader (the
+        CPU sampler, at its first sample), not read again."""
+        seen = seen if seen is not None and self.proc == "/proc" else None
+        found = (seen.started, seen.comm) if seen is not None else stat_identity(pid, self.proc)
         cached = self._cache.get(pid)
         if cached is not None and (
             found is None or (not cached.provisional and (cached.started, cached.name) == found)
@@ -332,7 +347,7 @@ class Identities:
             return cached
         if found is None:
             return None
-        info = self._read(pid, found[0])
+        info = self._read(pid, found[0], seen)
         info.name = found[1]
         if info.series is not None and not info.provisional and info.name:
             self._remember_series(info.name, info.series)
@@ -391,14 +406,14 @@ class Identities:
     def forget(self, pid: int) -> None:
         self._cache.pop(pid, None)
 
-    def _read(self, pid: int, started: int) -> ProcessInfo:
+    def _read(self, pid: int, started: int, seen: SeenNow | None = None) -> ProcessInfo:
         base = f"{self.proc}/{pid}"
         labels: dict[str, str] = {"host": self.host, "pid": str(pid)}
         labels.update({k: v for k, v in self.rules.static.items()})
-        comm = (read_text(f"{base}/comm", 256) or "").strip()
+        comm = seen.comm if seen is not None else (read_text(f"{base}/comm", 256) or "").strip()
         if comm:
             labels["comm"] = comm
-        argv = command_args(pid, self.proc)
+        argv = seen.argv if seen is not None else command_args(pid, self.proc)
         command = clip(" ".join(argv))
         rules = self.rules
         needs_command = rules.command or rules.include or rules.exclude or rules.relabel

@@ -86,6 +86,7 @@ GPU_API_TYPES = [
 KERNEL_PID = 0  # the pseudo-process of kernel threads' samples
 SCAN_STEPS_S = (0.5, 2.0, 5.0, 15.0, 30.0, 60.0)
 PROC_LIST_S = 1.0  # how often /proc is listed for new processes
+LOOK_FRESH_S = 1.0  # the start time, name and arguments the sampler read this recently
 MAPS_FRESH_S = 1.0  # maps the sampler read this recently are current enough for the probes
 MAX_CACHED_STACKS = 200_000
 MAX_SYMBOL_FILES = 256
@@ -322,11 +323,14 @@ class ContinuousProfiler:
         if pid in self.exclude:
             return
         if sampled:  # read while it runs: a short-lived process is gone by the cut
-            info = self.identities.of(pid)
+            info = self.identities.of(pid, self.sampler.last_look(pid, LOOK_FRESH_S))
             if info is not None and info.series is None:
                 return  # left out by the configuration: not probed either
-        # (one never sampled is read when it has something to say: CUDA calls)
-        heapq.heappush(self._scan_queue, (now, pid, 0))
+        # (one never sampled is read when it has something to say: CUDA calls). One found
+        # by listing /proc, not sampled, is looked at a listing later: most processes a
+        # busy host starts (a shell's pipeline) have ended by then, and the sampler
+        # announces one that works sooner.
+        heapq.heappush(self._scan_queue, (now if sampled else now + PROC_LIST_S, pid, 0))
 
     # -- the cut ----------------------------------------------------------------------------
     def cut(self) -> list[CutProfile]:

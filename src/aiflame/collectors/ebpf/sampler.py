@@ -151,18 +151,34 @@ def _start_time(pid: int) -> int | None:
         return None
 
 
-def _command_line(pid: int, limit: int = 80) -> str:
-    """``python train.py --lr 3``: the program's name and arguments, cut at ``limit``."""
+def _arguments(pid: int) -> list[str]:
+    """The process's arguments (the first 8 KiB of them); [] for a kernel thread or a
+    zombie."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            args = f.read(4096).split(b"\0")
+            args = f.read(8192).split(b"\0")
     except OSError:
-        return ""
-    words = [a.decode("utf-8", "replace") for a in args if a]
+        return []
+    return [a.decode("utf-8", "replace") for a in args if a]
+
+
+def _command_line(words: list[str], limit: int = 80) -> str:
+    """``python train.py --lr 3``: the program's name and arguments, cut at ``limit``."""
     if not words:
         return ""  # a kernel thread, or a zombie
     text = " ".join([os.path.basename(words[0]), *words[1:]])
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@dataclass(frozen=True, slots=True)
+class FirstLook:
+    """What the sampler read of a process at a look (another reader need not read it
+    again moments later): its start time, name and arguments."""
+
+    at: float  # time.monotonic()
+    started: int  # clock ticks after boot
+    comm: str
+    argv: list[str]
 
 
 def _read(path: str) -> str | None:
@@ -205,6 +221,7 @@ class CpuSampler:
         self._next_python_search = 0.0
         self._undescribed: set[int] = set()  # interpreters to describe at the next look
         self._not_code: dict[int, set[int]] = {}  # pid -> stack addresses outside its code
+        self._looks: dict[int, FirstLook] = {}  # pid -> what was read of it (until the cut)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -396,10 +413,19 @@ class CpuSampler:
         comm = read_small(f"/proc/{pid}/comm", 256)
         if comm:
             self.process_names[pid] = comm.decode("utf-8", "surrogateescape").strip()
-        command = _command_line(pid)
-        if command:
-            self.commands[pid] = command
+        argv = _arguments(pid)
+        if argv:
+            self.commands[pid] = _command_line(argv)
+        if comm:
+            name = self.process_names[pid]
+            self._looks[pid] = FirstLook(time.monotonic(), self._started[pid], name, argv)
         return True
+
+    def last_look(self, pid: int, within_s: float) -> FirstLook | None:
+        """The start time, name and arguments of the process as read at most
+        ``within_s`` ago (at its first look, or when its program changed)."""
+        look = self._looks.get(pid)
+        return look if look is not None and time.monotonic() - look.at <= within_s else None
 
     def recent_maps(self, pid: int, within_s: float) -> str | None:
         """The process's maps as read at most ``within_s`` ago (None: not that recently):
@@ -590,6 +616,7 @@ class CpuSampler:
         self._t1 = now
         self._evict_stacks(stacks_map, stacks.keys())
         self._forget_exited(in_cut)
+        self._looks.clear()
         return raw
 
     def program_fds(self) -> list[int]:
