@@ -66,7 +66,7 @@ max_duration_ms = 30000
 def test_defaults():
     c = validate(AgentConfig())
     assert (c.period, c.cpu_hz, c.cpu_budget, c.metrics_listen) == (
-        10.0,
+        15.0,
         19,
         0.01,
         "127.0.0.1:9464",

@@ -201,7 +201,7 @@ def test_the_images_build_from_what_dockerignore_lets_through():
 
 def test_the_sample_configuration_validates():
     c = validate(load_file(str(DEPLOY / "agent.toml")))
-    assert c.period == 10 and c.cpu_hz == 19 and c.kineto_socket_dirs == ["/run/aiflame/kineto"]
+    assert c.period == 15 and c.cpu_hz == 19 and c.kineto_socket_dirs == ["/run/aiflame/kineto"]
 
 
 def test_the_systemd_unit_starts_the_agent():

@@ -104,11 +104,11 @@ def rate_ladder(max_hz: int, min_hz: int) -> list[int]:
 
 
 SETTLE_PERIODS = 3  # periods at a rate before its mean cost is trusted
-WINDOW_PERIODS = 6  # the mean is of the last ones at the rate (a minute at 10 s)
+WINDOW_PERIODS = 6  # the mean is of the last ones at the rate (90 s at 15 s)
 WARMUP_PERIODS = 3  # the first after the start read every running program's symbols
 RAISE_BELOW = 0.8  # of the budget: room to try the next rate up
 RAISE_SCALED_BELOW = 0.95  # of the budget: the next rate up's cost, rate-scaled, fits
-MAX_BACKOFF_PERIODS = 360
+MAX_BACKOFF_PERIODS = 240  # an hour at 15 s
 
 
 class CpuBudget:

@@ -3,7 +3,7 @@
 ::
 
     host = "gpu-node-17"              # default: the host name
-    period = 10                       # seconds per profile / telemetry document
+    period = 15                       # seconds per profile / telemetry document
     spool = "/var/lib/aiflame/spool"
     spool_max_mb = 512
     metrics_listen = "127.0.0.1:9464" # "" turns /metrics off (and the health probes)
@@ -108,7 +108,7 @@ class Remote:
 @dataclass
 class AgentConfig:
     host: str = field(default_factory=socket.gethostname)
-    period: float = 10.0
+    period: float = 15.0  # (Grafana Alloy's eBPF profiler's): a third of the cost is per period
     spool: str = "/var/lib/aiflame/spool"
     spool_max_bytes: int = 512 << 20
     metrics_listen: str = "127.0.0.1:9464"

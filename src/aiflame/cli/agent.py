@@ -46,7 +46,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--spool", metavar="DIR", help="spool directory (default /var/lib/aiflame/spool)"
     )
     p.add_argument("--spool-max-mb", type=float, metavar="MB", help="spool bound (default 512)")
-    p.add_argument("--period", type=float, metavar="SECONDS", help="profile period (default 10)")
+    p.add_argument("--period", type=float, metavar="SECONDS", help="profile period (default 15)")
     p.add_argument(
         "--metrics-listen",
         metavar="ADDR",
