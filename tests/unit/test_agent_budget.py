@@ -75,9 +75,34 @@ def test_a_rate_that_would_fit_is_tried_again_however_near_the_budget(budget):
 
 
 def test_a_rate_that_would_not_fit_is_not_tried(budget):
-    cost = {19: 0.011, 17: 0.009}  # 19 Hz would cost up to 1.006%: over 95% of the budget
+    # 19 Hz would cost up to 1.1%: over 95% of the budget, and 17 Hz saves too little of
+    # it (0.01%) for the savings to pay for 19 Hz within these 40 periods
+    cost = {19: 0.011, 17: 0.0099}
     rates = [budget.next_rate(at(cost[budget.rate_hz])) for _ in range(40)]
     assert rates[2:] == [17] * 38, rates
+
+
+def test_a_cost_just_over_the_budget_is_paid_from_what_was_saved(budget):
+    """19 Hz at 1.03% of a core, 17 Hz at 0.93%: the agent samples at 19 Hz while what it
+    saved under the budget lasts and at 17 Hz while it saves again, 1% on average; the
+    old rule kept it at 17 Hz for ever longer stretches."""
+    cost = {19: 0.0103, 17: 0.0093}
+    periods = [(budget.rate_hz, budget.next_rate(at(cost[budget.rate_hz])))[0] for _ in range(600)]
+    assert set(periods) == {17, 19}
+    at_19 = periods.count(19) / len(periods)
+    assert 0.6 <= at_19 <= 0.8, at_19  # (0.07 saved per 0.03 spent: 70%)
+    mean = sum(cost[r] for r in periods) / len(periods)
+    assert mean <= 0.01 + 0.0001, mean
+    assert periods[-200:].count(19) > 100  # not ever rarer: no back-off for such a rate
+
+
+def test_a_cost_well_over_the_budget_is_not_paid_from_savings(budget):
+    for _ in range(60):  # a quiet hour: a minute of the budget saved
+        budget.next_rate(at(0.002))
+    assert budget.saved_s == pytest.approx(0.01 * 60)
+    rates = [budget.next_rate(at(0.015)) for _ in range(6)]
+    # lowered as soon as its window's mean is over the budget (the fifth period: 1.24%)
+    assert rates == [19, 19, 19, 19, 13, 13], rates
 
 
 def test_a_rate_too_dear_is_retried_less_and_less_often(budget):

@@ -19,7 +19,15 @@ in 95% of it (its cost estimated as if all of the cost grew with the rate), it t
 next rate up, and a rate
 that proved too dear is tried again only after a pause that doubles each time (1, 2, 4...
 periods, at most an hour): a host whose cost is mostly per new process, which the rate
-does not change, gets its rate back as soon as the churn is over. The rate only changes
+does not change, gets its rate back as soon as the churn is over.
+
+The budget holds on average, not in every period: what the agent spends under it is saved
+(at most a minute of the budget, 0.6 ms of CPU a second at 1%), and a cost up to 10% over
+the budget is paid from the savings while they last. A rate left when they ran out is not
+"too dear": it is tried again once they are half back. So a host where 19 Hz costs 1.03%
+and 17 Hz 0.93% samples at 19 Hz most of the time and at 17 Hz the rest, at 1% on average,
+instead of at 17 Hz for ever longer stretches. A cost more than 10% over the budget lowers
+the rate as before. The rate only changes
 between periods, and each profile records the rate it was taken at and why it is lowered
 (:attr:`CpuBudget.note`), so values stay comparable.
 """
@@ -109,6 +117,9 @@ WARMUP_PERIODS = 3  # the first after the start read every running program's sym
 RAISE_BELOW = 0.8  # of the budget: room to try the next rate up
 RAISE_SCALED_BELOW = 0.95  # of the budget: the next rate up's cost, rate-scaled, fits
 MAX_BACKOFF_PERIODS = 240  # an hour at 15 s
+SPEND_OVER = 1.1  # of the budget: a cost the savings may pay for
+SAVED_MAX_S = 60.0  # seconds of the budget that may be saved
+REFILLED = 0.5  # of the most savings: a rate the savings paid for is tried again
 
 
 class CpuBudget:
@@ -132,6 +143,7 @@ class CpuBudget:
         self._warmup = WARMUP_PERIODS
         self._backoff: dict[int, tuple[int, int]] = {}  # rate -> (periods to wait, next wait)
         self.note = ""  # why the rate is lowered ("" at the configured rate)
+        self.saved_s = 0.0  # CPU seconds spent under the budget so far (at most a minute's)
 
     def measure(self, wall_s: float, program_fds: Iterable[int]) -> PeriodCost:
         cpu = agent_cpu_seconds()
@@ -156,6 +168,8 @@ class CpuBudget:
             return self.rate_hz
         for rate, (wait, later) in list(self._backoff.items()):
             self._backoff[rate] = (max(wait - 1, 0), later)
+        most_saved = self.budget * SAVED_MAX_S
+        self.saved_s = min(self.saved_s + self.budget * cost.wall_s - cost.total_s, most_saved)
         self._at_rate = [*self._at_rate[-(WINDOW_PERIODS - 1) :], cost]
         if len(self._at_rate) < SETTLE_PERIODS:
             return self.rate_hz
@@ -163,21 +177,25 @@ class CpuBudget:
         # first time) is not a reason to sample less for minutes
         kept = sorted(self._at_rate, key=lambda c: c.share)[:-1]
         share = sum(c.total_s for c in kept) / sum(c.wall_s for c in kept)
-        over = share > self.budget
+        affordable = share <= SPEND_OVER * self.budget  # by the savings, while they last
+        over = share > self.budget and not (affordable and self.saved_s > 0)
         i = self.ladder.index(self.rate_hz)
         if over and i < len(self.ladder) - 1:
             wanted = self.rate_hz * self.budget / share
             lower = [r for r in self.ladder[i + 1 :] if r <= wanted] or self.ladder[-1:]
-            self._penalize(self.rate_hz)
+            if not affordable:  # (one the savings paid for comes back when they do)
+                self._penalize(self.rate_hz)
             self._change(lower[0], share)
         elif i > 0:
             up = self.ladder[i - 1]
             # under 80% of the budget; or the next rate up would fit in 95% of it were all of
             # the cost the rate's (some is per new process, which it does not change: an
-            # estimate on the safe side, which lets 17 Hz at 0.85% try 19 Hz)
+            # estimate on the safe side, which lets 17 Hz at 0.85% try 19 Hz); or the
+            # savings, half back, would pay for it
             scaled = share * up / self.rate_hz
             fits = share < RAISE_BELOW * self.budget or scaled < RAISE_SCALED_BELOW * self.budget
-            if fits and self._backoff.get(up, (0, 0))[0] == 0:
+            paid = scaled <= SPEND_OVER * self.budget and self.saved_s >= REFILLED * most_saved
+            if (fits or paid) and self._backoff.get(up, (0, 0))[0] == 0:
                 self._change(up, share)
         return self.rate_hz
 
