@@ -55,6 +55,15 @@ def test_a_rate_is_raised_back_once_the_cost_is_low(budget):
     assert budget.note == ""
 
 
+def test_on_the_way_back_up_the_note_keeps_the_cost_that_lowered_the_rate(budget):
+    for _ in range(3):
+        budget.next_rate(at(0.03))
+    assert budget.rate_hz == 5 and "3.00%" in budget.note
+    while budget.rate_hz == 5:
+        budget.next_rate(at(0.004))
+    assert budget.rate_hz == 7 and "the agent cost 3.00% of a core" in budget.note
+
+
 def test_cost_that_does_not_follow_the_rate_keeps_it_as_high_as_fits(budget):
     """Mostly a per-process cost (0.7% whatever the rate), 0.02% per Hz: the rate is
     lowered as far as the cost fits, not to the floor (the old controller went to 1 Hz)."""

@@ -205,14 +205,18 @@ class CpuBudget:
         self._backoff[rate] = (later, min(2 * later, MAX_BACKOFF_PERIODS))
 
     def _change(self, rate: int, share: float) -> None:
+        """Sample at ``rate`` from the next period; ``share``: the cost at the rate left
+        (raised on the way back up: the note keeps the cost that lowered it)."""
+        lowered = rate < self.rate_hz
         self.rate_hz = rate
         self._at_rate = []
-        self.note = (
-            f"lowered from {self.max_hz} Hz by the CPU budget: the agent cost "
-            f"{share * 100:.2f}% of a core, its budget is {self.budget * 100:g}%"
-            if rate < self.max_hz
-            else ""
-        )
+        if rate >= self.max_hz:
+            self.note = ""
+        elif lowered or not self.note:
+            self.note = (
+                f"lowered from {self.max_hz} Hz by the CPU budget: the agent cost "
+                f"{share * 100:.2f}% of a core, its budget is {self.budget * 100:g}%"
+            )
 
     def close(self) -> None:
         if self.stats_fd is not None:
