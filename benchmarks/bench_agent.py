@@ -600,6 +600,10 @@ def bench_host(args: argparse.Namespace) -> dict[str, object]:
                 "bpftrace_samples_per_cpu_s": round(bt_counts[name] / cpu, 2) if cpu else None,
             }
         results["services"] = per_service
+        if not any(bt_counts.values()):  # its output unreadable or empty: no comparison
+            results["bpftrace"]["failed"] = (  # type: ignore[index]
+                "no samples of the services in its output: rerun for the comparison"
+            )
         # whose samples the agent took: the services, the spawner's programs, the rest of
         # the machine (others' work on a shared host is profiled too, and costs)
         by_service = server_samples_by_service(url, t0, t1)
