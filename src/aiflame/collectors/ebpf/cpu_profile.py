@@ -297,8 +297,8 @@ def build_profile(
         }
         label_id = builder.labels({k: v for k, v in sample_labels.items() if v})
         builder.add(stack_id, float(count), label_id)
-    for stack_id, count in unlabelled.items():
-        builder.add(stack_id, count)
+    for stack_id, samples in unlabelled.items():
+        builder.add(stack_id, samples)
     builder.meta.update(_meta(raw, stats))
     return builder.build(), stats
 
