@@ -15,6 +15,8 @@ import time
 import pytest
 from standin_server import StandIn, pprof_samples
 
+from aiflame.collectors.procs import cpu_seconds
+
 pytestmark = pytest.mark.usefixtures("ebpf")
 
 BUSY = "import sys,time\nend=time.time()+float(sys.argv[1])\nwhile time.time()<end: pass"
@@ -116,9 +118,9 @@ def test_work_on_the_wall_clock_second_is_sampled_in_proportion(agents, tmp_path
     try:
         time.sleep(seconds - 2)
         for p in procs:
-            with open(f"/proc/{p.pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            cpu += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            used = cpu_seconds(p.pid)
+            assert used is not None  # (still running)
+            cpu += used
         for p in procs:
             p.wait(30)
         time.sleep(4)

@@ -32,6 +32,7 @@ from aiflame.collectors.ebpf.sampler import (
     RawProfile,
     SamplerOptions,
 )
+from aiflame.collectors.procs import cpu_seconds
 from aiflame.model import FrameKind, Profile
 from aiflame.symbolize.process import SymbolResolver
 from aiflame.symbolize.pyframes import PythonNaming
@@ -258,7 +259,7 @@ def test_an_interpreter_described_at_its_second_look(tmp_path):
                 sampler.poll(20)
                 looking = program == "threads.py" and not cpu_before_second_look
                 if looking and time.monotonic() - started >= 0.8 * RESNAPSHOT_S:
-                    cpu_before_second_look = cpu_seconds(proc.pid)
+                    cpu_before_second_look = cpu_seconds(proc.pid) or 0.0
         raw = sampler.stop()
     finally:
         sampler.close()
@@ -278,9 +279,3 @@ def test_an_interpreter_described_at_its_second_look(tmp_path):
     # of its start-up would not be walked)
     assert cpu_before_second_look > 0
     assert not_walked >= max(3, 0.5 * 499 * cpu_before_second_look), cpu_before_second_look
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a running process, from /proc/PID/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -64,7 +64,7 @@ from typing import Protocol
 from aiflame.agent.cgroup_ids import CgroupIdentity, cgroup_path, parse_cgroup_path
 from aiflame.agent.redact import redact_command, single_line
 from aiflame.agent.relabel import ProcessMatcher, RelabelRule, relabel, selected
-from aiflame.collectors.procs import read_small
+from aiflame.collectors.procs import arguments, read_small
 
 MAX_NAMES_REMEMBERED = 1024  # program names whose last series is kept for gone processes
 MAX_LABEL_BYTES = 1024  # docs/fleet-protocol.md: label values are at most 1,024 bytes
@@ -166,20 +166,9 @@ def stat_identity(pid: int, proc: str = "/proc") -> tuple[int, str] | None:
         return None
 
 
-def command_args(pid: int, proc: str = "/proc") -> list[str]:
-    """The process's arguments (the first 8 KiB of them); [] for a kernel thread, a zombie
-    or a process between fork and exec that has none yet."""
-    try:
-        with open(f"{proc}/{pid}/cmdline", "rb") as f:
-            args = f.read(8192).split(b"\0")
-    except OSError:
-        return []
-    return [a.decode("utf-8", "replace") for a in args if a]
-
-
 def command_line(pid: int, proc: str = "/proc") -> str:
     """The command line as it is, for this host only (it may carry credentials)."""
-    return clip(" ".join(command_args(pid, proc)))
+    return clip(" ".join(arguments(pid, proc)))
 
 
 def real_uid(pid: int, proc: str = "/proc") -> int | None:
@@ -413,7 +402,7 @@ class Identities:
         comm = seen.comm if seen is not None else (read_text(f"{base}/comm", 256) or "").strip()
         if comm:
             labels["comm"] = comm
-        argv = seen.argv if seen is not None else command_args(pid, self.proc)
+        argv = seen.argv if seen is not None else arguments(pid, self.proc)
         command = clip(" ".join(argv))
         rules = self.rules
         needs_command = rules.command or rules.include or rules.exclude or rules.relabel

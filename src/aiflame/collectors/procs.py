@@ -34,6 +34,25 @@ def _stat_fields(pid: int) -> list[str] | None:
     return text[text.rfind(")") + 2 :].split()
 
 
+def arguments(pid: int, proc: str = "/proc") -> list[str]:
+    """The process's arguments (the first 8 KiB of them); [] for a kernel thread, a zombie
+    or a process between fork and exec that has none yet."""
+    try:
+        with open(f"{proc}/{pid}/cmdline", "rb") as f:
+            args = f.read(8192).split(b"\0")
+    except OSError:
+        return []
+    return [a.decode("utf-8", "replace") for a in args if a]
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process, every thread (None once it is gone)."""
+    fields = _stat_fields(pid)
+    if fields is None:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def alive(pid: int) -> bool:
     """True while ``pid`` runs (a zombie, dead but not yet reaped, is not alive)."""
     fields = _stat_fields(pid)

@@ -38,7 +38,7 @@ from aiflame.collectors.ebpf.libbpf import BpfError, BpfObject, RingBuffer
 from aiflame.collectors.ebpf.perf import cpu_clock_attr, online_cpus, perf_event_open, set_period
 from aiflame.collectors.ebpf.pycode import PyFunction, PythonProcesses
 from aiflame.collectors.ebpf.pyruntime import maps_interpreter
-from aiflame.collectors.procs import read_small
+from aiflame.collectors.procs import arguments, read_small
 from aiflame.symbolize.maps import Maps
 
 MAX_STACK_DEPTH = 127  # profile.bpf.c MAX_STACK_DEPTH
@@ -149,17 +149,6 @@ def _start_time(pid: int) -> int | None:
         return int(data[data.rfind(b")") + 2 :].split()[19])
     except (IndexError, ValueError):
         return None
-
-
-def _arguments(pid: int) -> list[str]:
-    """The process's arguments (the first 8 KiB of them); [] for a kernel thread or a
-    zombie."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            args = f.read(8192).split(b"\0")
-    except OSError:
-        return []
-    return [a.decode("utf-8", "replace") for a in args if a]
 
 
 def _command_line(words: list[str], limit: int = 80) -> str:
@@ -413,7 +402,7 @@ class CpuSampler:
         comm = read_small(f"/proc/{pid}/comm", 256)
         if comm:
             self.process_names[pid] = comm.decode("utf-8", "surrogateescape").strip()
-        argv = _arguments(pid)
+        argv = arguments(pid)
         if argv:
             self.commands[pid] = _command_line(argv)
         if comm:
