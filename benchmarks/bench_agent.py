@@ -18,6 +18,13 @@ busy Python services (``hot_model.py`` as ``svc-a`` and ``svc-b``, named by
   (``SelectSeries`` of ``process_cpu:samples:count``), and bpftrace's, from its printed maps
   (by pid), over the services' CPU time in the window;
 * the agent's VmRSS every 30 s, its sampling rate, the processes it saw start;
+* whether bpftrace ran throughout: it is reported as failed when its output holds no
+  samples of the services, with its stderr and the perf events it held at the start and
+  the end of the window. bpftrace 0.17 (Debian 12's) closes perf events of its own while
+  it symbolizes the stacks of processes that have ended, on such a host: its probes stop
+  and the comparison is void. Run a current release instead, e.g. Debian 13's from a
+  chroot (``debootstrap --variant=minbase --include=bpftrace trixie DIR``, ``/proc``,
+  ``/sys`` and ``/dev`` bind-mounted in it) with ``--bpftrace "chroot DIR bpftrace"``;
 * series: ``process_cpu`` series in the server over the window (as Pyroscope counts them:
   one per sample type) and their distinct label sets, beside the
   workloads they belong to (distinct ``service_name``) and the processes seen.
@@ -57,9 +64,11 @@ and the rest (the trace itself, its export, compression).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
+import shlex
 import shutil
 import signal
 import statistics
@@ -169,6 +178,15 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+def perf_event_fds(pid: int) -> int:
+    """How many perf events a process holds open (its probes and its ring buffers)."""
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):  # closed meanwhile
+            count += os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:[perf_event]"
+    return count
+
+
 def stop(proc: subprocess.Popen, sig: int = signal.SIGINT, wait_s: float = 30.0) -> None:
     """Ask a tool to stop (bpftrace prints its maps at exit: it may take long), then kill."""
     proc.send_signal(sig)
@@ -187,7 +205,7 @@ def build_spin(tmp: Path) -> Path:
 
 
 def start_agent(
-    tmp: Path, extra: list[str] = (), env: dict[str, str] | None = None
+    tmp: Path, extra: tuple[str, ...] | list[str] = (), env: dict[str, str] | None = None
 ) -> tuple[subprocess.Popen, int]:
     log = open(tmp / "agent.log", "w")  # noqa: SIM115
     proc = subprocess.Popen(
@@ -515,8 +533,9 @@ def bpftrace_samples(text: str, pids: dict[int, str]) -> dict[str, int]:
 
 def bench_host(args: argparse.Namespace) -> dict[str, object]:
     stats_fd = bpf_stats_on()
-    if not shutil.which("bpftrace"):
-        raise SystemExit("bpftrace is not installed (apt-get install bpftrace)")
+    bpftrace = shlex.split(args.bpftrace)
+    if not shutil.which(bpftrace[0]):
+        raise SystemExit(f"{bpftrace[0]} is not installed (apt-get install bpftrace)")
     tmp = Path(tempfile.mkdtemp(prefix="bench-host-"))
     total = args.seconds + 120
     procs: list[subprocess.Popen] = []
@@ -535,7 +554,7 @@ def bench_host(args: argparse.Namespace) -> dict[str, object]:
     # as bpftrace's users run it (its maps of 4,096 keys: a busy host's stacks of 10 s may
     # fill them, and samples of keys that find no room are lost: said on its stderr)
     bt_err = open(tmp / "bpftrace.err", "w")  # noqa: SIM115
-    bt = subprocess.Popen(["bpftrace", "-B", "line", "-e", BPFTRACE_19], stdout=bt_out,
+    bt = subprocess.Popen([*bpftrace, "-B", "line", "-e", BPFTRACE_19], stdout=bt_out,
                           stderr=bt_err)  # fmt: skip
     tools = {"aiflame agent": agent.pid, "bpftrace": bt.pid}
     if args.compare_src:  # another version of the agent beside (spool only: not in the series)
@@ -548,14 +567,18 @@ def bench_host(args: argparse.Namespace) -> dict[str, object]:
     try:
         time.sleep(args.warmup)  # the agent's start reads every running program's symbols
         bt_start = (tmp / "bpftrace.txt").stat().st_size
+        bt_events = perf_event_fds(bt.pid)
         t0, m0 = time.time(), machine_cpu_seconds()
         c0 = {k: (cpu_seconds(p), bpf_seconds(p)) for k, p in tools.items()}
         s0 = {n: cpu_seconds(p) for p, n in services.items()}
         seen0 = sum(metric(port, "aiflame_processes_seen_total").values())
         spawned0 = spawner.spawned
         points, rates, loads = [], [], []
+        bt_exited = None  # when bpftrace ended by itself, if it did (its stderr says why)
         end = time.monotonic() + args.seconds
         while time.monotonic() < end:
+            if bt_exited is None and bt.poll() is not None:
+                bt_exited = round(time.time() - t0)
             points.append((round(time.time() - t0), round(rss_mb(agent.pid), 1)))
             rates.append(sum(metric(port, "aiflame_sampling_rate_hz").values()))
             loads.append(round(os.getloadavg()[0], 2))
@@ -563,6 +586,11 @@ def bench_host(args: argparse.Namespace) -> dict[str, object]:
         t1, m1 = time.time(), machine_cpu_seconds()
         wall = t1 - t0
         c1 = {k: (cpu_seconds(p), bpf_seconds(p)) for k, p in tools.items()}
+        # its maps printed up to t1 only (each print holds the 10 s before it: the window's
+        # first print reaches before t0 as much as the last stops short of t1)
+        bt_end = (tmp / "bpftrace.txt").stat().st_size
+        bt_rss = rss_mb(bt.pid) if bt.poll() is None else None
+        bt_events_end = perf_event_fds(bt.pid) if bt.poll() is None else 0
         s1 = {n: cpu_seconds(p) for p, n in services.items()}
         points.append((round(t1 - t0), round(rss_mb(agent.pid), 1)))
         lowered = sum(metric(port, "aiflame_sampling_lowered_seconds_total").values())
@@ -585,11 +613,21 @@ def bench_host(args: argparse.Namespace) -> dict[str, object]:
         bt_out.close()
         with open(tmp / "bpftrace.txt") as f:
             f.seek(bt_start)
-            bt_counts = bpftrace_samples(f.read(), services)
+            bt_counts = bpftrace_samples(f.read(bt_end - bt_start), services)
         bt_err.close()
         errors = (tmp / "bpftrace.err").read_text().splitlines()
-        results["bpftrace"]["stderr_lines"] = len(errors)  # type: ignore[index]
-        results["bpftrace"]["stderr_first"] = errors[:3]  # type: ignore[index]
+        bt_result = results["bpftrace"]
+        assert isinstance(bt_result, dict)
+        bt_result["rss_mb_at_end"] = round(bt_rss, 1) if bt_rss is not None else None
+        # bpftrace 0.17 (bcc's symbols) may close its own perf events while it symbolizes
+        # the stacks of processes that have ended: its probes then stop firing
+        bt_result["perf_event_fds"] = [bt_events, bt_events_end]
+        bt_result["stderr_lines"] = len(errors)
+        bt_result["stderr_first"] = errors[:3]
+        bt_result["stderr_last"] = errors[-3:]
+        if bt_exited is not None:
+            bt_result["exited_by_itself_after_s"] = bt_exited
+            bt_result["returncode"] = bt.returncode
         per_service = {}
         for name in SERVICES:
             cpu = s1[name] - s0[name]
@@ -601,9 +639,7 @@ def bench_host(args: argparse.Namespace) -> dict[str, object]:
             }
         results["services"] = per_service
         if not any(bt_counts.values()):  # its output unreadable or empty: no comparison
-            results["bpftrace"]["failed"] = (  # type: ignore[index]
-                "no samples of the services in its output: rerun for the comparison"
-            )
+            bt_result["failed"] = "no samples of the services in its output: rerun"
         # whose samples the agent took: the services, the spawner's programs, the rest of
         # the machine (others' work on a shared host is profiled too, and costs)
         by_service = server_samples_by_service(url, t0, t1)
@@ -751,6 +787,11 @@ def main() -> None:
     )
     host.add_argument(
         "--budget-off", action="store_true", help="the agents at the full rate throughout"
+    )
+    host.add_argument(
+        "--bpftrace",
+        default="bpftrace",
+        help="the command that runs bpftrace (e.g. 'chroot DIR bpftrace' for another release)",
     )
     fixed = sub.add_parser("fixed-rate")
     fixed.add_argument("--seconds", type=float, default=180)
