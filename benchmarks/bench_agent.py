@@ -580,7 +580,9 @@ def bench_host(args: argparse.Namespace) -> dict[str, object]:
             if bt_exited is None and bt.poll() is not None:
                 bt_exited = round(time.time() - t0)
             points.append((round(time.time() - t0), round(rss_mb(agent.pid), 1)))
-            rates.append(sum(metric(port, "aiflame_sampling_rate_hz").values()))
+            rates.append(
+                (round(time.time() - t0), sum(metric(port, "aiflame_sampling_rate_hz").values()))
+            )
             loads.append(round(os.getloadavg()[0], 2))
             time.sleep(max(0.0, min(30.0, end - time.monotonic())))
         t1, m1 = time.time(), machine_cpu_seconds()
@@ -669,7 +671,13 @@ def bench_host(args: argparse.Namespace) -> dict[str, object]:
             "most_series": series_by_workload(series),
         }
         results["agent"] = {
-            "rate_hz_min_max": [min(rates), max(rates)],
+            "rate_hz_min_max": [min(r for _, r in rates), max(r for _, r in rates)],
+            # (seconds into the window, Hz) where the rate read every 30 s changed
+            "rate_hz_changes": [p for i, p in enumerate(rates) if not i or p[1] != rates[i - 1][1]],
+            "rate_said": [  # what the agent said of each change, and why
+                line for line in (tmp / "agent.log").read_text().splitlines()
+                if "CPU sampling at" in line
+            ][:60],
             "lowered_s": lowered,
             "rss_mb": points,
             "rss_first_mb": points[0][1],

@@ -477,6 +477,8 @@ def test_what_operators_alert_on_and_beside_dcgm_exporter(agents, tmp_path, shor
     # beside dcgm-exporter: not one of its series, the agent's own all there
     assert not any("DCGM_FI_" in n for n in beside), sorted(n for n in beside if "DCGM" in n)
     assert beside["aiflame_gpu_clock_event_reason"] and beside["aiflame_sampling_rate_hz"]
+    # a short run on a quiet host: under its budget (no rate seen too dear to fit)
+    assert {v for _, v in beside["aiflame_cpu_budget_over_at_any_rate"]} == {0}
     assert beside["aiflame_gpu_nvlink_bytes_total"]
     # the loss counter counts losses only: samples with a Python stack are none
     for lab, _ in beside.get("aiflame_dropped_events_total", []):

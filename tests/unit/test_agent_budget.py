@@ -71,6 +71,29 @@ def test_cost_that_does_not_follow_the_rate_keeps_it_as_high_as_fits(budget):
     assert min(rates) == rates[-1] == 13  # 13 Hz: 0.96% of a core
 
 
+def test_a_cost_no_rate_cures_keeps_the_configured_rate_and_says_so(budget):
+    """A churning host: 1.04-1.06% of a core at any rate, the cost per new process and
+    per period. The old controller went down the ladder (17, 13, 11 Hz) for a cost that
+    stayed where it was; once two rates show it, the agent samples at 19 Hz and says that
+    it is over its budget at any rate."""
+    cost = {19: 0.0106, 17: 0.0105, 13: 0.0104, 11: 0.0104, 7: 0.0103, 5: 0.0103}
+    rates = [budget.next_rate(at(cost.get(budget.rate_hz, 0.0103))) for _ in range(200)]
+    assert min(rates) >= 13, sorted(set(rates))
+    assert rates[-150:].count(19) >= 135, rates  # a lower rate re-learnt every 20 min
+    assert budget.rate_hz == 19 and budget.over_at_any_rate
+    assert budget.note.startswith("over the CPU budget at any rate: the agent cost 1.06%")
+    # the churn over, the cost follows the rate again: the note goes
+    for _ in range(10):
+        budget.next_rate(at(0.0003 * budget.rate_hz))
+    assert budget.rate_hz == 19 and not budget.over_at_any_rate and budget.note == ""
+
+
+def test_a_cost_far_over_the_budget_is_cut_by_the_rate_even_if_it_does_not_follow_it(budget):
+    cost = {19: 0.02, 17: 0.02, 13: 0.02, 11: 0.02}
+    rates = [budget.next_rate(at(cost.get(budget.rate_hz, 0.02))) for _ in range(30)]
+    assert rates[-1] <= 11 and not budget.over_at_any_rate
+
+
 def test_a_rate_that_would_fit_is_tried_again_however_near_the_budget(budget):
     """17 Hz at 0.84% of a core: 19 Hz would cost at most 0.94% (0.84 * 19 / 17), so it is
     tried again (and kept: it costs 0.94%), not left for a cost under 80% of the budget."""

@@ -27,7 +27,10 @@ the budget is paid from the savings while they last. A rate left when they ran o
 "too dear": it is tried again once they are half back. So a host where 19 Hz costs 1.03%
 and 17 Hz 0.93% samples at 19 Hz most of the time and at 17 Hz the rest, at 1% on average,
 instead of at 17 Hz for ever longer stretches. A cost more than 10% over the budget lowers
-the rate as before. The rate only changes
+the rate as before. Where the costs seen at two rates or more (in the last 20 minutes, fit
+as a fixed part and a part per Hz) say that even the lowest rate would be over the budget,
+and the cost is at most 25% over it, the rate goes back to the configured one: the cost is
+per new process and per period, and sampling less would only lose samples. The rate only changes
 between periods, and each profile records the rate it was taken at and why it is lowered
 (:attr:`CpuBudget.note`), so values stay comparable.
 """
@@ -120,6 +123,8 @@ MAX_BACKOFF_PERIODS = 240  # an hour at 15 s
 SPEND_OVER = 1.1  # of the budget: a cost the savings may pay for
 SAVED_MAX_S = 60.0  # seconds of the budget that may be saved
 REFILLED = 0.5  # of the most savings: a rate the savings paid for is tried again
+SEEN_FOR_PERIODS = 80  # a rate's cost is trusted for 20 min at 15 s (the host changes)
+RATE_NO_LEVER_UP_TO = 1.25  # of the budget: a cost no rate cures is borne up to this
 
 
 class CpuBudget:
@@ -144,6 +149,9 @@ class CpuBudget:
         self._backoff: dict[int, tuple[int, int]] = {}  # rate -> (periods to wait, next wait)
         self.note = ""  # why the rate is lowered ("" at the configured rate)
         self.saved_s = 0.0  # CPU seconds spent under the budget so far (at most a minute's)
+        self._periods = 0
+        self._seen: dict[int, tuple[float, int]] = {}  # rate -> (its window's cost, period)
+        self.over_at_any_rate = False  # the cost does not follow the rate: no rate fits
 
     def measure(self, wall_s: float, program_fds: Iterable[int]) -> PeriodCost:
         cpu = agent_cpu_seconds()
@@ -166,6 +174,7 @@ class CpuBudget:
         if self._warmup > 0:  # a start's one-time cost says nothing of the next periods
             self._warmup -= 1
             return self.rate_hz
+        self._periods += 1
         for rate, (wait, later) in list(self._backoff.items()):
             self._backoff[rate] = (max(wait - 1, 0), later)
         most_saved = self.budget * SAVED_MAX_S
@@ -177,6 +186,21 @@ class CpuBudget:
         # first time) is not a reason to sample less for minutes
         kept = sorted(self._at_rate, key=lambda c: c.share)[:-1]
         share = sum(c.total_s for c in kept) / sum(c.wall_s for c in kept)
+        self._seen[self.rate_hz] = (share, self._periods)
+        if self._no_rate_fits(share):
+            # sampling less would lose samples and save nothing: the configured rate
+            self.over_at_any_rate = True
+            if self.rate_hz != self.max_hz:
+                self._change(self.max_hz, share)
+            self.note = (
+                f"over the CPU budget at any rate: the agent cost {share * 100:.2f}% of a "
+                f"core, its budget is {self.budget * 100:g}%; its cost is per process and "
+                "per period, not per sample, so the rate is not lowered"
+            )
+            return self.rate_hz
+        if self.over_at_any_rate and self.rate_hz == self.max_hz:
+            self.note = ""
+        self.over_at_any_rate = False
         affordable = share <= SPEND_OVER * self.budget  # by the savings, while they last
         over = share > self.budget and not (affordable and self.saved_s > 0)
         i = self.ladder.index(self.rate_hz)
@@ -198,6 +222,28 @@ class CpuBudget:
             if (fits or paid) and self._backoff.get(up, (0, 0))[0] == 0:
                 self._change(up, share)
         return self.rate_hz
+
+    def _no_rate_fits(self, share: float) -> bool:
+        """Whether the costs seen at two rates or more (in the last 20 minutes) say that
+        even the lowest rate would be over the budget, for a cost over it by a little: most
+        of it is then per new process and per period, which the rate does not change (a
+        churning host). A cost far over the budget is cut by the rate all the same."""
+        if share <= self.budget or share > RATE_NO_LEVER_UP_TO * self.budget:
+            return False
+        fresh = [
+            (rate, cost)
+            for rate, (cost, period) in self._seen.items()
+            if self._periods - period <= SEEN_FOR_PERIODS
+        ]
+        if len(fresh) < 2:
+            return False
+        # least squares: cost = fixed + per_hz * rate (per_hz at least 0)
+        mean_rate = sum(r for r, _ in fresh) / len(fresh)
+        mean_cost = sum(c for _, c in fresh) / len(fresh)
+        spread = sum((r - mean_rate) ** 2 for r, _ in fresh)
+        per_hz = max(sum((r - mean_rate) * (c - mean_cost) for r, c in fresh) / spread, 0.0)
+        fixed = mean_cost - per_hz * mean_rate
+        return fixed + per_hz * self.min_hz > self.budget
 
     def _penalize(self, rate: int) -> None:
         """``rate`` was too dear: try it again only after a while (longer each time)."""

@@ -442,6 +442,14 @@ class AgentCollector(Collector):
         )
         lowered.add_metric(host, a.budget.lowered_s)
         yield lowered
+        over = GaugeMetricFamily(
+            "aiflame_cpu_budget_over_at_any_rate",
+            "1 while the agent is over its CPU budget by a cost that no lower sampling rate "
+            "would cut (per new process and per period): it samples at the configured rate.",
+            labels=["host"],
+        )
+        over.add_metric(host, int(a.budget.over_at_any_rate))
+        yield over
         if a.profiler is not None:
             stats = a.profiler.stats
             seen = CounterMetricFamily(
