@@ -561,7 +561,7 @@ def bench_host(args: argparse.Namespace) -> dict[str, object]:
         other_tmp = tmp / "other"
         other_tmp.mkdir()
         other_env = {**ENV, "PYTHONPATH": str(Path(args.compare_src).resolve())}
-        other, _ = start_agent(other_tmp, fixed, env=other_env)
+        other, other_port = start_agent(other_tmp, fixed, env=other_env)
         procs.append(other)
         tools[f"aiflame agent of {args.compare_src}"] = other.pid
     try:
@@ -596,6 +596,14 @@ def bench_host(args: argparse.Namespace) -> dict[str, object]:
         s1 = {n: cpu_seconds(p) for p, n in services.items()}
         points.append((round(t1 - t0), round(rss_mb(agent.pid), 1)))
         lowered = sum(metric(port, "aiflame_sampling_lowered_seconds_total").values())
+        if args.compare_src:  # (its samples are in its spool: its rate says how many)
+            other_lowered = sum(
+                metric(other_port, "aiflame_sampling_lowered_seconds_total").values()
+            )
+            other_said = [
+                line for line in (tmp / "other" / "agent.log").read_text().splitlines()
+                if "CPU sampling at" in line
+            ]  # fmt: skip
         seen = sum(metric(port, "aiflame_processes_seen_total").values()) - seen0
         for name, (c, b) in c0.items():
             cpu, bpf = c1[name][0] - c, c1[name][1] - b
@@ -604,6 +612,11 @@ def bench_host(args: argparse.Namespace) -> dict[str, object]:
                 "share_percent": round((cpu + bpf) / wall * 100, 3),
             }  # fmt: skip
         ours = sum(c1[k][0] - c0[k][0] for k in tools) + sum(s1[n] - s0[n] for n in s0)
+        if args.compare_src:
+            other_result = results[f"aiflame agent of {args.compare_src}"]
+            assert isinstance(other_result, dict)
+            other_result["lowered_s"] = other_lowered
+            other_result["rate_said"] = other_said[:60]
         results["machine"] = {
             "cores": os.cpu_count(),
             "busy_cores": round((m1 - m0) / wall, 2),
