@@ -16,7 +16,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -27,7 +26,6 @@ import pythons
 from aiflame.collectors.ebpf.cpu_profile import build_profile
 from aiflame.collectors.ebpf.pyruntime import find_python
 from aiflame.collectors.ebpf.sampler import (
-    RESNAPSHOT_S,
     CpuSampler,
     RawProfile,
     SamplerOptions,
@@ -250,15 +248,20 @@ def test_an_interpreter_described_at_its_second_look(tmp_path):
     try:
         sampler.poll(10)  # (the first search, of nothing yet)
         pids = []
-        cpu_before_second_look = 0.0  # of the long program, in its first 0.8 * RESNAPSHOT_S
+        # the long program's CPU time when it was described (read as soon as the sampler
+        # has done it: on a loaded machine a clock says little of how much it had run)
+        cpu_before_second_look = 0.0
+        waiting = False  # seen undescribed (sampled, its second look to come)
         for program in ("short.py", "threads.py"):
             proc = subprocess.Popen([sys.executable, str(tmp_path / program)])
-            started = time.monotonic()
             pids.append(proc.pid)
             while proc.poll() is None:
                 sampler.poll(20)
-                looking = program == "threads.py" and not cpu_before_second_look
-                if looking and time.monotonic() - started >= 0.8 * RESNAPSHOT_S:
+                if program != "threads.py" or cpu_before_second_look:
+                    continue
+                if proc.pid in sampler._undescribed:
+                    waiting = True
+                elif waiting:
                     cpu_before_second_look = cpu_seconds(proc.pid) or 0.0
         raw = sampler.stop()
     finally:
@@ -274,8 +277,8 @@ def test_an_interpreter_described_at_its_second_look(tmp_path):
     assert raw.python_modules.get(long), raw.python_unsupported
     walked, not_walked = samples(long)
     assert walked >= 200  # 1.5 s of CPU at 499 Hz, less its first 0.2 s
-    # its first 0.2 s are not walked: at 499 Hz about 499 samples per CPU-second it had
-    # then (on a loaded machine that can be little; described at its exec, only the few
-    # of its start-up would not be walked)
+    # its samples before its second look are not walked: at 499 Hz about 499 per
+    # CPU-second it had then (read a poll late: a share of it; described at its exec, it
+    # is never undescribed and only the few of its start-up would not be walked)
     assert cpu_before_second_look > 0
-    assert not_walked >= max(3, 0.5 * 499 * cpu_before_second_look), cpu_before_second_look
+    assert not_walked >= max(3, 0.3 * 499 * cpu_before_second_look), cpu_before_second_look
