@@ -178,6 +178,11 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+def rate_said(log: Path) -> list[str]:
+    """What an agent said of each change of its sampling rate, and why (its stderr)."""
+    return [line for line in log.read_text().splitlines() if "CPU sampling at" in line]
+
+
 def perf_event_fds(pid: int) -> int:
     """How many perf events a process holds open (its probes and its ring buffers)."""
     count = 0
@@ -600,10 +605,7 @@ def bench_host(args: argparse.Namespace) -> dict[str, object]:
             other_lowered = sum(
                 metric(other_port, "aiflame_sampling_lowered_seconds_total").values()
             )
-            other_said = [
-                line for line in (tmp / "other" / "agent.log").read_text().splitlines()
-                if "CPU sampling at" in line
-            ]  # fmt: skip
+            other_said = rate_said(tmp / "other" / "agent.log")
         seen = sum(metric(port, "aiflame_processes_seen_total").values()) - seen0
         for name, (c, b) in c0.items():
             cpu, bpf = c1[name][0] - c, c1[name][1] - b
@@ -687,10 +689,7 @@ def bench_host(args: argparse.Namespace) -> dict[str, object]:
             "rate_hz_min_max": [min(r for _, r in rates), max(r for _, r in rates)],
             # (seconds into the window, Hz) where the rate read every 30 s changed
             "rate_hz_changes": [p for i, p in enumerate(rates) if not i or p[1] != rates[i - 1][1]],
-            "rate_said": [  # what the agent said of each change, and why
-                line for line in (tmp / "agent.log").read_text().splitlines()
-                if "CPU sampling at" in line
-            ][:60],
+            "rate_said": rate_said(tmp / "agent.log")[:60],
             "lowered_s": lowered,
             "rss_mb": points,
             "rss_first_mb": points[0][1],

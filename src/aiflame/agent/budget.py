@@ -41,6 +41,7 @@ import ctypes
 import os
 import platform
 import resource
+import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -237,12 +238,10 @@ class CpuBudget:
         ]
         if len(fresh) < 2:
             return False
-        # least squares: cost = fixed + per_hz * rate (per_hz at least 0)
-        mean_rate = sum(r for r, _ in fresh) / len(fresh)
-        mean_cost = sum(c for _, c in fresh) / len(fresh)
-        spread = sum((r - mean_rate) ** 2 for r, _ in fresh)
-        per_hz = max(sum((r - mean_rate) * (c - mean_cost) for r, c in fresh) / spread, 0.0)
-        fixed = mean_cost - per_hz * mean_rate
+        rates, costs = zip(*fresh, strict=True)
+        per_hz, fixed = statistics.linear_regression(rates, costs)  # least squares
+        if per_hz < 0:  # (noise: a cost cannot fall as the rate rises)
+            per_hz, fixed = 0.0, statistics.fmean(costs)
         return fixed + per_hz * self.min_hz > self.budget
 
     def _penalize(self, rate: int) -> None:
