@@ -33,7 +33,8 @@ rules is not symbolized at all.
 
 Which processes to probe is decided here, since reading ``/proc/PID/maps`` is what costs:
 a process is looked at when first seen, again 0.5, 2, 5, 15 and 30 s later (``import
-torch`` loads libcudart late), then every minute.
+torch`` loads libcudart late), then every minute; from the look after the 15 s wait on, only if
+it was sampled since its last look (a process that has not run has loaded nothing).
 """
 
 from __future__ import annotations
@@ -85,7 +86,18 @@ GPU_API_TYPES = [
 ]
 KERNEL_PID = 0  # the pseudo-process of kernel threads' samples
 SCAN_STEPS_S = (0.5, 2.0, 5.0, 15.0, 30.0, 60.0)
-PROC_LIST_S = 1.0  # how often /proc is listed for new processes
+# From this look on (the one a 15 s wait after the one before), a process is looked at
+# again only if it was sampled since its last look: one that has not run has loaded no
+# library (a CUDA runtime's start alone takes a tenth of a second of CPU), and the host's
+# idle daemons then cost no reading of their maps a minute.
+RAN_SINCE_FROM_STEP = 4
+# A sampled process's interpreter is described at its second look, this long after its
+# first sample: most processes a busy host starts (a shell's, a probe's, a cron job's
+# Python) have ended by then and cost one reading of their maps only.
+SECOND_LOOK_S = 1.0
+# how often /proc is listed for new processes (those not sampled yet: a CUDA program is
+# sampled as its runtime starts, which takes a tenth of a second of CPU or more)
+PROC_LIST_S = 2.0
 LOOK_FRESH_S = 1.0  # the start time, name and arguments the sampler read this recently
 MAPS_FRESH_S = 1.0  # maps the sampler read this recently are current enough for the probes
 MAX_CACHED_STACKS = 200_000
@@ -220,6 +232,7 @@ class ContinuousProfiler:
                 python_search_s=0.5,
                 code_maps_only=True,
                 python_at_second_look=True,
+                second_look_s=SECOND_LOOK_S,
             )
         )
         self.probes: CudaProbes | None = None
@@ -233,6 +246,8 @@ class ContinuousProfiler:
         self._namings: dict[int, PythonNaming] = {}
         self._scan_queue: list[tuple[float, int, int]] = []  # (when next, pid, step): a heap
         self._seen: set[int] = set()
+        self._ran: set[int] = set()  # sampled since their last look (RAN_SINCE_FROM_STEP)
+        self._listed: set[int] = set()  # first seen by listing /proc, not sampled since
         self._gone: set[int] = set()
         self._next_list = 0.0
         self._period_start = 0.0
@@ -289,6 +304,10 @@ class ContinuousProfiler:
         now = time.monotonic()
         for pid in self.sampler.maps.keys() - self._seen:
             self._first_sight(pid, now, sampled=True)
+        for pid in self._listed & self.sampler.maps.keys():
+            # found by listing /proc first, sampled now: named while it runs, as any other
+            self._listed.discard(pid)
+            self.identities.of(pid, self.sampler.last_look(pid, LOOK_FRESH_S))
         if self.probes is not None and now >= self._next_list:
             # a CUDA process may not have been sampled yet: look at its maps all the same
             self._next_list = now + PROC_LIST_S
@@ -299,8 +318,11 @@ class ContinuousProfiler:
             while self._scan_queue and self._scan_queue[0][0] <= now:
                 _, pid, step = heapq.heappop(self._scan_queue)
                 if pid in self._seen:
-                    if step > 0 or self._may_map_gpu_libraries(pid):
+                    if step >= RAN_SINCE_FROM_STEP and pid not in self._ran:
+                        pass  # it has not run since its last look
+                    elif step > 0 or self._may_map_gpu_libraries(pid):
                         due.append(pid)
+                        self._ran.discard(pid)
                     later = now + SCAN_STEPS_S[min(step, len(SCAN_STEPS_S) - 1)]
                     heapq.heappush(self._scan_queue, (later, pid, step + 1))
             if due:  # (maps the sampler has just read are not read again)
@@ -326,6 +348,8 @@ class ContinuousProfiler:
             info = self.identities.of(pid, self.sampler.last_look(pid, LOOK_FRESH_S))
             if info is not None and info.series is None:
                 return  # left out by the configuration: not probed either
+        else:
+            self._listed.add(pid)
         # (one never sampled is read when it has something to say: CUDA calls). One found
         # by listing /proc, not sampled, is looked at a listing later: most processes a
         # busy host starts (a shell's pipeline) have ended by then, and the sampler
@@ -340,6 +364,7 @@ class ContinuousProfiler:
         self._period_start = end
         out: list[CutProfile] = []
         raw = self.sampler.cut()
+        self._ran.update(k.pid for k, _ in raw.counts)
         period_ns = max(self.period_ns, 0)  # what this period was sampled at
         if self.period_ns >= 0:
             self._retime()
@@ -522,6 +547,8 @@ class ContinuousProfiler:
             self.stack_cache = StackCache()  # a bound, whatever runs on the host
         for pid in self._gone:
             self._seen.discard(pid)  # its entry leaves the scan queue when it comes up
+            self._ran.discard(pid)
+            self._listed.discard(pid)
             self._namings.pop(pid, None)
             self.live_memory.forget(pid)
             self.identities.forget(pid)

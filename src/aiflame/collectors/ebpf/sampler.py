@@ -27,6 +27,7 @@ import re
 import struct
 import time
 import weakref
+from array import array
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -92,9 +93,15 @@ class SamplerOptions:
     # the second look (a system-wide profiler's cost per new process; a recording of
     # chosen programs describes at once)
     python_at_second_look: bool = False
+    # when the second look is, after a process's first sample: a continuous profiler looks
+    # later than a recording (a process of a busy host that lives under this is profiled by
+    # its native frames; reading its maps again and describing it was most of its cost)
+    second_look_s: float = RESNAPSHOT_S
 
 
-@dataclass(frozen=True, slots=True)
+# (not frozen: a frozen dataclass's __init__ costs four times as much, and a continuous
+# profiler makes thousands a period; hashed all the same, and never changed)
+@dataclass(slots=True, unsafe_hash=True)
 class SampleKey:
     pid: int
     tid: int
@@ -289,7 +296,7 @@ class CpuSampler:
         self.obj.map("targets").update(struct.pack("<I", pid), b"\x01")
         self._python_search[pid] = time.monotonic() + PYTHON_SEARCH_S
         self._snapshot(pid)
-        self._recheck[pid] = time.monotonic() + RESNAPSHOT_S
+        self._recheck[pid] = time.monotonic() + self.options.second_look_s
 
     def preexec(self) -> None:
         """For ``subprocess.Popen(preexec_fn=...)``: the child makes itself a target before
@@ -319,6 +326,8 @@ class CpuSampler:
             not_python = texts is not None and bool(texts) and "python" not in texts[-1]
             if pid in self._pythons.readers or until < now or not_python:
                 del self._python_search[pid]
+            elif pid in self._recheck:
+                continue  # its second look is to come: the search does not bring it forward
             elif not self._snapshot(pid):
                 del self._python_search[pid]  # it has ended
         self._name_python_stacks()
@@ -357,7 +366,7 @@ class CpuSampler:
             return
         self._python_search.setdefault(pid, time.monotonic() + PYTHON_SEARCH_S)
         self._snapshot(pid)
-        self._recheck[pid] = time.monotonic() + RESNAPSHOT_S
+        self._recheck[pid] = time.monotonic() + self.options.second_look_s
 
     def _snapshot(self, pid: int) -> bool:
         """Keep the process's current mappings (a new text after an exec or dlopen).
@@ -390,7 +399,11 @@ class CpuSampler:
             if keep and len(texts) > keep:
                 del texts[:-keep]
             # a described interpreter stays described until an exec replaces the program
-            if first_look and self.options.python_at_second_look:
+            if exe_changed and self.options.python_at_second_look:
+                # a new program (a forked child first sampled before its exec too): it is
+                # described at its second look
+                if not first_look and self.obj is not None:
+                    self._pythons.forget(self.obj, pid)
                 self._undescribed.add(pid)
             elif exe_changed or pid not in self._pythons.readers:
                 self._undescribed.discard(pid)
@@ -673,16 +686,21 @@ def _unmapped(texts: list[str] | None, addrs: list[int]) -> set[int]:
 
 
 def _decode_counts(items: Iterable[tuple[bytes, bytes]]) -> list[tuple[SampleKey, int]]:
+    items = list(items)
+    keys = _KEY.iter_unpack(b"".join(k for k, _ in items))  # (one pass over a period's)
+    values = struct.iter_unpack("<Q", b"".join(v for _, v in items))
+    names: dict[bytes, str] = {}  # most keys of a period share a few names
     counts: list[tuple[SampleKey, int]] = []
-    for raw_key, raw_value in items:
-        pid, tid, cgroup, ustack, kstack, pystack, uerr, kerr, pyerr, gil, comm = _KEY.unpack(
-            raw_key
-        )
-        name = comm.split(b"\0", 1)[0].decode("utf-8", "replace")
+    for (pid, tid, cgroup, ustack, kstack, pystack, uerr, kerr, pyerr, gil, comm), (n,) in zip(
+        keys, values, strict=True
+    ):
+        name = names.get(comm)
+        if name is None:
+            name = names[comm] = comm.split(b"\0", 1)[0].decode("utf-8", "replace")
         key = SampleKey(
             pid, tid, cgroup, uerr or ustack, kerr or kstack, name, pyerr or pystack, gil
         )
-        counts.append((key, struct.unpack("<Q", raw_value)[0]))
+        counts.append((key, n))
     return counts
 
 
@@ -690,4 +708,4 @@ def _lookup_stack(stacks_map, sid: int) -> tuple[int, ...] | None:
     raw = stacks_map.lookup(struct.pack("<Q", sid))
     if raw is None:
         return None
-    return tuple(a for a in struct.unpack(f"<{len(raw) // 8}Q", raw) if a)
+    return tuple(filter(None, array("Q", raw)))  # (the unused entries are zeros)
