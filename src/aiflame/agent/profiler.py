@@ -318,9 +318,9 @@ class ContinuousProfiler:
             while self._scan_queue and self._scan_queue[0][0] <= now:
                 _, pid, step = heapq.heappop(self._scan_queue)
                 if pid in self._seen:
-                    if step >= RAN_SINCE_FROM_STEP and pid not in self._ran:
-                        pass  # it has not run since its last look
-                    elif step > 0 or self._may_map_gpu_libraries(pid):
+                    # (from RAN_SINCE_FROM_STEP on, only if it has run since its last look)
+                    worth = step < RAN_SINCE_FROM_STEP or pid in self._ran
+                    if worth and (step > 0 or self._may_map_gpu_libraries(pid)):
                         due.append(pid)
                         self._ran.discard(pid)
                     later = now + SCAN_STEPS_S[min(step, len(SCAN_STEPS_S) - 1)]

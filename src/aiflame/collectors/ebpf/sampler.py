@@ -405,6 +405,8 @@ class CpuSampler:
                 if not first_look and self.obj is not None:
                     self._pythons.forget(self.obj, pid)
                 self._undescribed.add(pid)
+                # the wait starts again here, whichever look saw the exec
+                self._recheck[pid] = time.monotonic() + self.options.second_look_s
             elif exe_changed or pid not in self._pythons.readers:
                 self._undescribed.discard(pid)
                 self._describe_python(pid, text)
